@@ -1,0 +1,61 @@
+#include "comm/communicator.h"
+
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+
+namespace fusebox::comm {
+
+absl::StatusOr<std::shared_ptr<Work>> Communicator::AllReduceMulti(
+    absl::Span<const TensorRef> tensors, ReduceOp op) {
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    absl::Status s = ValidateBuffer("AllReduceMulti", tensors[i].data,
+                                    tensors[i].count, tensors[i].type);
+    if (!s.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("tensor ", i, ": ", s.message()));
+    }
+  }
+  std::vector<std::shared_ptr<Work>> parts;
+  parts.reserve(tensors.size());
+  for (const TensorRef& t : tensors) {
+    auto w = AllReduce(t.data, t.data, t.count, t.type, op);
+    if (!w.ok()) return w.status();
+    parts.push_back(*std::move(w));
+  }
+  return Work::All(std::move(parts));
+}
+
+absl::Status ValidateBuffer(const char* what, const void* p, size_t count,
+                            DataType type) {
+  absl::Status s = CheckSupported(type, ReduceOp::kSum);
+  if (!s.ok()) return absl::InvalidArgumentError(absl::StrCat(what, ": ", s.message()));
+  if (p == nullptr && count != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        what, ": null buffer with a count of ", count, " elements"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ValidateRoot(int root, int size) {
+  if (root < 0 || root >= size) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "root ", root, " is out of range for a communicator of size ", size));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status AllReduceSync(Communicator& c, const void* send, void* recv,
+                           size_t count, DataType type, ReduceOp op) {
+  auto w = c.AllReduce(send, recv, count, type, op);
+  if (!w.ok()) return w.status();
+  return (*w)->Wait();
+}
+
+absl::Status BarrierSync(Communicator& c) {
+  auto w = c.Barrier();
+  if (!w.ok()) return w.status();
+  return (*w)->Wait();
+}
+
+}  // namespace fusebox::comm

@@ -1,0 +1,92 @@
+// comm::Communicator: the backend-neutral collective interface.
+//
+// Note [Collective ordering]
+// Every rank must issue the same collectives in the same order (as with MPI
+// and NCCL). Each backend numbers collectives per communicator and checks that
+// the peers' descriptors (kind, count, type, op, root) agree; a disagreement
+// completes the Work with an error naming both sides, never a hang or silent
+// corruption. Collectives issued on one communicator complete in issue order.
+#ifndef FUSEBOX_COMM_COMMUNICATOR_H_
+#define FUSEBOX_COMM_COMMUNICATOR_H_
+
+#include <cstddef>
+#include <memory>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "comm/types.h"
+#include "comm/work.h"
+
+namespace fusebox::comm {
+
+enum class MemoryKind : uint8_t { kHost, kDevice };
+
+// One buffer of a multi-tensor call.
+struct TensorRef {
+  void* data = nullptr;
+  size_t count = 0;
+  DataType type = DataType::kFloat32;
+};
+
+class Communicator {
+ public:
+  virtual ~Communicator() = default;
+  Communicator(const Communicator&) = delete;
+  Communicator& operator=(const Communicator&) = delete;
+
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+  // "ucx", "mpi" or "nccl".
+  virtual std::string backend() const = 0;
+  // Where buffers passed to this communicator must live.
+  virtual MemoryKind memory() const = 0;
+
+  // All calls below return immediately. Bad arguments (null buffer with a
+  // non-zero count, unknown type or op, out-of-range root) are reported
+  // synchronously as InvalidArgument and nothing is issued; errors found
+  // while running (peer mismatch, peer gone, transport failure) complete the
+  // returned Work with an error. Buffers must stay valid and untouched until
+  // the Work completes. Thread-safe: calls from several threads are ordered
+  // by the communicator's internal lock, which is the order Note
+  // [Collective ordering] refers to.
+
+  // recv[i] = op over ranks of send[i]. In-place when send == recv.
+  virtual absl::StatusOr<std::shared_ptr<Work>> AllReduce(
+      const void* send, void* recv, size_t count, DataType type,
+      ReduceOp op) = 0;
+
+  // Reduces each tensor in place. The default issues one AllReduce per
+  // tensor; backends that can group (NCCL) override it.
+  virtual absl::StatusOr<std::shared_ptr<Work>> AllReduceMulti(
+      absl::Span<const TensorRef> tensors, ReduceOp op);
+
+  // buf on every rank = buf on `root`.
+  virtual absl::StatusOr<std::shared_ptr<Work>> Broadcast(
+      void* buf, size_t count, DataType type, int root) = 0;
+
+  // recv[r*count .. (r+1)*count) = send of rank r. In-place when
+  // send == recv + rank*count*DataTypeSize(type).
+  virtual absl::StatusOr<std::shared_ptr<Work>> AllGather(
+      const void* send, void* recv, size_t count, DataType type) = 0;
+
+  virtual absl::StatusOr<std::shared_ptr<Work>> Barrier() = 0;
+
+ protected:
+  Communicator() = default;
+};
+
+// Shared argument checks for backends; `what` names the call in the error.
+absl::Status ValidateBuffer(const char* what, const void* p, size_t count,
+                            DataType type);
+absl::Status ValidateRoot(int root, int size);
+
+// Blocking conveniences for tests and tools.
+absl::Status AllReduceSync(Communicator& c, const void* send, void* recv,
+                           size_t count, DataType type, ReduceOp op);
+absl::Status BarrierSync(Communicator& c);
+
+}  // namespace fusebox::comm
+
+#endif  // FUSEBOX_COMM_COMMUNICATOR_H_

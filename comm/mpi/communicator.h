@@ -1,0 +1,30 @@
+// MPI backend: host memory, OpenMPI non-blocking collectives
+// (MPI_Iallreduce, MPI_Ibcast, MPI_Iallgather, MPI_Ibarrier) on a duplicate
+// of MPI_COMM_WORLD, issued and tested by one progress thread per
+// communicator. The baseline, and the usual way to run under mpirun.
+#ifndef FUSEBOX_COMM_MPI_COMMUNICATOR_H_
+#define FUSEBOX_COMM_MPI_COMMUNICATOR_H_
+
+#include <memory>
+
+#include "absl/status/statusor.h"
+#include "comm/communicator.h"
+#include "comm/options.h"
+
+namespace fusebox::comm {
+
+// Initialises MPI with MPI_THREAD_SERIALIZED (or better) unless it already
+// is; an error if the library cannot give that level. Call at an edge.
+absl::Status InitMpi(int* argc, char*** argv);
+// Finalises MPI if InitMpi initialised it and it is not finalised yet.
+void FinalizeMpi();
+// True when this process was started by mpirun (OMPI_COMM_WORLD_SIZE set) --
+// decided by the caller from its environment; this only inspects MPI state.
+bool MpiIsInitialized();
+
+absl::StatusOr<std::unique_ptr<Communicator>> CreateMpiCommunicator(
+    const MpiOptions& options);
+
+}  // namespace fusebox::comm
+
+#endif  // FUSEBOX_COMM_MPI_COMMUNICATOR_H_

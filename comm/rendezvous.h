@@ -1,0 +1,55 @@
+// How a rank learns who it is and reaches the others: the torchrun-style
+// variables RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT, read only
+// at the edges (binaries, plugin entry points) into RendezvousOptions.
+#ifndef FUSEBOX_COMM_RENDEZVOUS_H_
+#define FUSEBOX_COMM_RENDEZVOUS_H_
+
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "comm/store.h"
+#include "comm/tcp_store.h"
+
+namespace fusebox::comm {
+
+struct RendezvousOptions {
+  int rank = 0;
+  int world_size = 1;
+  int local_rank = 0;
+  std::string master_addr = "127.0.0.1";
+  int master_port = 29500;
+  // True when the launcher (fusebox-run, FUSEBOX_AGENT_STORE=1) hosts the
+  // store server; otherwise rank 0 hosts it on master_port.
+  bool agent_store = false;
+  absl::Duration timeout = absl::Seconds(300);
+};
+
+// Reads RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT,
+// FUSEBOX_AGENT_STORE and FUSEBOX_RENDEZVOUS_TIMEOUT_S (seconds) through
+// `getenv` (pass ::getenv at an edge; tests pass a map). Errors name the
+// variable and the bad value. Returns NotFound if RANK or WORLD_SIZE is unset.
+absl::StatusOr<RendezvousOptions> RendezvousOptionsFromEnv(
+    const std::function<const char*(const char*)>& getenv);
+
+// A connected rendezvous: the store, plus the server if this rank hosts it
+// (the server must outlive every client; keep this object alive as long as
+// the communicators built from it).
+struct Rendezvous {
+  int rank = 0;
+  int size = 1;
+  int local_rank = 0;
+  std::unique_ptr<TcpStoreServer> server;  // only on the hosting rank
+  std::unique_ptr<Store> store;
+};
+
+// Starts the server if this rank hosts it, connects the client, and checks
+// that every rank arrives within options.timeout (the error names the
+// missing ranks).
+absl::StatusOr<Rendezvous> ConnectTcpRendezvous(const RendezvousOptions& options);
+
+}  // namespace fusebox::comm
+
+#endif  // FUSEBOX_COMM_RENDEZVOUS_H_

@@ -1,0 +1,50 @@
+// TCP Store: one server (hosted by rank 0, or by the fusebox-run launcher)
+// and one client per rank. The wire protocol is fusebox's own, documented in
+// tcp_store.cc; every message is length-prefixed and bounded, and a malformed
+// message closes only the connection that sent it.
+#ifndef FUSEBOX_COMM_TCP_STORE_H_
+#define FUSEBOX_COMM_TCP_STORE_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "comm/store.h"
+
+namespace fusebox::comm {
+
+// Serves the store on a background thread until destroyed.
+class TcpStoreServer {
+ public:
+  virtual ~TcpStoreServer() = default;
+  // The bound port (useful when started on port 0).
+  virtual int port() const = 0;
+  // Number of connections closed because they sent a malformed message.
+  virtual int64_t rejected_connections() const = 0;
+};
+
+struct TcpStoreServerOptions {
+  std::string bind_addr = "0.0.0.0";
+  int port = 0;  // 0: pick a free port
+  int max_connections = 4096;
+};
+
+absl::StatusOr<std::unique_ptr<TcpStoreServer>> StartTcpStoreServer(
+    const TcpStoreServerOptions& options);
+
+struct TcpStoreClientOptions {
+  std::string host = "127.0.0.1";
+  int port = 0;
+  // How long to keep retrying the initial connection (the server may start
+  // after the client).
+  absl::Duration connect_timeout = absl::Seconds(60);
+};
+
+absl::StatusOr<std::unique_ptr<Store>> ConnectTcpStore(
+    const TcpStoreClientOptions& options);
+
+}  // namespace fusebox::comm
+
+#endif  // FUSEBOX_COMM_TCP_STORE_H_

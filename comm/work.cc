@@ -1,0 +1,109 @@
+#include "comm/work.h"
+
+#include <chrono>
+#include <thread>
+#include <utility>
+
+namespace fusebox::comm {
+namespace {
+
+// Spin briefly before sleeping: a small collective finishes within a few
+// microseconds and a futex round trip would dominate its latency. The spin
+// is short and yields, so oversubscribed ranks still make progress.
+bool SpinUntilDone(const std::atomic<bool>& done) {
+  for (int i = 0; i < 2000; ++i) {
+    if (done.load(std::memory_order_acquire)) return true;
+    if ((i & 63) == 63) std::this_thread::yield();
+#if defined(__x86_64__)
+    __builtin_ia32_pause();
+#endif
+  }
+  return done.load(std::memory_order_acquire);
+}
+
+}  // namespace
+
+absl::Status Work::Wait() {
+  if (!SpinUntilDone(done_)) {
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait(lock, [&] { return done_.load(std::memory_order_acquire); });
+  }
+  return status();
+}
+
+absl::Status Work::WaitUntil(absl::Time deadline) {
+  if (!SpinUntilDone(done_)) {
+    std::unique_lock<std::mutex> lock(mu_);
+    const auto tp = absl::ToChronoTime(deadline);
+    if (!cv_.wait_until(lock, tp, [&] { return done_.load(std::memory_order_acquire); })) {
+      return absl::DeadlineExceededError(
+          "collective did not complete before the deadline (a peer may be "
+          "slow, stuck, or gone)");
+    }
+  }
+  return status();
+}
+
+absl::Status Work::status() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return status_;
+}
+
+void Work::Complete(absl::Status status) {
+  std::vector<std::function<void(const absl::Status&)>> callbacks;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    status_ = std::move(status);
+    callbacks.swap(callbacks_);
+    done_.store(true, std::memory_order_release);
+  }
+  cv_.notify_all();
+  for (auto& fn : callbacks) fn(status_);  // status_ is immutable from here
+}
+
+void Work::OnComplete(std::function<void(const absl::Status&)> fn) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!done_.load(std::memory_order_relaxed)) {
+      callbacks_.push_back(std::move(fn));
+      return;
+    }
+  }
+  fn(status_);
+}
+
+std::shared_ptr<Work> Work::All(std::vector<std::shared_ptr<Work>> parts) {
+  struct Joint {
+    std::mutex mu;
+    size_t remaining;
+    absl::Status first_error;
+  };
+  auto out = std::make_shared<Work>();
+  if (parts.empty()) {
+    out->Complete(absl::OkStatus());
+    return out;
+  }
+  auto joint = std::make_shared<Joint>();
+  joint->remaining = parts.size();
+  for (const auto& p : parts) {
+    p->OnComplete([joint, out](const absl::Status& s) {
+      absl::Status final_status;
+      {
+        std::lock_guard<std::mutex> lock(joint->mu);
+        if (!s.ok() && joint->first_error.ok()) joint->first_error = s;
+        if (--joint->remaining != 0) return;
+        final_status = joint->first_error;
+      }
+      out->Complete(std::move(final_status));
+    });
+  }
+  return out;
+}
+
+std::shared_ptr<Work> Work::Done(absl::Status status) {
+  auto w = std::make_shared<Work>();
+  w->Complete(std::move(status));
+  return w;
+}
+
+}  // namespace fusebox::comm
