@@ -1,0 +1,291 @@
+// UCX backend with ranks as threads of one process over an in-memory store.
+// Every result is compared bit for bit with an independent reference
+// (comm/testing/exact_data.h).
+#include "comm/ucx/communicator.h"
+
+#include <cstring>
+#include <functional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "comm/memory_store.h"
+#include "comm/testing/exact_data.h"
+#include "gtest/gtest.h"
+
+namespace fusebox::comm {
+namespace {
+
+using testing::CountMismatches;
+using testing::FillExpected;
+using testing::FillInput;
+
+using RankFn = std::function<void(int rank, Communicator& comm)>;
+
+// Creates `world` communicators concurrently (creation is collective) and
+// runs `fn` on each in its own thread.
+void RunRanks(int world, const UcxOptions& options, const RankFn& fn) {
+  MemoryStore store;
+  std::vector<std::thread> threads;
+  for (int r = 0; r < world; ++r) {
+    threads.emplace_back([&, r] {
+      auto comm = CreateUcxCommunicator(options, r, world, store);
+      ASSERT_TRUE(comm.ok()) << comm.status();
+      fn(r, **comm);
+    });
+  }
+  for (auto& t : threads) t.join();
+}
+
+// Ring for everything: tiny chunks, no one-shot path, so empty segments,
+// partial chunks and many pipeline steps are exercised on small buffers.
+UcxOptions RingOnly() {
+  UcxOptions o;
+  o.small_message_bytes = 0;
+  o.chunk_bytes = 64;
+  return o;
+}
+
+void CheckAllReduce(int rank, int world, Communicator& comm, size_t count,
+                    DataType type, ReduceOp op, bool in_place) {
+  const size_t bytes = count * DataTypeSize(type);
+  std::vector<unsigned char> in(bytes + 1), out(bytes + 1, 0xAB), want(bytes + 1);
+  FillInput(in.data(), count, type, op, rank);
+  FillExpected(want.data(), count, type, op, world);
+  absl::Status s;
+  if (in_place) {
+    s = AllReduceSync(comm, in.data(), in.data(), count, type, op);
+    out = in;
+  } else {
+    s = AllReduceSync(comm, in.data(), out.data(), count, type, op);
+    EXPECT_EQ(out[bytes], 0xAB) << "wrote past the end";
+  }
+  ASSERT_TRUE(s.ok()) << s;
+  EXPECT_EQ(CountMismatches(out.data(), want.data(), count, type), 0u)
+      << "rank " << rank << "/" << world << " count=" << count << " "
+      << DataTypeName(type) << " " << ReduceOpName(op) << (in_place ? " in-place" : " out-of-place");
+}
+
+class UcxAllReduceTest : public ::testing::TestWithParam<int> {};
+
+TEST_P(UcxAllReduceTest, EveryTypeAndOpSmallSizes) {
+  const int world = GetParam();
+  for (const UcxOptions& options : {UcxOptions{}, RingOnly()}) {
+    RunRanks(world, options, [&](int rank, Communicator& comm) {
+      for (size_t count : {0, 1, 7, 1023, 4096}) {
+        for (int t = 0; t < kNumDataTypes; ++t) {
+          for (int o = 0; o < kNumReduceOps; ++o) {
+            for (bool in_place : {false, true}) {
+              CheckAllReduce(rank, world, comm, count, static_cast<DataType>(t),
+                             static_cast<ReduceOp>(o), in_place);
+            }
+          }
+        }
+      }
+    });
+  }
+}
+
+TEST_P(UcxAllReduceTest, MillionPlusThreeElements) {
+  const int world = GetParam();
+  constexpr size_t kCount = (1u << 20) + 3;
+  RunRanks(world, UcxOptions{}, [&](int rank, Communicator& comm) {
+    for (int t = 0; t < kNumDataTypes; ++t) {
+      CheckAllReduce(rank, world, comm, kCount, static_cast<DataType>(t), ReduceOp::kSum, t % 2 == 0);
+    }
+    for (int o = 0; o < kNumReduceOps; ++o) {
+      CheckAllReduce(rank, world, comm, kCount, DataType::kFloat32, static_cast<ReduceOp>(o), o % 2 == 1);
+    }
+  });
+}
+
+TEST_P(UcxAllReduceTest, SixtyFourMegabytes) {
+  const int world = GetParam();
+  if (world != 2 && world != 3) GTEST_SKIP() << "64 MB runs at world sizes 2 and 3 only";
+  constexpr size_t kCount = (64u << 20) / 4;
+  RunRanks(world, UcxOptions{}, [&](int rank, Communicator& comm) {
+    CheckAllReduce(rank, world, comm, kCount, DataType::kFloat32, ReduceOp::kSum, false);
+    CheckAllReduce(rank, world, comm, kCount, DataType::kFloat32, ReduceOp::kSum, true);
+  });
+}
+
+TEST_P(UcxAllReduceTest, BroadcastFromEveryRoot) {
+  const int world = GetParam();
+  for (const UcxOptions& options : {UcxOptions{}, RingOnly()}) {
+    RunRanks(world, options, [&](int rank, Communicator& comm) {
+      for (size_t count : {0, 1, 1023, 300000}) {
+        for (int root = 0; root < world; ++root) {
+          std::vector<int32_t> buf(count), want(count);
+          for (size_t i = 0; i < count; ++i) want[i] = static_cast<int32_t>(i * 31 + root);
+          if (rank == root) buf = want;
+          auto w = comm.Broadcast(buf.data(), count, DataType::kInt32, root);
+          ASSERT_TRUE(w.ok()) << w.status();
+          absl::Status ws = (*w)->Wait();
+          ASSERT_TRUE(ws.ok()) << ws;
+          EXPECT_EQ(buf, want) << "root " << root << " count " << count;
+        }
+      }
+    });
+  }
+}
+
+TEST_P(UcxAllReduceTest, AllGatherInPlaceAndOutOfPlace) {
+  const int world = GetParam();
+  for (const UcxOptions& options : {UcxOptions{}, RingOnly()}) {
+    RunRanks(world, options, [&](int rank, Communicator& comm) {
+      for (size_t count : {0, 1, 7, 5000, 200003}) {
+        std::vector<double> want(count * world);
+        for (int r = 0; r < world; ++r) {
+          for (size_t i = 0; i < count; ++i) want[r * count + i] = r * 1000.0 + i;
+        }
+        std::vector<double> mine(want.begin() + rank * count, want.begin() + (rank + 1) * count);
+        std::vector<double> out(count * world, -1);
+        auto w = comm.AllGather(mine.data(), out.data(), count, DataType::kFloat64);
+        ASSERT_TRUE(w.ok() && (*w)->Wait().ok());
+        EXPECT_EQ(out, want) << "out-of-place count " << count;
+        std::vector<double> inplace(count * world, -1);
+        std::copy(mine.begin(), mine.end(), inplace.begin() + rank * count);
+        w = comm.AllGather(inplace.data() + rank * count, inplace.data(), count, DataType::kFloat64);
+        ASSERT_TRUE(w.ok() && (*w)->Wait().ok());
+        EXPECT_EQ(inplace, want) << "in-place count " << count;
+      }
+    });
+  }
+}
+
+TEST_P(UcxAllReduceTest, ManyOutstandingCollectivesCompleteInOrder) {
+  const int world = GetParam();
+  RunRanks(world, UcxOptions{}, [&](int rank, Communicator& comm) {
+    constexpr int kOps = 40;
+    std::vector<std::vector<int64_t>> bufs(kOps);
+    std::vector<std::shared_ptr<Work>> works;
+    for (int k = 0; k < kOps; ++k) {
+      bufs[k].assign(k % 2 == 0 ? 3 : 70000, rank + k);
+      auto w = comm.AllReduce(bufs[k].data(), bufs[k].data(), bufs[k].size(),
+                              DataType::kInt64, ReduceOp::kSum);
+      ASSERT_TRUE(w.ok());
+      works.push_back(*w);
+    }
+    ASSERT_TRUE(BarrierSync(comm).ok());
+    for (int k = 0; k < kOps; ++k) {
+      ASSERT_TRUE(works[k]->Test()) << "op " << k << " not done after a later barrier";
+      ASSERT_TRUE(works[k]->status().ok());
+      const int64_t want = static_cast<int64_t>(world) * (world - 1) / 2 + int64_t{world} * k;
+      for (int64_t v : bufs[k]) ASSERT_EQ(v, want);
+    }
+  });
+}
+
+INSTANTIATE_TEST_SUITE_P(WorldSizes, UcxAllReduceTest, ::testing::Values(1, 2, 3, 4, 5),
+                         [](const auto& info) { return absl::StrCat("World", info.param); });
+
+TEST(UcxCommunicatorTest, MismatchedCountsFailOnEveryRankNamingBoth) {
+  for (size_t big : {100, 1000000}) {  // one-shot and ring sizes
+    RunRanks(3, UcxOptions{}, [&](int rank, Communicator& comm) {
+      const size_t count = rank == 1 ? big : 10;
+      std::vector<float> buf(count, 1.0f);
+      absl::Status s = AllReduceSync(comm, buf.data(), buf.data(), count,
+                                     DataType::kFloat32, ReduceOp::kSum);
+      EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+      EXPECT_NE(s.message().find("count=10"), std::string::npos) << s;
+      EXPECT_NE(s.message().find(absl::StrCat("count=", big)), std::string::npos) << s;
+      EXPECT_NE(s.message().find("rank 1"), std::string::npos) << s;
+    });
+  }
+}
+
+TEST(UcxCommunicatorTest, MismatchedTypesFailNamingBoth) {
+  RunRanks(2, UcxOptions{}, [&](int rank, Communicator& comm) {
+    std::vector<double> buf(16, 1.0);
+    const DataType type = rank == 0 ? DataType::kFloat64 : DataType::kInt64;
+    absl::Status s = AllReduceSync(comm, buf.data(), buf.data(), 16, type, ReduceOp::kSum);
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+    EXPECT_NE(s.message().find("type=double"), std::string::npos) << s;
+    EXPECT_NE(s.message().find("type=int64"), std::string::npos) << s;
+  });
+}
+
+TEST(UcxCommunicatorTest, BadArgumentsAreRejectedBeforeIssuing) {
+  RunRanks(2, UcxOptions{}, [&](int rank, Communicator& comm) {
+    auto w = comm.AllReduce(nullptr, nullptr, 5, DataType::kFloat32, ReduceOp::kSum);
+    EXPECT_EQ(w.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_NE(w.status().message().find("null buffer"), std::string::npos);
+    float x = 1;
+    w = comm.AllReduce(&x, &x, 1, static_cast<DataType>(17), ReduceOp::kSum);
+    EXPECT_EQ(w.status().code(), absl::StatusCode::kInvalidArgument);
+    w = comm.AllReduce(&x, &x, 1, DataType::kFloat32, static_cast<ReduceOp>(17));
+    EXPECT_EQ(w.status().code(), absl::StatusCode::kInvalidArgument);
+    w = comm.Broadcast(&x, 1, DataType::kFloat32, 2);
+    EXPECT_EQ(w.status().code(), absl::StatusCode::kInvalidArgument);
+    // Nothing was issued: the sequence stays aligned and a real call works.
+    EXPECT_TRUE(AllReduceSync(comm, &x, &x, 1, DataType::kFloat32, ReduceOp::kSum).ok());
+    EXPECT_EQ(x, 2.0f);
+  });
+}
+
+TEST(UcxCommunicatorTest, MissingPeerAtRendezvousNamesIt) {
+  MemoryStore store;
+  UcxOptions options;
+  options.rendezvous_timeout = absl::Milliseconds(300);
+  std::vector<std::thread> threads;
+  std::vector<absl::Status> results(2);
+  for (int r = 0; r < 2; ++r) {  // world of 3; rank 2 never arrives
+    threads.emplace_back([&, r] {
+      results[r] = CreateUcxCommunicator(options, r, 3, store).status();
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (const absl::Status& s : results) {
+    EXPECT_EQ(s.code(), absl::StatusCode::kDeadlineExceeded) << s;
+    EXPECT_NE(s.message().find("2"), std::string::npos) << s;
+  }
+}
+
+TEST(UcxCommunicatorTest, DestroyingWithAStuckCollectiveDoesNotHang) {
+  // Rank 0 issues an AllReduce that rank 1 never joins: waiting with a
+  // deadline times out, and destroying rank 0's communicator cancels the
+  // collective instead of hanging.
+  RunRanks(2, UcxOptions{}, [&](int rank, Communicator& comm) {
+    if (rank == 0) {
+      float x = 1;
+      auto w = comm.AllReduce(&x, &x, 1, DataType::kFloat32, ReduceOp::kSum);
+      ASSERT_TRUE(w.ok());
+      EXPECT_EQ((*w)->WaitFor(absl::Milliseconds(100)).code(),
+                absl::StatusCode::kDeadlineExceeded);
+    } else {
+      absl::SleepFor(absl::Milliseconds(400));  // outlive rank 0's wait
+    }
+  });
+}
+
+TEST(UcxCommunicatorTest, PeerThatLeavesFailsTheCollective) {
+  RunRanks(2, UcxOptions{}, [&](int rank, Communicator& comm) {
+    if (rank == 1) return;  // destroys its communicator at once
+    std::vector<float> x(1 << 20, 1.0f);  // ring path
+    absl::Time start = absl::Now();
+    auto w = comm.AllReduce(x.data(), x.data(), x.size(), DataType::kFloat32, ReduceOp::kSum);
+    ASSERT_TRUE(w.ok());
+    absl::Status s = (*w)->WaitFor(absl::Seconds(20));
+    EXPECT_EQ(s.code(), absl::StatusCode::kUnavailable) << s;
+    EXPECT_LT(absl::Now() - start, absl::Seconds(10));
+    // The communicator stays failed rather than desynchronised.
+    float y = 1;
+    EXPECT_EQ(AllReduceSync(comm, &y, &y, 1, DataType::kFloat32, ReduceOp::kSum).code(),
+              absl::StatusCode::kFailedPrecondition);
+  });
+}
+
+TEST(UcxCommunicatorTest, RejectsBadOptions) {
+  MemoryStore store;
+  UcxOptions o;
+  o.chunk_bytes = 1;
+  EXPECT_EQ(CreateUcxCommunicator(o, 0, 1, store).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(CreateUcxCommunicator(UcxOptions{}, 3, 2, store).status().code(), absl::StatusCode::kInvalidArgument);
+  o = UcxOptions{};
+  o.small_message_bytes = 1u << 30;
+  EXPECT_EQ(CreateUcxCommunicator(o, 0, 1, store).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace fusebox::comm
