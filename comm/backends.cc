@@ -1,6 +1,8 @@
 #include "comm/backends.h"
 
 #include "absl/strings/str_cat.h"
+#include <algorithm>
+
 #include "absl/strings/str_join.h"
 #include "fusebox/config.h"
 
@@ -9,10 +11,17 @@
 #endif
 #if FUSEBOX_WITH_MPI
 #include "comm/mpi/communicator.h"
+#include "comm/mpi/rendezvous.h"
 #endif
 #if FUSEBOX_WITH_NCCL
+#include <cuda_runtime_api.h>
+
 #include "comm/nccl/communicator.h"
 #endif
+#include <cstdlib>
+#include <cstring>
+
+#include "comm/memory_store.h"
 
 namespace fusebox::comm {
 
@@ -49,6 +58,111 @@ absl::StatusOr<std::unique_ptr<Communicator>> CreateCommunicator(
   return absl::UnimplementedError(
       absl::StrCat("backend '", backend, "' is not available in this build (have: ",
                    absl::StrJoin(AvailableBackends(), ", "), ")"));
+}
+
+absl::StatusOr<Launch> ConnectFromEnvironment(
+    const std::function<const char*(const char*)>& getenv, int* argc,
+    char*** argv) {
+  Launch launch;
+  auto opts = RendezvousOptionsFromEnv(getenv);
+  if (opts.ok()) {
+    auto rdv = ConnectTcpRendezvous(*opts);
+    if (!rdv.ok()) return rdv.status();
+    launch.rdv = *std::move(rdv);
+    return launch;
+  }
+  if (!absl::IsNotFound(opts.status())) return opts.status();
+  if (getenv("OMPI_COMM_WORLD_SIZE") != nullptr) {
+#if FUSEBOX_WITH_MPI
+    if (absl::Status s = InitMpi(argc, argv); !s.ok()) return s;
+    launch.mpi_initialized = true;
+    absl::Duration timeout = absl::Seconds(300);
+    auto rdv = ConnectMpiRendezvous(timeout);
+    if (!rdv.ok()) return rdv.status();
+    launch.rdv = *std::move(rdv);
+    return launch;
+#else
+    return absl::UnimplementedError(
+        "started by mpirun, but this build has no MPI support (FUSEBOX_WITH_MPI=OFF)");
+#endif
+  }
+  launch.rdv.rank = 0;
+  launch.rdv.size = 1;
+  launch.rdv.store = std::make_unique<MemoryStore>();
+  return launch;
+}
+
+void ShutdownLaunch(Launch& launch) {
+#if FUSEBOX_WITH_MPI
+  if (launch.mpi_initialized) {
+    launch.rdv.store.reset();
+    launch.rdv.server.reset();
+    FinalizeMpi();
+    launch.mpi_initialized = false;
+  }
+#endif
+}
+
+namespace {
+
+class HostBufferOps final : public BufferOps {
+ public:
+  absl::StatusOr<void*> Allocate(size_t bytes) override {
+    void* p = std::aligned_alloc(4096, (std::max<size_t>(bytes, 1) + 4095) / 4096 * 4096);
+    if (p == nullptr) return absl::ResourceExhaustedError(absl::StrCat("cannot allocate ", bytes, " bytes"));
+    std::memset(p, 0, bytes);  // fault the pages in before any timing
+    return p;
+  }
+  void Free(void* p) override { std::free(p); }
+  absl::Status Upload(void* dst, const void* host, size_t bytes) override {
+    if (bytes) std::memcpy(dst, host, bytes);
+    return absl::OkStatus();
+  }
+  absl::Status Download(void* host, const void* src, size_t bytes) override {
+    if (bytes) std::memcpy(host, src, bytes);
+    return absl::OkStatus();
+  }
+  absl::Status Copy(void* dst, const void* src, size_t bytes) override {
+    if (bytes) std::memcpy(dst, src, bytes);
+    return absl::OkStatus();
+  }
+};
+
+#if FUSEBOX_WITH_NCCL
+absl::Status CudaStatus(cudaError_t e, const char* what) {
+  if (e == cudaSuccess) return absl::OkStatus();
+  return absl::InternalError(absl::StrCat(what, ": ", cudaGetErrorString(e)));
+}
+
+class DeviceBufferOps final : public BufferOps {
+ public:
+  absl::StatusOr<void*> Allocate(size_t bytes) override {
+    void* p = nullptr;
+    if (absl::Status s = CudaStatus(cudaMalloc(&p, std::max<size_t>(bytes, 1)), "cudaMalloc"); !s.ok()) return s;
+    return p;
+  }
+  void Free(void* p) override { cudaFree(p); }
+  absl::Status Upload(void* dst, const void* host, size_t bytes) override {
+    return CudaStatus(cudaMemcpy(dst, host, bytes, cudaMemcpyHostToDevice), "cudaMemcpy H2D");
+  }
+  absl::Status Download(void* host, const void* src, size_t bytes) override {
+    return CudaStatus(cudaMemcpy(host, src, bytes, cudaMemcpyDeviceToHost), "cudaMemcpy D2H");
+  }
+  absl::Status Copy(void* dst, const void* src, size_t bytes) override {
+    return CudaStatus(cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToDevice), "cudaMemcpy D2D");
+  }
+};
+#endif
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<BufferOps>> MakeBufferOps(MemoryKind kind) {
+  if (kind == MemoryKind::kHost) return std::unique_ptr<BufferOps>(new HostBufferOps());
+#if FUSEBOX_WITH_NCCL
+  return std::unique_ptr<BufferOps>(new DeviceBufferOps());
+#else
+  return absl::UnimplementedError("device buffers need a build with CUDA (FUSEBOX_WITH_NCCL)");
+#endif
 }
 
 }  // namespace fusebox::comm

@@ -2,6 +2,7 @@
 #ifndef FUSEBOX_COMM_BACKENDS_H_
 #define FUSEBOX_COMM_BACKENDS_H_
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -22,6 +23,34 @@ std::vector<std::string> AvailableBackends();
 // backends this build has.
 absl::StatusOr<std::unique_ptr<Communicator>> CreateCommunicator(
     absl::string_view backend, const BackendOptions& options, Rendezvous& rdv);
+
+// How this process was started, decided from its environment (an edge
+// helper: pass ::getenv). Under fusebox-run or torchrun (RANK set): the TCP
+// rendezvous. Under mpirun (OMPI_COMM_WORLD_SIZE set): MPI is initialised and
+// the MPI rendezvous is used; `mpi_initialized` is set so the caller can
+// finalise. Otherwise: a single rank over an in-memory store.
+struct Launch {
+  Rendezvous rdv;
+  bool mpi_initialized = false;
+};
+absl::StatusOr<Launch> ConnectFromEnvironment(
+    const std::function<const char*(const char*)>& getenv, int* argc,
+    char*** argv);
+// Finalises MPI if ConnectFromEnvironment or the caller initialised it.
+void ShutdownLaunch(Launch& launch);
+
+// Buffers in the memory a communicator works on (host, or CUDA device
+// memory for NCCL). Plain host memory for MemoryKind::kHost.
+class BufferOps {
+ public:
+  virtual ~BufferOps() = default;
+  virtual absl::StatusOr<void*> Allocate(size_t bytes) = 0;
+  virtual void Free(void* p) = 0;
+  virtual absl::Status Upload(void* dst, const void* host, size_t bytes) = 0;
+  virtual absl::Status Download(void* host, const void* src, size_t bytes) = 0;
+  virtual absl::Status Copy(void* dst, const void* src, size_t bytes) = 0;
+};
+absl::StatusOr<std::unique_ptr<BufferOps>> MakeBufferOps(MemoryKind kind);
 
 }  // namespace fusebox::comm
 

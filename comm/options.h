@@ -22,6 +22,12 @@ struct UcxOptions {
   // UCX configuration overrides applied with ucp_config_modify, e.g.
   // {"TLS", "tcp,cma"}; UCX_* environment variables still apply underneath.
   std::vector<std::pair<std::string, std::string>> ucx_config;
+  // Ask UCX to report failed peers (UCP_ERR_HANDLING_MODE_PEER): a collective
+  // waiting on a rank that died then fails with Unavailable instead of
+  // waiting for the caller's deadline. UCX 1.13 supports this only over TCP,
+  // so it turns off the shared-memory transports and costs most of the
+  // bandwidth on one host; off by default.
+  bool detect_peer_failure = false;
   // Deadline for exchanging worker addresses.
   absl::Duration rendezvous_timeout = absl::Seconds(300);
 };

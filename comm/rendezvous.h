@@ -47,7 +47,9 @@ struct Rendezvous {
 
 // Starts the server if this rank hosts it, connects the client, and checks
 // that every rank arrives within options.timeout (the error names the
-// missing ranks).
+// missing ranks) and agrees on the world size. On failure the hosting rank
+// keeps its server up for min(timeout / 4, 2s) before returning, so that
+// peers failing at about the same moment can still name the missing ranks.
 absl::StatusOr<Rendezvous> ConnectTcpRendezvous(const RendezvousOptions& options);
 
 }  // namespace fusebox::comm

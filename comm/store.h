@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -74,6 +75,20 @@ class PrefixStore final : public Store {
 absl::StatusOr<std::vector<std::string>> StoreAllGather(
     Store& store, absl::string_view name, int rank, int size,
     absl::string_view value, absl::Time deadline);
+
+// For Store implementations: InvalidArgument naming the size and the limit
+// if `key` (or `value`) exceeds kMaxStoreKeyBytes (kMaxStoreValueBytes).
+absl::Status ValidateStoreKey(absl::string_view key);
+absl::Status ValidateStoreValue(absl::string_view key, absl::string_view value);
+
+// For Store implementations: the DeadlineExceeded status of a Get or Wait
+// that gave up, naming (C-escaped, at most 16 listed) the keys in `missing`
+// out of `total` requested, e.g. "store wait: 2 of 4 keys not set within 5s:
+// 'rdv/2', 'rdv/3'". `op` is "get" or "wait"; `waited` is the caller's budget.
+// Keys longer than 128 bytes are shown truncated.
+absl::Status MissingKeysError(absl::string_view op,
+                              absl::Span<const std::string> missing,
+                              size_t total, absl::Duration waited);
 
 }  // namespace fusebox::comm
 

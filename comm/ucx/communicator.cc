@@ -286,7 +286,8 @@ absl::Status UcxCommunicator::Init(Store& store) {
                     UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
                     UCP_EP_PARAM_FIELD_ERR_HANDLER;
     ep.address = reinterpret_cast<const ucp_address_t*>(a.data());
-    ep.err_mode = UCP_ERR_HANDLING_MODE_PEER;
+    ep.err_mode = options_.detect_peer_failure ? UCP_ERR_HANDLING_MODE_PEER
+                                               : UCP_ERR_HANDLING_MODE_NONE;
     ep.err_handler.cb = [](void* arg, ucp_ep_h, ucs_status_t status) {
       auto* a = static_cast<EpErrorArg*>(arg);
       a->self->peer_status_[a->peer] = status;

@@ -1,1 +1,10 @@
-# (empty)
+# NCCL backend: single-process tests; each prints "SKIPPED: <reason>" and
+# skips where no GPU or driver is present (e.g. the build machines).
+if(FUSEBOX_WITH_NCCL)
+  add_executable(nccl_communicator_test nccl_communicator_test.cc)
+  target_include_directories(nccl_communicator_test PRIVATE ${NCCL_INCLUDE_DIR})
+  target_link_libraries(nccl_communicator_test PRIVATE
+    fusebox::comm_nccl fusebox::comm_testing CUDA::cudart GTest::gtest_main)
+  gtest_discover_tests(nccl_communicator_test
+    PROPERTIES SKIP_REGULAR_EXPRESSION "SKIPPED" LABELS "nccl")
+endif()

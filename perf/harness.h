@@ -1,0 +1,119 @@
+// The shared harness of fusebox-perf (nccl-tests' conventions, none of its
+// globals): size sweep, warm-up and timing, cross-rank averaging, checking,
+// table and JSON output. Each measured collective lives in its own file
+// (allreduce.cc) and drives this harness.
+#ifndef FUSEBOX_PERF_HARNESS_H_
+#define FUSEBOX_PERF_HARNESS_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "comm/backends.h"
+#include "comm/communicator.h"
+#include "comm/store.h"
+#include "comm/types.h"
+
+namespace fusebox::perf {
+
+struct PerfOptions {
+  size_t min_bytes = 8;
+  size_t max_bytes = 64u << 20;
+  double factor = 2.0;       // -f: multiply the size by this each step
+  size_t step_bytes = 0;     // -i: or add this (wins when non-zero)
+  int iters = 20;            // -n
+  int warmup = 5;            // -w
+  bool check = true;         // -c
+  bool blocking = false;     // -z: wait for each collective before the next
+  std::vector<comm::DataType> types = {comm::DataType::kFloat32};  // -d
+  std::vector<comm::ReduceOp> ops = {comm::ReduceOp::kSum};          // -o
+  int tensors = 1;           // --tensors: K tensors per call (multi-tensor mode)
+  std::string json_path;     // --json (written by rank 0)
+  bool progress = false;     // progress line on stderr (rank 0, terminals only)
+};
+
+// Parses "8", "64K", "1M", "2G" (binary multiples, as nccl-tests).
+absl::StatusOr<size_t> ParseBytes(absl::string_view text);
+
+// The byte sizes of the sweep, aligned down to whole elements of `type_size`
+// (and, in multi-tensor mode, to `tensors` equal tensors); deduplicated.
+std::vector<size_t> SweepSizes(const PerfOptions& o, size_t type_size);
+
+// One timed measurement, already averaged across ranks.
+struct Timing {
+  double time_us = 0;
+  double algbw = 0;  // GB/s, GB = 1e9 bytes
+  double busbw = 0;
+  int64_t wrong = 0;  // summed across ranks; -1 when not checked
+};
+
+// Everything a collective's table needs at run time.
+class Context {
+ public:
+  Context(comm::Communicator& comm, comm::Store& store, comm::BufferOps& buffers)
+      : comm_(comm), store_(store), buffers_(buffers) {}
+  comm::Communicator& comm() { return comm_; }
+  comm::BufferOps& buffers() { return buffers_; }
+  int rank() const { return comm_.rank(); }
+  int size() const { return comm_.size(); }
+
+  // Times `issue` (one collective per call, returning its Work): `warmup`
+  // calls waited one by one, a barrier, then `iters` calls back to back
+  // (waited each when `blocking`), then all waited. Returns the mean time per
+  // call in microseconds on this rank.
+  absl::StatusOr<double> Time(
+      const std::function<absl::StatusOr<std::shared_ptr<comm::Work>>()>& issue,
+      int iters, int warmup, bool blocking);
+
+  // Mean of `value` across ranks (through the store; `key` must be unique
+  // within the run and the same on every rank).
+  absl::StatusOr<double> Mean(absl::string_view key, double value);
+  absl::StatusOr<int64_t> Sum(absl::string_view key, int64_t value);
+
+ private:
+  comm::Communicator& comm_;
+  comm::Store& store_;
+  comm::BufferOps& buffers_;
+};
+
+// A device or host buffer owned for the duration of a measurement.
+class Buffer {
+ public:
+  static absl::StatusOr<Buffer> Make(comm::BufferOps& ops, size_t bytes);
+  Buffer(Buffer&& o) noexcept : ops_(o.ops_), p_(o.p_), bytes_(o.bytes_) { o.p_ = nullptr; }
+  Buffer& operator=(Buffer&&) = delete;
+  ~Buffer() { if (p_ != nullptr) ops_->Free(p_); }
+  void* get() const { return p_; }
+  unsigned char* bytes() const { return static_cast<unsigned char*>(p_); }
+  size_t size() const { return bytes_; }
+
+ private:
+  Buffer(comm::BufferOps* ops, void* p, size_t bytes) : ops_(ops), p_(p), bytes_(bytes) {}
+  comm::BufferOps* ops_;
+  void* p_;
+  size_t bytes_;
+};
+
+// Progress on stderr: "\r[fusebox-perf] 12/24 64 MB" when enabled.
+class ProgressLine {
+ public:
+  ProgressLine(bool enabled, size_t total) : enabled_(enabled), total_(total) {}
+  ~ProgressLine();
+  void Step(size_t done, size_t bytes);
+
+ private:
+  bool enabled_;
+  size_t total_;
+  bool printed_ = false;
+};
+
+std::string FormatTimingColumns(const Timing& t, bool checked);
+
+}  // namespace fusebox::perf
+
+#endif  // FUSEBOX_PERF_HARNESS_H_

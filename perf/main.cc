@@ -1,0 +1,222 @@
+// fusebox-perf: standalone collective benchmarks in the conventions of
+// nccl-tests. The edge of the perf tool: flags and environment are read here
+// and only here.
+//
+//   fusebox-run -n 2 -- fusebox-perf allreduce -b 8 -e 64M -f 2
+//   mpirun -n 4 fusebox-perf allreduce --backend mpi -d all -o all
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "comm/backends.h"
+#include "fusebox/config.h"
+#include "perf/allreduce.h"
+#include "perf/harness.h"
+
+ABSL_FLAG(std::string, b, "8", "-b: smallest size in bytes (K/M/G suffixes)");
+ABSL_FLAG(std::string, e, "64M", "-e: largest size in bytes (K/M/G suffixes)");
+ABSL_FLAG(double, f, 2.0, "-f: multiply the size by this factor each step");
+ABSL_FLAG(std::string, i, "0", "-i: add this many bytes each step instead (overrides -f)");
+ABSL_FLAG(int, n, 20, "-n: timed iterations per size");
+ABSL_FLAG(int, w, 5, "-w: warm-up iterations per size");
+ABSL_FLAG(int, c, 1, "-c: check results (1) or not (0); #wrong must be 0");
+ABSL_FLAG(std::string, d, "float",
+          "-d: data type: float, double, half, bfloat16, int32, int64, uint8, or all");
+ABSL_FLAG(std::string, o, "sum", "-o: reduction: sum, avg, min, max, prod, or all");
+ABSL_FLAG(int, z, 0, "-z: 1 = wait for each collective before issuing the next");
+ABSL_FLAG(std::string, backend, "ucx", "communication backend: ucx, mpi or nccl");
+ABSL_FLAG(std::string, json, "", "also write the results as JSON to this file (rank 0)");
+ABSL_FLAG(int, tensors, 1,
+          "multi-tensor mode: K tensors per call, issued one by one vs fused into one buffer");
+ABSL_FLAG(std::string, ucx_tls, "", "UCX transports for the ucx backend (as UCX_TLS)");
+ABSL_FLAG(std::string, ucx_chunk, "256K", "ucx backend: ring pipeline chunk size");
+ABSL_FLAG(std::string, ucx_small, "16K",
+          "ucx backend: messages up to this size use the one-shot latency algorithm");
+ABSL_FLAG(int, progress, -1, "progress line on stderr: 1 on, 0 off, -1 when stderr is a terminal");
+
+namespace fusebox::perf {
+namespace {
+
+constexpr char kUsage[] =
+    "fusebox-perf allreduce [flags]\n"
+    "\n"
+    "Measures allreduce bandwidth over a size sweep, in the conventions of\n"
+    "nccl-tests (GB = 1e9 bytes, busbw = algbw * 2(n-1)/n, times averaged\n"
+    "across ranks). Start it under fusebox-run (or torchrun) for the ucx and\n"
+    "nccl backends, under mpirun for any backend, or alone for one rank:\n"
+    "\n"
+    "  fusebox-run -n 2 -- fusebox-perf allreduce -b 8 -e 64M -f 2\n"
+    "  mpirun -n 4 fusebox-perf allreduce --backend mpi -d all -o all\n"
+    "  fusebox-run -n 2 -- fusebox-perf allreduce --tensors 16 -b 64K -e 64M\n"
+    "\n"
+    "Exits non-zero when any element is wrong (#wrong > 0) or a rank fails.";
+
+absl::StatusOr<PerfOptions> OptionsFromFlags() {
+  PerfOptions o;
+  auto b = ParseBytes(absl::GetFlag(FLAGS_b));
+  if (!b.ok()) return b.status();
+  auto e = ParseBytes(absl::GetFlag(FLAGS_e));
+  if (!e.ok()) return e.status();
+  auto step = ParseBytes(absl::GetFlag(FLAGS_i));
+  if (!step.ok()) return step.status();
+  o.min_bytes = *b;
+  o.max_bytes = *e;
+  o.step_bytes = *step;
+  if (o.min_bytes > o.max_bytes) {
+    return absl::InvalidArgumentError(absl::StrCat("-b (", o.min_bytes, ") is larger than -e (", o.max_bytes, ")"));
+  }
+  o.factor = absl::GetFlag(FLAGS_f);
+  if (o.step_bytes == 0 && o.factor <= 1.0 && o.min_bytes != o.max_bytes) {
+    return absl::InvalidArgumentError("-f must be greater than 1 (or give -i)");
+  }
+  o.iters = absl::GetFlag(FLAGS_n);
+  o.warmup = absl::GetFlag(FLAGS_w);
+  if (o.iters < 1 || o.warmup < 0) return absl::InvalidArgumentError("-n must be >= 1 and -w >= 0");
+  o.check = absl::GetFlag(FLAGS_c) != 0;
+  o.blocking = absl::GetFlag(FLAGS_z) != 0;
+  o.tensors = absl::GetFlag(FLAGS_tensors);
+  if (o.tensors < 1 || o.tensors > 4096) return absl::InvalidArgumentError("--tensors must be in [1, 4096]");
+  o.json_path = absl::GetFlag(FLAGS_json);
+  o.types.clear();
+  o.ops.clear();
+  const std::string d = absl::GetFlag(FLAGS_d), op = absl::GetFlag(FLAGS_o);
+  for (int t = 0; t < comm::kNumDataTypes; ++t) {
+    if (d == "all") o.types.push_back(static_cast<comm::DataType>(t));
+  }
+  if (o.types.empty()) {
+    for (absl::string_view name : absl::StrSplit(d, ',')) {
+      auto t = comm::ParseDataType(name);
+      if (!t.ok()) return t.status();
+      o.types.push_back(*t);
+    }
+  }
+  for (int k = 0; k < comm::kNumReduceOps; ++k) {
+    if (op == "all") o.ops.push_back(static_cast<comm::ReduceOp>(k));
+  }
+  if (o.ops.empty()) {
+    for (absl::string_view name : absl::StrSplit(op, ',')) {
+      auto r = comm::ParseReduceOp(name);
+      if (!r.ok()) return r.status();
+      o.ops.push_back(*r);
+    }
+  }
+  const int progress = absl::GetFlag(FLAGS_progress);
+  o.progress = progress == 1 || (progress == -1 && isatty(STDERR_FILENO));
+  return o;
+}
+
+absl::StatusOr<comm::BackendOptions> BackendOptionsFromFlags() {
+  comm::BackendOptions b;
+  auto chunk = ParseBytes(absl::GetFlag(FLAGS_ucx_chunk));
+  if (!chunk.ok()) return chunk.status();
+  auto small = ParseBytes(absl::GetFlag(FLAGS_ucx_small));
+  if (!small.ok()) return small.status();
+  b.ucx.chunk_bytes = *chunk;
+  b.ucx.small_message_bytes = *small;
+  const std::string tls = absl::GetFlag(FLAGS_ucx_tls);
+  if (!tls.empty()) b.ucx.ucx_config.push_back({"TLS", tls});
+  return b;
+}
+
+int Fail(const absl::Status& s, int rank) {
+  std::fprintf(stderr, "fusebox-perf (rank %d): %s\n", rank, std::string(s.message()).c_str());
+  return 1;
+}
+
+int Main(int argc, char** argv) {
+  absl::SetProgramUsageMessage(kUsage);
+  std::vector<char*> positional = absl::ParseCommandLine(argc, argv);
+  if (positional.size() != 2 || std::string(positional[1]) != "allreduce") {
+    std::fprintf(stderr, "%s\n\nusage: fusebox-perf allreduce [flags]  (--help for the flags)\n",
+                 positional.size() < 2 ? "fusebox-perf: missing the collective to measure"
+                                       : "fusebox-perf: the only collective is 'allreduce'");
+    return 2;
+  }
+  auto options = OptionsFromFlags();
+  if (!options.ok()) {
+    std::fprintf(stderr, "fusebox-perf: %s\n", std::string(options.status().message()).c_str());
+    return 2;
+  }
+  auto backend_options = BackendOptionsFromFlags();
+  if (!backend_options.ok()) {
+    std::fprintf(stderr, "fusebox-perf: %s\n", std::string(backend_options.status().message()).c_str());
+    return 2;
+  }
+  const std::string backend = absl::GetFlag(FLAGS_backend);
+
+  auto launch = comm::ConnectFromEnvironment(::getenv, &argc, &argv);
+  if (!launch.ok()) return Fail(launch.status(), -1);
+  const int rank = launch->rdv.rank;
+  int rc = 0;
+  {
+    auto communicator = comm::CreateCommunicator(backend, *backend_options, launch->rdv);
+    if (!communicator.ok()) {
+      comm::ShutdownLaunch(*launch);
+      return Fail(communicator.status(), rank);
+    }
+    comm::Communicator& c = **communicator;
+    auto buffers = comm::MakeBufferOps(c.memory());
+    if (!buffers.ok()) return Fail(buffers.status(), rank);
+    comm::PrefixStore store("perf", *launch->rdv.store);
+    Context ctx(c, store, **buffers);
+    std::FILE* out = rank == 0 ? stdout : nullptr;
+    if (out != nullptr) {
+      std::fprintf(out, "# fusebox-perf %s allreduce: backend %s, %d ranks, iters %d, warmup %d, check %s, %s\n",
+                   FUSEBOX_VERSION, backend.c_str(), c.size(), options->iters, options->warmup,
+                   options->check ? "on" : "off", options->blocking ? "blocking" : "non-blocking (issue all, then wait)");
+      if (options->tensors > 1) {
+        std::fprintf(out, "# multi-tensor mode: each size is split into %d tensors, reduced by separate calls vs packed into one fused buffer\n",
+                     options->tensors);
+      }
+      PrintAllReduceHeader(out, *options);
+    }
+    auto summary = RunAllReduce(ctx, *options, out);
+    if (!summary.ok()) {
+      rc = Fail(summary.status(), rank);
+    } else {
+      if (out != nullptr) {
+        std::fprintf(out, "# Out of bounds values : %lld %s\n",
+                     static_cast<long long>(summary->wrong), summary->wrong == 0 ? "OK" : "FAILED");
+        std::fprintf(out, "# Avg bus bandwidth    : %g\n", summary->avg_busbw);
+        std::fprintf(out, "#\n");
+      }
+      if (rank == 0 && !options->json_path.empty()) {
+        nlohmann::json j = {{"tool", "fusebox-perf"},
+                            {"version", FUSEBOX_VERSION},
+                            {"collective", "allreduce"},
+                            {"backend", backend},
+                            {"nranks", c.size()},
+                            {"iters", options->iters},
+                            {"warmup", options->warmup},
+                            {"blocking", options->blocking},
+                            {"tensors", options->tensors},
+                            {"results", summary->rows},
+                            {"avg_busbw", summary->avg_busbw},
+                            {"wrong", summary->wrong}};
+        std::ofstream f(options->json_path);
+        f << j.dump(1) << "\n";
+        if (!f) rc = Fail(absl::UnavailableError("cannot write " + options->json_path), rank);
+      }
+      if (summary->wrong != 0) {
+        rc = Fail(absl::DataLossError(absl::StrCat(summary->wrong, " wrong elements")), rank);
+      }
+    }
+  }
+  comm::ShutdownLaunch(*launch);
+  return rc;
+}
+
+}  // namespace
+}  // namespace fusebox::perf
+
+int main(int argc, char** argv) { return fusebox::perf::Main(argc, argv); }
