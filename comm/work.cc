@@ -26,7 +26,9 @@ bool SpinUntilDone(const std::atomic<bool>& done) {
 absl::Status Work::Wait() {
   if (!SpinUntilDone(done_)) {
     std::unique_lock<std::mutex> lock(mu_);
+    sleepers_.fetch_add(1, std::memory_order_relaxed);
     cv_.wait(lock, [&] { return done_.load(std::memory_order_acquire); });
+    sleepers_.fetch_sub(1, std::memory_order_relaxed);
   }
   return status();
 }
@@ -35,7 +37,11 @@ absl::Status Work::WaitUntil(absl::Time deadline) {
   if (!SpinUntilDone(done_)) {
     std::unique_lock<std::mutex> lock(mu_);
     const auto tp = absl::ToChronoTime(deadline);
-    if (!cv_.wait_until(lock, tp, [&] { return done_.load(std::memory_order_acquire); })) {
+    sleepers_.fetch_add(1, std::memory_order_relaxed);
+    const bool done =
+        cv_.wait_until(lock, tp, [&] { return done_.load(std::memory_order_acquire); });
+    sleepers_.fetch_sub(1, std::memory_order_relaxed);
+    if (!done) {
       return absl::DeadlineExceededError(
           "collective did not complete before the deadline (a peer may be "
           "slow, stuck, or gone)");
@@ -57,7 +63,9 @@ void Work::Complete(absl::Status status) {
     callbacks.swap(callbacks_);
     done_.store(true, std::memory_order_release);
   }
-  cv_.notify_all();
+  // Sleepers register under mu_, so none can be missed; skipping the futex
+  // wake when nobody sleeps keeps completion cheap for spinning waiters.
+  if (sleepers_.load(std::memory_order_relaxed) > 0) cv_.notify_all();
   for (auto& fn : callbacks) fn(status_);  // status_ is immutable from here
 }
 

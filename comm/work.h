@@ -59,6 +59,7 @@ class Work {
 
  private:
   std::atomic<bool> done_{false};
+  std::atomic<int> sleepers_{0};  // threads blocked on cv_
   mutable std::mutex mu_;
   std::condition_variable cv_;
   absl::Status status_;  // guarded by mu_, immutable once done_

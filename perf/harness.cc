@@ -73,8 +73,10 @@ absl::StatusOr<double> Context::Time(
       works.push_back(*std::move(w));
     }
   }
-  for (const auto& w : works) {
-    if (absl::Status s = w->Wait(); !s.ok()) return s;
+  // A communicator completes collectives in issue order: waiting for the
+  // last one waits for all with one wake-up instead of `iters`.
+  for (auto it = works.rbegin(); it != works.rend(); ++it) {
+    if (absl::Status s = (*it)->Wait(); !s.ok()) return s;
   }
   const auto t1 = std::chrono::steady_clock::now();
   return std::chrono::duration<double, std::micro>(t1 - t0).count() / std::max(1, iters);

@@ -212,6 +212,7 @@ class UcxCommunicator final : public Communicator {
   // Header-round staging: size_ slots of (Header + small_message_bytes).
   size_t slot_bytes_ = 0;
   std::vector<unsigned char> header_slots_;
+  std::vector<Pending> header_recvs_, header_sends_;  // one per peer
   // Ring staging: `kRingSlots` chunks.
   static constexpr int kRingSlots = 8;
   std::vector<unsigned char> ring_slots_;
@@ -303,6 +304,8 @@ absl::Status UcxCommunicator::Init(Store& store) {
 
   slot_bytes_ = sizeof(Header) + options_.small_message_bytes;
   header_slots_.resize(slot_bytes_ * size_);
+  header_recvs_.resize(size_);
+  header_sends_.resize(size_);
   ring_slots_.resize(options_.chunk_bytes * kRingSlots);
   thread_ = std::thread([this] { ProgressLoop(); });
   return absl::OkStatus();
@@ -591,7 +594,8 @@ absl::Status UcxCommunicator::HeaderRound(const Request& req, size_t payload_byt
   if (size_ == 1) return absl::OkStatus();
 
   const uint64_t seq = req.header.seq;
-  std::vector<Pending> recvs(size_), sends(size_);
+  std::vector<Pending>& recvs = header_recvs_;
+  std::vector<Pending>& sends = header_sends_;
   for (int peer = 0; peer < size_; ++peer) {
     if (peer == rank_) continue;
     PostRecv(peer, header_slots_.data() + static_cast<size_t>(peer) * slot_bytes_,

@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# Installs what fusebox needs on Debian 12 (idempotent; skips apt when every
+# package is already present). Runs as root, or through sudo when available.
+set -euo pipefail
+PACKAGES=(build-essential cmake ninja-build libgtest-dev libgmock-dev
+  libucx-dev ucx-utils libopenmpi-dev openmpi-bin libabsl-dev nlohmann-json3-dev
+  python3-torch python3-numpy python3-pytest)
+missing=()
+for p in "${PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]} == 0)); then
+  echo "install-deps: all packages present"
+  exit 0
+fi
+SUDO=""
+if [[ $(id -u) -ne 0 ]]; then SUDO=sudo; fi
+echo "install-deps: installing ${missing[*]}"
+$SUDO apt-get update -q
+DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q --no-install-recommends "${missing[@]}"
