@@ -19,6 +19,20 @@ struct UcxOptions {
   // Pipeline chunk of the ring algorithm. Small enough that a received chunk
   // is still in cache when it is reduced.
   size_t chunk_bytes = 256 << 10;
+  // UCX transports (UCX_TLS) for this communicator; empty leaves UCX's own
+  // choice (and the UCX_TLS environment variable) in force. The default keeps
+  // shared-memory messaging on sysv: UCX 1.13 cannot unpack a remote key of
+  // memory it allocated once its posix transport is also enabled, which the
+  // shared-memory path below needs. Edges map a user's UCX_TLS here.
+  std::string transports = "sysv,cma,self,tcp";
+  // On one host, large AllReduce runs over shared memory that UCX maps into
+  // every rank (ucp_mem_map + ucp_rkey_ptr) instead of the tag ring: ranks
+  // reduce straight out of each other's staging with no kernel copies. Used
+  // only when every rank can map every other rank's staging; otherwise (e.g.
+  // UCX_TLS=tcp, or ranks on several hosts) the ring runs.
+  bool use_shared_memory = true;
+  // Bytes each rank owns per round of the shared-memory algorithm.
+  size_t shm_chunk_bytes = 128 << 10;
   // UCX configuration overrides applied with ucp_config_modify, e.g.
   // {"TLS", "tcp,cma"}; UCX_* environment variables still apply underneath.
   std::vector<std::pair<std::string, std::string>> ucx_config;

@@ -38,7 +38,9 @@ ABSL_FLAG(std::string, backend, "ucx", "communication backend: ucx, mpi or nccl"
 ABSL_FLAG(std::string, json, "", "also write the results as JSON to this file (rank 0)");
 ABSL_FLAG(int, tensors, 1,
           "multi-tensor mode: K tensors per call, issued one by one vs fused into one buffer");
-ABSL_FLAG(std::string, ucx_tls, "", "UCX transports for the ucx backend (as UCX_TLS)");
+ABSL_FLAG(std::string, ucx_tls, "",
+          "UCX transports for the ucx backend (as UCX_TLS; default: $UCX_TLS, else "
+          "sysv,cma,self,tcp with the shared-memory allreduce)");
 ABSL_FLAG(std::string, ucx_chunk, "256K", "ucx backend: ring pipeline chunk size");
 ABSL_FLAG(std::string, ucx_small, "16K",
           "ucx backend: messages up to this size use the one-shot latency algorithm");
@@ -123,8 +125,11 @@ absl::StatusOr<comm::BackendOptions> BackendOptionsFromFlags() {
   if (!small.ok()) return small.status();
   b.ucx.chunk_bytes = *chunk;
   b.ucx.small_message_bytes = *small;
-  const std::string tls = absl::GetFlag(FLAGS_ucx_tls);
-  if (!tls.empty()) b.ucx.ucx_config.push_back({"TLS", tls});
+  // A user's UCX_TLS is honoured (it turns the shared-memory path off unless
+  // it names the default set); --ucx_tls wins over it.
+  std::string tls = absl::GetFlag(FLAGS_ucx_tls);
+  if (tls.empty() && std::getenv("UCX_TLS") != nullptr) tls = std::getenv("UCX_TLS");
+  if (!tls.empty()) b.ucx.transports = tls;
   return b;
 }
 

@@ -17,6 +17,24 @@
 // ring of staging slots that stays in cache. Large Broadcast is a pipelined
 // chain from the root; large AllGather is a ring.
 //
+// Note [UCX shared-memory allreduce]
+// When every rank can map every other rank's staging segment (allocated with
+// ucp_mem_map(ALLOCATE), published as a packed rkey, mapped with
+// ucp_rkey_ptr: UCX's sysv/posix memory domains on one host), large AllReduce
+// bypasses messaging. The buffer is processed in rounds of p sub-blocks of
+// shm_chunk_bytes; in round k rank r owns sub-block r:
+//   1. copy my sub-blocks j != r into my staging slot; ready[r] = k
+//   2. wait ready[*] >= k; reduce sub-block r from my input and every peer's
+//      slot (my input first, then peers in rank order: deterministic); write
+//      it to my output and back into my slot; reduced[r] = k
+//   3. wait reduced[*] >= k; copy every peer's sub-block from its slot into
+//      my output; consumed[r] = k
+// A slot is reused W rounds later, once consumed[*] says every peer has read
+// it. Counters are monotonic across collectives (all ranks run the same
+// rounds), written only by their owner, in cache lines of their own. Staging
+// stays in the last-level cache, so DRAM sees little more than one read of the
+// input and one write of the output.
+//
 // Tags: [seq:24][step:12][index:28]. Step 0 is the header round (index =
 // sender rank); later steps are algorithm steps (index = chunk). At any step
 // a rank receives from exactly one peer, so (seq, step, index) is unique per
@@ -217,6 +235,17 @@ class UcxCommunicator final : public Communicator {
   static constexpr int kRingSlots = 8;
   std::vector<unsigned char> ring_slots_;
 
+  // Shared-memory path (Note [UCX shared-memory allreduce]).
+  absl::Status InitSharedMemory(Store& store);
+  absl::Status ShmAllReduce(const Request& req);
+  bool shm_enabled_ = false;
+  std::string store_prefix_;  // keys of this communicator's exchanges
+  ucp_mem_h shm_memh_ = nullptr;
+  size_t shm_slot_bytes_ = 0;                 // p * shm_chunk_bytes
+  std::vector<unsigned char*> shm_base_;      // every rank's segment, mapped here
+  std::vector<ucp_rkey_h> shm_rkeys_;
+  uint64_t shm_round_ = 0;                    // rounds completed (all ranks agree)
+
   std::mutex mu_;
   std::condition_variable cv_;
   std::deque<Request> queue_;  // guarded by mu_
@@ -238,7 +267,10 @@ absl::Status UcxCommunicator::Init(Store& store) {
   ucp_config_t* config = nullptr;
   ucs_status_t st = ucp_config_read(nullptr, nullptr, &config);
   if (st != UCS_OK) return absl::InternalError("ucp_config_read: " + UcsError(st));
-  for (const auto& [name, value] : options_.ucx_config) {
+  std::vector<std::pair<std::string, std::string>> settings;
+  if (!options_.transports.empty()) settings.push_back({"TLS", options_.transports});
+  settings.insert(settings.end(), options_.ucx_config.begin(), options_.ucx_config.end());
+  for (const auto& [name, value] : settings) {
     st = ucp_config_modify(config, name.c_str(), value.c_str());
     if (st != UCS_OK) {
       ucp_config_release(config);
@@ -248,7 +280,7 @@ absl::Status UcxCommunicator::Init(Store& store) {
   }
   ucp_params_t params{};
   params.field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_MT_WORKERS_SHARED;
-  params.features = UCP_FEATURE_TAG;
+  params.features = UCP_FEATURE_TAG | (options_.use_shared_memory ? UCP_FEATURE_RMA : 0);
   params.mt_workers_shared = 0;
   st = ucp_init(&params, config, &context_);
   ucp_config_release(config);
@@ -267,7 +299,13 @@ absl::Status UcxCommunicator::Init(Store& store) {
   std::string mine(reinterpret_cast<const char*>(addr), addr_len);
   ucp_worker_release_address(worker_, addr);
 
-  PrefixStore scoped("ucx", store);
+  // Every exchange gets keys of its own: "ucx/<n>/<what>/<rank>", where n
+  // counts this rank's UCX communicators on the store (the same on all ranks,
+  // which create communicators in the same order).
+  auto instance = store.Add(absl::StrCat("ucx/instances/", rank_), 1);
+  if (!instance.ok()) return instance.status();
+  store_prefix_ = absl::StrCat("ucx/", *instance);
+  PrefixStore scoped(store_prefix_ + "/addr", store);
   auto all = StoreAllGather(scoped, "ucx/addr", rank_, size_, mine,
                             absl::Now() + options_.rendezvous_timeout);
   if (!all.ok()) return all.status();
@@ -302,6 +340,10 @@ absl::Status UcxCommunicator::Init(Store& store) {
     }
   }
 
+  if (options_.use_shared_memory && size_ > 1 &&
+      options_.transports == UcxOptions{}.transports) {
+    if (absl::Status s = InitSharedMemory(store); !s.ok()) return s;
+  }
   slot_bytes_ = sizeof(Header) + options_.small_message_bytes;
   header_slots_.resize(slot_bytes_ * size_);
   header_recvs_.resize(size_);
@@ -337,6 +379,10 @@ UcxCommunicator::~UcxCommunicator() {
     }
     if (ucp_request_check_status(r) != UCS_INPROGRESS) ucp_request_free(r);
   }
+  for (ucp_rkey_h k : shm_rkeys_) {
+    if (k != nullptr) ucp_rkey_destroy(k);
+  }
+  if (shm_memh_ != nullptr) ucp_mem_unmap(context_, shm_memh_);
   if (worker_ != nullptr) ucp_worker_destroy(worker_);
   if (context_ != nullptr) ucp_cleanup(context_);
 }
@@ -469,7 +515,7 @@ absl::Status UcxCommunicator::Run(const Request& req) {
         SmallAllReduce(req);
         return absl::OkStatus();
       }
-      return RingAllReduce(req);
+      return shm_enabled_ ? ShmAllReduce(req) : RingAllReduce(req);
     case Kind::kBroadcast:
       if (small) {
         if (rank_ != h.root && bytes > 0) std::memcpy(req.recv, slot(h.root), bytes);
@@ -864,6 +910,188 @@ absl::Status UcxCommunicator::RingAllGather(const Request& req) {
   return first;
 }
 
+
+// ---------------------------------------------------------------------------
+// Shared-memory allreduce (Note [UCX shared-memory allreduce]).
+
+namespace {
+
+constexpr int kShmSlots = 4;
+constexpr size_t kLine = 64;
+
+// Control block at the start of each rank's segment: three counters, each in
+// a cache line of its own, written only by the owner.
+struct ShmControl {
+  alignas(kLine) std::atomic<uint64_t> ready;
+  alignas(kLine) std::atomic<uint64_t> reduced;
+  alignas(kLine) std::atomic<uint64_t> consumed;
+};
+static_assert(std::atomic<uint64_t>::is_always_lock_free, "shared counters must be lock-free");
+constexpr size_t kShmControlBytes = (sizeof(ShmControl) + 4095) / 4096 * 4096;
+
+ShmControl* Control(unsigned char* base) { return reinterpret_cast<ShmControl*>(base); }
+
+// Waits until `counter` of every rank reaches `target`, yielding the core now
+// and then so that oversubscribed ranks get to run.
+void WaitAll(const std::vector<unsigned char*>& bases,
+             std::atomic<uint64_t> ShmControl::*counter, uint64_t target,
+             const std::atomic<bool>& abort) {
+  for (unsigned char* b : bases) {
+    std::atomic<uint64_t>& c = Control(b)->*counter;
+    for (unsigned spins = 0; c.load(std::memory_order_acquire) < target; ++spins) {
+      if ((spins & 255) == 255) {
+        if (abort.load(std::memory_order_relaxed)) return;
+        sched_yield();
+      }
+#if defined(__x86_64__)
+      __builtin_ia32_pause();
+#endif
+    }
+  }
+}
+
+}  // namespace
+
+absl::Status UcxCommunicator::InitSharedMemory(Store& store) {
+  shm_slot_bytes_ = static_cast<size_t>(size_) * options_.shm_chunk_bytes;
+  const size_t bytes = kShmControlBytes + kShmSlots * shm_slot_bytes_;
+  // Every rank says whether it could set up and map everything; the path is
+  // used only if all could, so all ranks pick the same algorithm.
+  std::string why;
+  ucp_mem_map_params_t mp{};
+  mp.field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS | UCP_MEM_MAP_PARAM_FIELD_LENGTH |
+                  UCP_MEM_MAP_PARAM_FIELD_FLAGS;
+  mp.address = nullptr;
+  mp.length = bytes;
+  mp.flags = UCP_MEM_MAP_ALLOCATE;
+  std::string mine;
+  void* local = nullptr;
+  ucs_status_t st = ucp_mem_map(context_, &mp, &shm_memh_);
+  if (st == UCS_OK) {
+    ucp_mem_attr_t attr{};
+    attr.field_mask = UCP_MEM_ATTR_FIELD_ADDRESS;
+    st = ucp_mem_query(shm_memh_, &attr);
+    local = attr.address;
+  }
+  void* packed = nullptr;
+  size_t packed_len = 0;
+  if (st == UCS_OK) st = ucp_rkey_pack(context_, shm_memh_, &packed, &packed_len);
+  if (st == UCS_OK) {
+    const uint64_t addr = reinterpret_cast<uintptr_t>(local);
+    mine.assign(reinterpret_cast<const char*>(&addr), sizeof(addr));
+    mine.append(static_cast<const char*>(packed), packed_len);
+    ucp_rkey_buffer_release(packed);
+    std::memset(local, 0, kShmControlBytes);
+  } else {
+    why = absl::StrCat("rank ", rank_, ": ", UcsError(st));
+  }
+  PrefixStore scoped(store_prefix_ + "/shm", store);
+  auto all = StoreAllGather(scoped, "ucx/shm", rank_, size_, mine,
+                            absl::Now() + options_.rendezvous_timeout);
+  if (!all.ok()) return all.status();
+
+  // Endpoints must be wired up before remote keys can be unpacked.
+  for (int peer = 0; peer < size_; ++peer) {
+    if (peer == rank_) continue;
+    ucp_request_param_t fp{};
+    ucs_status_ptr_t r = ucp_ep_flush_nbx(eps_[peer], &fp);
+    if (UCS_PTR_IS_PTR(r)) {
+      while (ucp_request_check_status(r) == UCS_INPROGRESS) ucp_worker_progress(worker_);
+      ucp_request_free(r);
+    }
+  }
+  shm_base_.assign(size_, nullptr);
+  shm_rkeys_.assign(size_, nullptr);
+  shm_base_[rank_] = static_cast<unsigned char*>(local);
+  for (int peer = 0; peer < size_ && why.empty(); ++peer) {
+    if (peer == rank_) continue;
+    const std::string& blob = (*all)[peer];
+    if (blob.size() <= sizeof(uint64_t)) {
+      why = absl::StrCat("rank ", peer, " has no shared segment");
+      break;
+    }
+    uint64_t raddr;
+    std::memcpy(&raddr, blob.data(), sizeof(raddr));
+    st = ucp_ep_rkey_unpack(eps_[peer], blob.data() + sizeof(raddr), &shm_rkeys_[peer]);
+    void* ptr = nullptr;
+    if (st == UCS_OK) st = ucp_rkey_ptr(shm_rkeys_[peer], raddr, &ptr);
+    if (st != UCS_OK) {
+      why = absl::StrCat("rank ", rank_, " cannot map rank ", peer, "'s segment: ", UcsError(st));
+      break;
+    }
+    shm_base_[peer] = static_cast<unsigned char*>(ptr);
+  }
+  PrefixStore scoped_ok(store_prefix_ + "/shm-ok", store);
+  auto verdicts = StoreAllGather(scoped_ok, "ucx/shm-ok", rank_, size_, why.empty() ? "ok" : why,
+                                 absl::Now() + options_.rendezvous_timeout);
+  if (!verdicts.ok()) return verdicts.status();
+  shm_enabled_ = std::all_of(verdicts->begin(), verdicts->end(),
+                             [](const std::string& v) { return v == "ok"; });
+  return absl::OkStatus();
+}
+
+absl::Status UcxCommunicator::ShmAllReduce(const Request& req) {
+  const Header& h = req.header;
+  const DataType type = static_cast<DataType>(h.type);
+  const ReduceOp op = static_cast<ReduceOp>(h.op);
+  const size_t esize = DataTypeSize(type);
+  const int p = size_;
+  const auto* in = static_cast<const unsigned char*>(req.send);
+  auto* out = static_cast<unsigned char*>(req.recv);
+  const size_t per_round = std::max<size_t>(1, options_.shm_chunk_bytes / esize) * p;
+  const size_t rounds = (h.count + per_round - 1) / per_round;
+  unsigned char* const me = shm_base_[rank_];
+  ShmControl* const ctl = Control(me);
+
+  const auto slot = [&](int r, uint64_t round) {
+    return shm_base_[r] + kShmControlBytes + (round % kShmSlots) * shm_slot_bytes_;
+  };
+  for (size_t k = 0; k < rounds; ++k) {
+    const uint64_t round = ++shm_round_;  // 1-based, global across collectives
+    const size_t first = k * per_round;
+    const size_t n = std::min(per_round, h.count - first);
+    const std::vector<Range> sub = SplitEven(n, esize, p);
+    const size_t base = first * esize;
+    // Slot reuse: every rank must have consumed round - kShmSlots.
+    if (round > kShmSlots) WaitAll(shm_base_, &ShmControl::consumed, round - kShmSlots, abort_);
+    unsigned char* my_slot = slot(rank_, round);
+    for (int j = 0; j < p; ++j) {
+      // In-place: my own sub-block is read from the input before the output
+      // (the same memory) is written, so it needs no copy.
+      if (j != rank_ && sub[j].len != 0) std::memcpy(my_slot + sub[j].off, in + base + sub[j].off, sub[j].len);
+    }
+    ctl->ready.store(round, std::memory_order_release);
+    WaitAll(shm_base_, &ShmControl::ready, round, abort_);
+
+    const Range mine = sub[rank_];
+    if (mine.len != 0) {
+      const size_t cnt = mine.len / esize;
+      unsigned char* dst = out + base + mine.off;
+      bool started = false;
+      for (int j = 0; j < p; ++j) {
+        if (j == rank_) continue;
+        const unsigned char* src = slot(j, round) + mine.off;
+        Reduce(started ? dst : in + base + mine.off, src, dst, cnt, type, op);
+        started = true;
+      }
+      if (op == ReduceOp::kAvg) FinishAvg(dst, cnt, type, p);
+      std::memcpy(my_slot + mine.off, dst, mine.len);
+    }
+    ctl->reduced.store(round, std::memory_order_release);
+    WaitAll(shm_base_, &ShmControl::reduced, round, abort_);
+
+    for (int j = 0; j < p; ++j) {
+      if (j == rank_ || sub[j].len == 0) continue;
+      std::memcpy(out + base + sub[j].off, slot(j, round) + sub[j].off, sub[j].len);
+    }
+    ctl->consumed.store(round, std::memory_order_release);
+    if (abort_.load(std::memory_order_relaxed)) {
+      return absl::CancelledError("communicator destroyed while a collective was in flight");
+    }
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<Communicator>> CreateUcxCommunicator(
@@ -875,6 +1103,10 @@ absl::StatusOr<std::unique_ptr<Communicator>> CreateUcxCommunicator(
   if (options.chunk_bytes < 64 || options.chunk_bytes > (1u << 30)) {
     return absl::InvalidArgumentError(
         absl::StrCat("UCX chunk_bytes must be in [64, 1 GiB], got ", options.chunk_bytes));
+  }
+  if (options.shm_chunk_bytes < 64 || options.shm_chunk_bytes > (64u << 20)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "UCX shm_chunk_bytes must be in [64, 64 MiB], got ", options.shm_chunk_bytes));
   }
   if (options.small_message_bytes > (64u << 20)) {
     return absl::InvalidArgumentError(absl::StrCat(

@@ -44,6 +44,17 @@ UcxOptions RingOnly() {
   UcxOptions o;
   o.small_message_bytes = 0;
   o.chunk_bytes = 64;
+  o.use_shared_memory = false;
+  return o;
+}
+
+// The shared-memory allreduce for everything, in tiny rounds, so that slot
+// reuse across rounds and collectives, empty sub-blocks and partial rounds
+// are exercised on small buffers.
+UcxOptions ShmOnly() {
+  UcxOptions o;
+  o.small_message_bytes = 0;
+  o.shm_chunk_bytes = 64;
   return o;
 }
 
@@ -71,7 +82,7 @@ class UcxAllReduceTest : public ::testing::TestWithParam<int> {};
 
 TEST_P(UcxAllReduceTest, EveryTypeAndOpSmallSizes) {
   const int world = GetParam();
-  for (const UcxOptions& options : {UcxOptions{}, RingOnly()}) {
+  for (const UcxOptions& options : {UcxOptions{}, RingOnly(), ShmOnly()}) {
     RunRanks(world, options, [&](int rank, Communicator& comm) {
       for (size_t count : {0, 1, 7, 1023, 4096}) {
         for (int t = 0; t < kNumDataTypes; ++t) {
@@ -100,14 +111,33 @@ TEST_P(UcxAllReduceTest, MillionPlusThreeElements) {
   });
 }
 
+TEST_P(UcxAllReduceTest, MillionPlusThreeElementsOverTheRing) {
+  const int world = GetParam();
+  constexpr size_t kCount = (1u << 20) + 3;
+  UcxOptions ring;
+  ring.use_shared_memory = false;
+  RunRanks(world, ring, [&](int rank, Communicator& comm) {
+    for (int t = 0; t < kNumDataTypes; ++t) {
+      CheckAllReduce(rank, world, comm, kCount, static_cast<DataType>(t), ReduceOp::kSum, t % 2 == 0);
+    }
+    for (int o = 0; o < kNumReduceOps; ++o) {
+      CheckAllReduce(rank, world, comm, kCount, DataType::kFloat32, static_cast<ReduceOp>(o), o % 2 == 1);
+    }
+  });
+}
+
 TEST(UcxCommunicatorTest, SixtyFourMegabytes) {
   // Two and three ranks: an even and an odd split of 64 MB into segments.
   constexpr size_t kCount = (64u << 20) / 4;
+  UcxOptions ring;
+  ring.use_shared_memory = false;
   for (int world : {2, 3}) {
-    RunRanks(world, UcxOptions{}, [&](int rank, Communicator& comm) {
-      CheckAllReduce(rank, world, comm, kCount, DataType::kFloat32, ReduceOp::kSum, false);
-      CheckAllReduce(rank, world, comm, kCount, DataType::kFloat32, ReduceOp::kSum, true);
-    });
+    for (const UcxOptions& options : {UcxOptions{}, ring}) {
+      RunRanks(world, options, [&](int rank, Communicator& comm) {
+        CheckAllReduce(rank, world, comm, kCount, DataType::kFloat32, ReduceOp::kSum, false);
+        CheckAllReduce(rank, world, comm, kCount, DataType::kFloat32, ReduceOp::kSum, true);
+      });
+    }
   }
 }
 
