@@ -7,16 +7,14 @@
 namespace fusebox::comm {
 namespace {
 
-// Spin briefly before sleeping: a small collective finishes within a few
-// microseconds and a futex round trip would dominate its latency. The spin
-// is short and yields, so oversubscribed ranks still make progress.
-bool SpinUntilDone(const std::atomic<bool>& done) {
-  for (int i = 0; i < 2000; ++i) {
+// Poll briefly before sleeping: a small collective finishes within a few
+// microseconds and a futex round trip would dominate its latency. The poll
+// yields the core on every turn, so the progress thread that is completing
+// the Work (often on the same core) is never starved by its waiter.
+bool PollUntilDone(const std::atomic<bool>& done) {
+  for (int i = 0; i < 256; ++i) {
     if (done.load(std::memory_order_acquire)) return true;
-    if ((i & 63) == 63) std::this_thread::yield();
-#if defined(__x86_64__)
-    __builtin_ia32_pause();
-#endif
+    std::this_thread::yield();
   }
   return done.load(std::memory_order_acquire);
 }
@@ -24,7 +22,7 @@ bool SpinUntilDone(const std::atomic<bool>& done) {
 }  // namespace
 
 absl::Status Work::Wait() {
-  if (!SpinUntilDone(done_)) {
+  if (!PollUntilDone(done_)) {
     std::unique_lock<std::mutex> lock(mu_);
     sleepers_.fetch_add(1, std::memory_order_relaxed);
     cv_.wait(lock, [&] { return done_.load(std::memory_order_acquire); });
@@ -34,7 +32,7 @@ absl::Status Work::Wait() {
 }
 
 absl::Status Work::WaitUntil(absl::Time deadline) {
-  if (!SpinUntilDone(done_)) {
+  if (!PollUntilDone(done_)) {
     std::unique_lock<std::mutex> lock(mu_);
     const auto tp = absl::ToChronoTime(deadline);
     sleepers_.fetch_add(1, std::memory_order_relaxed);

@@ -238,6 +238,10 @@ class UcxCommunicator final : public Communicator {
   // Shared-memory path (Note [UCX shared-memory allreduce]).
   absl::Status InitSharedMemory(Store& store);
   absl::Status ShmAllReduce(const Request& req);
+  // Polls without progress between sched_yield calls: often when ranks
+  // outnumber cores (a descheduled peer must get to run), rarely otherwise.
+  unsigned yield_mask_ = 63;
+  unsigned idle_polls_ = 0;  // progress thread only
   bool shm_enabled_ = false;
   std::string store_prefix_;  // keys of this communicator's exchanges
   ucp_mem_h shm_memh_ = nullptr;
@@ -344,6 +348,8 @@ absl::Status UcxCommunicator::Init(Store& store) {
       options_.transports == UcxOptions{}.transports) {
     if (absl::Status s = InitSharedMemory(store); !s.ok()) return s;
   }
+  const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
+  yield_mask_ = static_cast<unsigned>(size_) > cores ? 15 : 4095;
   slot_bytes_ = sizeof(Header) + options_.small_message_bytes;
   header_slots_.resize(slot_bytes_ * size_);
   header_recvs_.resize(size_);
@@ -457,7 +463,7 @@ void UcxCommunicator::ProgressLoop() {
           lock.unlock();
           ++idle_spins;
           ucp_worker_progress(worker_);
-          if ((idle_spins & 15) == 0) sched_yield();
+          sched_yield();  // idle: any waiter or peer may have the core
           continue;
         }
         cv_.wait(lock, [&] { return !queue_.empty() || stopping_; });
@@ -587,8 +593,7 @@ void UcxCommunicator::PostRecv(int peer, void* buf, size_t len, ucp_tag_t tag, P
 absl::Status UcxCommunicator::Progress(int peer) {
   if (ucp_worker_progress(worker_) == 0) {
     // Nothing happened: let an oversubscribed peer run.
-    static thread_local unsigned idle = 0;
-    if ((++idle & 63) == 0) sched_yield();
+    if ((++idle_polls_ & yield_mask_) == 0) sched_yield();
   }
   if (peer >= 0 && peer_status_[peer] != UCS_OK) {
     return absl::UnavailableError(absl::StrCat(
