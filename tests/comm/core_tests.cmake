@@ -11,3 +11,22 @@ if(FUSEBOX_WITH_UCX)
     fusebox::comm_ucx fusebox::comm_testing GTest::gtest_main)
   gtest_discover_tests(ucx_communicator_test DISCOVERY_TIMEOUT 60 PROPERTIES TIMEOUT 300)
 endif()
+
+# Real multi-process runs: one process per rank, under fusebox-run (TCP
+# rendezvous) and under mpirun (MPI rendezvous), world sizes 1..5.
+add_executable(comm_multiprocess_test ${CMAKE_CURRENT_SOURCE_DIR}/multiprocess_test.cc)
+target_link_libraries(comm_multiprocess_test PRIVATE fusebox::comm_backends fusebox::comm_testing)
+if(FUSEBOX_WITH_UCX)
+  foreach(_n 1 2 3 4 5)
+    add_test(NAME MultiProcess.UcxUnderFuseboxRunNp${_n}
+             COMMAND fusebox-run -n ${_n} -- $<TARGET_FILE:comm_multiprocess_test> --backend=ucx)
+    set_tests_properties(MultiProcess.UcxUnderFuseboxRunNp${_n} PROPERTIES TIMEOUT 300 LABELS multiprocess)
+    if(FUSEBOX_WITH_MPI)
+      add_test(NAME MultiProcess.UcxUnderMpirunNp${_n}
+               COMMAND ${MPIEXEC_EXECUTABLE} -n ${_n} --oversubscribe
+                       $<TARGET_FILE:comm_multiprocess_test> --backend=ucx)
+      set_tests_properties(MultiProcess.UcxUnderMpirunNp${_n} PROPERTIES TIMEOUT 300 LABELS multiprocess
+        ENVIRONMENT "OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1")
+    endif()
+  endforeach()
+endif()
