@@ -180,7 +180,7 @@ int Main(int argc, char** argv) {
                    FUSEBOX_VERSION, backend.c_str(), c.size(), options->iters, options->warmup,
                    options->check ? "on" : "off", options->blocking ? "blocking" : "non-blocking (issue all, then wait)");
       if (options->tensors > 1) {
-        std::fprintf(out, "# multi-tensor mode: each size is split into %d tensors, reduced by separate calls vs packed into one fused buffer\n",
+        std::fprintf(out, "# multi-tensor mode: each size is split into %d tensors, reduced by separate calls vs packed into one fused buffer (blocking: each call is waited)\n",
                      options->tensors);
       }
       PrintAllReduceHeader(out, *options);

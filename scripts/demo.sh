@@ -8,4 +8,4 @@ cd "$(dirname "$0")/.."
 bash scripts/install-deps.sh
 bash scripts/build.sh
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-exec /usr/bin/python3 perf/bench_allreduce.py --build "${BUILD_DIR:-build}" "$@"
+exec /usr/bin/python3 perf/bench_allreduce.py --build "${BUILD_DIR:-build}" --repeats 1 "$@"
