@@ -93,10 +93,30 @@ absl::StatusOr<Launch> ConnectFromEnvironment(
 }
 
 void ShutdownLaunch(Launch& launch) {
+  // The rank that hosts the store must outlive every other rank's last use of
+  // it: everyone arrives, the others say they are leaving, and only then does
+  // the host tear its server down. Best effort and bounded in time.
+  Rendezvous& rdv = launch.rdv;
+  if (rdv.store != nullptr && rdv.size > 1) {
+    const absl::Time deadline = absl::Now() + absl::Seconds(60);
+    PrefixStore arrive("fusebox/shutdown/arrive", *rdv.store);
+    if (StoreAllGather(arrive, "shutdown", rdv.rank, rdv.size, "", deadline).ok()) {
+      PrefixStore left("fusebox/shutdown/left", *rdv.store);
+      if (rdv.server == nullptr) {
+        left.Set(absl::StrCat(rdv.rank), "").IgnoreError();
+      } else {
+        std::vector<std::string> keys;
+        for (int r = 0; r < rdv.size; ++r) {
+          if (r != rdv.rank) keys.push_back(absl::StrCat(r));
+        }
+        left.Wait(keys, deadline).IgnoreError();
+      }
+    }
+  }
+  rdv.store.reset();
+  rdv.server.reset();
 #if FUSEBOX_WITH_MPI
   if (launch.mpi_initialized) {
-    launch.rdv.store.reset();
-    launch.rdv.server.reset();
     FinalizeMpi();
     launch.mpi_initialized = false;
   }

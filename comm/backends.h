@@ -36,7 +36,10 @@ struct Launch {
 absl::StatusOr<Launch> ConnectFromEnvironment(
     const std::function<const char*(const char*)>& getenv, int* argc,
     char*** argv);
-// Finalises MPI if ConnectFromEnvironment or the caller initialised it.
+// Collective: every rank calls it once, after its last collective. Waits
+// until no rank still needs the store (the rank hosting it, if any, leaves
+// last), closes the store, and finalises MPI if ConnectFromEnvironment
+// initialised it.
 void ShutdownLaunch(Launch& launch);
 
 // Buffers in the memory a communicator works on (host, or CUDA device

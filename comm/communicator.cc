@@ -1,5 +1,6 @@
 #include "comm/communicator.h"
 
+#include <cstdint>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -30,6 +31,10 @@ absl::Status ValidateBuffer(const char* what, const void* p, size_t count,
                             DataType type) {
   absl::Status s = CheckSupported(type, ReduceOp::kSum);
   if (!s.ok()) return absl::InvalidArgumentError(absl::StrCat(what, ": ", s.message()));
+  if (count > SIZE_MAX / DataTypeSize(type)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        what, ": a count of ", count, " ", DataTypeName(type), " elements overflows the address space"));
+  }
   if (p == nullptr && count != 0) {
     return absl::InvalidArgumentError(absl::StrCat(
         what, ": null buffer with a count of ", count, " elements"));

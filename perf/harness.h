@@ -18,6 +18,7 @@
 #include "comm/communicator.h"
 #include "comm/store.h"
 #include "comm/types.h"
+#include "perf/sizes.h"
 
 namespace fusebox::perf {
 
@@ -37,8 +38,6 @@ struct PerfOptions {
   bool progress = false;     // progress line on stderr (rank 0, terminals only)
 };
 
-// Parses "8", "64K", "1M", "2G" (binary multiples, as nccl-tests).
-absl::StatusOr<size_t> ParseBytes(absl::string_view text);
 
 // The byte sizes of the sweep, aligned down to whole elements of `type_size`
 // (and, in multi-tensor mode, to `tensors` equal tensors); deduplicated.

@@ -51,6 +51,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "comm/tcp_store.h"
+#include "comm/unique_fd.h"
 #include "tools/launcher.h"
 
 extern char** environ;
@@ -86,37 +87,15 @@ std::string ErrnoText(absl::string_view what, int err) {
   return absl::StrCat(what, ": ", strerror(err));
 }
 
-class UniqueFd {
- public:
-  UniqueFd() = default;
-  explicit UniqueFd(int fd) : fd_(fd) {}
-  UniqueFd(UniqueFd&& other) noexcept : fd_(std::exchange(other.fd_, -1)) {}
-  UniqueFd& operator=(UniqueFd&& other) noexcept {
-    if (this != &other) Reset(std::exchange(other.fd_, -1));
-    return *this;
-  }
-  UniqueFd(const UniqueFd&) = delete;
-  UniqueFd& operator=(const UniqueFd&) = delete;
-  ~UniqueFd() { Reset(); }
-
-  int get() const { return fd_; }
-  bool valid() const { return fd_ >= 0; }
-  void Reset(int fd = -1) {
-    if (fd_ >= 0) close(fd_);
-    fd_ = fd;
-  }
-
- private:
-  int fd_ = -1;
-};
+using fusebox::comm::UniqueFd;
 
 absl::Status MakePipe(UniqueFd& read_end, UniqueFd& write_end) {
   int fds[2];
   if (pipe2(fds, O_CLOEXEC) != 0) {
     return absl::InternalError(ErrnoText("pipe", errno));
   }
-  read_end.Reset(fds[0]);
-  write_end.Reset(fds[1]);
+  read_end.reset(fds[0]);
+  write_end.reset(fds[1]);
   return absl::OkStatus();
 }
 
@@ -250,7 +229,7 @@ absl::Status Launcher::SetUp() {
   if (sigprocmask(SIG_BLOCK, &blocked_, &original_mask_) != 0) {
     return absl::InternalError(ErrnoText("sigprocmask", errno));
   }
-  signal_fd_.Reset(signalfd(-1, &blocked_, SFD_CLOEXEC | SFD_NONBLOCK));
+  signal_fd_.reset(signalfd(-1, &blocked_, SFD_CLOEXEC | SFD_NONBLOCK));
   if (!signal_fd_.valid()) {
     return absl::InternalError(ErrnoText("signalfd", errno));
   }
@@ -267,7 +246,7 @@ absl::Status Launcher::SetUp() {
     setrlimit(RLIMIT_NOFILE, &raised);
   }
 
-  dev_null_.Reset(open("/dev/null", O_RDONLY | O_CLOEXEC));
+  dev_null_.reset(open("/dev/null", O_RDONLY | O_CLOEXEC));
   if (!dev_null_.valid()) {
     return absl::InternalError(ErrnoText("open /dev/null", errno));
   }
@@ -323,7 +302,7 @@ absl::Status Launcher::StartRank(int rank) {
                            {&err_write, "err"}}) {
       std::string path =
           absl::StrCat(options_.output_dir, "/rank.", rank, ".", ext);
-      fd->Reset(
+      fd->reset(
           open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
       if (!fd->valid()) {
         return absl::InternalError(
@@ -362,9 +341,9 @@ absl::Status Launcher::StartRank(int rank) {
   setpgid(pid, pid);
   ranks_[rank].pid = pid;
   ranks_[rank].running = true;
-  exec_write.Reset();
-  out_write.Reset();
-  err_write.Reset();
+  exec_write.reset();
+  out_write.reset();
+  err_write.reset();
 
   int exec_errno = 0;
   ssize_t n;
@@ -487,7 +466,7 @@ bool Launcher::ReadStream(Stream& stream) {
   }
   if (n < 0 && (errno == EAGAIN || errno == EINTR)) return true;
   Forward(stream.target_fd, stream.prefixer.Flush());
-  stream.fd.Reset();
+  stream.fd.reset();
   return false;
 }
 
@@ -509,7 +488,7 @@ void Launcher::DrainStreams() {
                                     buf, static_cast<size_t>(n))));
     }
     Forward(stream.target_fd, stream.prefixer.Flush());
-    stream.fd.Reset();
+    stream.fd.reset();
   }
   streams_.clear();
 }

@@ -47,6 +47,8 @@
 #include <algorithm>
 #include <atomic>
 #include <condition_variable>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <deque>
 #include <functional>
@@ -207,9 +209,12 @@ class UcxCommunicator final : public Communicator {
   // left after its last collective is no error for the others).
   absl::Status WaitFor(Pending* p);
   absl::Status Finish(Pending* p, const char* what);
-  // Cancels a receive that will never be matched (error paths) and releases
-  // its request; bounded, never blocks on a peer.
-  void Abandon(Pending* p);
+  // Error paths: cancels `p` if it is an unfinished receive and hands its
+  // request back to UCX, which then calls no callback for it (ucp.h,
+  // ucp_request_free), so `p` may go out of scope. Never blocks. A transfer
+  // already under way may still land in the caller's buffer: the collective
+  // has failed and its buffers hold no defined result.
+  void Release(Pending* p, bool is_recv);
   absl::Status Progress(int peer);
 
   absl::Status HeaderRound(const Request& req, size_t payload_bytes,
@@ -300,7 +305,18 @@ absl::Status UcxCommunicator::Init(Store& store) {
   size_t addr_len = 0;
   st = ucp_worker_get_address(worker_, &addr, &addr_len);
   if (st != UCS_OK) return absl::UnavailableError("ucp_worker_get_address: " + UcsError(st));
-  std::string mine(reinterpret_cast<const char*>(addr), addr_len);
+  // Published: [u32 length][the options that decide the algorithms][address].
+  // Ranks whose options differ would pick different algorithms and hang, so
+  // a difference is an error naming both ranks.
+  const std::string settings_text = absl::StrCat(
+      "small_message_bytes=", options_.small_message_bytes, " chunk_bytes=", options_.chunk_bytes,
+      " use_shared_memory=", options_.use_shared_memory, " shm_chunk_bytes=",
+      options_.shm_chunk_bytes, " transports=", options_.transports,
+      " detect_peer_failure=", options_.detect_peer_failure);
+  const uint32_t settings_len = static_cast<uint32_t>(settings_text.size());
+  std::string mine(reinterpret_cast<const char*>(&settings_len), sizeof(settings_len));
+  mine += settings_text;
+  mine.append(reinterpret_cast<const char*>(addr), addr_len);
   ucp_worker_release_address(worker_, addr);
 
   // Every exchange gets keys of its own: "ucx/<n>/<what>/<rank>", where n
@@ -314,12 +330,32 @@ absl::Status UcxCommunicator::Init(Store& store) {
                             absl::Now() + options_.rendezvous_timeout);
   if (!all.ok()) return all.status();
 
+  std::vector<std::string> configs(size_), addresses(size_);
+  for (int r = 0; r < size_; ++r) {
+    const std::string& blob = (*all)[r];
+    uint32_t len = 0;
+    if (blob.size() >= sizeof(len)) std::memcpy(&len, blob.data(), sizeof(len));
+    if (blob.size() < sizeof(len) || len > blob.size() - sizeof(len)) {
+      return absl::DataLossError(absl::StrCat(
+          "rank ", r, " published a malformed UCX rendezvous record (", blob.size(), " bytes)"));
+    }
+    configs[r] = blob.substr(sizeof(len), len);
+    addresses[r] = blob.substr(sizeof(len) + len);
+  }
+  for (int r = 1; r < size_; ++r) {
+    if (configs[r] != configs[0]) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "UCX options differ across ranks: rank 0 has {", configs[0], "} but rank ", r,
+          " has {", configs[r], "}"));
+    }
+  }
+
   eps_.assign(size_, nullptr);
   peer_status_.assign(size_, UCS_OK);
   ep_error_args_.resize(size_);
   for (int peer = 0; peer < size_; ++peer) {
     if (peer == rank_) continue;
-    const std::string& a = (*all)[peer];
+    const std::string& a = addresses[peer];
     if (a.empty() || a.size() > (1u << 20)) {
       return absl::DataLossError(absl::StrCat(
           "rank ", peer, " published a malformed UCX address (", a.size(), " bytes)"));
@@ -344,7 +380,9 @@ absl::Status UcxCommunicator::Init(Store& store) {
     }
   }
 
-  if (options_.use_shared_memory && size_ > 1 &&
+  // The shared-memory path cannot notice a dead peer; a user who asked for
+  // peer-failure detection gets the (TCP) messaging path only.
+  if (options_.use_shared_memory && !options_.detect_peer_failure && size_ > 1 &&
       options_.transports == UcxOptions{}.transports) {
     if (absl::Status s = InitSharedMemory(store); !s.ok()) return s;
   }
@@ -366,15 +404,29 @@ UcxCommunicator::~UcxCommunicator() {
   }
   abort_.store(true);  // in-flight and queued collectives fail as Cancelled
   cv_.notify_all();
-  if (thread_.joinable()) thread_.join();
+  // Destroying the communicator from its own progress thread (from a Work
+  // callback) is a caller bug; join() would throw inside this destructor.
+  if (thread_.joinable()) {
+    if (thread_.get_id() == std::this_thread::get_id()) {
+      std::fprintf(stderr, "fusebox: UCX communicator destroyed from its own progress thread\n");
+      std::abort();
+    }
+    thread_.join();
+  }
+  // Remote keys go before the endpoints they were unpacked on (ucp.h).
+  for (ucp_rkey_h& k : shm_rkeys_) {
+    if (k != nullptr) ucp_rkey_destroy(k);
+    k = nullptr;
+  }
   // Close endpoints with a flush, bounded in time: a peer that is gone must
   // not make the destructor hang.
   std::vector<void*> closing;
-  for (ucp_ep_h ep : eps_) {
+  for (size_t peer = 0; peer < eps_.size(); ++peer) {
+    ucp_ep_h ep = eps_[peer];
     if (ep == nullptr) continue;
     ucp_request_param_t p{};
     p.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
-    p.flags = 0;
+    p.flags = peer_status_[peer] == UCS_OK ? 0 : UCP_EP_CLOSE_FLAG_FORCE;
     ucs_status_ptr_t r = ucp_ep_close_nbx(ep, &p);
     if (UCS_PTR_IS_PTR(r)) closing.push_back(r);
   }
@@ -384,9 +436,6 @@ UcxCommunicator::~UcxCommunicator() {
       ucp_worker_progress(worker_);
     }
     if (ucp_request_check_status(r) != UCS_INPROGRESS) ucp_request_free(r);
-  }
-  for (ucp_rkey_h k : shm_rkeys_) {
-    if (k != nullptr) ucp_rkey_destroy(k);
   }
   if (shm_memh_ != nullptr) ucp_mem_unmap(context_, shm_memh_);
   if (worker_ != nullptr) ucp_worker_destroy(worker_);
@@ -414,6 +463,9 @@ absl::StatusOr<std::shared_ptr<Work>> UcxCommunicator::Broadcast(
 absl::StatusOr<std::shared_ptr<Work>> UcxCommunicator::AllGather(
     const void* send, void* recv, size_t count, DataType type) {
   if (absl::Status s = ValidateBuffer("AllGather send", send, count, type); !s.ok()) return s;
+  if (count > SIZE_MAX / static_cast<size_t>(size_)) {
+    return absl::InvalidArgumentError(absl::StrCat("AllGather: a count of ", count, " per rank overflows"));
+  }
   if (absl::Status s = ValidateBuffer("AllGather recv", recv, count * size_, type); !s.ok()) return s;
   return Enqueue(Kind::kAllGather, send, recv, count, type, ReduceOp::kSum, 0);
 }
@@ -473,8 +525,15 @@ void UcxCommunicator::ProgressLoop() {
       queue_.pop_front();
     }
     idle_spins = 0;
-    absl::Status s = broken_.ok() ? Run(req) : absl::FailedPreconditionError(absl::StrCat(
-        "communicator is unusable after an earlier error: ", broken_.message()));
+    absl::Status s;
+    if (abort_.load(std::memory_order_relaxed)) {
+      s = absl::CancelledError("communicator destroyed before the collective ran");
+    } else if (!broken_.ok()) {
+      s = absl::FailedPreconditionError(absl::StrCat(
+          "communicator is unusable after an earlier error: ", broken_.message()));
+    } else {
+      s = Run(req);
+    }
     if (!s.ok() && broken_.ok()) broken_ = s;
     req.work->Complete(std::move(s));
   }
@@ -619,6 +678,7 @@ absl::Status UcxCommunicator::Finish(Pending* p, const char* what) {
     ucp_request_free(p->request);
     p->request = nullptr;
   }
+  // A failed wait leaves the request to the caller's error path (Release).
   if (!s.ok()) return s;
   if (p->status != UCS_OK) {
     return absl::UnavailableError(absl::StrCat("UCX ", what, " failed: ", UcsError(p->status)));
@@ -626,11 +686,10 @@ absl::Status UcxCommunicator::Finish(Pending* p, const char* what) {
   return absl::OkStatus();
 }
 
-void UcxCommunicator::Abandon(Pending* p) {
+void UcxCommunicator::Release(Pending* p, bool is_recv) {
   if (p->request == nullptr) return;
-  if (!p->done) ucp_request_cancel(worker_, p->request);
-  for (int i = 0; i < 100000 && !p->done; ++i) ucp_worker_progress(worker_);
-  if (p->done) ucp_request_free(p->request);  // else leaked: UCX still owns it
+  if (!p->done && is_recv) ucp_request_cancel(worker_, p->request);
+  ucp_request_free(p->request);
   p->request = nullptr;
 }
 
@@ -660,7 +719,7 @@ absl::Status UcxCommunicator::HeaderRound(const Request& req, size_t payload_byt
   for (int peer = 0; peer < size_; ++peer) {
     if (peer == rank_) continue;
     if (!first.ok()) {
-      Abandon(&recvs[peer]);
+      Release(&recvs[peer], /*is_recv=*/true);
       continue;
     }
     absl::Status s = Finish(&recvs[peer], "header receive");
@@ -670,9 +729,13 @@ absl::Status UcxCommunicator::HeaderRound(const Request& req, size_t payload_byt
     }
     if (!s.ok() && first.ok()) first = s;
   }
-  for (int peer = 0; peer < size_ && first.ok(); ++peer) {
+  for (int peer = 0; peer < size_; ++peer) {
     if (peer == rank_) continue;
-    first = Finish(&sends[peer], "header send");
+    if (first.ok()) {
+      first = Finish(&sends[peer], "header send");
+    } else {
+      Release(&sends[peer], /*is_recv=*/false);
+    }
   }
   if (!first.ok()) return first;
 
@@ -824,7 +887,8 @@ absl::Status UcxCommunicator::RingAllReduce(const Request& req) {
     reap();
   }
   if (!first.ok()) {
-    for (Pending& r : recvs) Abandon(&r);
+    for (Pending& r : recvs) Release(&r, /*is_recv=*/true);
+    for (Pending& snd : sends) Release(&snd, /*is_recv=*/false);
   }
   return first;
 }
@@ -862,7 +926,8 @@ absl::Status UcxCommunicator::ChainBroadcast(const Request& req) {
     first = Finish(&s, "broadcast send");
   }
   if (!first.ok()) {
-    for (Pending& r : recvs) Abandon(&r);
+    for (Pending& r : recvs) Release(&r, /*is_recv=*/true);
+    for (Pending& snd : sends) Release(&snd, /*is_recv=*/false);
   }
   return first;
 }
@@ -910,7 +975,8 @@ absl::Status UcxCommunicator::RingAllGather(const Request& req) {
     first = Finish(&s, "allgather send");
   }
   if (!first.ok()) {
-    for (Pending& r : recvs) Abandon(&r);
+    for (Pending& r : recvs) Release(&r, /*is_recv=*/true);
+    for (Pending& snd : sends) Release(&snd, /*is_recv=*/false);
   }
   return first;
 }
@@ -930,6 +996,7 @@ struct ShmControl {
   alignas(kLine) std::atomic<uint64_t> ready;
   alignas(kLine) std::atomic<uint64_t> reduced;
   alignas(kLine) std::atomic<uint64_t> consumed;
+  alignas(kLine) std::atomic<uint64_t> aborted;  // non-zero: gave up mid-collective
 };
 static_assert(std::atomic<uint64_t>::is_always_lock_free, "shared counters must be lock-free");
 constexpr size_t kShmControlBytes = (sizeof(ShmControl) + 4095) / 4096 * 4096;
@@ -937,15 +1004,23 @@ constexpr size_t kShmControlBytes = (sizeof(ShmControl) + 4095) / 4096 * 4096;
 ShmControl* Control(unsigned char* base) { return reinterpret_cast<ShmControl*>(base); }
 
 // Waits until `counter` of every rank reaches `target`, yielding the core now
-// and then so that oversubscribed ranks get to run.
-void WaitAll(const std::vector<unsigned char*>& bases,
-             std::atomic<uint64_t> ShmControl::*counter, uint64_t target,
-             const std::atomic<bool>& abort) {
-  for (unsigned char* b : bases) {
-    std::atomic<uint64_t>& c = Control(b)->*counter;
+// and then so that oversubscribed ranks get to run. Gives up (without
+// touching shared state) when this communicator is being destroyed or a peer
+// has given up on the collective.
+absl::Status WaitAll(const std::vector<unsigned char*>& bases,
+                     std::atomic<uint64_t> ShmControl::*counter, uint64_t target,
+                     const std::atomic<bool>& abort) {
+  for (size_t r = 0; r < bases.size(); ++r) {
+    std::atomic<uint64_t>& c = Control(bases[r])->*counter;
     for (unsigned spins = 0; c.load(std::memory_order_acquire) < target; ++spins) {
       if ((spins & 255) == 255) {
-        if (abort.load(std::memory_order_relaxed)) return;
+        if (abort.load(std::memory_order_relaxed)) {
+          return absl::CancelledError("communicator destroyed while a collective was in flight");
+        }
+        if (Control(bases[r])->aborted.load(std::memory_order_acquire) != 0) {
+          return absl::AbortedError(absl::StrCat(
+              "rank ", r, " abandoned the shared-memory allreduce (its communicator was destroyed)"));
+        }
         sched_yield();
       }
 #if defined(__x86_64__)
@@ -953,6 +1028,7 @@ void WaitAll(const std::vector<unsigned char*>& bases,
 #endif
     }
   }
+  return absl::OkStatus();
 }
 
 }  // namespace
@@ -1000,9 +1076,16 @@ absl::Status UcxCommunicator::InitSharedMemory(Store& store) {
     if (peer == rank_) continue;
     ucp_request_param_t fp{};
     ucs_status_ptr_t r = ucp_ep_flush_nbx(eps_[peer], &fp);
+    ucs_status_t fst = UCS_PTR_STATUS(r);
     if (UCS_PTR_IS_PTR(r)) {
-      while (ucp_request_check_status(r) == UCS_INPROGRESS) ucp_worker_progress(worker_);
+      const absl::Time flush_deadline = absl::Now() + options_.rendezvous_timeout;
+      while ((fst = ucp_request_check_status(r)) == UCS_INPROGRESS && absl::Now() < flush_deadline) {
+        ucp_worker_progress(worker_);
+      }
       ucp_request_free(r);
+    }
+    if (fst != UCS_OK && why.empty()) {
+      why = absl::StrCat("rank ", rank_, " could not connect to rank ", peer, ": ", UcsError(fst));
     }
   }
   shm_base_.assign(size_, nullptr);
@@ -1058,7 +1141,16 @@ absl::Status UcxCommunicator::ShmAllReduce(const Request& req) {
     const std::vector<Range> sub = SplitEven(n, esize, p);
     const size_t base = first * esize;
     // Slot reuse: every rank must have consumed round - kShmSlots.
-    if (round > kShmSlots) WaitAll(shm_base_, &ShmControl::consumed, round - kShmSlots, abort_);
+    const auto give_up = [&](absl::Status st) {
+      // Tell the peers, so that none waits for this rank forever; this
+      // communicator cannot take part in shared-memory rounds any more.
+      ctl->aborted.store(1, std::memory_order_release);
+      return st;
+    };
+    if (round > kShmSlots) {
+      absl::Status st = WaitAll(shm_base_, &ShmControl::consumed, round - kShmSlots, abort_);
+      if (!st.ok()) return give_up(st);
+    }
     unsigned char* my_slot = slot(rank_, round);
     for (int j = 0; j < p; ++j) {
       // In-place: my own sub-block is read from the input before the output
@@ -1066,7 +1158,9 @@ absl::Status UcxCommunicator::ShmAllReduce(const Request& req) {
       if (j != rank_ && sub[j].len != 0) std::memcpy(my_slot + sub[j].off, in + base + sub[j].off, sub[j].len);
     }
     ctl->ready.store(round, std::memory_order_release);
-    WaitAll(shm_base_, &ShmControl::ready, round, abort_);
+    if (absl::Status st = WaitAll(shm_base_, &ShmControl::ready, round, abort_); !st.ok()) {
+      return give_up(st);
+    }
 
     const Range mine = sub[rank_];
     if (mine.len != 0) {
@@ -1083,16 +1177,15 @@ absl::Status UcxCommunicator::ShmAllReduce(const Request& req) {
       std::memcpy(my_slot + mine.off, dst, mine.len);
     }
     ctl->reduced.store(round, std::memory_order_release);
-    WaitAll(shm_base_, &ShmControl::reduced, round, abort_);
+    if (absl::Status st = WaitAll(shm_base_, &ShmControl::reduced, round, abort_); !st.ok()) {
+      return give_up(st);
+    }
 
     for (int j = 0; j < p; ++j) {
       if (j == rank_ || sub[j].len == 0) continue;
       std::memcpy(out + base + sub[j].off, slot(j, round) + sub[j].off, sub[j].len);
     }
     ctl->consumed.store(round, std::memory_order_release);
-    if (abort_.load(std::memory_order_relaxed)) {
-      return absl::CancelledError("communicator destroyed while a collective was in flight");
-    }
   }
   return absl::OkStatus();
 }

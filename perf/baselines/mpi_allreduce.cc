@@ -27,6 +27,8 @@
 #include <string>
 #include <vector>
 
+#include "perf/sizes.h"
+
 namespace {
 
 struct Options {
@@ -56,24 +58,11 @@ void Usage(FILE* f) {
 }
 
 // "64M" -> 67108864. K/M/G are powers of 1024, as in nccl-tests.
+// Same syntax as fusebox-perf (perf/sizes.h).
 bool ParseSize(const char* s, size_t* out) {
-  errno = 0;
-  char* end = nullptr;
-  double v = std::strtod(s, &end);
-  if (end == s || errno != 0 || v < 0) return false;
-  double mult = 1;
-  if (*end != '\0') {
-    switch (*end) {
-      case 'k': case 'K': mult = 1024.0; break;
-      case 'm': case 'M': mult = 1024.0 * 1024; break;
-      case 'g': case 'G': mult = 1024.0 * 1024 * 1024; break;
-      default: return false;
-    }
-    ++end;
-    if (*end == 'B' || *end == 'b') ++end;
-    if (*end != '\0') return false;
-  }
-  *out = static_cast<size_t>(v * mult);
+  auto v = fusebox::perf::ParseBytes(s);
+  if (!v.ok()) return false;
+  *out = *v;
   return true;
 }
 

@@ -309,6 +309,34 @@ TEST(UcxCommunicatorTest, PeerThatLeavesFailsTheCollective) {
   });
 }
 
+TEST(UcxCommunicatorTest, OptionsThatDifferAcrossRanksAreAnErrorNamingBoth) {
+  MemoryStore store;
+  std::vector<absl::Status> results(2);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < 2; ++r) {
+    threads.emplace_back([&, r] {
+      UcxOptions o;
+      o.small_message_bytes = r == 0 ? 16384 : 4096;  // would pick different algorithms
+      results[r] = CreateUcxCommunicator(o, r, 2, store).status();
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (const absl::Status& s : results) {
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+    EXPECT_NE(s.message().find("small_message_bytes=16384"), std::string::npos) << s;
+    EXPECT_NE(s.message().find("small_message_bytes=4096"), std::string::npos) << s;
+  }
+}
+
+TEST(UcxCommunicatorTest, CountsThatOverflowAreRejected) {
+  RunRanks(1, UcxOptions{}, [&](int, Communicator& comm) {
+    float x = 0;
+    auto w = comm.AllReduce(&x, &x, SIZE_MAX / 2, DataType::kFloat32, ReduceOp::kSum);
+    EXPECT_EQ(w.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_NE(w.status().message().find("overflows"), std::string::npos) << w.status();
+  });
+}
+
 TEST(UcxCommunicatorTest, RejectsBadOptions) {
   MemoryStore store;
   UcxOptions o;
