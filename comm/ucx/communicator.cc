@@ -17,23 +17,11 @@
 // ring of staging slots that stays in cache. Large Broadcast is a pipelined
 // chain from the root; large AllGather is a ring.
 //
-// Note [UCX shared-memory allreduce]
-// When every rank can map every other rank's staging segment (allocated with
+// Large AllReduce between ranks on one host runs over shared memory instead
+// (Note [UCX shared-memory allreduce] in shm_allreduce.h) when every rank can
+// map every other rank's staging segment: allocated with
 // ucp_mem_map(ALLOCATE), published as a packed rkey, mapped with
-// ucp_rkey_ptr: UCX's sysv/posix memory domains on one host), large AllReduce
-// bypasses messaging. The buffer is processed in rounds of p sub-blocks of
-// shm_chunk_bytes; in round k rank r owns sub-block r:
-//   1. copy my sub-blocks j != r into my staging slot; ready[r] = k
-//   2. wait ready[*] >= k; reduce sub-block r from my input and every peer's
-//      slot (my input first, then peers in rank order: deterministic); write
-//      it to my output and back into my slot; reduced[r] = k
-//   3. wait reduced[*] >= k; copy every peer's sub-block from its slot into
-//      my output; consumed[r] = k
-// A slot is reused W rounds later, once consumed[*] says every peer has read
-// it. Counters are monotonic across collectives (all ranks run the same
-// rounds), written only by their owner, in cache lines of their own. Staging
-// stays in the last-level cache, so DRAM sees little more than one read of the
-// input and one write of the output.
+// ucp_rkey_ptr (UCX's sysv memory domain).
 //
 // Tags: [seq:24][step:12][index:28]. Step 0 is the header round (index =
 // sender rank); later steps are algorithm steps (index = chunk). At any step
@@ -61,6 +49,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "comm/reduce.h"
+#include "comm/ucx/ranges.h"
+#include "comm/ucx/shm_allreduce.h"
 
 namespace fusebox::comm {
 namespace {
@@ -138,31 +128,9 @@ struct Pending {
   void* request = nullptr;
 };
 
-// Byte range [off, off+len) of a buffer.
-struct Range {
-  size_t off = 0;
-  size_t len = 0;
-};
-
-// Splits `total` bytes into `parts` contiguous pieces of whole elements.
-std::vector<Range> SplitEven(size_t count, size_t esize, int parts) {
-  std::vector<Range> out(parts);
-  const size_t base = count / parts, rem = count % parts;
-  size_t off = 0;
-  for (int i = 0; i < parts; ++i) {
-    const size_t n = base + (static_cast<size_t>(i) < rem ? 1 : 0);
-    out[i] = {off * esize, n * esize};
-    off += n;
-  }
-  return out;
-}
-
-// Chunk j of `r` when cut in pieces of `chunk` bytes (empty past the end).
-Range ChunkOf(const Range& r, size_t chunk, size_t j) {
-  const size_t begin = std::min(r.len, j * chunk);
-  const size_t end = std::min(r.len, begin + chunk);
-  return {r.off + begin, end - begin};
-}
+using ucx::ChunkOf;
+using ucx::Range;
+using ucx::SplitEven;
 
 class UcxCommunicator;
 struct EpErrorArg {
@@ -250,8 +218,7 @@ class UcxCommunicator final : public Communicator {
   bool shm_enabled_ = false;
   std::string store_prefix_;  // keys of this communicator's exchanges
   ucp_mem_h shm_memh_ = nullptr;
-  size_t shm_slot_bytes_ = 0;                 // p * shm_chunk_bytes
-  std::vector<unsigned char*> shm_base_;      // every rank's segment, mapped here
+  ucx::ShmGroup shm_group_;                   // every rank's segment, mapped here
   std::vector<ucp_rkey_h> shm_rkeys_;
   uint64_t shm_round_ = 0;                    // rounds completed (all ranks agree)
 
@@ -985,57 +952,8 @@ absl::Status UcxCommunicator::RingAllGather(const Request& req) {
 // ---------------------------------------------------------------------------
 // Shared-memory allreduce (Note [UCX shared-memory allreduce]).
 
-namespace {
-
-constexpr int kShmSlots = 4;
-constexpr size_t kLine = 64;
-
-// Control block at the start of each rank's segment: three counters, each in
-// a cache line of its own, written only by the owner.
-struct ShmControl {
-  alignas(kLine) std::atomic<uint64_t> ready;
-  alignas(kLine) std::atomic<uint64_t> reduced;
-  alignas(kLine) std::atomic<uint64_t> consumed;
-  alignas(kLine) std::atomic<uint64_t> aborted;  // non-zero: gave up mid-collective
-};
-static_assert(std::atomic<uint64_t>::is_always_lock_free, "shared counters must be lock-free");
-constexpr size_t kShmControlBytes = (sizeof(ShmControl) + 4095) / 4096 * 4096;
-
-ShmControl* Control(unsigned char* base) { return reinterpret_cast<ShmControl*>(base); }
-
-// Waits until `counter` of every rank reaches `target`, yielding the core now
-// and then so that oversubscribed ranks get to run. Gives up (without
-// touching shared state) when this communicator is being destroyed or a peer
-// has given up on the collective.
-absl::Status WaitAll(const std::vector<unsigned char*>& bases,
-                     std::atomic<uint64_t> ShmControl::*counter, uint64_t target,
-                     const std::atomic<bool>& abort) {
-  for (size_t r = 0; r < bases.size(); ++r) {
-    std::atomic<uint64_t>& c = Control(bases[r])->*counter;
-    for (unsigned spins = 0; c.load(std::memory_order_acquire) < target; ++spins) {
-      if ((spins & 255) == 255) {
-        if (abort.load(std::memory_order_relaxed)) {
-          return absl::CancelledError("communicator destroyed while a collective was in flight");
-        }
-        if (Control(bases[r])->aborted.load(std::memory_order_acquire) != 0) {
-          return absl::AbortedError(absl::StrCat(
-              "rank ", r, " abandoned the shared-memory allreduce (its communicator was destroyed)"));
-        }
-        sched_yield();
-      }
-#if defined(__x86_64__)
-      __builtin_ia32_pause();
-#endif
-    }
-  }
-  return absl::OkStatus();
-}
-
-}  // namespace
-
 absl::Status UcxCommunicator::InitSharedMemory(Store& store) {
-  shm_slot_bytes_ = static_cast<size_t>(size_) * options_.shm_chunk_bytes;
-  const size_t bytes = kShmControlBytes + kShmSlots * shm_slot_bytes_;
+  const size_t bytes = ucx::ShmSegmentBytes(size_, options_.shm_chunk_bytes);
   // Every rank says whether it could set up and map everything; the path is
   // used only if all could, so all ranks pick the same algorithm.
   std::string why;
@@ -1062,7 +980,7 @@ absl::Status UcxCommunicator::InitSharedMemory(Store& store) {
     mine.assign(reinterpret_cast<const char*>(&addr), sizeof(addr));
     mine.append(static_cast<const char*>(packed), packed_len);
     ucp_rkey_buffer_release(packed);
-    std::memset(local, 0, kShmControlBytes);
+    ucx::InitShmSegment(static_cast<unsigned char*>(local));
   } else {
     why = absl::StrCat("rank ", rank_, ": ", UcsError(st));
   }
@@ -1088,9 +1006,10 @@ absl::Status UcxCommunicator::InitSharedMemory(Store& store) {
       why = absl::StrCat("rank ", rank_, " could not connect to rank ", peer, ": ", UcsError(fst));
     }
   }
-  shm_base_.assign(size_, nullptr);
+  shm_group_ = ucx::ShmGroup{rank_, size_, options_.shm_chunk_bytes, {}};
+  shm_group_.bases.assign(size_, nullptr);
   shm_rkeys_.assign(size_, nullptr);
-  shm_base_[rank_] = static_cast<unsigned char*>(local);
+  shm_group_.bases[rank_] = static_cast<unsigned char*>(local);
   for (int peer = 0; peer < size_ && why.empty(); ++peer) {
     if (peer == rank_) continue;
     const std::string& blob = (*all)[peer];
@@ -1107,7 +1026,7 @@ absl::Status UcxCommunicator::InitSharedMemory(Store& store) {
       why = absl::StrCat("rank ", rank_, " cannot map rank ", peer, "'s segment: ", UcsError(st));
       break;
     }
-    shm_base_[peer] = static_cast<unsigned char*>(ptr);
+    shm_group_.bases[peer] = static_cast<unsigned char*>(ptr);
   }
   PrefixStore scoped_ok(store_prefix_ + "/shm-ok", store);
   auto verdicts = StoreAllGather(scoped_ok, "ucx/shm-ok", rank_, size_, why.empty() ? "ok" : why,
@@ -1120,74 +1039,8 @@ absl::Status UcxCommunicator::InitSharedMemory(Store& store) {
 
 absl::Status UcxCommunicator::ShmAllReduce(const Request& req) {
   const Header& h = req.header;
-  const DataType type = static_cast<DataType>(h.type);
-  const ReduceOp op = static_cast<ReduceOp>(h.op);
-  const size_t esize = DataTypeSize(type);
-  const int p = size_;
-  const auto* in = static_cast<const unsigned char*>(req.send);
-  auto* out = static_cast<unsigned char*>(req.recv);
-  const size_t per_round = std::max<size_t>(1, options_.shm_chunk_bytes / esize) * p;
-  const size_t rounds = (h.count + per_round - 1) / per_round;
-  unsigned char* const me = shm_base_[rank_];
-  ShmControl* const ctl = Control(me);
-
-  const auto slot = [&](int r, uint64_t round) {
-    return shm_base_[r] + kShmControlBytes + (round % kShmSlots) * shm_slot_bytes_;
-  };
-  for (size_t k = 0; k < rounds; ++k) {
-    const uint64_t round = ++shm_round_;  // 1-based, global across collectives
-    const size_t first = k * per_round;
-    const size_t n = std::min(per_round, h.count - first);
-    const std::vector<Range> sub = SplitEven(n, esize, p);
-    const size_t base = first * esize;
-    // Slot reuse: every rank must have consumed round - kShmSlots.
-    const auto give_up = [&](absl::Status st) {
-      // Tell the peers, so that none waits for this rank forever; this
-      // communicator cannot take part in shared-memory rounds any more.
-      ctl->aborted.store(1, std::memory_order_release);
-      return st;
-    };
-    if (round > kShmSlots) {
-      absl::Status st = WaitAll(shm_base_, &ShmControl::consumed, round - kShmSlots, abort_);
-      if (!st.ok()) return give_up(st);
-    }
-    unsigned char* my_slot = slot(rank_, round);
-    for (int j = 0; j < p; ++j) {
-      // In-place: my own sub-block is read from the input before the output
-      // (the same memory) is written, so it needs no copy.
-      if (j != rank_ && sub[j].len != 0) std::memcpy(my_slot + sub[j].off, in + base + sub[j].off, sub[j].len);
-    }
-    ctl->ready.store(round, std::memory_order_release);
-    if (absl::Status st = WaitAll(shm_base_, &ShmControl::ready, round, abort_); !st.ok()) {
-      return give_up(st);
-    }
-
-    const Range mine = sub[rank_];
-    if (mine.len != 0) {
-      const size_t cnt = mine.len / esize;
-      unsigned char* dst = out + base + mine.off;
-      bool started = false;
-      for (int j = 0; j < p; ++j) {
-        if (j == rank_) continue;
-        const unsigned char* src = slot(j, round) + mine.off;
-        Reduce(started ? dst : in + base + mine.off, src, dst, cnt, type, op);
-        started = true;
-      }
-      if (op == ReduceOp::kAvg) FinishAvg(dst, cnt, type, p);
-      std::memcpy(my_slot + mine.off, dst, mine.len);
-    }
-    ctl->reduced.store(round, std::memory_order_release);
-    if (absl::Status st = WaitAll(shm_base_, &ShmControl::reduced, round, abort_); !st.ok()) {
-      return give_up(st);
-    }
-
-    for (int j = 0; j < p; ++j) {
-      if (j == rank_ || sub[j].len == 0) continue;
-      std::memcpy(out + base + sub[j].off, slot(j, round) + sub[j].off, sub[j].len);
-    }
-    ctl->consumed.store(round, std::memory_order_release);
-  }
-  return absl::OkStatus();
+  return ucx::ShmAllReduce(shm_group_, req.send, req.recv, h.count, static_cast<DataType>(h.type),
+                           static_cast<ReduceOp>(h.op), &shm_round_, abort_);
 }
 
 }  // namespace

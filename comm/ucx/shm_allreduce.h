@@ -1,0 +1,59 @@
+// The shared-memory allreduce of the UCX backend, as a pure algorithm over
+// segments that every rank of the group has mapped (the UCX backend maps them
+// with ucp_mem_map + ucp_rkey_ptr; the unit tests use one process's memory).
+//
+// Note [UCX shared-memory allreduce]
+// The buffer is processed in rounds of p sub-blocks of chunk_bytes; in round
+// k rank r owns sub-block r:
+//   1. copy my sub-blocks j != r into my staging slot; ready[r] = k
+//   2. wait ready[*] >= k; reduce sub-block r from my input and every peer's
+//      slot (my input first, then peers in rank order: deterministic); write
+//      it to my output and back into my slot; reduced[r] = k
+//   3. wait reduced[*] >= k; copy every peer's sub-block from its slot into
+//      my output; consumed[r] = k
+// A slot is reused kSlots rounds later, once consumed[*] says every peer has
+// read it. Counters are monotonic across collectives (all ranks run the same
+// rounds), written only by their owner, each in a cache line of its own.
+// Staging stays in the last-level cache, so DRAM sees little more than one
+// read of the input and one write of the output, and no kernel copies.
+// A rank that gives up mid-collective (its communicator is destroyed) sets
+// `aborted` in its control block, and peers waiting on it fail instead of
+// spinning forever.
+#ifndef FUSEBOX_COMM_UCX_SHM_ALLREDUCE_H_
+#define FUSEBOX_COMM_UCX_SHM_ALLREDUCE_H_
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "comm/types.h"
+
+namespace fusebox::comm::ucx {
+
+struct ShmGroup {
+  int rank = 0;
+  int size = 1;
+  size_t chunk_bytes = 128 << 10;       // bytes a rank owns per round
+  std::vector<unsigned char*> bases;    // every rank's segment, as mapped here
+};
+
+// Bytes of one rank's segment (control block + staging slots).
+size_t ShmSegmentBytes(int size, size_t chunk_bytes);
+
+// Prepares a fresh segment (zeroes its counters). Call before publishing it.
+void InitShmSegment(unsigned char* base);
+
+// recv = op over the group of send, `count` elements; in-place when
+// send == recv. Every rank of the group calls it with the same arguments but
+// its own buffers. `rounds` counts the rounds this rank has run on the group
+// (start at 0; the function advances it). Returns Cancelled when `abort` is
+// set, Aborted when a peer gave up; the group is then unusable.
+absl::Status ShmAllReduce(const ShmGroup& group, const void* send, void* recv,
+                          size_t count, DataType type, ReduceOp op,
+                          uint64_t* rounds, const std::atomic<bool>& abort);
+
+}  // namespace fusebox::comm::ucx
+
+#endif  // FUSEBOX_COMM_UCX_SHM_ALLREDUCE_H_

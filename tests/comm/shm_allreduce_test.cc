@@ -1,0 +1,93 @@
+// The shared-memory allreduce algorithm on its own: ranks are threads whose
+// "segments" are plain memory of this process, so every protocol detail
+// (rounds, slot reuse across collectives, empty sub-blocks, in-place, abort)
+// is checked without UCX.
+#include "comm/ucx/shm_allreduce.h"
+
+#include <cstdlib>
+#include <memory>
+#include <thread>
+#include <vector>
+
+#include "comm/testing/exact_data.h"
+#include "gtest/gtest.h"
+
+namespace fusebox::comm::ucx {
+namespace {
+
+struct Segments {
+  Segments(int size, size_t chunk) {
+    for (int r = 0; r < size; ++r) {
+      mem.emplace_back(static_cast<unsigned char*>(std::aligned_alloc(4096, (ShmSegmentBytes(size, chunk) + 4095) / 4096 * 4096)), &std::free);
+      InitShmSegment(mem.back().get());
+      bases.push_back(mem.back().get());
+    }
+  }
+  std::vector<std::unique_ptr<unsigned char, void (*)(void*)>> mem;
+  std::vector<unsigned char*> bases;
+};
+
+TEST(ShmAllReduceTest, EveryTypeAndOpAcrossRoundsAndCollectives) {
+  for (int world : {1, 2, 3, 5}) {
+    constexpr size_t kChunk = 64;  // tiny rounds: many rounds, slot reuse
+    Segments seg(world, kChunk);
+    std::atomic<bool> abort{false};
+    std::vector<std::thread> threads;
+    for (int r = 0; r < world; ++r) {
+      threads.emplace_back([&, r] {
+        ShmGroup g{r, world, kChunk, seg.bases};
+        uint64_t rounds = 0;
+        for (size_t count : {0, 1, 7, 1023, 4099}) {
+          for (int t = 0; t < kNumDataTypes; ++t) {
+            for (int o = 0; o < kNumReduceOps; ++o) {
+              const auto type = static_cast<DataType>(t);
+              const auto op = static_cast<ReduceOp>(o);
+              const size_t bytes = count * DataTypeSize(type);
+              std::vector<unsigned char> in(bytes + 1), out(bytes + 1), want(bytes + 1);
+              testing::FillInput(in.data(), count, type, op, r);
+              testing::FillExpected(want.data(), count, type, op, world);
+              const bool in_place = (t + o) % 2 == 0;
+              unsigned char* dst = in_place ? in.data() : out.data();
+              ASSERT_TRUE(ShmAllReduce(g, in.data(), dst, count, type, op, &rounds, abort).ok());
+              EXPECT_EQ(testing::CountMismatches(dst, want.data(), count, type), 0u)
+                  << "world " << world << " rank " << r << " count " << count << " "
+                  << DataTypeName(type) << " " << ReduceOpName(op);
+            }
+          }
+        }
+      });
+    }
+    for (auto& t : threads) t.join();
+  }
+}
+
+TEST(ShmAllReduceTest, PeersOfARankThatGivesUpFailInsteadOfHanging) {
+  constexpr int kWorld = 3;
+  constexpr size_t kChunk = 256;
+  Segments seg(kWorld, kChunk);
+  std::atomic<bool> abort_rank2{true};  // rank 2's communicator is being destroyed
+  std::atomic<bool> no_abort{false};
+  std::vector<absl::Status> results(kWorld);
+  const auto run = [&](int r) {
+    ShmGroup g{r, kWorld, kChunk, seg.bases};
+    uint64_t rounds = 0;
+    std::vector<float> buf(10000, 1.0f);
+    results[r] = ShmAllReduce(g, buf.data(), buf.data(), buf.size(), DataType::kFloat32,
+                              ReduceOp::kSum, &rounds, r == 2 ? abort_rank2 : no_abort);
+  };
+  // Rank 2 starts alone and gives up while waiting for the others (its
+  // communicator is being destroyed); ranks 0 and 1 come later and must
+  // fail rather than wait for it forever.
+  std::thread(run, 2).join();
+  std::vector<std::thread> threads;
+  for (int r = 0; r < 2; ++r) threads.emplace_back(run, r);
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(results[2].code(), absl::StatusCode::kCancelled) << results[2];
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_EQ(results[r].code(), absl::StatusCode::kAborted) << results[r];
+    EXPECT_NE(results[r].message().find("rank 2"), std::string::npos) << results[r];
+  }
+}
+
+}  // namespace
+}  // namespace fusebox::comm::ucx
