@@ -227,6 +227,7 @@ class UcxCommunicator final : public Communicator {
   std::deque<Request> queue_;  // guarded by mu_
   uint64_t next_seq_ = 0;      // guarded by mu_
   bool stopping_ = false;      // guarded by mu_
+  bool thread_sleeping_ = false;  // guarded by mu_: progress thread in cv_.wait
   std::atomic<bool> abort_{false};
   std::thread thread_;
 
@@ -457,12 +458,14 @@ std::shared_ptr<Work> UcxCommunicator::Enqueue(Kind kind, const void* send,
   r.recv = recv;
   r.work = std::make_shared<Work>();
   std::shared_ptr<Work> w = r.work;
+  bool wake = false;
   {
     std::lock_guard<std::mutex> lock(mu_);
     r.header.seq = next_seq_++;
     queue_.push_back(std::move(r));
+    wake = thread_sleeping_;
   }
-  cv_.notify_one();
+  if (wake) cv_.notify_one();  // a hot progress thread sees the queue itself
   return w;
 }
 
@@ -485,7 +488,9 @@ void UcxCommunicator::ProgressLoop() {
           sched_yield();  // idle: any waiter or peer may have the core
           continue;
         }
+        thread_sleeping_ = true;
         cv_.wait(lock, [&] { return !queue_.empty() || stopping_; });
+        thread_sleeping_ = false;
       }
       if (queue_.empty()) return;  // stopping_ and drained
       req = std::move(queue_.front());
@@ -595,6 +600,8 @@ void UcxCommunicator::PostSend(int peer, const void* buf, size_t len,
 
 void UcxCommunicator::PostRecv(int peer, void* buf, size_t len, ucp_tag_t tag, Pending* p) {
   ucp_request_param_t param{};
+  // Always through the callback, which reports the received length (UCX
+  // 1.13 leaves recv_info empty on immediate completion).
   param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA |
                        UCP_OP_ATTR_FLAG_NO_IMM_CMPL;
   param.cb.recv = [](void*, ucs_status_t status, const ucp_tag_recv_info_t* info,
