@@ -42,7 +42,7 @@ ABSL_FLAG(std::string, ucx_tls, "",
           "UCX transports for the ucx backend (as UCX_TLS; default: $UCX_TLS, else "
           "sysv,cma,self,tcp with the shared-memory allreduce)");
 ABSL_FLAG(std::string, ucx_chunk, "256K", "ucx backend: ring pipeline chunk size");
-ABSL_FLAG(std::string, ucx_small, "16K",
+ABSL_FLAG(std::string, ucx_small, "4K",
           "ucx backend: messages up to this size use the one-shot latency algorithm");
 ABSL_FLAG(int, progress, -1, "progress line on stderr: 1 on, 0 off, -1 when stderr is a terminal");
 
