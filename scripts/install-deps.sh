@@ -3,7 +3,7 @@
 # package is already present). Runs as root, or through sudo when available.
 set -euo pipefail
 PACKAGES=(build-essential cmake ninja-build libgtest-dev libgmock-dev
-  libucx-dev ucx-utils libopenmpi-dev openmpi-bin libabsl-dev nlohmann-json3-dev
+  libucx-dev ucx-utils libopenmpi-dev openmpi-bin libabsl-dev nlohmann-json3-dev libtorch-dev
   python3-torch python3-numpy python3-pytest)
 missing=()
 for p in "${PACKAGES[@]}"; do
