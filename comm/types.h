@@ -32,6 +32,13 @@ enum class ReduceOp : uint8_t {
 };
 inline constexpr int kNumReduceOps = 5;
 
+// Every type and every operator, for sweeps and tests.
+inline constexpr DataType kAllDataTypes[] = {
+    DataType::kFloat32, DataType::kFloat64, DataType::kFloat16, DataType::kBFloat16,
+    DataType::kInt32,   DataType::kInt64,   DataType::kUInt8};
+inline constexpr ReduceOp kAllReduceOps[] = {ReduceOp::kSum, ReduceOp::kAvg, ReduceOp::kMin,
+                                             ReduceOp::kMax, ReduceOp::kProd};
+
 // Size of one element in bytes.
 size_t DataTypeSize(DataType t);
 

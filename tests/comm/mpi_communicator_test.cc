@@ -37,11 +37,6 @@ using testing::CountMismatches;
 using testing::FillExpected;
 using testing::FillInput;
 
-constexpr DataType kAllTypes[] = {
-    DataType::kFloat32, DataType::kFloat64, DataType::kFloat16,
-    DataType::kBFloat16, DataType::kInt32, DataType::kInt64, DataType::kUInt8};
-constexpr ReduceOp kAllOps[] = {ReduceOp::kSum, ReduceOp::kAvg, ReduceOp::kMin,
-                                ReduceOp::kMax, ReduceOp::kProd};
 
 using Bytes = std::vector<unsigned char>;
 
@@ -118,8 +113,8 @@ TEST_F(MpiCommunicatorTest, ReportsRankSizeAndBackend) {
 TEST_F(MpiCommunicatorTest, AllReduceEveryTypeAndOp) {
   for (size_t count : {size_t{0}, size_t{1}, size_t{7}, size_t{1023}, size_t{4096}}) {
     std::vector<ReduceCase> cases;
-    for (DataType t : kAllTypes) {
-      for (ReduceOp op : kAllOps) {
+    for (DataType t : kAllDataTypes) {
+      for (ReduceOp op : kAllReduceOps) {
         for (bool in_place : {false, true}) {
           cases.push_back(ReduceCase{count, t, op, in_place, {}, {}, nullptr});
         }
@@ -199,7 +194,7 @@ TEST_F(MpiCommunicatorTest, AllReduceMultiReducesEveryTensor) {
 
 TEST_F(MpiCommunicatorTest, BroadcastFromEveryRoot) {
   for (int root = 0; root < size_; ++root) {
-    for (DataType t : kAllTypes) {
+    for (DataType t : kAllDataTypes) {
       for (size_t count : {size_t{0}, size_t{1}, size_t{7}, size_t{1023}}) {
         Bytes buf = MakeBytes(count, t);
         if (rank_ == root) {
@@ -234,7 +229,7 @@ TEST_F(MpiCommunicatorTest, BroadcastFromEveryRoot) {
 void CheckAllGather(Communicator& comm, bool in_place) {
   const int rank = comm.rank();
   const int size = comm.size();
-  for (DataType t : kAllTypes) {
+  for (DataType t : kAllDataTypes) {
     for (size_t count : {size_t{0}, size_t{1}, size_t{7}, size_t{1023}, size_t{4096}}) {
       const size_t bytes = count * DataTypeSize(t);
       Bytes send = MakeBytes(count, t);

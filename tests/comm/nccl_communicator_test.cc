@@ -21,11 +21,6 @@ using testing::CountMismatches;
 using testing::FillExpected;
 using testing::FillInput;
 
-constexpr DataType kAllTypes[] = {
-    DataType::kFloat32, DataType::kFloat64, DataType::kFloat16,
-    DataType::kBFloat16, DataType::kInt32, DataType::kInt64, DataType::kUInt8};
-constexpr ReduceOp kAllOps[] = {ReduceOp::kSum, ReduceOp::kAvg, ReduceOp::kMin,
-                                ReduceOp::kMax, ReduceOp::kProd};
 
 // Owns a device allocation.
 class DeviceBuffer {
@@ -108,8 +103,8 @@ TEST_F(NcclCommunicatorTest, ReportsRankSizeAndBackend) {
 TEST_F(NcclCommunicatorTest, AllReduceEveryTypeAndOp) {
   for (size_t count : {size_t{0}, size_t{1}, size_t{7}, size_t{1023}, size_t{4096},
                        (size_t{1} << 20) + 3}) {
-    for (DataType t : kAllTypes) {
-      for (ReduceOp op : kAllOps) {
+    for (DataType t : kAllDataTypes) {
+      for (ReduceOp op : kAllReduceOps) {
         for (bool in_place : {false, true}) {
           const size_t bytes = count * DataTypeSize(t);
           std::vector<unsigned char> in(bytes), want(bytes);
