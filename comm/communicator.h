@@ -2,10 +2,12 @@
 //
 // Note [Collective ordering]
 // Every rank must issue the same collectives in the same order (as with MPI
-// and NCCL). Each backend numbers collectives per communicator and checks that
-// the peers' descriptors (kind, count, type, op, root) agree; a disagreement
-// completes the Work with an error naming both sides, never a hang or silent
-// corruption. Collectives issued on one communicator complete in issue order.
+// and NCCL). The host backends (UCX, MPI) number collectives per communicator
+// and check that the peers' descriptors (kind, count, type, op, root) agree; a
+// disagreement completes the Work on every rank with an error naming both
+// sides, never a hang or silent corruption. (NCCL does not check: see
+// comm/nccl/communicator.h.) Collectives issued on one communicator complete
+// in issue order.
 #ifndef FUSEBOX_COMM_COMMUNICATOR_H_
 #define FUSEBOX_COMM_COMMUNICATOR_H_
 

@@ -1,5 +1,6 @@
 // MPI backend: host memory, OpenMPI non-blocking collectives
-// (MPI_Iallreduce, MPI_Ibcast, MPI_Iallgather, MPI_Ibarrier) on a duplicate
+// (MPI_Iallreduce, MPI_Ibcast, MPI_Iallgather; Barrier is the descriptor
+// check itself, an MPI_Iallreduce every rank must join) on a duplicate
 // of MPI_COMM_WORLD, issued and tested by one progress thread per
 // communicator. The baseline, and the usual way to run under mpirun.
 #ifndef FUSEBOX_COMM_MPI_COMMUNICATOR_H_

@@ -19,8 +19,12 @@ namespace fusebox::comm {
 // print SKIPPED.
 absl::Status CudaAvailable();
 
-// Rank 0 creates the ncclUniqueId and publishes it in `store` ("nccl/id");
-// every rank then calls ncclCommInitRank on options.device (or local_rank).
+// Rank 0 creates the ncclUniqueId and publishes it in `store` under
+// "nccl/id/<n>", n counting this process's NCCL communicators on the store
+// (so a second communicator never reads a stale id); every rank then calls
+// ncclCommInitRank on options.device (or local_rank). No per-call descriptor
+// check (it would cost a device round trip per call): NCCL itself hangs or
+// fails on mismatched calls.
 absl::StatusOr<std::unique_ptr<Communicator>> CreateNcclCommunicator(
     const NcclOptions& options, int rank, int size, int local_rank,
     Store& store);
