@@ -309,6 +309,23 @@ TEST(UcxCommunicatorTest, PeerThatLeavesFailsTheCollective) {
   });
 }
 
+TEST(UcxCommunicatorTest, PeerThatLeavesFailsTheCollectiveOnEveryRank) {
+  // Four ranks, rank 1 leaves: ranks that are not its ring neighbours must
+  // fail too (the failure spreads), not wait for their deadline.
+  UcxOptions options;
+  options.detect_peer_failure = true;
+  RunRanks(4, options, [&](int rank, Communicator& comm) {
+    if (rank == 1) return;
+    std::vector<float> x(1 << 20, 1.0f);
+    const absl::Time start = absl::Now();
+    auto w = comm.AllReduce(x.data(), x.data(), x.size(), DataType::kFloat32, ReduceOp::kSum);
+    ASSERT_TRUE(w.ok());
+    absl::Status s = (*w)->WaitFor(absl::Seconds(30));
+    EXPECT_EQ(s.code(), absl::StatusCode::kUnavailable) << "rank " << rank << ": " << s;
+    EXPECT_LT(absl::Now() - start, absl::Seconds(15)) << "rank " << rank;
+  });
+}
+
 TEST(UcxCommunicatorTest, OptionsThatDifferAcrossRanksAreAnErrorNamingBoth) {
   MemoryStore store;
   std::vector<absl::Status> results(2);
