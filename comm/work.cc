@@ -1,6 +1,7 @@
 #include "comm/work.h"
 
 #include <chrono>
+#include <functional>
 #include <thread>
 #include <utility>
 
@@ -11,9 +12,16 @@ namespace {
 // microseconds and a futex round trip would dominate its latency. The poll
 // yields the core on every turn, so the progress thread that is completing
 // the Work (often on the same core) is never starved by its waiter.
-bool PollUntilDone(const std::atomic<bool>& done) {
+// With a driver, each turn first tries to execute pending work on this
+// thread; a turn that did something restarts the count.
+bool PollUntilDone(const std::atomic<bool>& done,
+                   const std::function<bool()>* driver = nullptr) {
   for (int i = 0; i < 256; ++i) {
     if (done.load(std::memory_order_acquire)) return true;
+    if (driver != nullptr && (*driver)()) {
+      i = 0;
+      continue;
+    }
     std::this_thread::yield();
   }
   return done.load(std::memory_order_acquire);
@@ -22,7 +30,7 @@ bool PollUntilDone(const std::atomic<bool>& done) {
 }  // namespace
 
 absl::Status Work::Wait() {
-  if (!PollUntilDone(done_)) {
+  if (!PollUntilDone(done_, driver_ ? &driver_ : nullptr)) {
     std::unique_lock<std::mutex> lock(mu_);
     sleepers_.fetch_add(1, std::memory_order_relaxed);
     cv_.wait(lock, [&] { return done_.load(std::memory_order_acquire); });

@@ -50,6 +50,14 @@ class Work {
   // which `fn` must not block.
   void OnComplete(std::function<void(const absl::Status&)> fn);
 
+  // Backend side, before the Work is handed out: `driver` runs one step of
+  // the backend's pending work on the calling thread and returns true if it
+  // did something. Wait() (not WaitUntil, which must honour its deadline)
+  // calls it instead of idling, so a caller that blocks on a collective can
+  // execute it itself rather than wait for a hand-off from the backend's
+  // thread. The driver must be safe to call after the backend is gone.
+  void SetDriver(std::function<bool()> driver) { driver_ = std::move(driver); }
+
   // A Work that completes when all of `parts` have; its status is the first
   // error among them, or OK.
   static std::shared_ptr<Work> All(std::vector<std::shared_ptr<Work>> parts);
@@ -59,6 +67,7 @@ class Work {
 
  private:
   std::atomic<bool> done_{false};
+  std::function<bool()> driver_;  // set before sharing; immutable after
   std::atomic<int> sleepers_{0};  // threads blocked on cv_
   mutable std::mutex mu_;
   std::condition_variable cv_;

@@ -443,6 +443,10 @@ def main(argv=None):
         elif tag == "lat":
             argv = tools[k].prefix_fn(n) + common(lo, hi, json_path, args.latency_iters,
                                                   args.latency_warmup)
+            if k in ("ucx", "fbmpi"):
+                # Blocking, like MPI_Allreduce: each call is waited before the
+                # next is issued, so the latencies compare like with like.
+                argv += ["-z", "1"]
         else:
             argv = tools[k].prefix_fn(n) + common(lo, hi, json_path)
         commands_seen.setdefault((k, n, tag), argv)
@@ -568,8 +572,9 @@ def main(argv=None):
         lines.append(md_table(header, rows, ["r"] * len(header)))
         if lat_run:
             lines.append("")
-            lines.append("8 (lat): a dedicated 8 B run with -n %d -w %d (the latency target "
-                         "uses it)." % (args.latency_iters, args.latency_warmup))
+            lines.append("8 (lat): a dedicated 8 B run with -n %d -w %d, every call waited "
+                         "before the next (fusebox-perf -z 1; MPI_Allreduce blocks anyway); the "
+                         "latency target uses it." % (args.latency_iters, args.latency_warmup))
 
     # ------------------------------------------------------------------ targets
     def stat(k, n, b):

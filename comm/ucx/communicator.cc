@@ -38,6 +38,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <chrono>
 #include <deque>
 #include <functional>
 #include <mutex>
@@ -111,6 +112,12 @@ ucp_tag_t MakeTag(uint64_t seq, uint64_t step, uint64_t index) {
 
 std::string UcsError(ucs_status_t s) { return ucs_status_string(s); }
 
+int64_t SteadyNanos() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
 // One queued collective.
 struct Request {
   Header header{};
@@ -167,6 +174,9 @@ class UcxCommunicator final : public Communicator {
                                 size_t count, DataType type, ReduceOp op,
                                 int root);
   void ProgressLoop();
+  // Runs the oldest queued collective on the calling thread; false if the
+  // queue is empty. Caller holds exec_->mu.
+  bool ExecuteNext();
   absl::Status Run(const Request& req);
 
   // --- UCP helpers (progress thread only) ---
@@ -224,6 +234,25 @@ class UcxCommunicator final : public Communicator {
   ucx::ShmGroup shm_group_;                   // every rank's segment, mapped here
   std::vector<ucp_rkey_h> shm_rkeys_;
   uint64_t shm_round_ = 0;                    // rounds completed (all ranks agree)
+
+  // Note [Who executes a collective]
+  // Collectives run one at a time, in issue order, on whichever thread holds
+  // exec_->mu: the progress thread, or a caller blocked in Work::Wait() (the
+  // Work's driver), which then runs the queue head itself instead of waiting
+  // for a hand-off: the progress thread sleeps when idle, so a caller that
+  // issues and waits usually executes its own collective at once, while a
+  // caller that does not wait has it run by the progress thread. Everything
+  // that touches the UCP worker or algorithm state happens under exec_->mu.
+  // The state is shared with the drivers so that a driver outliving the
+  // communicator finds `self` null instead of a dangling pointer.
+  struct ExecState {
+    std::mutex mu;
+    UcxCommunicator* self = nullptr;  // null once the communicator is gone
+    // When a waiting caller last offered to drive (steady clock, ns): the
+    // progress thread stays out of its way meanwhile.
+    std::atomic<int64_t> last_drive_ns{0};
+  };
+  std::shared_ptr<ExecState> exec_ = std::make_shared<ExecState>();
 
   std::mutex mu_;
   std::condition_variable cv_;
@@ -364,6 +393,7 @@ absl::Status UcxCommunicator::Init(Store& store) {
   header_recvs_.resize(size_);
   header_sends_.resize(size_);
   ring_slots_.resize(options_.chunk_bytes * kRingSlots);
+  exec_->self = this;
   thread_ = std::thread([this] { ProgressLoop(); });
   return absl::OkStatus();
 }
@@ -383,6 +413,14 @@ UcxCommunicator::~UcxCommunicator() {
       std::abort();
     }
     thread_.join();
+  }
+  {
+    // Drivers from here on find no communicator; collectives still queued
+    // (issued concurrently with destruction) are cancelled.
+    std::lock_guard<std::mutex> exec(exec_->mu);
+    exec_->self = nullptr;
+    while (ExecuteNext()) {
+    }
   }
   // Remote keys go before the endpoints they were unpacked on (ucp.h).
   for (ucp_rkey_h& k : shm_rkeys_) {
@@ -460,6 +498,11 @@ std::shared_ptr<Work> UcxCommunicator::Enqueue(Kind kind, const void* send,
   r.send = send;
   r.recv = recv;
   r.work = std::make_shared<Work>();
+  r.work->SetDriver([exec = exec_] {
+    exec->last_drive_ns.store(SteadyNanos(), std::memory_order_relaxed);
+    std::unique_lock<std::mutex> lock(exec->mu, std::try_to_lock);
+    return lock.owns_lock() && exec->self != nullptr && exec->self->ExecuteNext();
+  });
   std::shared_ptr<Work> w = r.work;
   bool wake = false;
   {
@@ -476,42 +519,68 @@ std::shared_ptr<Work> UcxCommunicator::Enqueue(Kind kind, const void* send,
 // Progress thread.
 
 void UcxCommunicator::ProgressLoop() {
-  int idle_spins = 0;
+  // Note [Who executes a collective]: while recently busy this thread naps in
+  // short timed waits that no Enqueue pays to interrupt, so a caller that
+  // issues and then waits runs its collective itself with no hand-off; work
+  // that nobody waits for starts within one nap. After a longer idle spell it
+  // sleeps until an Enqueue wakes it (an idle communicator costs nothing).
+  constexpr auto kNap = std::chrono::microseconds(100);
+  constexpr auto kDeepAfter = std::chrono::milliseconds(20);
+  auto idle_since = std::chrono::steady_clock::now();
   for (;;) {
-    Request req;
     {
       std::unique_lock<std::mutex> lock(mu_);
       if (queue_.empty() && !stopping_) {
-        // Stay hot for a short while (back-to-back small collectives), then
-        // sleep: an idle communicator costs no CPU.
-        if (idle_spins < 2000) {
-          lock.unlock();
-          ++idle_spins;
-          ucp_worker_progress(worker_);
-          sched_yield();  // idle: any waiter or peer may have the core
-          continue;
+        if (std::chrono::steady_clock::now() - idle_since < kDeepAfter) {
+          cv_.wait_for(lock, kNap);
+        } else {
+          thread_sleeping_ = true;
+          cv_.wait(lock, [&] { return !queue_.empty() || stopping_; });
+          thread_sleeping_ = false;
+          if (!stopping_) {
+            // Woken by an Enqueue: let a caller about to Wait() go first.
+            lock.unlock();
+            std::this_thread::sleep_for(std::chrono::microseconds(50));
+            lock.lock();
+          }
         }
-        thread_sleeping_ = true;
-        cv_.wait(lock, [&] { return !queue_.empty() || stopping_; });
-        thread_sleeping_ = false;
       }
-      if (queue_.empty()) return;  // stopping_ and drained
-      req = std::move(queue_.front());
-      queue_.pop_front();
+      if (queue_.empty()) {
+        if (stopping_) return;  // drained
+        continue;               // nothing yet, or a waiting caller ran it
+      }
+      if (!stopping_ &&
+          SteadyNanos() - exec_->last_drive_ns.load(std::memory_order_relaxed) < 200000) {
+        cv_.wait_for(lock, kNap);  // a caller is driving: stay out of its way
+        continue;
+      }
     }
-    idle_spins = 0;
-    absl::Status s;
-    if (abort_.load(std::memory_order_relaxed)) {
-      s = absl::CancelledError("communicator destroyed before the collective ran");
-    } else if (!broken_.ok()) {
-      s = absl::FailedPreconditionError(absl::StrCat(
-          "communicator is unusable after an earlier error: ", broken_.message()));
-    } else {
-      s = Run(req);
-    }
-    if (!s.ok() && broken_.ok()) broken_ = s;
-    req.work->Complete(std::move(s));
+    std::lock_guard<std::mutex> exec(exec_->mu);
+    ExecuteNext();
+    idle_since = std::chrono::steady_clock::now();
   }
+}
+
+bool UcxCommunicator::ExecuteNext() {
+  Request req;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (queue_.empty()) return false;
+    req = std::move(queue_.front());
+    queue_.pop_front();
+  }
+  absl::Status s;
+  if (abort_.load(std::memory_order_relaxed)) {
+    s = absl::CancelledError("communicator destroyed before the collective ran");
+  } else if (!broken_.ok()) {
+    s = absl::FailedPreconditionError(absl::StrCat(
+        "communicator is unusable after an earlier error: ", broken_.message()));
+  } else {
+    s = Run(req);
+  }
+  if (!s.ok() && broken_.ok()) broken_ = s;
+  req.work->Complete(std::move(s));
+  return true;
 }
 
 absl::Status UcxCommunicator::Run(const Request& req) {
