@@ -47,7 +47,7 @@ class Work {
 
   // Runs `fn(status)` once the Work is complete: immediately on the calling
   // thread if it already is, otherwise on the completing (backend) thread,
-  // which `fn` must not block.
+  // which `fn` must not block: in particular it must not Wait() on a Work.
   void OnComplete(std::function<void(const absl::Status&)> fn);
 
   // Backend side, before the Work is handed out: `driver` runs one step of
