@@ -1,8 +1,10 @@
 // UCX backend. See communicator.h for the contract.
 //
 // Note [UCX collective protocol]
-// Collectives run one at a time, in issue order, on the communicator's
-// progress thread, which alone touches the UCP worker (UCS_THREAD_MODE_SINGLE).
+// Collectives run one at a time, in issue order, on whichever thread holds the
+// executor lock (Note [Who executes a collective]): the communicator's
+// progress thread or a caller blocked in Wait(). Only that thread touches the
+// UCP worker (UCS_THREAD_MODE_SINGLE, serialised by the lock).
 // Every collective opens with a header round: each rank sends every peer a
 // Header (kind, count, type, op, root, sequence number). All ranks therefore
 // see all descriptors and reach the same verdict on a mismatch: the Work fails
