@@ -22,6 +22,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
+#include <sched.h>
 #include <signal.h>
 #include <string.h>
 #include <sys/prctl.h>
@@ -174,6 +175,7 @@ class Launcher {
   std::string RunningRanks() const;
 
   const LaunchOptions options_;
+  std::vector<int> rank_cpus_;  // CPU per rank; empty: ranks are not bound
   std::vector<Rank> ranks_;
   std::vector<Stream> streams_;
 
@@ -209,6 +211,16 @@ std::string Launcher::RunningRanks() const {
 
 absl::Status Launcher::SetUp() {
   EnsureStdFdsOpen();
+
+  cpu_set_t allowed;
+  CPU_ZERO(&allowed);
+  if (sched_getaffinity(0, sizeof(allowed), &allowed) == 0) {
+    std::vector<int> cpus;
+    for (int c = 0; c < CPU_SETSIZE; ++c) {
+      if (CPU_ISSET(c, &allowed)) cpus.push_back(c);
+    }
+    rank_cpus_ = RankCpus(cpus, options_.nproc, options_.bind);
+  }
 
   // Before the store starts its thread: see Note [fusebox-run process model].
   // A signal ignored on entry (nohup, a shell's background job) stays
@@ -313,6 +325,12 @@ absl::Status Launcher::StartRank(int rank) {
   UniqueFd exec_read, exec_write;
   if (auto s = MakePipe(exec_read, exec_write); !s.ok()) return s;
 
+  // Prepared before fork: the child may only make async-signal-safe calls.
+  cpu_set_t cpus;
+  CPU_ZERO(&cpus);
+  const bool bind = static_cast<size_t>(rank) < rank_cpus_.size();
+  if (bind) CPU_SET(rank_cpus_[rank], &cpus);
+
   const pid_t parent = getpid();
   const pid_t pid = fork();
   if (pid < 0) return absl::InternalError(ErrnoText("fork", errno));
@@ -321,6 +339,7 @@ absl::Status Launcher::StartRank(int rank) {
     setpgid(0, 0);
     prctl(PR_SET_PDEATHSIG, SIGKILL);
     if (getppid() != parent) _exit(127);  // the launcher is already gone
+    if (bind) sched_setaffinity(0, sizeof(cpus), &cpus);
     dup2(dev_null_.get(), STDIN_FILENO);
     if (out_write.valid()) dup2(out_write.get(), STDOUT_FILENO);
     if (err_write.valid()) dup2(err_write.get(), STDERR_FILENO);

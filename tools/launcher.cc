@@ -126,6 +126,7 @@ absl::StatusOr<LaunchOptions> ParseLaunchArgs(
         "--output-dir",
         "--timeout",
         "--grace",
+        "--bind",
         "--env"};
     if (!kWithValue.contains(name)) {
       return UsageError(absl::StrCat("unknown option '", name, "'"));
@@ -171,6 +172,16 @@ absl::StatusOr<LaunchOptions> ParseLaunchArgs(
       if (!d.ok()) return d.status();
       options.timeout =
           *d == absl::ZeroDuration() ? absl::InfiniteDuration() : *d;
+    } else if (name == "--bind") {
+      if (value == "auto") {
+        options.bind = Binding::kAuto;
+      } else if (value == "core") {
+        options.bind = Binding::kCore;
+      } else if (value == "none") {
+        options.bind = Binding::kNone;
+      } else {
+        return UsageError(absl::StrCat("--bind takes auto, core or none, not '", value, "'"));
+      }
     } else if (name == "--grace") {
       auto d = ParseSeconds(name, value);
       if (!d.ok()) return d.status();
@@ -242,6 +253,10 @@ Options:
                           finished in time; 0 = no limit (default)
       --grace SECONDS     time between SIGTERM and SIGKILL when stopping
                           ranks (default 5)
+      --bind auto|core|none
+                          auto (default): bind rank r to the r-th usable CPU
+                          when there are at least as many CPUs as ranks;
+                          core: always, round-robin; none: never
       --env NAME=VALUE    set a variable for every rank (repeatable)
   -h, --help              show this help
 
@@ -398,6 +413,15 @@ int ExitCodeForWaitStatus(int wait_status) {
   if (WIFEXITED(wait_status)) return WEXITSTATUS(wait_status);
   if (WIFSIGNALED(wait_status)) return 128 + WTERMSIG(wait_status);
   return 1;
+}
+
+std::vector<int> RankCpus(const std::vector<int>& allowed_cpus, int nproc,
+                          Binding bind) {
+  if (bind == Binding::kNone || allowed_cpus.empty() || nproc <= 0) return {};
+  if (bind == Binding::kAuto && static_cast<size_t>(nproc) > allowed_cpus.size()) return {};
+  std::vector<int> out(nproc);
+  for (int r = 0; r < nproc; ++r) out[r] = allowed_cpus[r % allowed_cpus.size()];
+  return out;
 }
 
 }  // namespace fusebox::tools

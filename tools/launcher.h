@@ -26,6 +26,11 @@ enum class OutputMode {
   kPlain,     // inherited from the launcher, unprefixed
 };
 
+// Where ranks run. kAuto binds rank r to the r-th CPU the launcher may use
+// when there are at least as many CPUs as ranks (as mpirun does for small
+// jobs), and does not bind otherwise.
+enum class Binding { kAuto, kCore, kNone };
+
 struct LaunchOptions {
   int nproc = 0;  // required, 1..kMaxLocalRanks
   std::string master_addr = "127.0.0.1";
@@ -42,7 +47,14 @@ struct LaunchOptions {
   // unless `help` is set.
   std::vector<std::string> command;
   bool help = false;  // -h / --help: print LaunchUsage() and exit 0
+  Binding bind = Binding::kAuto;  // --bind auto|core|none
 };
+
+// The CPU each of `nproc` ranks is bound to, given the CPUs the launcher may
+// use; empty when ranks are not bound. kCore binds round-robin even when
+// ranks outnumber CPUs.
+std::vector<int> RankCpus(const std::vector<int>& allowed_cpus, int nproc,
+                          Binding bind);
 
 // Parses the arguments after argv[0]. Options come first; the first argument
 // that is not an option (or everything after "--") is the command, so the

@@ -224,10 +224,9 @@ class UcxCommunicator final : public Communicator {
   absl::Status InitSharedMemory(Store& store);
   absl::Status ShmAllReduce(const Request& req);
   // Polls without progress between sched_yield calls: very often when ranks
-  // outnumber cores (a descheduled peer must get to run); often enough
-  // otherwise that this process's own caller, sharing the core, still gets to
-  // issue the collective the peer is waiting for (measured: rarer yields made
-  // small collectives bimodal, ~0.6 us or ~45 us per call).
+  // outnumber cores (a descheduled peer must get to run), rarely otherwise.
+  // (Unbound ranks can still share a core by the scheduler's choice, which
+  // makes small collectives bimodal; fusebox-run binds ranks when they fit.)
   unsigned yield_mask_ = 63;
   unsigned idle_polls_ = 0;  // progress thread only
   bool shm_enabled_ = false;
@@ -389,7 +388,7 @@ absl::Status UcxCommunicator::Init(Store& store) {
     if (absl::Status s = InitSharedMemory(store); !s.ok()) return s;
   }
   const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
-  yield_mask_ = static_cast<unsigned>(size_) > cores ? 15 : 63;
+  yield_mask_ = static_cast<unsigned>(size_) > cores ? 15 : 1023;
   slot_bytes_ = sizeof(Header) + options_.small_message_bytes;
   header_slots_.resize(slot_bytes_ * size_);
   header_recvs_.resize(size_);

@@ -343,3 +343,26 @@ TEST(LinePrefixerTest, SplitsOverlongLinesToBoundMemory) {
 
 }  // namespace
 }  // namespace fusebox::tools
+
+namespace fusebox::tools {
+namespace {
+
+TEST(LauncherTest, BindsOneRankPerCpuOnlyWhenTheyFit) {
+  EXPECT_EQ(RankCpus({0, 1}, 2, Binding::kAuto), (std::vector<int>{0, 1}));
+  EXPECT_EQ(RankCpus({2, 5, 7}, 2, Binding::kAuto), (std::vector<int>{2, 5}));
+  EXPECT_TRUE(RankCpus({0, 1}, 4, Binding::kAuto).empty());  // oversubscribed
+  EXPECT_EQ(RankCpus({0, 1}, 3, Binding::kCore), (std::vector<int>{0, 1, 0}));
+  EXPECT_TRUE(RankCpus({0, 1}, 2, Binding::kNone).empty());
+}
+
+TEST(LauncherTest, ParsesBind) {
+  auto o = ParseLaunchArgs(std::vector<std::string>{"-n", "2", "--bind", "none", "true"});
+  ASSERT_TRUE(o.ok()) << o.status();
+  EXPECT_EQ(o->bind, Binding::kNone);
+  auto bad = ParseLaunchArgs(std::vector<std::string>{"-n", "2", "--bind", "socket", "true"});
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("socket"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace fusebox::tools
