@@ -1,6 +1,8 @@
 #include "perf/sizes.h"
 
+#include <cerrno>
 #include <cstdint>
+#include <cstdlib>
 #include <string>
 
 #include "absl/strings/ascii.h"
@@ -31,6 +33,22 @@ absl::StatusOr<size_t> ParseBytes(absl::string_view text) {
     return absl::InvalidArgumentError(absl::StrCat("size '", text, "' is larger than 1 TiB"));
   }
   return static_cast<size_t>(v * mult);
+}
+
+bool ParseBytesArg(const char* text, size_t* out) {
+  auto v = ParseBytes(text);
+  if (!v.ok()) return false;
+  *out = *v;
+  return true;
+}
+
+bool ParseIntArg(const char* text, int max, int* out) {
+  errno = 0;
+  char* end = nullptr;
+  const long v = std::strtol(text, &end, 10);
+  if (end == text || *end != '\0' || errno != 0 || v < 0 || v > max) return false;
+  *out = static_cast<int>(v);
+  return true;
 }
 
 }  // namespace fusebox::perf

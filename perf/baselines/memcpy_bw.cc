@@ -21,23 +21,6 @@
 
 namespace {
 
-// Same syntax as fusebox-perf (perf/sizes.h).
-bool ParseSize(const char* s, size_t* out) {
-  auto v = fusebox::perf::ParseBytes(s);
-  if (!v.ok()) return false;
-  *out = *v;
-  return true;
-}
-
-bool ParseInt(const char* s, int* out) {
-  errno = 0;
-  char* end = nullptr;
-  long v = std::strtol(s, &end, 10);
-  if (end == s || *end != '\0' || errno != 0 || v < 0 || v > 1000000) return false;
-  *out = static_cast<int>(v);
-  return true;
-}
-
 void Usage(FILE* f) {
   std::fprintf(f,
                "usage: fusebox-memcpy-bw [options]\n"
@@ -78,11 +61,11 @@ int main(int argc, char** argv) {
     }
     bool ok = true;
     if (a == "-s" || a == "--size") {
-      ok = ParseSize(v.c_str(), &size) && size > 0;
+      ok = fusebox::perf::ParseBytesArg(v.c_str(), &size) && size > 0;
     } else if (a == "-r" || a == "--repeats") {
-      ok = ParseInt(v.c_str(), &repeats) && repeats > 0;
+      ok = fusebox::perf::ParseIntArg(v.c_str(), 1000000, &repeats) && repeats > 0;
     } else if (a == "-w" || a == "--warmup") {
-      ok = ParseInt(v.c_str(), &warmup);
+      ok = fusebox::perf::ParseIntArg(v.c_str(), 1000000, &warmup);
     } else if (a == "-J" || a == "--json") {
       json_path = v;
     } else {

@@ -57,26 +57,6 @@ void Usage(FILE* f) {
       "  -h, --help\n");
 }
 
-// "64M" -> 67108864. K/M/G are powers of 1024, as in nccl-tests.
-// Same syntax as fusebox-perf (perf/sizes.h).
-bool ParseSize(const char* s, size_t* out) {
-  auto v = fusebox::perf::ParseBytes(s);
-  if (!v.ok()) return false;
-  *out = *v;
-  return true;
-}
-
-bool ParseInt(const char* s, int* out) {
-  errno = 0;
-  char* end = nullptr;
-  long v = std::strtol(s, &end, 10);
-  if (end == s || *end != '\0' || errno != 0 || v < 0 || v > 1000000000) {
-    return false;
-  }
-  *out = static_cast<int>(v);
-  return true;
-}
-
 // Returns 0 on success, 1 on --help, 2 on a usage error (message in *err).
 int ParseArgs(int argc, char** argv, Options* o, std::string* err) {
   for (int i = 1; i < argc; ++i) {
@@ -104,9 +84,9 @@ int ParseArgs(int argc, char** argv, Options* o, std::string* err) {
       return 2;
     }
     if (a == "-b" || a == "--minbytes") {
-      if (!ParseSize(v.c_str(), &o->min_bytes)) { *err = "bad size: " + v; return 2; }
+      if (!fusebox::perf::ParseBytesArg(v.c_str(), &o->min_bytes)) { *err = "bad size: " + v; return 2; }
     } else if (a == "-e" || a == "--maxbytes") {
-      if (!ParseSize(v.c_str(), &o->max_bytes)) { *err = "bad size: " + v; return 2; }
+      if (!fusebox::perf::ParseBytesArg(v.c_str(), &o->max_bytes)) { *err = "bad size: " + v; return 2; }
     } else if (a == "-f" || a == "--stepfactor") {
       char* end = nullptr;
       o->factor = std::strtod(v.c_str(), &end);
@@ -115,12 +95,12 @@ int ParseArgs(int argc, char** argv, Options* o, std::string* err) {
         return 2;
       }
     } else if (a == "-n" || a == "--iters") {
-      if (!ParseInt(v.c_str(), &o->iters) || o->iters < 1) { *err = "bad -n: " + v; return 2; }
+      if (!fusebox::perf::ParseIntArg(v.c_str(), 1000000000, &o->iters) || o->iters < 1) { *err = "bad -n: " + v; return 2; }
     } else if (a == "-w" || a == "--warmup_iters") {
-      if (!ParseInt(v.c_str(), &o->warmup)) { *err = "bad -w: " + v; return 2; }
+      if (!fusebox::perf::ParseIntArg(v.c_str(), 1000000000, &o->warmup)) { *err = "bad -w: " + v; return 2; }
     } else if (a == "-c" || a == "--check") {
       int c = 0;
-      if (!ParseInt(v.c_str(), &c)) { *err = "bad -c: " + v; return 2; }
+      if (!fusebox::perf::ParseIntArg(v.c_str(), 1000000000, &c)) { *err = "bad -c: " + v; return 2; }
       o->check = c != 0;
     } else if (a == "-d" || a == "--datatype") {
       if (v != "float") { *err = "only -d float is supported, got " + v; return 2; }

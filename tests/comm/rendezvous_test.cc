@@ -16,6 +16,7 @@
 #include "absl/time/clock.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/comm/free_port.h"
 
 namespace fusebox::comm {
 namespace {
@@ -31,17 +32,7 @@ std::function<const char*(const char*)> GetEnvOf(const Env& vars) {
   };
 }
 
-int FreePort() {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  EXPECT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
-  socklen_t len = sizeof(addr);
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-  ::close(fd);
-  return ntohs(addr.sin_port);
-}
+using testing_util::FreePort;
 
 TEST(RendezvousEnvTest, ParsesEveryVariable) {
   const Env env = {{"RANK", "3"},

@@ -19,6 +19,7 @@
 #include "comm/store.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/comm/free_port.h"
 
 namespace fusebox::comm {
 namespace {
@@ -27,18 +28,7 @@ using ::testing::HasSubstr;
 
 absl::Time In(absl::Duration d) { return absl::Now() + d; }
 
-// A loopback port that was free a moment ago.
-int FreePort() {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  EXPECT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
-  socklen_t len = sizeof(addr);
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-  ::close(fd);
-  return ntohs(addr.sin_port);
-}
+using testing_util::FreePort;
 
 // --- An independent encoder for the wire protocol. ---
 std::string U32(uint32_t v) {
