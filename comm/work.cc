@@ -97,6 +97,19 @@ std::shared_ptr<Work> Work::All(std::vector<std::shared_ptr<Work>> parts) {
     out->Complete(absl::OkStatus());
     return out;
   }
+  // Waiting on the whole drives its parts, as waiting on each part would.
+  std::vector<std::function<bool()>> drivers;
+  for (const auto& p : parts) {
+    if (p->driver_) drivers.push_back(p->driver_);
+  }
+  if (!drivers.empty()) {
+    out->SetDriver([drivers = std::move(drivers)] {
+      for (const auto& d : drivers) {
+        if (d()) return true;
+      }
+      return false;
+    });
+  }
   auto joint = std::make_shared<Joint>();
   joint->remaining = parts.size();
   for (const auto& p : parts) {

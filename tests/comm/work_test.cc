@@ -41,3 +41,32 @@ TEST(WorkTest, AllCompletesAfterEveryPartWithFirstError) {
 
 }  // namespace
 }  // namespace fusebox::comm
+
+namespace fusebox::comm {
+namespace {
+
+TEST(WorkTest, WaitingOnAllDrivesTheParts) {
+  // Each part completes only when its driver runs: waiting on the combined
+  // Work must call the parts' drivers (nothing else would complete them).
+  auto a = std::make_shared<Work>(), b = std::make_shared<Work>();
+  int driven = 0;
+  a->SetDriver([&] {
+    if (a->Test()) return false;
+    ++driven;
+    a->Complete(absl::OkStatus());
+    return true;
+  });
+  b->SetDriver([&] {
+    if (b->Test()) return false;
+    ++driven;
+    b->Complete(absl::OkStatus());
+    return true;
+  });
+  auto all = Work::All({a, b});
+  EXPECT_TRUE(all->WaitFor(absl::Milliseconds(1)).code() == absl::StatusCode::kDeadlineExceeded);
+  EXPECT_TRUE(all->Wait().ok());
+  EXPECT_EQ(driven, 2);
+}
+
+}  // namespace
+}  // namespace fusebox::comm
