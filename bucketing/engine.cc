@@ -1,0 +1,496 @@
+#include "bucketing/engine.h"
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "comm/types.h"
+
+namespace fusebox::bucketing {
+
+namespace {
+
+constexpr size_t kBufferAlignment = 64;
+
+// Gives back one wait slice to check for shutdown while waiting on a Work.
+constexpr absl::Duration kWaitSlice = absl::Milliseconds(20);
+
+template <typename T>
+void ScaleTyped(T* dst, const T* src, int64_t n, T divisor) {
+  for (int64_t i = 0; i < n; ++i) dst[i] = src[i] / divisor;
+}
+
+}  // namespace
+
+void ScaleCopy(void* dst, const void* src, int64_t count, comm::DataType type, int divisor) {
+  switch (type) {
+    case comm::DataType::kFloat32:
+      ScaleTyped(static_cast<float*>(dst), static_cast<const float*>(src), count,
+                 static_cast<float>(divisor));
+      return;
+    case comm::DataType::kFloat64:
+      ScaleTyped(static_cast<double*>(dst), static_cast<const double*>(src), count,
+                 static_cast<double>(divisor));
+      return;
+    case comm::DataType::kFloat16: {
+      auto* d = static_cast<uint16_t*>(dst);
+      auto* s = static_cast<const uint16_t*>(src);
+      const float div = static_cast<float>(divisor);
+      for (int64_t i = 0; i < count; ++i) d[i] = comm::FloatToHalf(comm::HalfToFloat(s[i]) / div);
+      return;
+    }
+    case comm::DataType::kBFloat16: {
+      auto* d = static_cast<uint16_t*>(dst);
+      auto* s = static_cast<const uint16_t*>(src);
+      const float div = static_cast<float>(divisor);
+      for (int64_t i = 0; i < count; ++i) {
+        d[i] = comm::FloatToBFloat16(comm::BFloat16ToFloat(s[i]) / div);
+      }
+      return;
+    }
+    default:
+      // Layouts admit floating types only (GradientLayout::Create).
+      std::abort();
+  }
+}
+
+// Fusion buffers. Shared with the completion callbacks of in-flight
+// collectives so that memory a backend may still write to outlives the
+// engine if a collective never completes before it is destroyed.
+struct Engine::Buffers {
+  std::vector<char*> data;  // per bucket; nullptr for empty buckets
+  ~Buffers() {
+    for (char* p : data) std::free(p);
+  }
+};
+
+Engine::Engine(comm::Communicator& comm, GradientLayout layout, EngineOptions options)
+    : comm_(comm),
+      layout_(std::move(layout)),
+      options_(std::move(options)),
+      epoch_(std::chrono::steady_clock::now()) {
+  if (options_.record_timeline) {
+    timeline_ = std::make_unique<Timeline>(options_.max_timeline_events);
+  }
+}
+
+absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(comm::Communicator& comm,
+                                                       GradientLayout layout, Plan plan,
+                                                       EngineOptions options) {
+  if (options.max_in_flight < 1) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "engine: max_in_flight is %d, it must be at least 1", options.max_in_flight));
+  }
+  if (options.timeout <= absl::ZeroDuration()) {
+    return absl::InvalidArgumentError("engine: timeout must be positive");
+  }
+  for (const TensorSpec& t : layout.tensors()) {
+    if (t.memory != comm::MemoryKind::kHost) {
+      return absl::UnimplementedError(absl::StrFormat(
+          "engine: tensor \"%s\" is in device memory; this engine handles host gradients only",
+          t.name));
+    }
+  }
+  if (comm.memory() != comm::MemoryKind::kHost) {
+    return absl::UnimplementedError(absl::StrFormat(
+        "engine: the %s communicator works on device memory; this engine handles host "
+        "gradients only",
+        comm.backend()));
+  }
+  std::unique_ptr<Engine> engine(new Engine(comm, std::move(layout), std::move(options)));
+  if (absl::Status s = engine->Install(std::move(plan)); !s.ok()) return s;
+  if (absl::Status s = engine->VerifyAcrossRanks(); !s.ok()) return s;
+  engine->worker_ = std::thread([e = engine.get()] { e->WorkerLoop(); });
+  return engine;
+}
+
+Engine::~Engine() {
+  {
+    std::unique_lock<std::mutex> lock(mu_);
+    if (failed_.ok()) {
+      cv_.wait_for(lock, absl::ToChronoNanoseconds(options_.timeout),
+                   [&] { return in_flight_ == 0; });
+    }
+    stopping_ = true;
+  }
+  cv_.notify_all();
+  if (worker_.joinable()) worker_.join();
+}
+
+double Engine::NowUs() const {
+  return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - epoch_)
+      .count();
+}
+
+absl::Status Engine::Install(Plan plan) {
+  if (absl::Status s = ValidatePlan(layout_, plan); !s.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("engine: plan \"", plan.name, "\" does not fit the layout: ", s.message()));
+  }
+  const int nb = static_cast<int>(plan.buckets.size());
+  auto buffers = std::make_shared<Buffers>();
+  buffers->data.assign(nb, nullptr);
+  std::vector<std::vector<Placement>> placements(layout_.size());
+  std::vector<int> slices_per_bucket(nb, 0);
+  for (int b = 0; b < nb; ++b) {
+    const Bucket& bucket = plan.buckets[b];
+    const int64_t bytes = bucket.count() * static_cast<int64_t>(comm::DataTypeSize(bucket.dtype));
+    if (bytes > 0) {
+      const size_t rounded = (static_cast<size_t>(bytes) + kBufferAlignment - 1) /
+                             kBufferAlignment * kBufferAlignment;
+      buffers->data[b] = static_cast<char*>(std::aligned_alloc(kBufferAlignment, rounded));
+      if (buffers->data[b] == nullptr) {
+        return absl::ResourceExhaustedError(
+            absl::StrFormat("engine: cannot allocate %d bytes for bucket %d", bytes, b));
+      }
+    }
+    int64_t offset = 0;
+    for (const Slice& s : bucket.slices) {
+      placements[s.tensor].push_back(Placement{b, offset, s.offset, s.count});
+      offset += s.count;
+    }
+    slices_per_bucket[b] = static_cast<int>(bucket.slices.size());
+  }
+  std::vector<void*> storage(layout_.size(), nullptr);
+  for (int id = 0; id < layout_.size(); ++id) {
+    const auto& p = placements[id];
+    if (layout_.tensor(id).numel > 0 && p.size() == 1) {
+      storage[id] = buffers->data[p[0].bucket] +
+                    p[0].buffer_offset * comm::DataTypeSize(layout_.tensor(id).dtype);
+    }
+  }
+  plan_hash_ = PlanHash(plan);
+  plan_ = std::move(plan);
+  placements_ = std::move(placements);
+  slices_per_bucket_ = std::move(slices_per_bucket);
+  buffers_ = std::move(buffers);
+  storage_ = std::move(storage);
+  marked_.assign(layout_.size(), 0);
+  grads_.assign(layout_.size(), nullptr);
+  pending_slices_.assign(nb, 0);
+  state_.assign(nb, BucketState::kFilling);
+  launch_us_.assign(nb, 0);
+  ResetIterationLocked();
+  return absl::OkStatus();
+}
+
+absl::Status Engine::VerifyAcrossRanks() {
+  if (!options_.verify_across_ranks || comm_.size() == 1) return absl::OkStatus();
+  const int n = comm_.size();
+  int64_t mine[2] = {static_cast<int64_t>(layout_.Hash()), static_cast<int64_t>(plan_hash_)};
+  std::vector<int64_t> all(2 * static_cast<size_t>(n), 0);
+  auto work = comm_.AllGather(mine, all.data(), 2, comm::DataType::kInt64);
+  if (!work.ok()) return work.status();
+  if (absl::Status s = (*work)->WaitFor(options_.timeout); !s.ok()) {
+    return absl::Status(s.code(), absl::StrCat("engine: checking layout and plan agreement "
+                                               "across ranks: ",
+                                               s.message()));
+  }
+  std::vector<std::string> differ;
+  for (int r = 1; r < n; ++r) {
+    if (all[2 * r] != all[0] || all[2 * r + 1] != all[1]) {
+      differ.push_back(absl::StrFormat("rank %d has layout %016x plan %016x", r,
+                                       static_cast<uint64_t>(all[2 * r]),
+                                       static_cast<uint64_t>(all[2 * r + 1])));
+    }
+  }
+  if (differ.empty()) return absl::OkStatus();
+  return absl::FailedPreconditionError(absl::StrFormat(
+      "engine (rank %d): ranks disagree on the gradient layout or plan: rank 0 has layout %016x "
+      "plan %016x; %s",
+      comm_.rank(), static_cast<uint64_t>(all[0]), static_cast<uint64_t>(all[1]),
+      absl::StrJoin(differ, "; ")));
+}
+
+void* Engine::TensorStorage(int id) const {
+  if (id < 0 || id >= layout_.size()) return nullptr;
+  return storage_[id];
+}
+
+void Engine::ResetIterationLocked() {
+  std::fill(marked_.begin(), marked_.end(), 0);
+  std::fill(grads_.begin(), grads_.end(), nullptr);
+  std::copy(slices_per_bucket_.begin(), slices_per_bucket_.end(), pending_slices_.begin());
+  std::fill(state_.begin(), state_.end(), BucketState::kFilling);
+  marked_count_ = 0;
+  next_launch_ = 0;
+  done_count_ = 0;
+  started_ = false;
+  current_ = IterationStats{};
+  current_.iteration = iteration_;
+  current_.buckets = static_cast<int>(plan_.buckets.size());
+}
+
+void Engine::StartIteration() {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!started_) {
+    started_ = true;
+    current_.start_us = NowUs();
+  }
+}
+
+void Engine::FailLocked(absl::Status status) {
+  if (failed_.ok()) {
+    failed_ = absl::Status(status.code(), absl::StrFormat("fusebox engine (rank %d, iteration "
+                                                          "%d): %s",
+                                                          comm_.rank(), iteration_,
+                                                          status.message()));
+  }
+  cv_.notify_all();
+}
+
+absl::Status Engine::MarkReady(int id, void* grad, int64_t numel) {
+  if (id < 0 || id >= layout_.size()) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "MarkReady: tensor id %d is not in the layout (ids 0..%d)", id, layout_.size() - 1));
+  }
+  const TensorSpec& t = layout_.tensor(id);
+  if (numel != t.numel) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("MarkReady: tensor %d (\"%s\"): gradient has %d elements, the layout "
+                        "says %d",
+                        id, t.name, numel, t.numel));
+  }
+  if (grad == nullptr && numel > 0) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("MarkReady: tensor %d (\"%s\"): null gradient", id, t.name));
+  }
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!failed_.ok()) return failed_;
+    if (marked_[id]) {
+      return absl::FailedPreconditionError(absl::StrFormat(
+          "MarkReady: tensor %d (\"%s\") was already marked ready in iteration %d", id, t.name,
+          iteration_));
+    }
+    marked_[id] = 1;
+    grads_[id] = grad;
+    if (!started_) {
+      started_ = true;
+      current_.start_us = NowUs();
+    }
+  }
+  // Copy in outside the lock: threads marking different tensors copy in
+  // parallel into disjoint parts of the buffers.
+  const size_t esize = comm::DataTypeSize(t.dtype);
+  const bool view = grad != nullptr && grad == storage_[id];
+  const double t0 = NowUs();
+  if (!view) {
+    for (const Placement& p : placements_[id]) {
+      std::memcpy(buffers_->data[p.bucket] + p.buffer_offset * esize,
+                  static_cast<const char*>(grad) + p.tensor_offset * esize, p.count * esize);
+    }
+  }
+  const double t1 = NowUs();
+  std::lock_guard<std::mutex> lock(mu_);
+  if (timeline_) {
+    timeline_->Instant(t.name, Track::kGradients, t0, iteration_, -1, id,
+                       static_cast<int64_t>(t.numel * esize));
+    if (!view && t.numel > 0) {
+      timeline_->Span("copy in", Track::kGradients, t0, t1 - t0, iteration_, -1, id,
+                      static_cast<int64_t>(t.numel * esize));
+    }
+  }
+  if (!view) current_.copy_in_us += t1 - t0;
+  for (const Placement& p : placements_[id]) {
+    if (--pending_slices_[p.bucket] == 0) state_[p.bucket] = BucketState::kReady;
+  }
+  if (++marked_count_ == layout_.size()) {
+    current_.backward_end_us = t1;
+    if (timeline_) timeline_->Instant("backward end", Track::kCompute, t1, iteration_);
+  }
+  LaunchReadyLocked();
+  return absl::OkStatus();
+}
+
+void Engine::LaunchReadyLocked() {
+  const int nb = static_cast<int>(plan_.buckets.size());
+  bool launched = false;
+  while (failed_.ok() && next_launch_ < nb && state_[next_launch_] == BucketState::kReady &&
+         in_flight_ < options_.max_in_flight) {
+    const int b = next_launch_;
+    const Bucket& bucket = plan_.buckets[b];
+    const int64_t count = bucket.count();
+    std::shared_ptr<comm::Work> work;
+    if (count == 0) {
+      work = comm::Work::Done(absl::OkStatus());  // only zero-size tensors
+    } else {
+      // Buffers are issued in plan order under mu_, so concurrent
+      // MarkReady calls cannot reorder them (Note [Launch order]).
+      auto issued = comm_.AllReduce(buffers_->data[b], buffers_->data[b],
+                                    static_cast<size_t>(count), bucket.dtype, comm::ReduceOp::kSum);
+      if (!issued.ok()) {
+        FailLocked(absl::Status(issued.status().code(),
+                                absl::StrFormat("launching bucket %d: %s", b,
+                                                issued.status().message())));
+        return;
+      }
+      work = *std::move(issued);
+      work->OnComplete([keep = buffers_](const absl::Status&) {});
+    }
+    ++next_launch_;
+    ++in_flight_;
+    state_[b] = BucketState::kLaunched;
+    launch_us_[b] = NowUs();
+    launched_.push_back(Launched{b, std::move(work)});
+    launched = true;
+  }
+  if (launched) cv_.notify_all();
+}
+
+void Engine::CopyBack(int b) {
+  const Bucket& bucket = plan_.buckets[b];
+  const size_t esize = comm::DataTypeSize(bucket.dtype);
+  const int world = comm_.size();
+  char* buffer = buffers_->data[b];
+  int64_t offset = 0;
+  for (const Slice& s : bucket.slices) {
+    if (s.count > 0) {
+      char* src = buffer + offset * esize;
+      char* dst = static_cast<char*>(grads_[s.tensor]) + s.offset * esize;
+      if (options_.average && world > 1) {
+        ScaleCopy(dst, src, s.count, bucket.dtype, world);
+      } else if (dst != src) {
+        std::memcpy(dst, src, s.count * esize);
+      }
+    }
+    offset += s.count;
+  }
+}
+
+void Engine::WorkerLoop() {
+  for (;;) {
+    Launched next;
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      cv_.wait(lock, [&] { return stopping_ || !launched_.empty(); });
+      if (launched_.empty()) return;  // stopping
+      next = std::move(launched_.front());
+      launched_.pop_front();
+    }
+    const absl::Time deadline = absl::Now() + options_.timeout;
+    absl::Status status;
+    for (;;) {
+      status = next.work->WaitUntil(std::min(deadline, absl::Now() + kWaitSlice));
+      if (next.work->Test()) break;
+      if (absl::Now() >= deadline) {
+        status = absl::DeadlineExceededError(absl::StrFormat(
+            "the allreduce of bucket %d did not complete within %s (a peer may be slow, stuck "
+            "or gone)",
+            next.bucket, absl::FormatDuration(options_.timeout)));
+        break;
+      }
+      std::lock_guard<std::mutex> lock(mu_);
+      if (stopping_) {
+        status = absl::CancelledError("engine destroyed");
+        break;
+      }
+    }
+    const double complete_us = NowUs();
+    double back_us = 0;
+    if (status.ok()) {
+      CopyBack(next.bucket);
+      back_us = NowUs() - complete_us;
+    }
+    std::lock_guard<std::mutex> lock(mu_);
+    --in_flight_;
+    if (!status.ok()) {
+      FailLocked(absl::Status(status.code(), absl::StrFormat("bucket %d: %s", next.bucket,
+                                                             status.message())));
+      continue;
+    }
+    const Bucket& bucket = plan_.buckets[next.bucket];
+    const int64_t bytes = bucket.count() * static_cast<int64_t>(comm::DataTypeSize(bucket.dtype));
+    current_.comm_us += complete_us - launch_us_[next.bucket];
+    current_.copy_back_us += back_us;
+    if (timeline_) {
+      timeline_->Span(absl::StrCat("bucket ", next.bucket), Track::kAllReduce,
+                      launch_us_[next.bucket], complete_us - launch_us_[next.bucket], iteration_,
+                      next.bucket, -1, bytes);
+      if (back_us > 0) {
+        timeline_->Span("copy back", Track::kCopyBack, complete_us, back_us, iteration_,
+                        next.bucket, -1, bytes);
+      }
+    }
+    state_[next.bucket] = BucketState::kDone;
+    ++done_count_;
+    LaunchReadyLocked();
+    cv_.notify_all();
+  }
+}
+
+std::string Engine::DescribeMissingLocked() const {
+  if (marked_count_ < layout_.size()) {
+    std::vector<std::string> names;
+    int missing = 0;
+    for (int id = 0; id < layout_.size(); ++id) {
+      if (marked_[id]) continue;
+      if (++missing <= 8) names.push_back(absl::StrFormat("%d (\"%s\")", id, layout_.tensor(id).name));
+    }
+    return absl::StrFormat(
+        "%d of %d gradients were never marked ready within %s: %s%s", missing, layout_.size(),
+        absl::FormatDuration(options_.timeout), absl::StrJoin(names, ", "),
+        missing > 8 ? absl::StrFormat(" and %d more", missing - 8) : "");
+  }
+  std::vector<std::string> buckets;
+  for (size_t b = 0; b < state_.size(); ++b) {
+    if (state_[b] != BucketState::kDone) buckets.push_back(absl::StrCat(b));
+    if (buckets.size() == 16) break;
+  }
+  return absl::StrFormat("every gradient was marked ready but buckets [%s] were not reduced "
+                         "within %s (a peer may be slow, stuck or gone)",
+                         absl::StrJoin(buckets, ", "), absl::FormatDuration(options_.timeout));
+}
+
+absl::Status Engine::Finish() {
+  std::unique_lock<std::mutex> lock(mu_);
+  if (!failed_.ok()) return failed_;
+  const int nb = static_cast<int>(plan_.buckets.size());
+  const bool done = cv_.wait_for(lock, absl::ToChronoNanoseconds(options_.timeout), [&] {
+    return done_count_ == nb || !failed_.ok();
+  });
+  if (!failed_.ok()) return failed_;
+  if (!done) {
+    FailLocked(absl::DeadlineExceededError(DescribeMissingLocked()));
+    return failed_;
+  }
+  const double now = NowUs();
+  if (!started_) current_.start_us = now;  // empty layout
+  if (marked_count_ < layout_.size() || layout_.size() == 0) current_.backward_end_us = now;
+  current_.finish_us = now;
+  if (timeline_) timeline_->Instant("finish", Track::kCompute, now, iteration_);
+  history_.push_back(current_);
+  while (history_.size() > options_.stats_history) history_.pop_front();
+  ++iteration_;
+  ResetIterationLocked();
+  return absl::OkStatus();
+}
+
+absl::Status Engine::SetPlan(Plan plan) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!failed_.ok()) return failed_;
+    if (started_ || marked_count_ > 0 || in_flight_ > 0) {
+      return absl::FailedPreconditionError(
+          "SetPlan: an iteration is in progress; call Finish() first");
+    }
+    if (absl::Status s = Install(std::move(plan)); !s.ok()) return s;
+  }
+  if (absl::Status s = VerifyAcrossRanks(); !s.ok()) {
+    std::lock_guard<std::mutex> lock(mu_);
+    FailLocked(s);
+    return failed_;
+  }
+  return absl::OkStatus();
+}
+
+std::vector<IterationStats> Engine::stats() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return std::vector<IterationStats>(history_.begin(), history_.end());
+}
+
+}  // namespace fusebox::bucketing

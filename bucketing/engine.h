@@ -1,0 +1,211 @@
+// Engine: the runtime that turns gradients marked ready one by one into
+// fused allreduces that overlap with the rest of backward.
+//
+//   auto engine = Engine::Create(comm, layout, plan, options);   // collective
+//   for each iteration:
+//     engine->StartIteration();                 // optional: backward starts
+//     engine->MarkReady(id, grad, numel);       // any thread, once per tensor
+//     engine->Finish();                         // grads now hold the average
+//
+// Note [Launch order]
+// Ranks must issue collectives in the same order (comm Note [Collective
+// ordering]), but gradients become ready in different orders and at
+// different times on different ranks and threads. So the engine never picks
+// among ready buckets by local readiness: bucket k is launched when it is
+// complete on this rank, buckets 0..k-1 have been launched, and fewer than
+// `max_in_flight` buckets are launched and not yet copied back. The plan's
+// bucket order IS the launch order (and is covered by its hash); a planner
+// that wants the buckets the next forward needs first to go first expresses
+// that by ordering (and splitting) buckets, which every rank then follows.
+// Whatever order gradients arrive in, every rank issues the same sequence,
+// and results do not depend on timing.
+//
+// Note [Fusion buffers and views]
+// Each bucket owns a fusion buffer holding its slices back to back. A
+// tensor that lies whole in one bucket has a stable address there
+// (TensorStorage); a caller that computes the gradient in place there
+// ("gradient as bucket view") passes that address to MarkReady and nothing
+// is copied in or out: the average is computed in place. Otherwise
+// MarkReady copies the gradient in, and completion writes the average back
+// to the caller's buffer, which must stay valid and untouched until
+// Finish() returns.
+#ifndef FUSEBOX_BUCKETING_ENGINE_H_
+#define FUSEBOX_BUCKETING_ENGINE_H_
+
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "bucketing/layout.h"
+#include "bucketing/plan.h"
+#include "bucketing/timeline.h"
+#include "comm/communicator.h"
+#include "comm/work.h"
+
+namespace fusebox::bucketing {
+
+struct EngineOptions {
+  // Buckets launched but not yet copied back; at least 1.
+  int max_in_flight = 4;
+  // Divide the sum by the world size (gradient averaging).
+  bool average = true;
+  // How long Finish() (and the engine's wait for any one collective) may
+  // take before it reports which gradients or buckets are missing.
+  absl::Duration timeout = absl::Minutes(5);
+  // Before the first iteration of a plan, check with an AllGather that every
+  // rank has the same layout and plan (hashes); a mismatch fails on every
+  // rank and names the ranks. Collective: all ranks must Create / SetPlan
+  // together.
+  bool verify_across_ranks = true;
+  // Record a timeline (see timeline.h); off by default.
+  bool record_timeline = false;
+  size_t max_timeline_events = size_t{1} << 20;
+  // Per-iteration statistics kept (oldest dropped first).
+  size_t stats_history = 4096;
+};
+
+// One iteration, in microseconds on the engine's clock (NowUs()).
+struct IterationStats {
+  int64_t iteration = 0;
+  double start_us = 0;         // StartIteration(), else the first MarkReady
+  double backward_end_us = 0;  // the last MarkReady
+  double finish_us = 0;        // Finish() returned
+  double comm_us = 0;          // sum over buckets of launch -> completion
+  double copy_in_us = 0;       // time spent copying into fusion buffers
+  double copy_back_us = 0;     // time spent averaging and copying back
+  int buckets = 0;
+  double backward_us() const { return backward_end_us - start_us; }
+  double exposed_comm_us() const { return finish_us - backward_end_us; }
+  double iteration_us() const { return finish_us - start_us; }
+};
+
+class Engine {
+ public:
+  // Validates the plan against the layout, allocates fusion buffers and
+  // (with verify_across_ranks) checks agreement with the other ranks. Host
+  // memory only for now: a layout with device tensors is Unimplemented. The
+  // communicator must outlive the engine.
+  static absl::StatusOr<std::unique_ptr<Engine>> Create(comm::Communicator& comm,
+                                                        GradientLayout layout, Plan plan,
+                                                        EngineOptions options = {});
+  // Waits (up to options.timeout) for launched collectives; buffers still in
+  // use by a collective that never completes are released only when the
+  // communicator completes or fails it.
+  ~Engine();
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
+
+  const GradientLayout& layout() const { return layout_; }
+  const Plan& plan() const { return plan_; }
+  uint64_t plan_hash() const { return plan_hash_; }
+
+  // Where tensor `id` lives in its bucket's fusion buffer when it is not
+  // split (see Note [Fusion buffers and views]); nullptr for split or
+  // zero-size tensors. Stable until SetPlan.
+  void* TensorStorage(int id) const;
+
+  // Optional: marks the start of backward for the statistics.
+  void StartIteration();
+
+  // Gradient `id` (numel elements at `grad`, the layout's dtype) is ready.
+  // Copies it into its bucket(s) on the calling thread and launches every
+  // bucket that this completes, in plan order. Any thread, concurrently.
+  // Errors (nothing is marked): an id not in the layout, a size that
+  // differs from the layout, a tensor already marked this iteration, a
+  // failed engine.
+  absl::Status MarkReady(int id, void* grad, int64_t numel);
+
+  // Returns once every bucket is reduced and copied back, then readies the
+  // engine for the next iteration. Deadline: options.timeout; the error
+  // names the gradients never marked, or the buckets not reduced. Any error
+  // during the iteration fails the engine: later calls return it.
+  absl::Status Finish();
+
+  // Replaces the plan between iterations (not while one is in progress):
+  // validated, buffers reallocated, agreement checked as at Create.
+  absl::Status SetPlan(Plan plan);
+
+  // Statistics of completed iterations, oldest first.
+  std::vector<IterationStats> stats() const;
+  // The engine's clock: microseconds since it was created.
+  double NowUs() const;
+  // Non-null when options.record_timeline.
+  Timeline* timeline() { return timeline_.get(); }
+
+ private:
+  struct Placement {  // one slice of a tensor: where it sits in a bucket
+    int bucket;
+    int64_t buffer_offset;  // elements into the bucket's buffer
+    int64_t tensor_offset;
+    int64_t count;
+  };
+  enum class BucketState : uint8_t { kFilling, kReady, kLaunched, kDone };
+  struct Launched {
+    int bucket;
+    std::shared_ptr<comm::Work> work;
+  };
+  struct Buffers;  // fusion buffers, shared with in-flight collectives
+
+  Engine(comm::Communicator& comm, GradientLayout layout, EngineOptions options);
+  absl::Status Install(Plan plan);
+  absl::Status VerifyAcrossRanks();
+  void ResetIterationLocked();
+  void LaunchReadyLocked();
+  void WorkerLoop();
+  void CopyBack(int bucket);
+  void FailLocked(absl::Status status);
+  std::string DescribeMissingLocked() const;
+
+  comm::Communicator& comm_;
+  const GradientLayout layout_;
+  const EngineOptions options_;
+  const std::chrono::steady_clock::time_point epoch_;
+  std::unique_ptr<Timeline> timeline_;
+
+  // Fixed per plan (changed only by SetPlan while idle).
+  Plan plan_;
+  uint64_t plan_hash_ = 0;
+  std::vector<std::vector<Placement>> placements_;  // per tensor
+  std::vector<int> slices_per_bucket_;
+  std::shared_ptr<Buffers> buffers_;
+  std::vector<void*> storage_;  // per tensor, see TensorStorage
+
+  mutable std::mutex mu_;
+  std::condition_variable cv_;  // worker queue, bucket completion
+  // Per iteration, guarded by mu_.
+  int64_t iteration_ = 0;
+  std::vector<uint8_t> marked_;       // per tensor
+  std::vector<void*> grads_;          // per tensor: where to write the result
+  std::vector<int> pending_slices_;   // per bucket
+  std::vector<BucketState> state_;    // per bucket
+  std::vector<double> launch_us_;     // per bucket
+  int marked_count_ = 0;
+  int next_launch_ = 0;
+  int in_flight_ = 0;
+  int done_count_ = 0;
+  bool started_ = false;
+  IterationStats current_;
+  std::deque<Launched> launched_;     // for the worker, in launch order
+  absl::Status failed_;               // sticky
+  bool stopping_ = false;
+  std::deque<IterationStats> history_;
+
+  std::thread worker_;
+};
+
+// Divides `count` elements of `type` at `src` by `divisor` into `dst` (may
+// alias), rounding once per element in the element type: the engine's
+// averaging, exposed for tests and references.
+void ScaleCopy(void* dst, const void* src, int64_t count, comm::DataType type, int divisor);
+
+}  // namespace fusebox::bucketing
+
+#endif  // FUSEBOX_BUCKETING_ENGINE_H_

@@ -1,0 +1,310 @@
+// The engine over real UCX communicators (ranks as threads of one process):
+// results equal, bit for bit, an independent per-tensor reference for every
+// baseline plan, random layouts and ready orders, several marking threads,
+// repeated iterations and a plan swap; and bad use fails clearly.
+#include "bucketing/engine.h"
+
+#include <algorithm>
+#include <atomic>
+#include <cstring>
+#include <functional>
+#include <numeric>
+#include <random>
+#include <thread>
+#include <vector>
+
+#include "bucketing/planners.h"
+#include "comm/memory_store.h"
+#include "comm/testing/exact_data.h"
+#include "comm/ucx/communicator.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tests/bucketing/test_layouts.h"
+
+namespace fusebox::bucketing {
+namespace {
+
+using comm::DataType;
+using comm::testing::CountMismatches;
+using comm::testing::FillExpected;
+using comm::testing::FillInput;
+using comm::testing::LoadElement;
+using ::testing::HasSubstr;
+using testing::MakeLayout;
+using testing::RandomLayout;
+
+using RankFn = std::function<void(int rank, comm::Communicator& comm)>;
+
+void RunRanks(int world, const RankFn& fn, comm::UcxOptions options = {}) {
+  comm::MemoryStore store;
+  std::vector<std::thread> threads;
+  for (int r = 0; r < world; ++r) {
+    threads.emplace_back([&, r] {
+      auto c = comm::CreateUcxCommunicator(options, r, world, store);
+      ASSERT_TRUE(c.ok()) << c.status();
+      fn(r, **c);
+    });
+  }
+  for (auto& t : threads) t.join();
+}
+
+// The expected averaged gradient of tensor `id`: the exact sum over ranks
+// (exact_data.h) divided by the world size once, in the element type.
+std::vector<unsigned char> Expected(const TensorSpec& t, int world, uint64_t seed) {
+  const size_t esize = comm::DataTypeSize(t.dtype);
+  std::vector<unsigned char> sum(t.numel * esize + 1), out(t.numel * esize + 1);
+  FillExpected(sum.data(), t.numel, t.dtype, comm::ReduceOp::kSum, world, seed);
+  for (int64_t i = 0; i < t.numel; ++i) {
+    const double s = LoadElement(sum.data(), i, t.dtype);
+    switch (t.dtype) {
+      case DataType::kFloat32: {
+        float v = static_cast<float>(s) / static_cast<float>(world);
+        std::memcpy(out.data() + i * 4, &v, 4);
+        break;
+      }
+      case DataType::kFloat64: {
+        double v = s / world;
+        std::memcpy(out.data() + i * 8, &v, 8);
+        break;
+      }
+      case DataType::kFloat16: {
+        uint16_t v = comm::FloatToHalf(static_cast<float>(s) / static_cast<float>(world));
+        std::memcpy(out.data() + i * 2, &v, 2);
+        break;
+      }
+      case DataType::kBFloat16: {
+        uint16_t v = comm::FloatToBFloat16(static_cast<float>(s) / static_cast<float>(world));
+        std::memcpy(out.data() + i * 2, &v, 2);
+        break;
+      }
+      default:
+        ADD_FAILURE() << "unexpected dtype";
+    }
+  }
+  return out;
+}
+
+uint64_t Seed(int iteration, int tensor) { return iteration * 1000003ull + tensor * 7919ull; }
+
+// Runs `iterations` iterations on one rank: fills each gradient, marks them
+// ready in a rank- and iteration-specific random order from `threads`
+// threads (tensors whose id is odd are written in place when the plan
+// allows), then checks every gradient bit for bit.
+void RunIterations(Engine& engine, int rank, int world, int first_iteration, int iterations,
+                   int threads) {
+  const GradientLayout& layout = engine.layout();
+  std::vector<std::vector<unsigned char>> grads(layout.size());
+  for (int it = first_iteration; it < first_iteration + iterations; ++it) {
+    std::vector<void*> where(layout.size(), nullptr);
+    for (int id = 0; id < layout.size(); ++id) {
+      const TensorSpec& t = layout.tensor(id);
+      grads[id].assign(t.numel * comm::DataTypeSize(t.dtype) + 1, 0);
+      void* view = engine.TensorStorage(id);
+      where[id] = (id % 2 == 1 && view != nullptr) ? view : grads[id].data();
+      FillInput(where[id], t.numel, t.dtype, comm::ReduceOp::kSum, rank, Seed(it, id));
+    }
+    std::vector<int> order(layout.size());
+    std::iota(order.begin(), order.end(), 0);
+    std::mt19937 rng(rank * 7777 + it);
+    std::shuffle(order.begin(), order.end(), rng);
+    std::atomic<size_t> next{0};
+    std::vector<std::thread> markers;
+    for (int th = 0; th < threads; ++th) {
+      markers.emplace_back([&] {
+        for (size_t k; (k = next.fetch_add(1)) < order.size();) {
+          const int id = order[k];
+          absl::Status s = engine.MarkReady(id, where[id], layout.tensor(id).numel);
+          EXPECT_TRUE(s.ok()) << s;
+        }
+      });
+    }
+    for (auto& m : markers) m.join();
+    absl::Status s = engine.Finish();
+    ASSERT_TRUE(s.ok()) << s;
+    for (int id = 0; id < layout.size(); ++id) {
+      const TensorSpec& t = layout.tensor(id);
+      std::vector<unsigned char> want = Expected(t, world, Seed(it, id));
+      EXPECT_EQ(CountMismatches(where[id], want.data(), t.numel, t.dtype), 0u)
+          << "rank " << rank << "/" << world << " iteration " << it << " plan \""
+          << engine.plan().name << "\" tensor " << id << " (" << t.numel << " "
+          << comm::DataTypeName(t.dtype) << ")" << (where[id] == grads[id].data() ? "" : " view");
+    }
+  }
+}
+
+std::vector<Plan> BaselinePlans(const GradientLayout& layout) {
+  std::vector<double> ready;
+  for (int i = 0; i < layout.size(); ++i) ready.push_back(i * 20.0);
+  std::vector<Plan> plans = {PerTensorPlan(layout),
+                             DdpPlan(layout, DdpOptions{2048, 16384}),
+                             *HorovodPlan(layout, ready, HorovodOptions{32768, 100}),
+                             *SplitBytesPlan(layout, kHcclDefaultSplit),
+                             *FixedSizePlan(layout, 1000)};
+  if (layout.size() > 3) plans.push_back(*SplitIndicesPlan(layout, {1, layout.size() / 2}));
+  return plans;
+}
+
+class EngineWorldTest : public ::testing::TestWithParam<int> {};
+
+TEST_P(EngineWorldTest, MatchesReferenceForEveryBaselinePlanAndSwap) {
+  const int world = GetParam();
+  // Mixed dtypes, zero-size tensors, and one huge tensor that FixedSizePlan
+  // splits into ~100 slices.
+  const GradientLayout layout = RandomLayout(world * 31 + 5, 24, 3000, 25000, /*mixed=*/true);
+  const std::vector<Plan> plans = BaselinePlans(layout);
+  RunRanks(world, [&](int rank, comm::Communicator& comm) {
+    EngineOptions options;
+    options.max_in_flight = 2;
+    options.timeout = absl::Seconds(60);
+    auto engine = Engine::Create(comm, layout, plans[0], options);
+    ASSERT_TRUE(engine.ok()) << engine.status();
+    int it = 0;
+    for (const Plan& plan : plans) {
+      ASSERT_TRUE((*engine)->SetPlan(plan).ok());
+      RunIterations(**engine, rank, world, it, 2, /*threads=*/3);
+      it += 2;
+    }
+    EXPECT_EQ((*engine)->stats().size(), 2 * plans.size());
+  });
+}
+
+INSTANTIATE_TEST_SUITE_P(Worlds, EngineWorldTest, ::testing::Values(1, 2, 3, 4),
+                         [](const auto& info) { return "Np" + std::to_string(info.param); });
+
+TEST(EngineTest, WindowOfOneAndRingPathMatchReference) {
+  // One bucket in flight at a time, over the ring algorithm with tiny chunks.
+  comm::UcxOptions ring;
+  ring.small_message_bytes = 0;
+  ring.chunk_bytes = 256;
+  ring.use_shared_memory = false;
+  const GradientLayout layout = RandomLayout(99, 12, 2000, 9000, /*mixed=*/false);
+  RunRanks(
+      3,
+      [&](int rank, comm::Communicator& comm) {
+        EngineOptions options;
+        options.max_in_flight = 1;
+        auto engine = Engine::Create(comm, layout, *FixedSizePlan(layout, 512), options);
+        ASSERT_TRUE(engine.ok()) << engine.status();
+        RunIterations(**engine, rank, 3, 0, 3, /*threads=*/2);
+      },
+      ring);
+}
+
+TEST(EngineTest, StatisticsAndTimelineDescribeTheIteration) {
+  const GradientLayout layout = MakeLayout({100, 200, 300});
+  RunRanks(2, [&](int rank, comm::Communicator& comm) {
+    EngineOptions options;
+    options.record_timeline = true;
+    auto engine = Engine::Create(comm, layout, PerTensorPlan(layout), options);
+    ASSERT_TRUE(engine.ok());
+    RunIterations(**engine, rank, 2, 0, 2, 1);
+    auto stats = (*engine)->stats();
+    ASSERT_EQ(stats.size(), 2u);
+    for (const IterationStats& s : stats) {
+      EXPECT_LE(s.start_us, s.backward_end_us);
+      EXPECT_LE(s.backward_end_us, s.finish_us);
+      EXPECT_GT(s.comm_us, 0);
+      EXPECT_EQ(s.buckets, 3);
+    }
+    EXPECT_EQ(stats[1].iteration, 1);
+    const std::string trace = (*engine)->timeline()->ToChromeTrace(rank, "rank");
+    EXPECT_THAT(trace, HasSubstr("\"name\":\"backward end\""));
+    EXPECT_THAT(trace, HasSubstr("\"name\":\"bucket 2\""));
+    EXPECT_THAT(trace, HasSubstr("\"name\":\"t1\""));
+  });
+}
+
+// --- bad use --------------------------------------------------------------
+
+class EngineBadUseTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    comm::MemoryStore store;
+    auto c = comm::CreateUcxCommunicator({}, 0, 1, store);
+    ASSERT_TRUE(c.ok()) << c.status();
+    comm_ = *std::move(c);
+  }
+  std::unique_ptr<comm::Communicator> comm_;
+};
+
+TEST_F(EngineBadUseTest, RejectsDoubleMarkUnknownIdAndWrongSize) {
+  const GradientLayout layout = MakeLayout({4, 4});
+  auto engine = Engine::Create(*comm_, layout, PerTensorPlan(layout));
+  ASSERT_TRUE(engine.ok());
+  std::vector<float> g(4, 1.0f), h(4, 2.0f);
+  ASSERT_TRUE((*engine)->MarkReady(0, g.data(), 4).ok());
+  absl::Status twice = (*engine)->MarkReady(0, g.data(), 4);
+  EXPECT_EQ(twice.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(std::string(twice.message()), HasSubstr("\"t0\") was already marked ready"));
+  EXPECT_THAT(std::string((*engine)->MarkReady(2, g.data(), 4).message()),
+              HasSubstr("tensor id 2 is not in the layout"));
+  EXPECT_THAT(std::string((*engine)->MarkReady(-1, g.data(), 4).message()),
+              HasSubstr("tensor id -1"));
+  EXPECT_THAT(std::string((*engine)->MarkReady(1, h.data(), 3).message()),
+              HasSubstr("gradient has 3 elements, the layout says 4"));
+  // None of the rejected calls counted: the iteration still completes.
+  ASSERT_TRUE((*engine)->MarkReady(1, h.data(), 4).ok());
+  ASSERT_TRUE((*engine)->Finish().ok());
+  EXPECT_EQ(g, std::vector<float>(4, 1.0f));
+  EXPECT_EQ(h, std::vector<float>(4, 2.0f));
+}
+
+TEST_F(EngineBadUseTest, FinishNamesGradientsNeverMarkedAfterDeadline) {
+  const GradientLayout layout = MakeLayout({4, 4, 4});
+  EngineOptions options;
+  options.timeout = absl::Milliseconds(200);
+  auto engine = Engine::Create(*comm_, layout, DdpPlan(layout), options);
+  ASSERT_TRUE(engine.ok());
+  std::vector<float> g(4, 1.0f);
+  ASSERT_TRUE((*engine)->MarkReady(1, g.data(), 4).ok());
+  const absl::Time start = absl::Now();
+  absl::Status s = (*engine)->Finish();
+  EXPECT_GE(absl::Now() - start, absl::Milliseconds(190));
+  EXPECT_EQ(s.code(), absl::StatusCode::kDeadlineExceeded);
+  EXPECT_THAT(std::string(s.message()), HasSubstr("2 of 3 gradients were never marked ready"));
+  EXPECT_THAT(std::string(s.message()), HasSubstr("0 (\"t0\")"));
+  EXPECT_THAT(std::string(s.message()), HasSubstr("2 (\"t2\")"));
+  // The engine is failed from now on.
+  EXPECT_EQ((*engine)->MarkReady(0, g.data(), 4).code(), absl::StatusCode::kDeadlineExceeded);
+}
+
+TEST_F(EngineBadUseTest, RejectsPlansThatMissOrDuplicateElements) {
+  const GradientLayout layout = MakeLayout({4, 4});
+  Plan missing;
+  missing.buckets = {Bucket{DataType::kFloat32, {{0, 0, 4}, {1, 0, 3}}}};
+  auto e1 = Engine::Create(*comm_, layout, missing);
+  EXPECT_EQ(e1.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(e1.status().message()), HasSubstr("elements [3, 4) are in no bucket"));
+  Plan dup;
+  dup.buckets = {Bucket{DataType::kFloat32, {{0, 0, 4}, {1, 0, 4}}},
+                 Bucket{DataType::kFloat32, {{1, 2, 1}}}};
+  auto engine = Engine::Create(*comm_, layout, PerTensorPlan(layout));
+  ASSERT_TRUE(engine.ok());
+  EXPECT_THAT(std::string((*engine)->SetPlan(dup).message()), HasSubstr("covered twice"));
+}
+
+TEST_F(EngineBadUseTest, SetPlanRefusedDuringAnIteration) {
+  const GradientLayout layout = MakeLayout({4, 4});
+  auto engine = Engine::Create(*comm_, layout, PerTensorPlan(layout));
+  ASSERT_TRUE(engine.ok());
+  std::vector<float> g(4, 1.0f);
+  ASSERT_TRUE((*engine)->MarkReady(0, g.data(), 4).ok());
+  EXPECT_EQ((*engine)->SetPlan(DdpPlan(layout)).code(), absl::StatusCode::kFailedPrecondition);
+  ASSERT_TRUE((*engine)->MarkReady(1, g.data(), 4).ok());
+  ASSERT_TRUE((*engine)->Finish().ok());
+  EXPECT_TRUE((*engine)->SetPlan(DdpPlan(layout)).ok());
+}
+
+TEST(EngineAgreementTest, RanksWithDifferentPlansFailOnEveryRank) {
+  const GradientLayout layout = MakeLayout({64, 64, 64});
+  RunRanks(3, [&](int rank, comm::Communicator& comm) {
+    Plan plan = rank == 2 ? DdpPlan(layout) : PerTensorPlan(layout);
+    auto engine = Engine::Create(comm, layout, plan);
+    ASSERT_FALSE(engine.ok()) << "rank " << rank;
+    EXPECT_EQ(engine.status().code(), absl::StatusCode::kFailedPrecondition);
+    EXPECT_THAT(std::string(engine.status().message()), HasSubstr("rank 2 has layout"));
+  });
+}
+
+}  // namespace
+}  // namespace fusebox::bucketing
