@@ -19,44 +19,7 @@ constexpr size_t kBufferAlignment = 64;
 // Gives back one wait slice to check for shutdown while waiting on a Work.
 constexpr absl::Duration kWaitSlice = absl::Milliseconds(20);
 
-template <typename T>
-void ScaleTyped(T* dst, const T* src, int64_t n, T divisor) {
-  for (int64_t i = 0; i < n; ++i) dst[i] = src[i] / divisor;
-}
-
 }  // namespace
-
-void ScaleCopy(void* dst, const void* src, int64_t count, comm::DataType type, int divisor) {
-  switch (type) {
-    case comm::DataType::kFloat32:
-      ScaleTyped(static_cast<float*>(dst), static_cast<const float*>(src), count,
-                 static_cast<float>(divisor));
-      return;
-    case comm::DataType::kFloat64:
-      ScaleTyped(static_cast<double*>(dst), static_cast<const double*>(src), count,
-                 static_cast<double>(divisor));
-      return;
-    case comm::DataType::kFloat16: {
-      auto* d = static_cast<uint16_t*>(dst);
-      auto* s = static_cast<const uint16_t*>(src);
-      const float div = static_cast<float>(divisor);
-      for (int64_t i = 0; i < count; ++i) d[i] = comm::FloatToHalf(comm::HalfToFloat(s[i]) / div);
-      return;
-    }
-    case comm::DataType::kBFloat16: {
-      auto* d = static_cast<uint16_t*>(dst);
-      auto* s = static_cast<const uint16_t*>(src);
-      const float div = static_cast<float>(divisor);
-      for (int64_t i = 0; i < count; ++i) {
-        d[i] = comm::FloatToBFloat16(comm::BFloat16ToFloat(s[i]) / div);
-      }
-      return;
-    }
-    default:
-      // Layouts admit floating types only (GradientLayout::Create).
-      std::abort();
-  }
-}
 
 // Fusion buffers. Shared with the completion callbacks of in-flight
 // collectives so that memory a backend may still write to outlives the
@@ -321,8 +284,11 @@ void Engine::LaunchReadyLocked() {
     } else {
       // Buffers are issued in plan order under mu_, so concurrent
       // MarkReady calls cannot reorder them (Note [Launch order]).
-      auto issued = comm_.AllReduce(buffers_->data[b], buffers_->data[b],
-                                    static_cast<size_t>(count), bucket.dtype, comm::ReduceOp::kSum);
+      // Averaging rides in the backend's last pass over the data (kAvg:
+      // the exact sum divided once by the world size, in the element type).
+      auto issued = comm_.AllReduce(
+          buffers_->data[b], buffers_->data[b], static_cast<size_t>(count), bucket.dtype,
+          options_.average ? comm::ReduceOp::kAvg : comm::ReduceOp::kSum);
       if (!issued.ok()) {
         FailLocked(absl::Status(issued.status().code(),
                                 absl::StrFormat("launching bucket %d: %s", b,
@@ -345,18 +311,13 @@ void Engine::LaunchReadyLocked() {
 void Engine::CopyBack(int b) {
   const Bucket& bucket = plan_.buckets[b];
   const size_t esize = comm::DataTypeSize(bucket.dtype);
-  const int world = comm_.size();
   char* buffer = buffers_->data[b];
   int64_t offset = 0;
   for (const Slice& s : bucket.slices) {
     if (s.count > 0) {
       char* src = buffer + offset * esize;
       char* dst = static_cast<char*>(grads_[s.tensor]) + s.offset * esize;
-      if (options_.average && world > 1) {
-        ScaleCopy(dst, src, s.count, bucket.dtype, world);
-      } else if (dst != src) {
-        std::memcpy(dst, src, s.count * esize);
-      }
+      if (dst != src) std::memcpy(dst, src, s.count * esize);
     }
     offset += s.count;
   }

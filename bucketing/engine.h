@@ -55,7 +55,8 @@ namespace fusebox::bucketing {
 struct EngineOptions {
   // Buckets launched but not yet copied back; at least 1.
   int max_in_flight = 4;
-  // Divide the sum by the world size (gradient averaging).
+  // Average across ranks (ReduceOp::kAvg: the exact sum divided once by the
+  // world size in the element type), else sum.
   bool average = true;
   // How long Finish() (and the engine's wait for any one collective) may
   // take before it reports which gradients or buckets are missing.
@@ -80,7 +81,7 @@ struct IterationStats {
   double finish_us = 0;        // Finish() returned
   double comm_us = 0;          // sum over buckets of launch -> completion
   double copy_in_us = 0;       // time spent copying into fusion buffers
-  double copy_back_us = 0;     // time spent averaging and copying back
+  double copy_back_us = 0;     // time spent copying results back
   int buckets = 0;
   double backward_us() const { return backward_end_us - start_us; }
   double exposed_comm_us() const { return finish_us - backward_end_us; }
@@ -200,11 +201,6 @@ class Engine {
 
   std::thread worker_;
 };
-
-// Divides `count` elements of `type` at `src` by `divisor` into `dst` (may
-// alias), rounding once per element in the element type: the engine's
-// averaging, exposed for tests and references.
-void ScaleCopy(void* dst, const void* src, int64_t count, comm::DataType type, int divisor);
 
 }  // namespace fusebox::bucketing
 

@@ -17,7 +17,7 @@ enum class Track : int {
   kCompute = 1,    // forward / backward spans added by the caller
   kGradients = 2,  // gradient-ready instants and copies into fusion buffers
   kAllReduce = 3,  // each bucket from launch to completion
-  kCopyBack = 4,   // averaging and copying reduced values back
+  kCopyBack = 4,   // copying reduced values back to the caller's gradients
 };
 
 class Timeline {
