@@ -17,7 +17,8 @@ void Reduce(const void* a, const void* b, void* out, size_t count,
             DataType type, ReduceOp op);
 
 // Turns a sum over `world` ranks into the average, in place: one division
-// in the element type's arithmetic (integers truncate toward zero).
+// in the element type's arithmetic (integers truncate toward zero). A world
+// of 1 leaves the data untouched (x / 1 == x) without a pass over it.
 void FinishAvg(void* buf, size_t count, DataType type, int world);
 
 }  // namespace fusebox::comm

@@ -22,6 +22,12 @@
 #include "fusebox/config.h"
 #include "perf/allreduce.h"
 #include "perf/harness.h"
+#include "perf/overlap.h"
+#include "autotune/models.h"
+#include "autotune/profile.h"
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_format.h"
 
 ABSL_FLAG(std::string, b, "8", "-b: smallest size in bytes (K/M/G suffixes)");
 ABSL_FLAG(std::string, e, "64M", "-e: largest size in bytes (K/M/G suffixes)");
@@ -46,11 +52,31 @@ ABSL_FLAG(std::string, ucx_small, "4K",
           "ucx backend: messages up to this size use the one-shot latency algorithm");
 ABSL_FLAG(int, progress, -1, "progress line on stderr: 1 on, 0 off, -1 when stderr is a terminal");
 
+// overlap
+ABSL_FLAG(std::string, profile, "resnet50",
+          "overlap: a bundled model (resnet50, bert_large, gpt2_small, gpt2_medium, gpt2_large, "
+          "gpt2_xl, vit_b16) or a profile file (.json)");
+ABSL_FLAG(std::string, plans, "per-tensor,ddp,horovod,hccl",
+          "overlap: comma-separated plans: per-tensor, ddp, horovod, hccl, or plan files (.json)");
+ABSL_FLAG(std::string, compute_scale, "1",
+          "overlap: multiply the profile's compute times by this; 'auto' makes backward as long "
+          "as one allreduce of all gradients");
+ABSL_FLAG(int, in_flight, 4, "overlap: buckets in flight at most");
+ABSL_FLAG(int, views, 1,
+          "overlap: 1 = gradients computed in place in the fusion buffers (no copies), 0 = copied "
+          "in and out");
+ABSL_FLAG(std::string, timeline, "", "overlap: write Chrome traces per plan and rank into this directory");
+ABSL_FLAG(std::string, save_plans, "",
+          "overlap: write each plan as a plan file (<dir>/<model>-<plan>.json) to edit and pass back "
+          "with --plans");
+
 namespace fusebox::perf {
 namespace {
 
 constexpr char kUsage[] =
     "fusebox-perf allreduce [flags]\n"
+    "fusebox-perf overlap [--profile resnet50] [--plans per-tensor,ddp,horovod,hccl,plan.json]\n"
+    "                     [--compute_scale auto|X] [-n iters] [-w warmup]\n"
     "\n"
     "Measures allreduce bandwidth over a size sweep, in the conventions of\n"
     "nccl-tests (GB = 1e9 bytes, busbw = algbw * 2(n-1)/n, times averaged\n"
@@ -61,7 +87,14 @@ constexpr char kUsage[] =
     "  mpirun -n 4 fusebox-perf allreduce --backend mpi -d all -o all\n"
     "  fusebox-run -n 2 -- fusebox-perf allreduce --tensors 16 -b 64K -e 64M\n"
     "\n"
-    "Exits non-zero when any element is wrong (#wrong > 0) or a rank fails.";
+    "Exits non-zero when any element is wrong (#wrong > 0) or a rank fails.\n"
+    "\n"
+    "overlap replays a model's backward (sleeping to each gradient's ready time, as\n"
+    "the CPU idles while a GPU computes) and reduces the gradients through the\n"
+    "bucketing engine, once per plan; it reports iteration time, exposed\n"
+    "communication and the ratio to the lower bound of ANCHORS.md:\n"
+    "\n"
+    "  fusebox-run -n 2 -- fusebox-perf overlap --profile bert_large --compute_scale auto -n 5";
 
 absl::StatusOr<PerfOptions> OptionsFromFlags() {
   PerfOptions o;
@@ -138,15 +171,109 @@ int Fail(const absl::Status& s, int rank) {
   return 1;
 }
 
+absl::StatusOr<autotune::Profile> ProfileFromFlag(const std::string& spec) {
+  if (absl::EndsWith(spec, ".json")) return autotune::LoadProfile(spec);
+  return autotune::GenerateModelProfile(spec);
+}
+
+absl::StatusOr<OverlapOptions> OverlapOptionsFromFlags() {
+  OverlapOptions o;
+  o.iters = absl::GetFlag(FLAGS_n);
+  o.warmup = absl::GetFlag(FLAGS_w);
+  if (o.iters < 1 || o.warmup < 0) return absl::InvalidArgumentError("-n must be >= 1 and -w >= 0");
+  const std::string scale = absl::GetFlag(FLAGS_compute_scale);
+  if (scale == "auto") {
+    o.compute_scale = 0;
+  } else if (!absl::SimpleAtod(scale, &o.compute_scale) || !(o.compute_scale > 0) ||
+             o.compute_scale > 1e6) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--compute_scale: \"", scale, "\" is not 'auto' or a number in (0, 1e6]"));
+  }
+  o.plans = absl::StrSplit(absl::GetFlag(FLAGS_plans), ',', absl::SkipEmpty());
+  if (o.plans.empty()) return absl::InvalidArgumentError("--plans: no plan given");
+  o.max_in_flight = absl::GetFlag(FLAGS_in_flight);
+  if (o.max_in_flight < 1 || o.max_in_flight > 1024) {
+    return absl::InvalidArgumentError("--in_flight must be in [1, 1024]");
+  }
+  o.views = absl::GetFlag(FLAGS_views) != 0;
+  o.timeline_dir = absl::GetFlag(FLAGS_timeline);
+  o.save_plans_dir = absl::GetFlag(FLAGS_save_plans);
+  return o;
+}
+
+int OverlapMain(int argc, char** argv) {
+  auto options = OverlapOptionsFromFlags();
+  if (!options.ok()) {
+    std::fprintf(stderr, "fusebox-perf: %s\n", std::string(options.status().message()).c_str());
+    return 2;
+  }
+  auto profile = ProfileFromFlag(absl::GetFlag(FLAGS_profile));
+  if (!profile.ok()) {
+    std::fprintf(stderr, "fusebox-perf: --profile: %s\n",
+                 std::string(profile.status().message()).c_str());
+    return 2;
+  }
+  auto backend_options = BackendOptionsFromFlags();
+  if (!backend_options.ok()) {
+    std::fprintf(stderr, "fusebox-perf: %s\n", std::string(backend_options.status().message()).c_str());
+    return 2;
+  }
+  const std::string backend = absl::GetFlag(FLAGS_backend);
+  auto launch = comm::ConnectFromEnvironment(::getenv, &argc, &argv);
+  if (!launch.ok()) return Fail(launch.status(), -1);
+  const int rank = launch->rdv.rank;
+  int rc = 0;
+  {
+    auto communicator = comm::CreateCommunicator(backend, *backend_options, launch->rdv);
+    if (!communicator.ok()) {
+      comm::ShutdownLaunch(*launch);
+      return Fail(communicator.status(), rank);
+    }
+    std::FILE* out = rank == 0 ? stdout : nullptr;
+    auto report = RunOverlap(**communicator, *profile, *options, out);
+    if (!report.ok()) {
+      rc = Fail(report.status(), rank);
+    } else if (rank == 0 && !absl::GetFlag(FLAGS_json).empty()) {
+      nlohmann::json results = nlohmann::json::array();
+      for (const OverlapResult& r : report->results) {
+        results.push_back({{"plan", r.plan}, {"buckets", r.buckets},
+                           {"plan_hash", absl::StrFormat("%016x", r.plan_hash)},
+                           {"iteration_us", r.iteration_us}, {"backward_us", r.backward_us},
+                           {"exposed_us", r.exposed_us}, {"copy_us", r.copy_us},
+                           {"bound_us", r.bound_us}, {"compute_us", r.compute_us}});
+      }
+      nlohmann::json j = {{"tool", "fusebox-perf"}, {"version", FUSEBOX_VERSION},
+                          {"benchmark", "overlap"}, {"model", report->model},
+                          {"backend", backend}, {"nranks", report->ranks},
+                          {"compute_scale", report->compute_scale},
+                          {"forward_us", report->forward_us}, {"backward_us", report->backward_us},
+                          {"total_bytes", report->total_bytes},
+                          {"comm", {{"alpha_us", report->comm.alpha_us},
+                                    {"beta_us_per_byte", report->comm.beta_us_per_byte},
+                                    {"t_last_us", report->comm.t_last_us},
+                                    {"t_total_us", report->comm.t_total_us},
+                                    {"total_measured", report->comm.total_measured}}},
+                          {"results", results}};
+      std::ofstream f(absl::GetFlag(FLAGS_json));
+      f << j.dump(1) << "\n";
+      if (!f) rc = Fail(absl::UnavailableError("cannot write " + absl::GetFlag(FLAGS_json)), rank);
+    }
+  }
+  comm::ShutdownLaunch(*launch);
+  return rc;
+}
+
 int Main(int argc, char** argv) {
   absl::SetProgramUsageMessage(kUsage);
   std::vector<char*> positional = absl::ParseCommandLine(argc, argv);
-  if (positional.size() != 2 || std::string(positional[1]) != "allreduce") {
-    std::fprintf(stderr, "%s\n\nusage: fusebox-perf allreduce [flags]  (--help for the flags)\n",
-                 positional.size() < 2 ? "fusebox-perf: missing the collective to measure"
-                                       : "fusebox-perf: the only collective is 'allreduce'");
+  const std::string command = positional.size() == 2 ? positional[1] : "";
+  if (command != "allreduce" && command != "overlap") {
+    std::fprintf(stderr, "%s\n\nusage: fusebox-perf allreduce|overlap [flags]  (--help for the flags)\n",
+                 positional.size() < 2 ? "fusebox-perf: missing the benchmark to run"
+                                       : "fusebox-perf: the benchmarks are 'allreduce' and 'overlap'");
     return 2;
   }
+  if (command == "overlap") return OverlapMain(argc, argv);
   auto options = OptionsFromFlags();
   if (!options.ok()) {
     std::fprintf(stderr, "fusebox-perf: %s\n", std::string(options.status().message()).c_str());

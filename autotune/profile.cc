@@ -1,0 +1,491 @@
+#include "autotune/profile.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <limits>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/container/flat_hash_set.h"
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "nlohmann/json.hpp"
+
+namespace fusebox::autotune {
+
+namespace {
+
+using Json = nlohmann::json;
+
+constexpr char kFormatName[] = "fusebox-profile";
+
+bool IsGradientType(comm::DataType t) {
+  return t == comm::DataType::kFloat32 || t == comm::DataType::kFloat64 ||
+         t == comm::DataType::kFloat16 || t == comm::DataType::kBFloat16;
+}
+
+// Strict UTF-8 (no overlong forms, no surrogates, at most U+10FFFF): the
+// JSON writer and reader both insist on it.
+bool IsValidUtf8(absl::string_view s) {
+  size_t i = 0;
+  while (i < s.size()) {
+    const auto c = static_cast<unsigned char>(s[i]);
+    int extra;
+    uint32_t cp;
+    if (c < 0x80) {
+      ++i;
+      continue;
+    } else if ((c & 0xE0) == 0xC0) {
+      extra = 1;
+      cp = c & 0x1F;
+    } else if ((c & 0xF0) == 0xE0) {
+      extra = 2;
+      cp = c & 0x0F;
+    } else if ((c & 0xF8) == 0xF0) {
+      extra = 3;
+      cp = c & 0x07;
+    } else {
+      return false;
+    }
+    if (s.size() - i <= static_cast<size_t>(extra)) return false;  // truncated
+    for (int k = 1; k <= extra; ++k) {
+      const auto cc = static_cast<unsigned char>(s[i + k]);
+      if ((cc & 0xC0) != 0x80) return false;
+      cp = (cp << 6) | (cc & 0x3F);
+    }
+    static constexpr uint32_t kMin[] = {0, 0x80, 0x800, 0x10000};
+    if (cp < kMin[extra] || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return false;
+    i += extra + 1;
+  }
+  return true;
+}
+
+// %g keeps error messages short ("-3", "1e+11", "nan").
+std::string Num(double v) { return absl::StrFormat("%g", v); }
+
+absl::Status CheckTime(const std::string& field, double v) {
+  if (!std::isfinite(v)) {
+    return absl::InvalidArgumentError(absl::StrCat(field, ": ", Num(v), " is not finite"));
+  }
+  if (v < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(field, ": ", Num(v), " is negative"));
+  }
+  if (v > kMaxProfileMicros) {
+    return absl::InvalidArgumentError(absl::StrCat(field, ": ", Num(v),
+                                                   " us is absurd (more than ",
+                                                   Num(kMaxProfileMicros), " us)"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckDuration(const std::string& field, double v) {
+  if (absl::Status s = CheckTime(field, v); !s.ok()) return s;
+  if (v <= 0) {
+    return absl::InvalidArgumentError(absl::StrCat(field, ": ", Num(v), " is not positive"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckName(const std::string& field, const std::string& name) {
+  if (name.empty()) return absl::InvalidArgumentError(absl::StrCat(field, ": empty"));
+  if (name.size() > kMaxProfileNameBytes) {
+    return absl::InvalidArgumentError(absl::StrCat(field, ": ", name.size(),
+                                                   " bytes, more than the limit of ",
+                                                   kMaxProfileNameBytes));
+  }
+  if (!IsValidUtf8(name)) {
+    return absl::InvalidArgumentError(absl::StrCat(field, ": not valid UTF-8"));
+  }
+  return absl::OkStatus();
+}
+
+// ---- JSON field access; every error names the field ------------------------
+
+std::string Field(const std::string& parent, absl::string_view key) {
+  return parent.empty() ? std::string(key) : absl::StrCat(parent, ".", key);
+}
+
+absl::Status Mistyped(const std::string& field, absl::string_view expected, const Json& got) {
+  return absl::InvalidArgumentError(
+      absl::StrCat(field, ": expected ", expected, ", got ", got.type_name()));
+}
+
+// The member `key` of `obj`, or an error when it is missing.
+absl::StatusOr<const Json*> Member(const Json& obj, const std::string& parent,
+                                   absl::string_view key) {
+  auto it = obj.find(std::string(key));
+  if (it == obj.end()) {
+    return absl::InvalidArgumentError(absl::StrCat(Field(parent, key), ": missing"));
+  }
+  return &*it;
+}
+
+absl::StatusOr<std::string> GetString(const Json& obj, const std::string& parent,
+                                      absl::string_view key) {
+  absl::StatusOr<const Json*> v = Member(obj, parent, key);
+  if (!v.ok()) return v.status();
+  if (!(*v)->is_string()) return Mistyped(Field(parent, key), "a string", **v);
+  return (*v)->get<std::string>();
+}
+
+absl::StatusOr<double> GetNumber(const Json& obj, const std::string& parent,
+                                 absl::string_view key) {
+  absl::StatusOr<const Json*> v = Member(obj, parent, key);
+  if (!v.ok()) return v.status();
+  if (!(*v)->is_number()) return Mistyped(Field(parent, key), "a number", **v);
+  return (*v)->get<double>();
+}
+
+// An integer written without fraction or exponent, within int64.
+absl::StatusOr<int64_t> AsInteger(const Json& v, const std::string& field) {
+  if (v.is_number_unsigned()) {
+    const auto u = v.get<uint64_t>();
+    if (u > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
+      return absl::InvalidArgumentError(absl::StrCat(field, ": ", u, " is out of range"));
+    }
+    return static_cast<int64_t>(u);
+  }
+  if (v.is_number_integer()) return v.get<int64_t>();
+  if (v.is_number_float()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(field, ": expected an integer, got ", Num(v.get<double>())));
+  }
+  return Mistyped(field, "an integer", v);
+}
+
+absl::StatusOr<ProfileTensor> ParseTensor(const Json& j, const std::string& path) {
+  if (!j.is_object()) return Mistyped(path, "an object", j);
+  ProfileTensor t;
+  absl::StatusOr<std::string> name = GetString(j, path, "name");
+  if (!name.ok()) return name.status();
+  t.name = *std::move(name);
+
+  const std::string shape_field = Field(path, "shape");
+  absl::StatusOr<const Json*> shape = Member(j, path, "shape");
+  if (!shape.ok()) return shape.status();
+  if (!(*shape)->is_array()) return Mistyped(shape_field, "an array of integers", **shape);
+  if ((*shape)->size() > static_cast<size_t>(kMaxProfileTensorDims)) {
+    return absl::InvalidArgumentError(absl::StrCat(shape_field, ": ", (*shape)->size(),
+                                                   " dims, more than the limit of ",
+                                                   kMaxProfileTensorDims));
+  }
+  for (size_t d = 0; d < (*shape)->size(); ++d) {
+    absl::StatusOr<int64_t> dim = AsInteger((**shape)[d], absl::StrCat(shape_field, "[", d, "]"));
+    if (!dim.ok()) return dim.status();
+    t.shape.push_back(*dim);
+  }
+
+  const std::string dtype_field = Field(path, "dtype");
+  absl::StatusOr<std::string> dtype = GetString(j, path, "dtype");
+  if (!dtype.ok()) return dtype.status();
+  absl::StatusOr<comm::DataType> parsed = comm::ParseDataType(*dtype);
+  if (!parsed.ok() || !IsGradientType(*parsed)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(dtype_field, ": \"", *dtype,
+                     "\" is not a gradient type (expected float, double, half or bfloat16)"));
+  }
+  t.dtype = *parsed;
+
+  absl::StatusOr<double> ready = GetNumber(j, path, "ready_us");
+  if (!ready.ok()) return ready.status();
+  t.ready_us = *ready;
+  return t;
+}
+
+}  // namespace
+
+int64_t ProfileTensor::numel() const {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  return n;
+}
+
+int64_t ProfileTensor::bytes() const {
+  return numel() * static_cast<int64_t>(comm::DataTypeSize(dtype));
+}
+
+int64_t Profile::total_bytes() const {
+  int64_t total = 0;
+  for (const ProfileTensor& t : tensors) total += t.bytes();
+  return total;
+}
+
+absl::Status ValidateProfile(const Profile& p) {
+  if (absl::Status s = CheckName("model", p.model); !s.ok()) return s;
+  if (p.description.size() > kMaxProfileDescriptionBytes) {
+    return absl::InvalidArgumentError(absl::StrCat("description: ", p.description.size(),
+                                                   " bytes, more than the limit of ",
+                                                   kMaxProfileDescriptionBytes));
+  }
+  if (!IsValidUtf8(p.description)) {
+    return absl::InvalidArgumentError("description: not valid UTF-8");
+  }
+  if (absl::Status s = CheckDuration("forward_us", p.forward_us); !s.ok()) return s;
+  if (absl::Status s = CheckDuration("backward_us", p.backward_us); !s.ok()) return s;
+  if (p.tensors.size() > static_cast<size_t>(bucketing::kMaxLayoutTensors)) {
+    return absl::InvalidArgumentError(absl::StrCat("tensors: ", p.tensors.size(),
+                                                   " tensors, more than the limit of ",
+                                                   bucketing::kMaxLayoutTensors));
+  }
+  absl::flat_hash_set<absl::string_view> names;
+  names.reserve(p.tensors.size());
+  for (size_t i = 0; i < p.tensors.size(); ++i) {
+    const ProfileTensor& t = p.tensors[i];
+    const std::string path = absl::StrCat("tensors[", i, "]");
+    if (absl::Status s = CheckName(Field(path, "name"), t.name); !s.ok()) return s;
+    if (!names.insert(t.name).second) {
+      return absl::InvalidArgumentError(absl::StrCat(Field(path, "name"), ": \"", t.name,
+                                                     "\" appears more than once"));
+    }
+    if (t.shape.size() > static_cast<size_t>(kMaxProfileTensorDims)) {
+      return absl::InvalidArgumentError(absl::StrCat(Field(path, "shape"), ": ", t.shape.size(),
+                                                     " dims, more than the limit of ",
+                                                     kMaxProfileTensorDims));
+    }
+    for (size_t d = 0; d < t.shape.size(); ++d) {
+      if (t.shape[d] < 0) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(path, ".shape[", d, "]: ", t.shape[d], " is negative"));
+      }
+    }
+    if (std::find(t.shape.begin(), t.shape.end(), int64_t{0}) == t.shape.end()) {
+      // All dims positive: checked before multiplying, so the product never
+      // overflows (numel <= max / dim  <=>  numel * dim <= max).
+      int64_t numel = 1;
+      for (int64_t dim : t.shape) {
+        if (numel > bucketing::kMaxTensorElements / dim) {
+          return absl::InvalidArgumentError(absl::StrCat(
+              Field(path, "shape"), ": [", absl::StrJoin(t.shape, ", "),
+              "] has more than the limit of ", bucketing::kMaxTensorElements, " elements"));
+        }
+        numel *= dim;
+      }
+    }
+    if (!IsGradientType(t.dtype)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(Field(path, "dtype"), ": type code ", static_cast<int>(t.dtype),
+                       " is not a gradient type (float, double, half or bfloat16)"));
+    }
+    const std::string ready_field = Field(path, "ready_us");
+    if (absl::Status s = CheckTime(ready_field, t.ready_us); !s.ok()) return s;
+    if (t.ready_us > p.backward_us) {
+      return absl::InvalidArgumentError(absl::StrCat(ready_field, ": ", Num(t.ready_us),
+                                                     " is after the end of backward (backward_us = ",
+                                                     Num(p.backward_us), ")"));
+    }
+    if (i > 0 && t.ready_us < p.tensors[i - 1].ready_us) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          ready_field, ": ", Num(t.ready_us), " is earlier than tensors[", i - 1,
+          "].ready_us = ", Num(p.tensors[i - 1].ready_us),
+          " (tensors must be listed in backward-ready order)"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<Profile> ParseProfile(absl::string_view json_text) {
+  // Note [profile nesting bound]: the callback sees every container as it
+  // opens, at its depth (the top-level object is depth 0). A container that
+  // is too deep is discarded (not built) and remembered; parsing goes on, so
+  // the cost stays linear and memory stays bounded by the input size.
+  bool too_deep = false;
+  auto bound_depth = [&too_deep](int depth, Json::parse_event_t event, Json&) {
+    if ((event == Json::parse_event_t::object_start ||
+         event == Json::parse_event_t::array_start) &&
+        depth >= kMaxProfileJsonDepth) {
+      too_deep = true;
+      return false;
+    }
+    return true;
+  };
+  Json root;
+  try {
+    root = Json::parse(json_text.begin(), json_text.end(), bound_depth);
+  } catch (const Json::exception& e) {
+    return absl::InvalidArgumentError(absl::StrCat("malformed JSON: ", e.what()));
+  }
+  if (too_deep) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "JSON nests arrays/objects more than ", kMaxProfileJsonDepth, " levels deep"));
+  }
+  if (!root.is_object()) return Mistyped("(top level)", "an object", root);
+
+  absl::StatusOr<std::string> format = GetString(root, "", "format");
+  if (!format.ok()) return format.status();
+  if (*format != kFormatName) {
+    return absl::InvalidArgumentError(absl::StrCat("format: expected \"", kFormatName,
+                                                   "\", got \"", *format, "\""));
+  }
+  absl::StatusOr<const Json*> version_json = Member(root, "", "version");
+  if (!version_json.ok()) return version_json.status();
+  absl::StatusOr<int64_t> version = AsInteger(**version_json, "version");
+  if (!version.ok()) return version.status();
+  if (*version != kProfileFormatVersion) {
+    return absl::InvalidArgumentError(absl::StrCat("version: ", *version,
+                                                   " is not supported (supported versions: ",
+                                                   kProfileFormatVersion, ")"));
+  }
+
+  Profile p;
+  absl::StatusOr<std::string> model = GetString(root, "", "model");
+  if (!model.ok()) return model.status();
+  p.model = *std::move(model);
+  absl::StatusOr<std::string> description = GetString(root, "", "description");
+  if (!description.ok()) return description.status();
+  p.description = *std::move(description);
+  absl::StatusOr<double> forward = GetNumber(root, "", "forward_us");
+  if (!forward.ok()) return forward.status();
+  p.forward_us = *forward;
+  absl::StatusOr<double> backward = GetNumber(root, "", "backward_us");
+  if (!backward.ok()) return backward.status();
+  p.backward_us = *backward;
+
+  absl::StatusOr<const Json*> tensors = Member(root, "", "tensors");
+  if (!tensors.ok()) return tensors.status();
+  if (!(*tensors)->is_array()) return Mistyped("tensors", "an array", **tensors);
+  if ((*tensors)->size() > static_cast<size_t>(bucketing::kMaxLayoutTensors)) {
+    return absl::InvalidArgumentError(absl::StrCat("tensors: ", (*tensors)->size(),
+                                                   " tensors, more than the limit of ",
+                                                   bucketing::kMaxLayoutTensors));
+  }
+  p.tensors.reserve((*tensors)->size());
+  for (size_t i = 0; i < (*tensors)->size(); ++i) {
+    absl::StatusOr<ProfileTensor> t = ParseTensor((**tensors)[i], absl::StrCat("tensors[", i, "]"));
+    if (!t.ok()) return t.status();
+    p.tensors.push_back(*std::move(t));
+  }
+  if (absl::Status s = ValidateProfile(p); !s.ok()) return s;
+  return p;
+}
+
+absl::StatusOr<Profile> LoadProfile(const std::string& path) {
+  const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    return absl::NotFoundError(absl::StrCat(path, ": cannot open: ", std::strerror(errno)));
+  }
+  // Read at most one byte past the limit: enough to know the file is too
+  // big, whatever it is (a pipe or /dev/zero has no useful size).
+  std::string text;
+  absl::Status status;
+  char buf[1 << 16];
+  while (true) {
+    const ssize_t n = read(fd, buf, sizeof(buf));
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      status = absl::UnavailableError(absl::StrCat(path, ": read failed: ", std::strerror(errno)));
+      break;
+    }
+    if (n == 0) break;
+    text.append(buf, static_cast<size_t>(n));
+    if (text.size() > static_cast<size_t>(kMaxProfileFileBytes)) {
+      status = absl::InvalidArgumentError(absl::StrCat(
+          path, ": larger than the limit of ", kMaxProfileFileBytes >> 20, " MiB"));
+      break;
+    }
+  }
+  close(fd);
+  if (!status.ok()) return status;
+  absl::StatusOr<Profile> p = ParseProfile(text);
+  if (!p.ok()) {
+    return absl::Status(p.status().code(), absl::StrCat(path, ": ", p.status().message()));
+  }
+  return p;
+}
+
+std::string SerializeProfile(const Profile& p) {
+  auto str = [](const std::string& s) {
+    return Json(s).dump(-1, ' ', false, Json::error_handler_t::replace);
+  };
+  auto num = [](double v) { return Json(v).dump(); };
+  std::string out = "{\n";
+  absl::StrAppend(&out, "  \"format\": ", str(kFormatName), ",\n");
+  absl::StrAppend(&out, "  \"version\": ", kProfileFormatVersion, ",\n");
+  absl::StrAppend(&out, "  \"model\": ", str(p.model), ",\n");
+  absl::StrAppend(&out, "  \"description\": ", str(p.description), ",\n");
+  absl::StrAppend(&out, "  \"forward_us\": ", num(p.forward_us), ",\n");
+  absl::StrAppend(&out, "  \"backward_us\": ", num(p.backward_us), ",\n");
+  absl::StrAppend(&out, "  \"tensors\": [");
+  for (size_t i = 0; i < p.tensors.size(); ++i) {
+    const ProfileTensor& t = p.tensors[i];
+    absl::StrAppend(&out, i == 0 ? "\n" : ",\n", "    {\"name\": ", str(t.name), ", \"shape\": [");
+    for (size_t d = 0; d < t.shape.size(); ++d) {
+      absl::StrAppend(&out, d == 0 ? "" : ", ", t.shape[d]);
+    }
+    absl::StrAppend(&out, "], \"dtype\": ", str(std::string(comm::DataTypeName(t.dtype))),
+                    ", \"ready_us\": ", num(t.ready_us), "}");
+  }
+  absl::StrAppend(&out, p.tensors.empty() ? "]\n" : "\n  ]\n", "}\n");
+  return out;
+}
+
+absl::Status SaveProfile(const Profile& p, const std::string& path) {
+  if (absl::Status s = ValidateProfile(p); !s.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, ": refusing to save an invalid profile: ", s.message()));
+  }
+  const std::string text = SerializeProfile(p);
+  const std::string tmp = absl::StrCat(path, ".tmp.", getpid());
+  const int fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) {
+    return absl::UnavailableError(
+        absl::StrCat(path, ": cannot create ", tmp, ": ", std::strerror(errno)));
+  }
+  absl::Status status;
+  size_t done = 0;
+  while (done < text.size()) {
+    const ssize_t n = write(fd, text.data() + done, text.size() - done);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      status = absl::UnavailableError(absl::StrCat(path, ": write failed: ", std::strerror(errno)));
+      break;
+    }
+    done += static_cast<size_t>(n);
+  }
+  if (status.ok() && fsync(fd) != 0) {
+    status = absl::UnavailableError(absl::StrCat(path, ": fsync failed: ", std::strerror(errno)));
+  }
+  if (close(fd) != 0 && status.ok()) {
+    status = absl::UnavailableError(absl::StrCat(path, ": close failed: ", std::strerror(errno)));
+  }
+  if (status.ok() && std::rename(tmp.c_str(), path.c_str()) != 0) {
+    status = absl::UnavailableError(
+        absl::StrCat(path, ": cannot rename ", tmp, " over it: ", std::strerror(errno)));
+  }
+  if (!status.ok()) unlink(tmp.c_str());
+  return status;
+}
+
+absl::StatusOr<bucketing::GradientLayout> LayoutFromProfile(const Profile& p) {
+  if (absl::Status s = ValidateProfile(p); !s.ok()) return s;
+  std::vector<bucketing::TensorSpec> specs;
+  specs.reserve(p.tensors.size());
+  for (const ProfileTensor& t : p.tensors) {
+    bucketing::TensorSpec spec;
+    spec.name = t.name;
+    spec.numel = t.numel();
+    spec.dtype = t.dtype;
+    spec.memory = comm::MemoryKind::kHost;
+    specs.push_back(std::move(spec));
+  }
+  return bucketing::GradientLayout::Create(std::move(specs));
+}
+
+Profile ScaleCompute(const Profile& p, double factor) {
+  Profile out = p;
+  out.forward_us *= factor;
+  out.backward_us *= factor;
+  for (ProfileTensor& t : out.tensors) t.ready_us *= factor;
+  return out;
+}
+
+}  // namespace fusebox::autotune

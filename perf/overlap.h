@@ -1,0 +1,80 @@
+// fusebox-perf overlap: replays a model's backward on N real ranks and
+// measures how well each bucketing plan hides allreduce behind it.
+#ifndef FUSEBOX_PERF_OVERLAP_H_
+#define FUSEBOX_PERF_OVERLAP_H_
+
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "autotune/profile.h"
+#include "bucketing/plan.h"
+#include "comm/communicator.h"
+
+namespace fusebox::perf {
+
+struct OverlapOptions {
+  int iters = 10;
+  int warmup = 2;
+  // Multiplies the profile's compute times; <= 0 picks the scale at which
+  // backward takes as long as one allreduce of all gradients.
+  double compute_scale = 1.0;
+  // Plan names: per-tensor, ddp, horovod, hccl; or paths to plan files.
+  std::vector<std::string> plans = {"per-tensor", "ddp", "horovod", "hccl"};
+  int max_in_flight = 4;
+  // true: gradients are computed in place in the fusion buffers (DDP's
+  // gradient_as_bucket_view=True), nothing is copied; false: each gradient
+  // has its own buffer, copied in and out (DDP's default).
+  bool views = true;
+  std::string timeline_dir;  // per plan and rank Chrome traces when set
+  std::string save_plans_dir;  // rank 0 writes each plan as <dir>/<model>-<plan>.json
+};
+
+// The allreduce cost on this communicator, t(m) = a + b*m, with the two
+// sizes the lower bound needs measured directly where they fit.
+struct CommModel {
+  double alpha_us = 0;
+  double beta_us_per_byte = 0;
+  double t_last_us = 0;   // allreduce of the last-ready gradient
+  double t_total_us = 0;  // allreduce of all gradient bytes
+  bool total_measured = false;  // false: from the fitted line
+};
+
+struct OverlapResult {
+  std::string plan;
+  int buckets = 0;
+  uint64_t plan_hash = 0;
+  // Medians over iterations of the slowest rank's figure, microseconds.
+  double iteration_us = 0;
+  double backward_us = 0;  // measured end of the replayed backward
+  double exposed_us = 0;   // iteration end - backward end
+  double copy_us = 0;      // copy in + copy back (0 with views)
+  double bound_us = 0;     // ANCHORS.md lower bound under CommModel
+  double compute_us = 0;   // forward + backward of the replay
+};
+
+struct OverlapReport {
+  std::string model;
+  int ranks = 0;
+  double compute_scale = 1;
+  double forward_us = 0, backward_us = 0;  // scaled
+  int64_t total_bytes = 0;
+  CommModel comm;
+  std::vector<OverlapResult> results;
+};
+
+// Collective: every rank calls it with the same profile and options. Rank 0
+// prints the table to `out` (nullptr elsewhere).
+absl::StatusOr<OverlapReport> RunOverlap(comm::Communicator& comm,
+                                         const autotune::Profile& profile,
+                                         const OverlapOptions& options, std::FILE* out);
+
+// The ANCHORS.md lower bound on one iteration: forward + max(T_b + t(s_last),
+// T_first + t(G)).
+double LowerBoundUs(double forward_us, double backward_us, double first_ready_us,
+                    double t_last_us, double t_total_us);
+
+}  // namespace fusebox::perf
+
+#endif  // FUSEBOX_PERF_OVERLAP_H_
