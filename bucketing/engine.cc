@@ -95,13 +95,34 @@ absl::Status Engine::Install(Plan plan) {
         absl::StrCat("engine: plan \"", plan.name, "\" does not fit the layout: ", s.message()));
   }
   const int nb = static_cast<int>(plan.buckets.size());
+  int vote_slots = 0;
+  if (options_.schedule == Schedule::kForwardPriority) {
+    if (nb > kMaxPriorityBuckets) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "engine: the forward-priority schedule handles at most %d buckets; plan \"%s\" has %d",
+          kMaxPriorityBuckets, plan.name, nb));
+    }
+    for (const Bucket& b : plan.buckets) {
+      const int limit = b.dtype == comm::DataType::kBFloat16  ? 256
+                        : b.dtype == comm::DataType::kFloat16 ? 2048
+                                                              : (1 << 24);
+      if (comm_.size() > limit) {
+        return absl::InvalidArgumentError(absl::StrFormat(
+            "engine: the forward-priority schedule's votes are exact in %s up to %d ranks, not "
+            "%d; use the plan-order schedule",
+            comm::DataTypeName(b.dtype), limit, comm_.size()));
+      }
+    }
+    vote_slots = nb;
+  }
   auto buffers = std::make_shared<Buffers>();
   buffers->data.assign(nb, nullptr);
   std::vector<std::vector<Placement>> placements(layout_.size());
   std::vector<int> slices_per_bucket(nb, 0);
   for (int b = 0; b < nb; ++b) {
     const Bucket& bucket = plan.buckets[b];
-    const int64_t bytes = bucket.count() * static_cast<int64_t>(comm::DataTypeSize(bucket.dtype));
+    const int64_t bytes =
+        (bucket.count() + vote_slots) * static_cast<int64_t>(comm::DataTypeSize(bucket.dtype));
     if (bytes > 0) {
       const size_t rounded = (static_cast<size_t>(bytes) + kBufferAlignment - 1) /
                              kBufferAlignment * kBufferAlignment;
@@ -118,6 +139,10 @@ absl::Status Engine::Install(Plan plan) {
     }
     slices_per_bucket[b] = static_cast<int>(bucket.slices.size());
   }
+  std::vector<int> priority(nb, -1);
+  for (int b = 0; b < nb; ++b) {
+    for (const Slice& s : plan.buckets[b].slices) priority[b] = std::max(priority[b], s.tensor);
+  }
   std::vector<void*> storage(layout_.size(), nullptr);
   for (int id = 0; id < layout_.size(); ++id) {
     const auto& p = placements[id];
@@ -130,6 +155,8 @@ absl::Status Engine::Install(Plan plan) {
   plan_ = std::move(plan);
   placements_ = std::move(placements);
   slices_per_bucket_ = std::move(slices_per_bucket);
+  priority_ = std::move(priority);
+  vote_slots_ = vote_slots;
   buffers_ = std::move(buffers);
   storage_ = std::move(storage);
   marked_.assign(layout_.size(), 0);
@@ -181,6 +208,8 @@ void Engine::ResetIterationLocked() {
   std::fill(state_.begin(), state_.end(), BucketState::kFilling);
   marked_count_ = 0;
   next_launch_ = 0;
+  launched_count_ = 0;
+  votes_.assign(plan_.buckets.size(), {});
   done_count_ = 0;
   started_ = false;
   current_ = IterationStats{};
@@ -270,42 +299,121 @@ absl::Status Engine::MarkReady(int id, void* grad, int64_t numel) {
   return absl::OkStatus();
 }
 
+int Engine::ChooseNextLocked() const {
+  const int nb = static_cast<int>(plan_.buckets.size());
+  const int k = launched_count_;
+  if (options_.schedule == Schedule::kForwardPriority && k >= options_.max_in_flight) {
+    // Launch k - W has been processed (in_flight_ < W and the worker
+    // processes launches in order), so its votes are known on every rank.
+    const std::vector<uint8_t>& everywhere = votes_[k - options_.max_in_flight];
+    int best = -1;
+    for (int b = 0; b < nb; ++b) {
+      if (everywhere[b] && state_[b] != BucketState::kLaunched &&
+          state_[b] != BucketState::kDone && (best < 0 || priority_[b] > priority_[best])) {
+        best = b;
+      }
+    }
+    if (best >= 0) return best;  // complete everywhere, so complete here too
+  }
+  return next_launch_;
+}
+
 void Engine::LaunchReadyLocked() {
   const int nb = static_cast<int>(plan_.buckets.size());
   bool launched = false;
-  while (failed_.ok() && next_launch_ < nb && state_[next_launch_] == BucketState::kReady &&
-         in_flight_ < options_.max_in_flight) {
-    const int b = next_launch_;
-    const Bucket& bucket = plan_.buckets[b];
-    const int64_t count = bucket.count();
-    std::shared_ptr<comm::Work> work;
-    if (count == 0) {
-      work = comm::Work::Done(absl::OkStatus());  // only zero-size tensors
-    } else {
-      // Buffers are issued in plan order under mu_, so concurrent
-      // MarkReady calls cannot reorder them (Note [Launch order]).
-      // Averaging rides in the backend's last pass over the data (kAvg:
-      // the exact sum divided once by the world size, in the element type).
-      auto issued = comm_.AllReduce(
-          buffers_->data[b], buffers_->data[b], static_cast<size_t>(count), bucket.dtype,
-          options_.average ? comm::ReduceOp::kAvg : comm::ReduceOp::kSum);
-      if (!issued.ok()) {
-        FailLocked(absl::Status(issued.status().code(),
-                                absl::StrFormat("launching bucket %d: %s", b,
-                                                issued.status().message())));
-        return;
-      }
-      work = *std::move(issued);
-      work->OnComplete([keep = buffers_](const absl::Status&) {});
-    }
-    ++next_launch_;
-    ++in_flight_;
-    state_[b] = BucketState::kLaunched;
-    launch_us_[b] = NowUs();
-    launched_.push_back(Launched{b, std::move(work)});
+  while (failed_.ok() && launched_count_ < nb && in_flight_ < options_.max_in_flight) {
+    const int b = ChooseNextLocked();
+    if (state_[b] != BucketState::kReady) break;  // wait until it is complete here
+    Launch(b);
     launched = true;
   }
   if (launched) cv_.notify_all();
+}
+
+namespace {
+
+// One vote element of `type` (Note [Launch order]).
+void StoreVote(char* p, comm::DataType type, double v) {
+  switch (type) {
+    case comm::DataType::kFloat32: {
+      const float f = static_cast<float>(v);
+      std::memcpy(p, &f, 4);
+      return;
+    }
+    case comm::DataType::kFloat64:
+      std::memcpy(p, &v, 8);
+      return;
+    case comm::DataType::kFloat16: {
+      const uint16_t h = comm::FloatToHalf(static_cast<float>(v));
+      std::memcpy(p, &h, 2);
+      return;
+    }
+    default: {
+      const uint16_t h = comm::FloatToBFloat16(static_cast<float>(v));
+      std::memcpy(p, &h, 2);
+      return;
+    }
+  }
+}
+
+}  // namespace
+
+void Engine::WriteVotesLocked(int b) {
+  const Bucket& bucket = plan_.buckets[b];
+  const size_t esize = comm::DataTypeSize(bucket.dtype);
+  char* votes = buffers_->data[b] + bucket.count() * esize;
+  for (int c = 0; c < vote_slots_; ++c) {
+    StoreVote(votes + c * esize, bucket.dtype, state_[c] == BucketState::kFilling ? 0.0 : 1.0);
+  }
+}
+
+std::vector<uint8_t> Engine::ReadVotes(int b) const {
+  const Bucket& bucket = plan_.buckets[b];
+  const size_t esize = comm::DataTypeSize(bucket.dtype);
+  const char* votes = buffers_->data[b] + bucket.count() * esize;
+  // What every rank voting 1 adds up to, bit for bit.
+  std::vector<char> all(esize);
+  StoreVote(all.data(), bucket.dtype, options_.average ? 1.0 : comm_.size());
+  std::vector<uint8_t> out(vote_slots_);
+  for (int c = 0; c < vote_slots_; ++c) {
+    out[c] = std::memcmp(votes + c * esize, all.data(), esize) == 0;
+  }
+  return out;
+}
+
+void Engine::Launch(int b) {
+  const int nb = static_cast<int>(plan_.buckets.size());
+  const Bucket& bucket = plan_.buckets[b];
+  const int64_t count = bucket.count() + vote_slots_;
+  std::shared_ptr<comm::Work> work;
+  if (count == 0) {
+    work = comm::Work::Done(absl::OkStatus());  // only zero-size tensors
+  } else {
+    if (vote_slots_ > 0) WriteVotesLocked(b);
+    // Issued in launch order under mu_, so concurrent MarkReady calls cannot
+    // reorder them (Note [Launch order]). Averaging rides in the backend's
+    // last pass over the data (kAvg: the exact sum divided once by the
+    // world size, in the element type).
+    auto issued = comm_.AllReduce(buffers_->data[b], buffers_->data[b],
+                                  static_cast<size_t>(count), bucket.dtype,
+                                  options_.average ? comm::ReduceOp::kAvg : comm::ReduceOp::kSum);
+    if (!issued.ok()) {
+      FailLocked(absl::Status(issued.status().code(), absl::StrFormat("launching bucket %d: %s", b,
+                                                                      issued.status().message())));
+      return;
+    }
+    work = *std::move(issued);
+    work->OnComplete([keep = buffers_](const absl::Status&) {});
+  }
+  state_[b] = BucketState::kLaunched;
+  while (next_launch_ < nb && (state_[next_launch_] == BucketState::kLaunched ||
+                               state_[next_launch_] == BucketState::kDone)) {
+    ++next_launch_;
+  }
+  launch_us_[b] = NowUs();
+  current_.launch_order.push_back(b);
+  launched_.push_back(Launched{b, launched_count_++, std::move(work)});
+  ++in_flight_;
 }
 
 void Engine::CopyBack(int b) {
@@ -353,7 +461,9 @@ void Engine::WorkerLoop() {
     }
     const double complete_us = NowUs();
     double back_us = 0;
+    std::vector<uint8_t> votes;
     if (status.ok()) {
+      if (vote_slots_ > 0) votes = ReadVotes(next.bucket);
       CopyBack(next.bucket);
       back_us = NowUs() - complete_us;
     }
@@ -378,6 +488,7 @@ void Engine::WorkerLoop() {
       }
     }
     state_[next.bucket] = BucketState::kDone;
+    votes_[next.index] = std::move(votes);
     ++done_count_;
     LaunchReadyLocked();
     cv_.notify_all();

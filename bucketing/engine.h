@@ -11,12 +11,25 @@
 // Ranks must issue collectives in the same order (comm Note [Collective
 // ordering]), but gradients become ready in different orders and at
 // different times on different ranks and threads. So the engine never picks
-// among ready buckets by local readiness: bucket k is launched when it is
-// complete on this rank, buckets 0..k-1 have been launched, and fewer than
-// `max_in_flight` buckets are launched and not yet copied back. The plan's
-// bucket order IS the launch order (and is covered by its hash); a planner
-// that wants the buckets the next forward needs first to go first expresses
-// that by ordering (and splitting) buckets, which every rank then follows.
+// among buckets by local readiness alone. At most `max_in_flight` (W)
+// buckets are launched and not yet copied back; the k-th launch of an
+// iteration is chosen by the schedule:
+// * kPlanOrder: bucket k, once it is complete on this rank. The plan's
+//   bucket order is the launch order (and is covered by its hash).
+// * kForwardPriority (ByteScheduler's idea, made deterministic): every
+//   bucket's allreduce carries one vote per bucket of the plan: 1 if that
+//   bucket was complete on this rank when it launched, else 0, averaged
+//   like the data. A vote that comes back exactly 1 means "complete on every
+//   rank". Launch k (k >= W) may start only after launch k-W has completed
+//   (the window), so every rank knows the same votes of launch k-W: among
+//   the buckets they show complete everywhere and not yet launched, it takes
+//   the one the next forward pass needs first (the one holding the
+//   latest-ready tensor: the earliest layers); when there is none, the next
+//   bucket in plan order, once it is complete here. The first W launches go
+//   in plan order. Every input to the choice is identical on every rank, so
+//   the sequence is too. Cost: one vote element per bucket in each bucket's
+//   allreduce (limited to 8192 buckets, and to world sizes where a vote
+//   average is exact: 256 ranks in bfloat16, 2048 in half).
 // Whatever order gradients arrive in, every rank issues the same sequence,
 // and results do not depend on timing.
 //
@@ -52,9 +65,14 @@
 
 namespace fusebox::bucketing {
 
+enum class Schedule : uint8_t { kPlanOrder, kForwardPriority };
+inline constexpr int kMaxPriorityBuckets = 8192;
+
 struct EngineOptions {
   // Buckets launched but not yet copied back; at least 1.
   int max_in_flight = 4;
+  // How the next bucket to launch is chosen (Note [Launch order]).
+  Schedule schedule = Schedule::kPlanOrder;
   // Average across ranks (ReduceOp::kAvg: the exact sum divided once by the
   // world size in the element type), else sum.
   bool average = true;
@@ -83,6 +101,7 @@ struct IterationStats {
   double copy_in_us = 0;       // time spent copying into fusion buffers
   double copy_back_us = 0;     // time spent copying results back
   int buckets = 0;
+  std::vector<int> launch_order;  // bucket indices in the order they were issued
   double backward_us() const { return backward_end_us - start_us; }
   double exposed_comm_us() const { return finish_us - backward_end_us; }
   double iteration_us() const { return finish_us - start_us; }
@@ -151,6 +170,7 @@ class Engine {
   enum class BucketState : uint8_t { kFilling, kReady, kLaunched, kDone };
   struct Launched {
     int bucket;
+    int index;  // k: this iteration's k-th launch
     std::shared_ptr<comm::Work> work;
   };
   struct Buffers;  // fusion buffers, shared with in-flight collectives
@@ -160,6 +180,10 @@ class Engine {
   absl::Status VerifyAcrossRanks();
   void ResetIterationLocked();
   void LaunchReadyLocked();
+  int ChooseNextLocked() const;  // bucket to launch next, or -1 to wait
+  void Launch(int bucket);       // under mu_
+  void WriteVotesLocked(int bucket);
+  std::vector<uint8_t> ReadVotes(int bucket) const;
   void WorkerLoop();
   void CopyBack(int bucket);
   void FailLocked(absl::Status status);
@@ -176,6 +200,8 @@ class Engine {
   uint64_t plan_hash_ = 0;
   std::vector<std::vector<Placement>> placements_;  // per tensor
   std::vector<int> slices_per_bucket_;
+  std::vector<int> priority_;   // per bucket: its latest-ready tensor id
+  int vote_slots_ = 0;          // vote elements after each bucket's data
   std::shared_ptr<Buffers> buffers_;
   std::vector<void*> storage_;  // per tensor, see TensorStorage
 
@@ -189,7 +215,9 @@ class Engine {
   std::vector<BucketState> state_;    // per bucket
   std::vector<double> launch_us_;     // per bucket
   int marked_count_ = 0;
-  int next_launch_ = 0;
+  int next_launch_ = 0;               // lowest bucket not yet launched
+  int launched_count_ = 0;            // k of the next launch
+  std::vector<std::vector<uint8_t>> votes_;  // per launch index, once processed
   int in_flight_ = 0;
   int done_count_ = 0;
   bool started_ = false;

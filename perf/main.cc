@@ -62,6 +62,9 @@ ABSL_FLAG(std::string, compute_scale, "1",
           "overlap: multiply the profile's compute times by this; 'auto' makes backward as long "
           "as one allreduce of all gradients");
 ABSL_FLAG(int, in_flight, 4, "overlap: buckets in flight at most");
+ABSL_FLAG(std::string, schedule, "plan",
+          "overlap: launch order: 'plan' (the plan's bucket order) or 'priority' (buckets the next "
+          "forward needs first, agreed across ranks)");
 ABSL_FLAG(int, views, 1,
           "overlap: 1 = gradients computed in place in the fusion buffers (no copies), 0 = copied "
           "in and out");
@@ -196,6 +199,15 @@ absl::StatusOr<OverlapOptions> OverlapOptionsFromFlags() {
     return absl::InvalidArgumentError("--in_flight must be in [1, 1024]");
   }
   o.views = absl::GetFlag(FLAGS_views) != 0;
+  const std::string schedule = absl::GetFlag(FLAGS_schedule);
+  if (schedule == "plan") {
+    o.schedule = bucketing::Schedule::kPlanOrder;
+  } else if (schedule == "priority") {
+    o.schedule = bucketing::Schedule::kForwardPriority;
+  } else {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--schedule: \"", schedule, "\" is not 'plan' or 'priority'"));
+  }
   o.timeline_dir = absl::GetFlag(FLAGS_timeline);
   o.save_plans_dir = absl::GetFlag(FLAGS_save_plans);
   return o;

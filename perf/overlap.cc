@@ -226,12 +226,14 @@ absl::StatusOr<OverlapReport> RunOverlap(comm::Communicator& comm,
   if (out != nullptr) {
     std::fprintf(out,
                  "# fusebox-perf overlap: model %s, %d gradients, %.1f MiB; backend %s, %d "
-                 "ranks; iters %d, warmup %d; %s; max in flight %d\n",
+                 "ranks; iters %d, warmup %d; %s; max in flight %d, %s schedule\n",
                  profile.model.c_str(), layout.size(), report.total_bytes / 1048576.0,
                  comm.backend().c_str(), comm.size(), options.iters, options.warmup,
                  options.views ? "gradients in place in fusion buffers (views)"
                                : "gradients copied in and out",
-                 options.max_in_flight);
+                 options.max_in_flight,
+                 options.schedule == bucketing::Schedule::kPlanOrder ? "plan-order"
+                                                                     : "forward-priority");
     std::fprintf(out,
                  "# compute scale %.4g: forward %.2f ms, backward %.2f ms, first gradient at "
                  "%.2f ms, last (%.2f MiB) at %.2f ms\n",
@@ -253,6 +255,7 @@ absl::StatusOr<OverlapReport> RunOverlap(comm::Communicator& comm,
 
   bucketing::EngineOptions eopts;
   eopts.max_in_flight = options.max_in_flight;
+  eopts.schedule = options.schedule;
   eopts.record_timeline = !options.timeline_dir.empty();
   std::unique_ptr<Engine> engine;
   // Per-tensor gradient buffers where the engine's storage is not used.

@@ -9,6 +9,7 @@
 
 #include "absl/status/statusor.h"
 #include "autotune/profile.h"
+#include "bucketing/engine.h"
 #include "bucketing/plan.h"
 #include "comm/communicator.h"
 
@@ -23,6 +24,7 @@ struct OverlapOptions {
   // Plan names: per-tensor, ddp, horovod, hccl; or paths to plan files.
   std::vector<std::string> plans = {"per-tensor", "ddp", "horovod", "hccl"};
   int max_in_flight = 4;
+  bucketing::Schedule schedule = bucketing::Schedule::kPlanOrder;
   // true: gradients are computed in place in the fusion buffers (DDP's
   // gradient_as_bucket_view=True), nothing is copied; false: each gradient
   // has its own buffer, copied in and out (DDP's default).

@@ -5,12 +5,14 @@
 #include "bucketing/engine.h"
 
 #include <algorithm>
+#include <chrono>
 #include <atomic>
 #include <cstring>
 #include <functional>
 #include <numeric>
 #include <random>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 #include "bucketing/planners.h"
@@ -144,10 +146,10 @@ std::vector<Plan> BaselinePlans(const GradientLayout& layout) {
   return plans;
 }
 
-class EngineWorldTest : public ::testing::TestWithParam<int> {};
+class EngineWorldTest : public ::testing::TestWithParam<std::tuple<int, Schedule>> {};
 
 TEST_P(EngineWorldTest, MatchesReferenceForEveryBaselinePlanAndSwap) {
-  const int world = GetParam();
+  const int world = std::get<0>(GetParam());
   // Mixed dtypes, zero-size tensors, and one huge tensor that FixedSizePlan
   // splits into ~100 slices.
   const GradientLayout layout = RandomLayout(world * 31 + 5, 24, 3000, 25000, /*mixed=*/true);
@@ -156,6 +158,7 @@ TEST_P(EngineWorldTest, MatchesReferenceForEveryBaselinePlanAndSwap) {
     EngineOptions options;
     options.max_in_flight = 2;
     options.timeout = absl::Seconds(60);
+    options.schedule = std::get<1>(GetParam());
     auto engine = Engine::Create(comm, layout, plans[0], options);
     ASSERT_TRUE(engine.ok()) << engine.status();
     int it = 0;
@@ -168,8 +171,80 @@ TEST_P(EngineWorldTest, MatchesReferenceForEveryBaselinePlanAndSwap) {
   });
 }
 
-INSTANTIATE_TEST_SUITE_P(Worlds, EngineWorldTest, ::testing::Values(1, 2, 3, 4),
-                         [](const auto& info) { return "Np" + std::to_string(info.param); });
+INSTANTIATE_TEST_SUITE_P(
+    Worlds, EngineWorldTest,
+    ::testing::Combine(::testing::Values(1, 2, 3, 4),
+                       ::testing::Values(Schedule::kPlanOrder, Schedule::kForwardPriority)),
+    [](const auto& info) {
+      return "Np" + std::to_string(std::get<0>(info.param)) +
+             (std::get<1>(info.param) == Schedule::kPlanOrder ? "PlanOrder" : "ForwardPriority");
+    });
+
+// Gradients ready last-to-first with one bucket in flight: plan order
+// issues 0, 1, 2; forward priority issues 0 (plan order for the first
+// launch), then 2 (needed first by the next forward: it holds the
+// latest-ready tensor), then 1, on every rank alike.
+TEST(EngineScheduleTest, ForwardPriorityLaunchesWhatForwardNeedsFirst) {
+  const GradientLayout layout = MakeLayout({8, 8, 8});
+  for (Schedule schedule : {Schedule::kPlanOrder, Schedule::kForwardPriority}) {
+    RunRanks(2, [&](int rank, comm::Communicator& comm) {
+      EngineOptions options;
+      options.max_in_flight = 1;
+      options.schedule = schedule;
+      auto engine = Engine::Create(comm, layout, PerTensorPlan(layout), options);
+      ASSERT_TRUE(engine.ok()) << engine.status();
+      std::vector<std::vector<float>> g(3, std::vector<float>(8, 1.0f + rank));
+      for (int id : {2, 1, 0}) ASSERT_TRUE((*engine)->MarkReady(id, g[id].data(), 8).ok());
+      ASSERT_TRUE((*engine)->Finish().ok());
+      const std::vector<int> want =
+          schedule == Schedule::kPlanOrder ? std::vector<int>{0, 1, 2} : std::vector<int>{0, 2, 1};
+      EXPECT_EQ((*engine)->stats().back().launch_order, want) << "rank " << rank;
+      for (const auto& v : g) EXPECT_EQ(v, std::vector<float>(8, 1.5f));
+    });
+  }
+}
+
+// Ranks see different local readiness when the second launch is chosen:
+// rank 0 has every gradient, rank 1 only the first (it sleeps, then marks
+// the rest last-to-first). The choice must follow what is complete on every
+// rank (the votes), not what is complete locally, or the ranks would reduce
+// different buckets together.
+TEST(EngineScheduleTest, ForwardPriorityFollowsAgreedNotLocalReadiness) {
+  const GradientLayout layout = MakeLayout({8, 8, 8});
+  RunRanks(2, [&](int rank, comm::Communicator& comm) {
+    EngineOptions options;
+    options.max_in_flight = 1;
+    options.schedule = Schedule::kForwardPriority;
+    auto engine = Engine::Create(comm, layout, PerTensorPlan(layout), options);
+    ASSERT_TRUE(engine.ok()) << engine.status();
+    std::vector<std::vector<float>> g;
+    for (int id = 0; id < 3; ++id) g.emplace_back(8, static_cast<float>(10 * id + 2 * rank));
+    ASSERT_TRUE((*engine)->MarkReady(0, g[0].data(), 8).ok());
+    if (rank == 1) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    const std::vector<int> rest = rank == 0 ? std::vector<int>{1, 2} : std::vector<int>{2, 1};
+    for (int id : rest) ASSERT_TRUE((*engine)->MarkReady(id, g[id].data(), 8).ok());
+    ASSERT_TRUE((*engine)->Finish().ok());
+    for (int id = 0; id < 3; ++id) {
+      EXPECT_EQ(g[id], std::vector<float>(8, 10.0f * id + 1.0f)) << "rank " << rank << " tensor " << id;
+    }
+    EXPECT_EQ((*engine)->stats().back().launch_order, (std::vector<int>{0, 1, 2})) << "rank " << rank;
+  });
+}
+
+TEST(EngineScheduleTest, ForwardPriorityRefusesTooManyBuckets) {
+  // Each allreduce carries one vote per bucket: beyond the limit the plan is
+  // refused with a clear error rather than made quadratic.
+  std::vector<TensorSpec> specs;
+  for (int i = 0; i <= kMaxPriorityBuckets; ++i) specs.push_back({"t" + std::to_string(i), 1});
+  const GradientLayout layout = *GradientLayout::Create(specs);
+  RunRanks(1, [&](int, comm::Communicator& comm) {
+    EngineOptions options;
+    options.schedule = Schedule::kForwardPriority;
+    auto engine = Engine::Create(comm, layout, PerTensorPlan(layout), options);
+    EXPECT_EQ(engine.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(std::string(engine.status().message()), HasSubstr("at most 8192 buckets"));
+  });
+}
 
 TEST(EngineTest, WindowOfOneAndRingPathMatchReference) {
   // One bucket in flight at a time, over the ring algorithm with tiny chunks.
