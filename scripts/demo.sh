@@ -14,7 +14,5 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 /usr/bin/python3 perf/bench_allreduce.py --build "$BUILD_DIR" --repeats 1 "$@"
 echo
 echo "== ResNet-50 backward replayed on 2 ranks (fusebox-perf overlap)"
-"$BUILD_DIR/tools/fusebox-run" -n 2 -- "$BUILD_DIR/perf/fusebox-perf" overlap \
-  --profile resnet50 --compute_scale auto -n 10 -w 2 --progress 0 --output plain 2>/dev/null ||
-"$BUILD_DIR/tools/fusebox-run" -n 2 -- "$BUILD_DIR/perf/fusebox-perf" overlap \
+"$BUILD_DIR/tools/fusebox-run" -n 2 --output plain -- "$BUILD_DIR/perf/fusebox-perf" overlap \
   --profile resnet50 --compute_scale auto -n 10 -w 2
