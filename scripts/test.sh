@@ -15,6 +15,9 @@ set -e
 echo
 echo "== CTest summary"
 grep -E "tests passed|tests failed|Total Test time" "$BUILD_DIR/ctest.log" || true
+# pytest runs inside CTest (Python.*); its own summary line is in CTest's log.
+echo "== pytest summary (run by CTest)"
+grep -hE "^=*[ ]*[0-9]+ (passed|failed).* in [0-9.]+s" "$BUILD_DIR"/Testing/Temporary/LastTest*.log || echo "pytest: not run (no /usr/bin/python3 with torch and pytest)"
 skipped=$(grep -c -- "\*\*\*Skipped" "$BUILD_DIR/ctest.log" || true)
 echo "skipped (GPU-only or not applicable here): $skipped"
 exit "$rc"
