@@ -1,14 +1,7 @@
 #include "autotune/profile.h"
 
-#include <fcntl.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
 #include <algorithm>
-#include <cerrno>
 #include <cmath>
-#include <cstdio>
-#include <cstring>
 #include <limits>
 #include <string>
 #include <utility>
@@ -19,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "bucketing/file_io.h"
 #include "nlohmann/json.hpp"
 
 namespace fusebox::autotune {
@@ -369,33 +363,10 @@ absl::StatusOr<Profile> ParseProfile(absl::string_view json_text) {
 }
 
 absl::StatusOr<Profile> LoadProfile(const std::string& path) {
-  const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) {
-    return absl::NotFoundError(absl::StrCat(path, ": cannot open: ", std::strerror(errno)));
-  }
-  // Read at most one byte past the limit: enough to know the file is too
-  // big, whatever it is (a pipe or /dev/zero has no useful size).
-  std::string text;
-  absl::Status status;
-  char buf[1 << 16];
-  while (true) {
-    const ssize_t n = read(fd, buf, sizeof(buf));
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      status = absl::UnavailableError(absl::StrCat(path, ": read failed: ", std::strerror(errno)));
-      break;
-    }
-    if (n == 0) break;
-    text.append(buf, static_cast<size_t>(n));
-    if (text.size() > static_cast<size_t>(kMaxProfileFileBytes)) {
-      status = absl::InvalidArgumentError(absl::StrCat(
-          path, ": larger than the limit of ", kMaxProfileFileBytes >> 20, " MiB"));
-      break;
-    }
-  }
-  close(fd);
-  if (!status.ok()) return status;
-  absl::StatusOr<Profile> p = ParseProfile(text);
+  absl::StatusOr<std::string> text =
+      bucketing::ReadFileBounded(path, static_cast<size_t>(kMaxProfileFileBytes));
+  if (!text.ok()) return text.status();
+  absl::StatusOr<Profile> p = ParseProfile(*text);
   if (!p.ok()) {
     return absl::Status(p.status().code(), absl::StrCat(path, ": ", p.status().message()));
   }
@@ -433,36 +404,7 @@ absl::Status SaveProfile(const Profile& p, const std::string& path) {
     return absl::InvalidArgumentError(
         absl::StrCat(path, ": refusing to save an invalid profile: ", s.message()));
   }
-  const std::string text = SerializeProfile(p);
-  const std::string tmp = absl::StrCat(path, ".tmp.", getpid());
-  const int fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) {
-    return absl::UnavailableError(
-        absl::StrCat(path, ": cannot create ", tmp, ": ", std::strerror(errno)));
-  }
-  absl::Status status;
-  size_t done = 0;
-  while (done < text.size()) {
-    const ssize_t n = write(fd, text.data() + done, text.size() - done);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      status = absl::UnavailableError(absl::StrCat(path, ": write failed: ", std::strerror(errno)));
-      break;
-    }
-    done += static_cast<size_t>(n);
-  }
-  if (status.ok() && fsync(fd) != 0) {
-    status = absl::UnavailableError(absl::StrCat(path, ": fsync failed: ", std::strerror(errno)));
-  }
-  if (close(fd) != 0 && status.ok()) {
-    status = absl::UnavailableError(absl::StrCat(path, ": close failed: ", std::strerror(errno)));
-  }
-  if (status.ok() && std::rename(tmp.c_str(), path.c_str()) != 0) {
-    status = absl::UnavailableError(
-        absl::StrCat(path, ": cannot rename ", tmp, " over it: ", std::strerror(errno)));
-  }
-  if (!status.ok()) unlink(tmp.c_str());
-  return status;
+  return bucketing::WriteFileAtomically(path, SerializeProfile(p));
 }
 
 absl::StatusOr<bucketing::GradientLayout> LayoutFromProfile(const Profile& p) {

@@ -1,16 +1,12 @@
 #include "bucketing/plan_io.h"
 
-#include <unistd.h>
-
-#include <cstdio>
-#include <fstream>
-#include <sstream>
 #include <utility>
 
 #include "absl/status/status.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "bucketing/file_io.h"
 #include "nlohmann/json.hpp"
 
 namespace fusebox::bucketing {
@@ -154,24 +150,15 @@ std::string SerializePlan(const Plan& plan, const GradientLayout* layout) {
 }
 
 absl::StatusOr<Plan> ReadPlanFile(const std::string& path, const GradientLayout& layout) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return absl::NotFoundError(absl::StrCat("cannot open plan file ", path));
-  std::string text;
-  char buf[1 << 16];
-  while (in.read(buf, sizeof(buf)) || in.gcount() > 0) {
-    text.append(buf, static_cast<size_t>(in.gcount()));
-    if (text.size() > kMaxPlanFileBytes) {
-      return absl::InvalidArgumentError(absl::StrFormat(
-          "%s: larger than the plan file limit of %d bytes", path, kMaxPlanFileBytes));
-    }
-  }
+  auto text = ReadFileBounded(path, kMaxPlanFileBytes);
+  if (!text.ok()) return text.status();
   auto prefix = [&path](const absl::Status& s) {
     return absl::Status(s.code(), absl::StrCat(path, ": ", s.message()));
   };
-  auto plan = ParsePlan(text);
+  auto plan = ParsePlan(*text);
   if (!plan.ok()) return prefix(plan.status());
   // layout_hash is checked here rather than in ParsePlan, which has no layout.
-  json doc = json::parse(text, nullptr, /*allow_exceptions=*/false);
+  json doc = json::parse(*text, nullptr, /*allow_exceptions=*/false);
   if (auto h = doc.find("layout_hash"); h != doc.end()) {
     uint64_t want = 0;
     if (!h->is_string() || !absl::SimpleHexAtoi(h->get<std::string>(), &want)) {
@@ -191,22 +178,7 @@ absl::StatusOr<Plan> ReadPlanFile(const std::string& path, const GradientLayout&
 
 absl::Status WritePlanFile(const std::string& path, const Plan& plan,
                            const GradientLayout* layout) {
-  const std::string tmp = absl::StrCat(path, ".tmp.", static_cast<long>(::getpid()));
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    if (!out) return absl::PermissionDeniedError(absl::StrCat("cannot write ", tmp));
-    out << SerializePlan(plan, layout);
-    out.flush();
-    if (!out) {
-      std::remove(tmp.c_str());
-      return absl::DataLossError(absl::StrCat("short write to ", tmp));
-    }
-  }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    std::remove(tmp.c_str());
-    return absl::PermissionDeniedError(absl::StrCat("cannot rename ", tmp, " to ", path));
-  }
-  return absl::OkStatus();
+  return WriteFileAtomically(path, SerializePlan(plan, layout));
 }
 
 }  // namespace fusebox::bucketing

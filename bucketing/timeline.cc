@@ -1,12 +1,8 @@
 #include "bucketing/timeline.h"
 
-#include <unistd.h>
-
-#include <cstdio>
-#include <fstream>
 #include <utility>
 
-#include "absl/strings/str_cat.h"
+#include "bucketing/file_io.h"
 #include "nlohmann/json.hpp"
 
 namespace fusebox::bucketing {
@@ -78,22 +74,7 @@ std::string Timeline::ToChromeTrace(int pid, const std::string& process_name) co
 
 absl::Status Timeline::WriteChromeTrace(const std::string& path, int pid,
                                         const std::string& process_name) const {
-  const std::string tmp = absl::StrCat(path, ".tmp.", static_cast<long>(::getpid()));
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    if (!out) return absl::PermissionDeniedError(absl::StrCat("cannot write timeline ", tmp));
-    out << ToChromeTrace(pid, process_name);
-    out.flush();
-    if (!out) {
-      std::remove(tmp.c_str());
-      return absl::DataLossError(absl::StrCat("short write to ", tmp));
-    }
-  }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    std::remove(tmp.c_str());
-    return absl::PermissionDeniedError(absl::StrCat("cannot rename ", tmp, " to ", path));
-  }
-  return absl::OkStatus();
+  return WriteFileAtomically(path, ToChromeTrace(pid, process_name));
 }
 
 }  // namespace fusebox::bucketing

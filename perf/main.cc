@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -174,6 +175,33 @@ int Fail(const absl::Status& s, int rank) {
   return 1;
 }
 
+// Connects to the launcher (fusebox-run, torchrun, mpirun or none), creates
+// the --backend communicator, runs `body` with it and shuts the launch down.
+// Returns body's exit status, 2 for bad backend flags, 1 when setting up
+// fails.
+int WithCommunicator(int argc, char** argv,
+                     const std::function<int(comm::Communicator&, comm::Launch&)>& body) {
+  auto backend_options = BackendOptionsFromFlags();
+  if (!backend_options.ok()) {
+    std::fprintf(stderr, "fusebox-perf: %s\n", std::string(backend_options.status().message()).c_str());
+    return 2;
+  }
+  auto launch = comm::ConnectFromEnvironment(::getenv, &argc, &argv);
+  if (!launch.ok()) return Fail(launch.status(), -1);
+  int rc = 0;
+  {
+    auto communicator =
+        comm::CreateCommunicator(absl::GetFlag(FLAGS_backend), *backend_options, launch->rdv);
+    if (!communicator.ok()) {
+      rc = Fail(communicator.status(), launch->rdv.rank);
+    } else {
+      rc = body(**communicator, *launch);
+    }
+  }
+  comm::ShutdownLaunch(*launch);
+  return rc;
+}
+
 absl::StatusOr<autotune::Profile> ProfileFromFlag(const std::string& spec) {
   if (absl::EndsWith(spec, ".json")) return autotune::LoadProfile(spec);
   return autotune::GenerateModelProfile(spec);
@@ -225,24 +253,12 @@ int OverlapMain(int argc, char** argv) {
                  std::string(profile.status().message()).c_str());
     return 2;
   }
-  auto backend_options = BackendOptionsFromFlags();
-  if (!backend_options.ok()) {
-    std::fprintf(stderr, "fusebox-perf: %s\n", std::string(backend_options.status().message()).c_str());
-    return 2;
-  }
   const std::string backend = absl::GetFlag(FLAGS_backend);
-  auto launch = comm::ConnectFromEnvironment(::getenv, &argc, &argv);
-  if (!launch.ok()) return Fail(launch.status(), -1);
-  const int rank = launch->rdv.rank;
-  int rc = 0;
-  {
-    auto communicator = comm::CreateCommunicator(backend, *backend_options, launch->rdv);
-    if (!communicator.ok()) {
-      comm::ShutdownLaunch(*launch);
-      return Fail(communicator.status(), rank);
-    }
+  return WithCommunicator(argc, argv, [&](comm::Communicator& c, comm::Launch&) {
+    const int rank = c.rank();
+    int rc = 0;
     std::FILE* out = rank == 0 ? stdout : nullptr;
-    auto report = RunOverlap(**communicator, *profile, *options, out);
+    auto report = RunOverlap(c, *profile, *options, out);
     if (!report.ok()) {
       rc = Fail(report.status(), rank);
     } else if (rank == 0 && !absl::GetFlag(FLAGS_json).empty()) {
@@ -270,9 +286,8 @@ int OverlapMain(int argc, char** argv) {
       f << j.dump(1) << "\n";
       if (!f) rc = Fail(absl::UnavailableError("cannot write " + absl::GetFlag(FLAGS_json)), rank);
     }
-  }
-  comm::ShutdownLaunch(*launch);
-  return rc;
+    return rc;
+  });
 }
 
 int Main(int argc, char** argv) {
@@ -291,27 +306,13 @@ int Main(int argc, char** argv) {
     std::fprintf(stderr, "fusebox-perf: %s\n", std::string(options.status().message()).c_str());
     return 2;
   }
-  auto backend_options = BackendOptionsFromFlags();
-  if (!backend_options.ok()) {
-    std::fprintf(stderr, "fusebox-perf: %s\n", std::string(backend_options.status().message()).c_str());
-    return 2;
-  }
   const std::string backend = absl::GetFlag(FLAGS_backend);
-
-  auto launch = comm::ConnectFromEnvironment(::getenv, &argc, &argv);
-  if (!launch.ok()) return Fail(launch.status(), -1);
-  const int rank = launch->rdv.rank;
-  int rc = 0;
-  {
-    auto communicator = comm::CreateCommunicator(backend, *backend_options, launch->rdv);
-    if (!communicator.ok()) {
-      comm::ShutdownLaunch(*launch);
-      return Fail(communicator.status(), rank);
-    }
-    comm::Communicator& c = **communicator;
+  return WithCommunicator(argc, argv, [&](comm::Communicator& c, comm::Launch& launch) {
+    const int rank = c.rank();
+    int rc = 0;
     auto buffers = comm::MakeBufferOps(c.memory());
     if (!buffers.ok()) return Fail(buffers.status(), rank);
-    comm::PrefixStore store("perf", *launch->rdv.store);
+    comm::PrefixStore store("perf", *launch.rdv.store);
     Context ctx(c, store, **buffers);
     std::FILE* out = rank == 0 ? stdout : nullptr;
     if (out != nullptr) {
@@ -355,9 +356,8 @@ int Main(int argc, char** argv) {
         rc = Fail(absl::DataLossError(absl::StrCat(summary->wrong, " wrong elements")), rank);
       }
     }
-  }
-  comm::ShutdownLaunch(*launch);
-  return rc;
+    return rc;
+  });
 }
 
 }  // namespace
