@@ -560,6 +560,11 @@ absl::Status Engine::SetPlan(Plan plan) {
   return absl::OkStatus();
 }
 
+IterationStats Engine::last_stats() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return history_.empty() ? IterationStats{} : history_.back();
+}
+
 std::vector<IterationStats> Engine::stats() const {
   std::lock_guard<std::mutex> lock(mu_);
   return std::vector<IterationStats>(history_.begin(), history_.end());

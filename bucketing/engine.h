@@ -155,6 +155,9 @@ class Engine {
 
   // Statistics of completed iterations, oldest first.
   std::vector<IterationStats> stats() const;
+  // The latest completed iteration's (a default IterationStats before the
+  // first); cheaper than stats().back().
+  IterationStats last_stats() const;
   // The engine's clock: microseconds since it was created.
   double NowUs() const;
   // Non-null when options.record_timeline.

@@ -1,5 +1,6 @@
 #include "bucketing/plan_io.h"
 
+#include <optional>
 #include <utility>
 
 #include "absl/status/status.h"
@@ -34,9 +35,10 @@ absl::StatusOr<int64_t> GetInt(const json& v, const std::string& field, int64_t 
   return x;
 }
 
-}  // namespace
-
-absl::StatusOr<Plan> ParsePlan(absl::string_view text) {
+// ParsePlan, also giving back "layout_hash" when the file has one, so that
+// ReadPlanFile parses the document once.
+absl::StatusOr<Plan> ParsePlanDocument(absl::string_view text,
+                                       std::optional<uint64_t>* layout_hash) {
   if (text.size() > kMaxPlanFileBytes) {
     return absl::InvalidArgumentError(absl::StrFormat(
         "plan file: %d bytes, more than the limit of %d", text.size(), kMaxPlanFileBytes));
@@ -75,6 +77,14 @@ absl::StatusOr<Plan> ParsePlan(absl::string_view text) {
     if (!name->is_string()) return FieldError("name", "expected a string");
     plan.name = name->get<std::string>();
     if (plan.name.size() > 256) return FieldError("name", "longer than 256 characters");
+  }
+  layout_hash->reset();
+  if (auto h = doc.find("layout_hash"); h != doc.end()) {
+    uint64_t v = 0;
+    if (!h->is_string() || !absl::SimpleHexAtoi(h->get<std::string>(), &v)) {
+      return FieldError("layout_hash", "expected a hexadecimal string");
+    }
+    *layout_hash = v;
   }
   auto buckets = doc.find("buckets");
   if (buckets == doc.end() || !buckets->is_array()) {
@@ -125,6 +135,13 @@ absl::StatusOr<Plan> ParsePlan(absl::string_view text) {
   return plan;
 }
 
+}  // namespace
+
+absl::StatusOr<Plan> ParsePlan(absl::string_view text) {
+  std::optional<uint64_t> layout_hash;
+  return ParsePlanDocument(text, &layout_hash);
+}
+
 std::string SerializePlan(const Plan& plan, const GradientLayout* layout) {
   // Written by hand so that each bucket is one line: plans of thousands of
   // slices stay readable and diffable.
@@ -155,21 +172,14 @@ absl::StatusOr<Plan> ReadPlanFile(const std::string& path, const GradientLayout&
   auto prefix = [&path](const absl::Status& s) {
     return absl::Status(s.code(), absl::StrCat(path, ": ", s.message()));
   };
-  auto plan = ParsePlan(*text);
+  std::optional<uint64_t> want;
+  auto plan = ParsePlanDocument(*text, &want);
   if (!plan.ok()) return prefix(plan.status());
-  // layout_hash is checked here rather than in ParsePlan, which has no layout.
-  json doc = json::parse(*text, nullptr, /*allow_exceptions=*/false);
-  if (auto h = doc.find("layout_hash"); h != doc.end()) {
-    uint64_t want = 0;
-    if (!h->is_string() || !absl::SimpleHexAtoi(h->get<std::string>(), &want)) {
-      return prefix(FieldError("layout_hash", "expected a hexadecimal string"));
-    }
-    if (want != layout.Hash()) {
-      return prefix(FieldError(
-          "layout_hash", absl::StrFormat("plan was made for layout %016x, this model's layout "
-                                         "is %016x",
-                                         want, layout.Hash())));
-    }
+  if (want.has_value() && *want != layout.Hash()) {
+    return prefix(FieldError(
+        "layout_hash", absl::StrFormat("plan was made for layout %016x, this model's layout is "
+                                       "%016x",
+                                       *want, layout.Hash())));
   }
   if (plan->name.empty()) plan->name = path;
   if (absl::Status s = ValidatePlan(layout, *plan); !s.ok()) return prefix(s);

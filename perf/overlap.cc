@@ -301,7 +301,7 @@ absl::StatusOr<OverlapReport> RunOverlap(comm::Communicator& comm,
       const double bend = UsSince(t0);
       if (absl::Status s = engine->Finish(); !s.ok()) return s;
       const double end = UsSince(t0);
-      const bucketing::IterationStats st = engine->stats().back();
+      const bucketing::IterationStats st = engine->last_stats();
       if (auto* tl = engine->timeline()) {
         tl->Span("forward", bucketing::Track::kCompute, t0_us, profile.forward_us, it);
         tl->Span("backward", bucketing::Track::kCompute, t0_us + profile.forward_us,

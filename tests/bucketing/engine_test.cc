@@ -282,6 +282,8 @@ TEST(EngineTest, StatisticsAndTimelineDescribeTheIteration) {
       EXPECT_EQ(s.buckets, 3);
     }
     EXPECT_EQ(stats[1].iteration, 1);
+    EXPECT_EQ((*engine)->last_stats().iteration, 1);
+    EXPECT_EQ((*engine)->last_stats().finish_us, stats[1].finish_us);
     const std::string trace = (*engine)->timeline()->ToChromeTrace(rank, "rank");
     EXPECT_THAT(trace, HasSubstr("\"name\":\"backward end\""));
     EXPECT_THAT(trace, HasSubstr("\"name\":\"bucket 2\""));
