@@ -215,6 +215,7 @@ void Engine::ResetIterationLocked() {
   current_ = IterationStats{};
   current_.iteration = iteration_;
   current_.buckets = static_cast<int>(plan_.buckets.size());
+  if (options_.record_ready_times) current_.ready_us.assign(layout_.size(), 0.0);
 }
 
 void Engine::StartIteration() {
@@ -261,10 +262,12 @@ absl::Status Engine::MarkReady(int id, void* grad, int64_t numel) {
     }
     marked_[id] = 1;
     grads_[id] = grad;
+    const double now = NowUs();
     if (!started_) {
       started_ = true;
-      current_.start_us = NowUs();
+      current_.start_us = now;
     }
+    if (options_.record_ready_times) current_.ready_us[id] = now - current_.start_us;
   }
   // Copy in outside the lock: threads marking different tensors copy in
   // parallel into disjoint parts of the buffers.

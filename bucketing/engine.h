@@ -89,6 +89,9 @@ struct EngineOptions {
   size_t max_timeline_events = size_t{1} << 20;
   // Per-iteration statistics kept (oldest dropped first).
   size_t stats_history = 4096;
+  // Fill IterationStats::ready_us (what an online tuner learns a profile
+  // from); off by default (one double per tensor per iteration).
+  bool record_ready_times = false;
 };
 
 // One iteration, in microseconds on the engine's clock (NowUs()).
@@ -102,6 +105,10 @@ struct IterationStats {
   double copy_back_us = 0;     // time spent copying results back
   int buckets = 0;
   std::vector<int> launch_order;  // bucket indices in the order they were issued
+  // With EngineOptions::record_ready_times: per tensor, when MarkReady was
+  // called, microseconds after start_us (so 0 for the first gradient when
+  // StartIteration was not called).
+  std::vector<double> ready_us;
   double backward_us() const { return backward_end_us - start_us; }
   double exposed_comm_us() const { return finish_us - backward_end_us; }
   double iteration_us() const { return finish_us - start_us; }

@@ -1,0 +1,94 @@
+#include "autotune/measure.h"
+
+#include <algorithm>
+#include <chrono>
+#include <memory>
+
+#include "absl/strings/str_cat.h"
+
+namespace fusebox::autotune {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+absl::Status Run(absl::StatusOr<std::shared_ptr<comm::Work>> work, absl::Duration timeout) {
+  if (!work.ok()) return work.status();
+  return (*work)->WaitFor(timeout);
+}
+
+}  // namespace
+
+double Median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 == 1 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+std::vector<int64_t> CalibrationSizes(int64_t max_bytes) {
+  max_bytes = std::max<int64_t>(4, max_bytes / 4 * 4);
+  std::vector<int64_t> sizes;
+  for (int64_t m = 4096; m < max_bytes; m *= 8) sizes.push_back(m);
+  sizes.push_back(max_bytes);
+  return sizes;
+}
+
+absl::Status MaxAcrossRanks(comm::Communicator& comm, std::vector<double>& v) {
+  if (v.empty()) return absl::OkStatus();
+  return comm::AllReduceSync(comm, v.data(), v.data(), v.size(), comm::DataType::kFloat64,
+                             comm::ReduceOp::kMax);
+}
+
+absl::StatusOr<std::vector<AllReduceSample>> MeasureAllReduce(comm::Communicator& comm,
+                                                              const std::vector<int64_t>& sizes,
+                                                              int reps) {
+  if (reps < 1) return absl::InvalidArgumentError("measure: repetitions must be at least 1");
+  int64_t largest = 4;
+  for (int64_t s : sizes) {
+    if (s < 4 || s % 4 != 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("measure: size ", s, " is not a positive multiple of 4 bytes"));
+    }
+    largest = std::max(largest, s);
+  }
+  std::unique_ptr<float[]> buf(new float[largest / 4]());
+  std::vector<AllReduceSample> out;
+  for (int64_t bytes : sizes) {
+    std::vector<double> times;
+    for (int r = -1; r < reps; ++r) {
+      if (absl::Status s = comm::BarrierSync(comm); !s.ok()) return s;
+      const auto t0 = Clock::now();
+      if (absl::Status s = comm::AllReduceSync(comm, buf.get(), buf.get(),
+                                               static_cast<size_t>(bytes / 4),
+                                               comm::DataType::kFloat32, comm::ReduceOp::kAvg);
+          !s.ok()) {
+        return s;
+      }
+      std::vector<double> t = {
+          std::chrono::duration<double, std::micro>(Clock::now() - t0).count()};
+      if (absl::Status s = MaxAcrossRanks(comm, t); !s.ok()) return s;
+      if (r >= 0) times.push_back(t[0]);
+    }
+    out.push_back({comm.size(), bytes, Median(times)});
+  }
+  return out;
+}
+
+absl::Status BroadcastBytes(comm::Communicator& comm, std::string& data, int root,
+                            size_t max_bytes, absl::Duration timeout) {
+  int64_t size = comm.rank() == root ? static_cast<int64_t>(data.size()) : 0;
+  if (absl::Status s = Run(comm.Broadcast(&size, 1, comm::DataType::kInt64, root), timeout);
+      !s.ok()) {
+    return s;
+  }
+  if (size < 0 || static_cast<uint64_t>(size) > max_bytes) {
+    return absl::InvalidArgumentError(absl::StrCat("broadcast from rank ", root, ": ", size,
+                                                   " bytes is more than the limit of ", max_bytes));
+  }
+  if (comm.rank() != root) data.assign(static_cast<size_t>(size), '\0');
+  if (size == 0) return absl::OkStatus();
+  return Run(comm.Broadcast(data.data(), data.size(), comm::DataType::kUInt8, root), timeout);
+}
+
+}  // namespace fusebox::autotune

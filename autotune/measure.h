@@ -1,0 +1,42 @@
+// Measuring the allreduce cost on a live communicator, for fitting a
+// CostModel (cost_model.h) on the cluster at hand.
+#ifndef FUSEBOX_AUTOTUNE_MEASURE_H_
+#define FUSEBOX_AUTOTUNE_MEASURE_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "autotune/cost_model.h"
+#include "comm/communicator.h"
+
+namespace fusebox::autotune {
+
+// 4 KiB, 32 KiB, ... (x8) up to max_bytes, plus max_bytes itself; fp32
+// sizes (multiples of 4).
+std::vector<int64_t> CalibrationSizes(int64_t max_bytes);
+
+// Collective (every rank, same arguments): for each size, one warm-up and
+// `reps` timed fp32 averaging allreduces, each preceded by a barrier; a
+// repetition counts as the slowest rank's time and the sample is the
+// median over repetitions, so every rank returns the same samples.
+absl::StatusOr<std::vector<AllReduceSample>> MeasureAllReduce(comm::Communicator& comm,
+                                                              const std::vector<int64_t>& sizes,
+                                                              int reps);
+
+// Element-wise maximum across ranks, in place (the slowest rank decides).
+absl::Status MaxAcrossRanks(comm::Communicator& comm, std::vector<double>& values);
+
+// Rank `root`'s `data` on every rank. Receivers refuse more than
+// `max_bytes`. Every wait has `timeout`.
+absl::Status BroadcastBytes(comm::Communicator& comm, std::string& data, int root,
+                            size_t max_bytes, absl::Duration timeout);
+
+double Median(std::vector<double> values);
+
+}  // namespace fusebox::autotune
+
+#endif  // FUSEBOX_AUTOTUNE_MEASURE_H_

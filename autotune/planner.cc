@@ -1,0 +1,272 @@
+#include "autotune/planner.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <utility>
+
+#include "absl/container/flat_hash_set.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "bucketing/planners.h"
+
+namespace fusebox::autotune {
+
+namespace {
+
+using bucketing::Bucket;
+using bucketing::GradientLayout;
+using bucketing::Plan;
+using bucketing::Slice;
+
+// A piece of a gradient (Note [Optimal partition]).
+struct Atom {
+  int tensor;
+  int64_t offset;
+  int64_t count;
+  int64_t bytes;
+  double ready_us;
+  comm::DataType dtype;
+};
+
+std::vector<Atom> MakeAtoms(const Profile& profile, const GradientLayout& layout,
+                            const PlannerOptions& o) {
+  std::vector<Atom> atoms;
+  for (int id = 0; id < layout.size(); ++id) {
+    const bucketing::TensorSpec& t = layout.tensor(id);
+    const int64_t bytes = layout.bytes(id);
+    const int64_t esize = static_cast<int64_t>(comm::DataTypeSize(t.dtype));
+    int64_t pieces = 1;
+    if (o.max_pieces > 1 && o.split_min_bytes > 0 && bytes >= 2 * o.split_min_bytes) {
+      pieces = std::min<int64_t>({o.max_pieces, bytes / o.split_min_bytes, t.numel});
+    }
+    const int64_t base = t.numel / pieces;
+    int64_t offset = 0;
+    for (int64_t p = 0; p < pieces; ++p) {
+      const int64_t count = p + 1 == pieces ? t.numel - offset : base;
+      atoms.push_back({id, offset, count, count * esize, profile.tensors[id].ready_us, t.dtype});
+      offset += count;
+    }
+  }
+  return atoms;
+}
+
+// Bucket from atoms [begin, end): consecutive atoms of one tensor become
+// one slice.
+Bucket MakeBucket(const std::vector<Atom>& atoms, size_t begin, size_t end) {
+  Bucket b;
+  b.dtype = atoms[begin].dtype;
+  for (size_t a = begin; a < end; ++a) {
+    const Atom& x = atoms[a];
+    if (!b.slices.empty() && b.slices.back().tensor == x.tensor &&
+        b.slices.back().offset + b.slices.back().count == x.offset) {
+      b.slices.back().count += x.count;
+    } else {
+      b.slices.push_back(Slice{x.tensor, x.offset, x.count});
+    }
+  }
+  return b;
+}
+
+int RanksPerNode(const CostModel& cost, const SimOptions& o) {
+  return o.ranks_per_node > 0 ? o.ranks_per_node : cost.ranks_per_node;
+}
+
+absl::Status CheckInputs(const Profile& profile, const CostModel& cost, const SimOptions& o) {
+  if (absl::Status s = ValidateProfile(profile); !s.ok()) return s;
+  if (absl::Status s = cost.Validate(); !s.ok()) return s;
+  return ValidateSimOptions(o);
+}
+
+// Ties within this relative margin count as equal (then fewer buckets win).
+bool Less(double a, double b) { return a < b - 1e-9 * std::max(std::abs(a), std::abs(b)); }
+
+}  // namespace
+
+absl::StatusOr<Plan> OptimalPartitionPlan(const Profile& profile, const CostModel& cost,
+                                          const PlannerOptions& o) {
+  if (absl::Status s = CheckInputs(profile, cost, o.sim); !s.ok()) return s;
+  if (o.max_bucket_bytes < 0 || o.split_min_bytes < 0) {
+    return absl::InvalidArgumentError("planner: byte limits must be non-negative");
+  }
+  auto layout = LayoutFromProfile(profile);
+  if (!layout.ok()) return layout.status();
+  const std::vector<Atom> atoms = MakeAtoms(profile, *layout, o);
+  const size_t n = atoms.size();
+  const CostCurve t = cost.Curve(o.sim.world_size, RanksPerNode(cost, o.sim));
+  const double overhead = o.sim.launch_overhead_us;
+  auto bucket_us = [&](int64_t bytes) { return t(bytes) + overhead; };
+
+  std::vector<int64_t> prefix(n + 1, 0);
+  for (size_t a = 0; a < n; ++a) prefix[a + 1] = prefix[a] + atoms[a].bytes;
+  std::vector<double> f(n + 1, 0);
+  std::vector<int> count(n + 1, 0);
+  std::vector<size_t> from(n + 1, 0);
+  for (size_t j = 1; j <= n; ++j) {
+    const double r = atoms[j - 1].ready_us;
+    double best = std::numeric_limits<double>::max();  // finite: Less() scales by it
+    int best_count = 0;
+    size_t best_i = j - 1;
+    for (size_t i = j; i-- > 0;) {
+      if (atoms[i].dtype != atoms[j - 1].dtype) break;  // one dtype per bucket
+      const int64_t bytes = prefix[j] - prefix[i];
+      if (o.max_bucket_bytes > 0 && bytes > o.max_bucket_bytes && i + 1 < j) break;
+      const double tb = bucket_us(bytes);
+      if (Less(best, r + tb)) break;  // every smaller i is at least r + tb
+      const double cand = std::max(r, f[i]) + tb;
+      if (Less(cand, best) || (!Less(best, cand) && count[i] + 1 < best_count)) {
+        best = cand;
+        best_count = count[i] + 1;
+        best_i = i;
+      }
+    }
+    f[j] = best;
+    count[j] = best_count;
+    from[j] = best_i;
+  }
+  std::vector<std::pair<size_t, size_t>> segments;
+  for (size_t j = n; j > 0; j = from[j]) segments.emplace_back(from[j], j);
+  std::reverse(segments.begin(), segments.end());
+  Plan plan;
+  plan.name = "tuned";
+  for (const auto& [b, e] : segments) plan.buckets.push_back(MakeBucket(atoms, b, e));
+  return plan;
+}
+
+absl::StatusOr<Plan> MgWfbpPlan(const Profile& profile, const CostModel& cost,
+                                const SimOptions& o) {
+  if (absl::Status s = CheckInputs(profile, cost, o); !s.ok()) return s;
+  auto layout = LayoutFromProfile(profile);
+  if (!layout.ok()) return layout.status();
+  const CostCurve t = cost.Curve(o.world_size, RanksPerNode(cost, o));
+  const double startup = t(1) + o.launch_overhead_us;  // the model's a
+  Plan plan;
+  plan.name = "mg-wfbp";
+  double channel_free = 0;  // when the previous bucket's allreduce ends
+  double start = 0;         // when the open bucket's allreduce could start
+  int64_t open_bytes = 0;
+  for (int id = 0; id < layout->size(); ++id) {
+    const double r = profile.tensors[id].ready_us;
+    const bucketing::TensorSpec& spec = layout->tensor(id);
+    const bool can_merge = !plan.buckets.empty() &&
+                           plan.buckets.back().dtype == spec.dtype && r < start + startup;
+    if (!can_merge) {
+      if (!plan.buckets.empty()) {
+        channel_free = start + t(open_bytes) + o.launch_overhead_us;
+      }
+      plan.buckets.push_back(Bucket{spec.dtype, {}});
+      open_bytes = 0;
+    }
+    plan.buckets.back().slices.push_back(Slice{id, 0, spec.numel});
+    open_bytes += layout->bytes(id);
+    start = std::max(channel_free, r);
+  }
+  return plan;
+}
+
+std::vector<std::string> BaselineNames() {
+  return {"per-tensor", "ddp", "horovod", "hccl", "mg-wfbp"};
+}
+
+absl::StatusOr<Plan> BaselinePlan(const std::string& name, const Profile& profile,
+                                  const CostModel& cost, const SimOptions& options) {
+  auto layout = LayoutFromProfile(profile);
+  if (!layout.ok()) return layout.status();
+  if (name == "per-tensor") return bucketing::PerTensorPlan(*layout);
+  if (name == "ddp") return bucketing::DdpPlan(*layout);
+  if (name == "horovod") {
+    std::vector<double> ready;
+    for (const ProfileTensor& t : profile.tensors) ready.push_back(t.ready_us);
+    return bucketing::HorovodPlan(*layout, ready);
+  }
+  if (name == "hccl") {
+    auto p = bucketing::SplitBytesPlan(*layout, bucketing::kHcclDefaultSplit);
+    if (p.ok()) p->name = "hccl";
+    return p;
+  }
+  if (name == "mg-wfbp") return MgWfbpPlan(profile, cost, options);
+  return absl::InvalidArgumentError(absl::StrCat(
+      "unknown baseline plan \"", name, "\": expected per-tensor, ddp, horovod, hccl or mg-wfbp"));
+}
+
+absl::StatusOr<OfflineTuneResult> OfflineTune(const Profile& profile, const CostModel& cost,
+                                              const PlannerOptions& o) {
+  OfflineTuneResult result;
+  std::vector<PlanPrediction> candidates;
+  for (int pieces : {o.max_pieces, 1}) {
+    PlannerOptions po = o;
+    po.max_pieces = pieces;
+    auto p = OptimalPartitionPlan(profile, cost, po);
+    if (!p.ok()) return p.status();
+    auto sim = Simulate(profile, *p, cost, o.sim);
+    if (!sim.ok()) return sim.status();
+    candidates.push_back({"tuned", *std::move(p), *std::move(sim)});
+    if (o.max_pieces <= 1) break;
+  }
+  for (const std::string& name : BaselineNames()) {
+    auto p = BaselinePlan(name, profile, cost, o.sim);
+    if (!p.ok()) return p.status();
+    auto sim = Simulate(profile, *p, cost, o.sim);
+    if (!sim.ok()) return sim.status();
+    result.baselines.push_back({name, *p, *sim});
+    candidates.push_back({name, *std::move(p), *std::move(sim)});
+  }
+  size_t best = 0;
+  for (size_t c = 1; c < candidates.size(); ++c) {
+    if (Less(candidates[c].sim.iteration_us, candidates[best].sim.iteration_us)) best = c;
+  }
+  result.tuned = candidates[best];
+  result.tuned.plan.name = "tuned";
+  result.tuned.name = candidates[best].name == "tuned"
+                          ? "tuned"
+                          : absl::StrCat("tuned (= ", candidates[best].name, ")");
+  result.lower_bound_us = LowerBoundUs(profile, cost, o.sim);
+  return result;
+}
+
+absl::StatusOr<std::vector<PlanPrediction>> RankCandidates(const Profile& profile,
+                                                           const CostModel& cost,
+                                                           const PlannerOptions& o, int count,
+                                                           const std::vector<Plan>& extra) {
+  if (count < 1) return absl::InvalidArgumentError("planner: candidate count must be at least 1");
+  std::vector<PlanPrediction> all;
+  absl::flat_hash_set<uint64_t> seen;
+  auto add = [&](std::string name, Plan plan) -> absl::Status {
+    if (!seen.insert(bucketing::PlanHash(plan)).second) return absl::OkStatus();
+    auto sim = Simulate(profile, plan, cost, o.sim);
+    if (!sim.ok()) return sim.status();
+    plan.name = name;
+    all.push_back({std::move(name), std::move(plan), *std::move(sim)});
+    return absl::OkStatus();
+  };
+  for (const Plan& p : extra) {
+    if (absl::Status s = add(p.name.empty() ? "extra" : p.name, p); !s.ok()) return s;
+  }
+  const std::pair<double, double> perturbations[] = {{1, 1},   {0.5, 1}, {2, 1},  {1, 0.5},
+                                                     {1, 2},   {2, 2},   {0.5, 0.5}, {4, 1}};
+  for (const auto& [lat, bw] : perturbations) {
+    const CostModel m = cost.Scaled(lat, bw);
+    for (int pieces : {o.max_pieces, 1}) {
+      PlannerOptions po = o;
+      po.max_pieces = pieces;
+      auto p = OptimalPartitionPlan(profile, m, po);
+      if (!p.ok()) return p.status();
+      std::string name = lat == 1 && bw == 1 ? "tuned" : absl::StrFormat("tuned@a%gb%g", lat, bw);
+      if (pieces <= 1 && o.max_pieces > 1) name += "/whole";
+      if (absl::Status s = add(std::move(name), *std::move(p)); !s.ok()) return s;
+      if (o.max_pieces <= 1) break;
+    }
+  }
+  for (const std::string& name : BaselineNames()) {
+    auto p = BaselinePlan(name, profile, cost, o.sim);
+    if (!p.ok()) return p.status();
+    if (absl::Status s = add(name, *std::move(p)); !s.ok()) return s;
+  }
+  std::stable_sort(all.begin(), all.end(), [](const PlanPrediction& a, const PlanPrediction& b) {
+    return Less(a.sim.iteration_us, b.sim.iteration_us);
+  });
+  if (static_cast<int>(all.size()) > count) all.resize(count);
+  return all;
+}
+
+}  // namespace fusebox::autotune

@@ -1,0 +1,132 @@
+#include "autotune/simulator.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "absl/strings/str_cat.h"
+
+namespace fusebox::autotune {
+
+namespace {
+
+double CopyUs(int64_t bytes, const SimOptions& o) {
+  if (o.views || o.copy_gbps <= 0) return 0;
+  return static_cast<double>(bytes) / (o.copy_gbps * 1e3);  // GB/s = 1e3 B/us
+}
+
+int RanksPerNode(const CostModel& cost, const SimOptions& o) {
+  return o.ranks_per_node > 0 ? o.ranks_per_node : cost.ranks_per_node;
+}
+
+}  // namespace
+
+absl::Status ValidateSimOptions(const SimOptions& o) {
+  if (o.world_size < 1 || o.world_size > (1 << 24)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("simulator: world size ", o.world_size, " is not in [1, 2^24]"));
+  }
+  if (o.ranks_per_node < 0) {
+    return absl::InvalidArgumentError("simulator: ranks_per_node is negative");
+  }
+  if (o.max_in_flight < 1) {
+    return absl::InvalidArgumentError("simulator: max_in_flight must be at least 1");
+  }
+  if (!std::isfinite(o.copy_gbps) || o.copy_gbps < 0 || !std::isfinite(o.launch_overhead_us) ||
+      o.launch_overhead_us < 0) {
+    return absl::InvalidArgumentError(
+        "simulator: copy bandwidth and launch overhead must be finite and non-negative");
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<SimResult> Simulate(const Profile& profile, const bucketing::Plan& plan,
+                                   const CostModel& cost, const SimOptions& o) {
+  if (absl::Status s = ValidateSimOptions(o); !s.ok()) return s;
+  if (absl::Status s = cost.Validate(); !s.ok()) return s;
+  auto layout = LayoutFromProfile(profile);
+  if (!layout.ok()) return layout.status();
+  if (absl::Status s = bucketing::ValidatePlan(*layout, plan); !s.ok()) return s;
+
+  const int n = layout->size();
+  const int nb = static_cast<int>(plan.buckets.size());
+  const int rpn = RanksPerNode(cost, o);
+
+  // Gradients are marked in ready order on one thread; a copy in delays
+  // the next MarkReady.
+  std::vector<double> marked(n);
+  double clock = 0;
+  for (int i = 0; i < n; ++i) {
+    const double start = std::max(profile.tensors[i].ready_us, clock);
+    clock = start + CopyUs(layout->bytes(i), o);
+    marked[i] = clock;
+  }
+  SimResult r;
+  r.forward_us = profile.forward_us;
+  r.backward_end_us = std::max(profile.backward_us, clock);
+
+  std::vector<double> complete(nb, 0);
+  std::vector<int64_t> bytes(nb, 0);
+  std::vector<int> priority(nb, -1);  // latest-ready tensor (engine.cc)
+  for (int b = 0; b < nb; ++b) {
+    const bucketing::Bucket& bucket = plan.buckets[b];
+    const size_t esize = comm::DataTypeSize(bucket.dtype);
+    for (const bucketing::Slice& s : bucket.slices) {
+      complete[b] = std::max(complete[b], marked[s.tensor]);
+      bytes[b] += s.count * static_cast<int64_t>(esize);
+      priority[b] = std::max(priority[b], s.tensor);
+    }
+  }
+
+  const int w = o.max_in_flight;
+  std::vector<bool> launched(nb, false);
+  std::vector<std::vector<bool>> votes;  // per launch: complete buckets when it was issued
+  int next_in_order = 0;
+  double last_launch = 0, channel_free = 0, worker_free = 0;
+  for (int k = 0; k < nb; ++k) {
+    while (next_in_order < nb && launched[next_in_order]) ++next_in_order;
+    int b = next_in_order;
+    if (o.schedule == bucketing::Schedule::kForwardPriority && k >= w) {
+      int best = -1;
+      for (int c = 0; c < nb; ++c) {
+        if (votes[k - w][c] && !launched[c] && (best < 0 || priority[c] > priority[best])) best = c;
+      }
+      if (best >= 0) b = best;
+    }
+    // The window: launch k - w must have been copied back.
+    const double slot = k >= w ? r.launches[k - w].copied_back_us : 0;
+    SimLaunch l;
+    l.bucket = b;
+    l.bytes = bytes[b];
+    l.complete_us = complete[b];
+    l.launch_us = std::max({complete[b], last_launch, slot});
+    l.start_us = std::max(l.launch_us, channel_free);
+    const double t = cost.AllReduceUs(bytes[b], o.world_size, rpn) + o.launch_overhead_us;
+    l.done_us = l.start_us + t;
+    l.copied_back_us = std::max(l.done_us, worker_free) + CopyUs(bytes[b], o);
+    channel_free = l.done_us;
+    worker_free = l.copied_back_us;
+    last_launch = l.launch_us;
+    r.comm_busy_us += t;
+    launched[b] = true;
+    if (o.schedule == bucketing::Schedule::kForwardPriority) {
+      std::vector<bool> v(nb);
+      for (int c = 0; c < nb; ++c) v[c] = complete[c] <= l.launch_us;
+      votes.push_back(std::move(v));
+    }
+    r.launches.push_back(l);
+  }
+  r.comm_end_us = worker_free;
+  r.iteration_us = profile.forward_us + std::max(r.backward_end_us, r.comm_end_us);
+  r.exposed_us = r.iteration_us - profile.forward_us - r.backward_end_us;
+  return r;
+}
+
+double LowerBoundUs(const Profile& p, const CostModel& cost, const SimOptions& o) {
+  if (p.tensors.empty()) return p.forward_us + p.backward_us;
+  const int rpn = RanksPerNode(cost, o);
+  const double t_last = cost.AllReduceUs(p.tensors.back().bytes(), o.world_size, rpn);
+  const double t_all = cost.AllReduceUs(p.total_bytes(), o.world_size, rpn);
+  return p.forward_us + std::max(p.backward_us + t_last, p.tensors.front().ready_us + t_all);
+}
+
+}  // namespace fusebox::autotune

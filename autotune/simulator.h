@@ -1,0 +1,83 @@
+// Simulator: replays a profile's backward under a plan and a cost model
+// and predicts what bucketing::Engine does with it: when each bucket is
+// complete, launched and reduced, and when the iteration ends.
+//
+// The model follows the engine (bucketing/engine.h) step by step:
+// * Gradients are marked ready at the profile's ready times on one thread.
+//   Without views, MarkReady copies each gradient into its bucket first
+//   (copy_gbps), which can delay the next MarkReady.
+// * A bucket is complete when its last slice is in. Launch k obeys the
+//   schedule (plan order; or forward priority: among complete buckets, the
+//   one the next forward needs first) and the window: at most
+//   max_in_flight buckets launched and not yet copied back.
+// * Collectives run one at a time, in launch order (one communicator: the
+//   UCX progress thread or one NCCL stream), each taking
+//   CostModel::AllReduceUs(bytes) + launch_overhead_us.
+// * A worker copies results back in launch order (nothing without views).
+// * The iteration ends at the later of backward's end and the last
+//   copy-back; forward precedes backward and overlaps nothing.
+//
+// Pure: no clock, no I/O.
+#ifndef FUSEBOX_AUTOTUNE_SIMULATOR_H_
+#define FUSEBOX_AUTOTUNE_SIMULATOR_H_
+
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "autotune/cost_model.h"
+#include "autotune/profile.h"
+#include "bucketing/engine.h"
+#include "bucketing/plan.h"
+
+namespace fusebox::autotune {
+
+struct SimOptions {
+  int world_size = 2;
+  int ranks_per_node = 0;  // 0: the cost model's
+  int max_in_flight = 4;
+  bucketing::Schedule schedule = bucketing::Schedule::kPlanOrder;
+  // Gradients computed in place in the fusion buffers (no copies) or copied
+  // in and back at copy_gbps (GB/s; 0 = free).
+  bool views = true;
+  double copy_gbps = 0;
+  // Per collective on the channel, besides the cost model (the engine's own
+  // launch and completion cost).
+  double launch_overhead_us = 0;
+};
+
+struct SimLaunch {
+  int bucket = 0;
+  int64_t bytes = 0;
+  double complete_us = 0;  // last slice copied in (from backward start)
+  double launch_us = 0;    // issued
+  double start_us = 0;     // channel free: the collective starts moving data
+  double done_us = 0;      // reduced
+  double copied_back_us = 0;
+};
+
+struct SimResult {
+  double forward_us = 0;
+  double backward_end_us = 0;   // from backward start: the last MarkReady returned
+  double comm_end_us = 0;       // from backward start: the last copy-back
+  double iteration_us = 0;      // forward + max(backward end, comm end)
+  double exposed_us = 0;        // iteration - forward - backward end
+  double comm_busy_us = 0;      // sum of collective times
+  std::vector<SimLaunch> launches;  // in launch order
+};
+
+// Validates the profile, the options and the plan against the profile's
+// layout; errors name what is wrong.
+absl::StatusOr<SimResult> Simulate(const Profile& profile, const bucketing::Plan& plan,
+                                   const CostModel& cost, const SimOptions& options);
+
+// ANCHORS.md's lower bound on one iteration under `cost`:
+// forward + max(T_b + t(s_last), T_first + t(G)).
+double LowerBoundUs(const Profile& profile, const CostModel& cost, const SimOptions& options);
+
+// Checks the options alone (world size >= 1, window >= 1, finite
+// non-negative costs).
+absl::Status ValidateSimOptions(const SimOptions& options);
+
+}  // namespace fusebox::autotune
+
+#endif  // FUSEBOX_AUTOTUNE_SIMULATOR_H_

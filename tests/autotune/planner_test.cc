@@ -1,0 +1,498 @@
+// Cost model, simulator and planner: hand-computed cases, optimality
+// against brute force, and invariants over every shipped model.
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "autotune/cost_model.h"
+#include "autotune/models.h"
+#include "autotune/planner.h"
+#include "autotune/simulator.h"
+#include "bucketing/planners.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace fusebox::autotune {
+namespace {
+
+using bucketing::Bucket;
+using bucketing::Plan;
+using bucketing::Slice;
+using ::testing::HasSubstr;
+
+// t(m) = a + b*m exactly at world 2 (ring: 2 steps of a/2 each; algbw =
+// busbw * 2/2).
+CostModel Line(double a_us, double b_us_per_byte) {
+  CostModel m;
+  m.name = "line";
+  m.ranks_per_node = 2;
+  m.intra_busbw_gbps = 1e-3 / b_us_per_byte;
+  m.inter_busbw_gbps = m.intra_busbw_gbps;
+  m.simple = ProtocolLatency{0, a_us / 2, a_us / 2, a_us / 2};
+  return m;
+}
+
+// fp32 tensors of `numel` elements ready at `ready` (us), backward ends at
+// the last ready time.
+Profile MakeProfile(const std::vector<int64_t>& numel, const std::vector<double>& ready,
+                    double forward_us = 100) {
+  Profile p;
+  p.model = "test";
+  p.forward_us = forward_us;
+  for (size_t i = 0; i < numel.size(); ++i) {
+    p.tensors.push_back({absl::StrCat("t", i), {numel[i]}, comm::DataType::kFloat32, ready[i]});
+  }
+  p.backward_us = std::max(ready.back(), 1.0);
+  return p;
+}
+
+SimOptions World2() {
+  SimOptions o;
+  o.world_size = 2;
+  return o;
+}
+
+// ---------------------------------------------------------------- cost model
+
+TEST(CostModelTest, RingFormulaByHand) {
+  auto m = PresetCostModel("25gbe");
+  ASSERT_TRUE(m.ok()) << m.status();
+  const int p = 16;
+  const double busbw = 25.0 / 8 * 0.93 * 1e9;
+  const double latency = 8.4 + 2 * (p - 1) * (908.0 / 30);
+  const double bytes = 100e6;
+  const double expect = latency + bytes / (busbw * p / (2.0 * (p - 1))) * 1e6;
+  EXPECT_NEAR(m->AllReduceUs(100'000'000, p), expect, 1e-6 * expect);
+  EXPECT_EQ(m->AllReduceUs(100, 1), 0);
+  EXPECT_EQ(m->AllReduceUs(0, 16), 0);
+}
+
+TEST(CostModelTest, LatencyGrowsWithRanksAndNodes) {
+  for (const std::string& name : PresetNames()) {
+    auto m = PresetCostModel(name);
+    ASSERT_TRUE(m.ok()) << name;
+    ASSERT_TRUE(m->Validate().ok()) << name;
+    double prev = 0;
+    for (int p = 2; p <= 4096; p *= 2) {
+      const double t = m->AllReduceUs(4096, p);
+      EXPECT_GE(t, prev) << name << " p=" << p;
+      prev = t;
+      // More bytes never take less time.
+      EXPECT_LE(m->AllReduceUs(1 << 20, p), m->AllReduceUs(2 << 20, p)) << name;
+    }
+  }
+  // Crossing nodes costs: 8 H100 on NVLink vs 16 over IB.
+  auto nv = PresetCostModel("nvlink-h100");
+  ASSERT_TRUE(nv.ok());
+  EXPECT_LT(nv->AllReduceUs(256 << 20, 8) * 4, nv->AllReduceUs(256 << 20, 16));
+}
+
+TEST(CostModelTest, TreeBeatsRingForSmallMessagesAtScale) {
+  auto m = PresetCostModel("ib-400g");
+  ASSERT_TRUE(m.ok());
+  CostModel ring_only = *m;
+  ring_only.has_tree = false;
+  EXPECT_LT(m->AllReduceUs(65536, 1024), 0.2 * ring_only.AllReduceUs(65536, 1024));
+  // Large messages at small scale: the ring's bandwidth wins, tree unused.
+  EXPECT_DOUBLE_EQ(m->AllReduceUs(int64_t{1} << 30, 4), ring_only.AllReduceUs(int64_t{1} << 30, 4));
+}
+
+TEST(CostModelTest, UnknownPresetNamesTheKnownOnes) {
+  auto m = PresetCostModel("ethernet");
+  ASSERT_FALSE(m.ok());
+  EXPECT_THAT(m.status().message(), HasSubstr("ib-400g"));
+}
+
+TEST(CostModelTest, FitRecoversParametersFromTwoWorldSizes) {
+  CostModel truth;
+  truth.name = "truth";
+  truth.ranks_per_node = 64;
+  truth.intra_busbw_gbps = truth.inter_busbw_gbps = 3.5;
+  truth.simple = ProtocolLatency{12, 7, 7, 7};
+  std::vector<AllReduceSample> samples;
+  for (int p : {2, 4}) {
+    for (int64_t m = 4096; m <= (64 << 20); m *= 8) samples.push_back({p, m, truth.AllReduceUs(m, p)});
+  }
+  auto fit = FitCostModel(samples, 64, "test");
+  ASSERT_TRUE(fit.ok()) << fit.status();
+  EXPECT_NEAR(fit->simple.base_us, 12, 1e-6);
+  EXPECT_NEAR(fit->simple.intra_hop_us, 7, 1e-6);
+  EXPECT_NEAR(fit->intra_busbw_gbps, 3.5, 1e-9);
+  EXPECT_NEAR(fit->AllReduceUs(1 << 20, 8), truth.AllReduceUs(1 << 20, 8), 1e-6);
+}
+
+TEST(CostModelTest, FitFromOneWorldSizeReproducesTheLine) {
+  std::vector<AllReduceSample> samples;
+  for (int64_t m = 4096; m <= (16 << 20); m *= 4) samples.push_back({4, m, 30 + 0.002 * m});
+  auto fit = FitCostModel(samples, 4, "test");
+  ASSERT_TRUE(fit.ok()) << fit.status();
+  for (int64_t m : {int64_t{1000}, int64_t{1} << 22, int64_t{100} << 20}) {
+    EXPECT_NEAR(fit->AllReduceUs(m, 4), 30 + 0.002 * m, 1e-6 * (30 + 0.002 * m));
+  }
+  EXPECT_GT(fit->AllReduceUs(4096, 64), fit->AllReduceUs(4096, 4));  // extrapolates the hops
+}
+
+TEST(CostModelTest, FitRejectsUnusableSamples) {
+  EXPECT_FALSE(FitCostModel({{4, 4096, 10}}, 1, "").ok());                     // one size
+  EXPECT_FALSE(FitCostModel({{1, 4096, 10}, {1, 8192, 20}}, 1, "").ok());      // one rank
+  EXPECT_FALSE(FitCostModel({{2, 4096, 10}, {2, 8192, -1}}, 1, "").ok());      // bad time
+  // Larger messages faster: no positive bandwidth explains it.
+  auto s = FitCostModel({{2, 4096, 100}, {2, 1 << 20, 10}}, 1, "");
+  ASSERT_FALSE(s.ok());
+  EXPECT_THAT(s.status().message(), HasSubstr("bandwidth"));
+}
+
+TEST(CostModelTest, ParsesPerfJsonAndRejectsHostileInput) {
+  const std::string good = R"({"tool": "fusebox-perf", "collective": "allreduce", "nranks": 4,
+    "results": [{"bytes": 4096, "oop": {"time_us": 20.5}, "ip": {"time_us": 19.5}},
+                {"bytes": 0, "oop": {"time_us": 0}},
+                {"bytes": 1048576, "oop": {"time_us": 400}}]})";
+  auto s = ParsePerfAllReduceJson(good);
+  ASSERT_TRUE(s.ok()) << s.status();
+  ASSERT_EQ(s->size(), 2u);
+  EXPECT_EQ((*s)[0].world, 4);
+  EXPECT_EQ((*s)[0].time_us, 19.5);
+  EXPECT_EQ((*s)[1].bytes, 1048576);
+
+  auto bad_type = ParsePerfAllReduceJson(
+      R"({"collective": "allreduce", "nranks": 4, "results": [{"bytes": "x"}]})");
+  ASSERT_FALSE(bad_type.ok());
+  EXPECT_THAT(bad_type.status().message(), HasSubstr("results[0].bytes"));
+  EXPECT_FALSE(ParsePerfAllReduceJson(R"({"collective": "broadcast", "nranks": 4})").ok());
+  EXPECT_FALSE(ParsePerfAllReduceJson("{\"a\":" + std::string(5000, '[')).ok());
+  EXPECT_FALSE(ParsePerfAllReduceJson("not json").ok());
+}
+
+TEST(CostModelTest, FileRoundTripAndValidation) {
+  for (const std::string& name : PresetNames()) {
+    auto m = PresetCostModel(name);
+    ASSERT_TRUE(m.ok());
+    auto back = ParseCostModel(SerializeCostModel(*m));
+    ASSERT_TRUE(back.ok()) << back.status();
+    EXPECT_EQ(back->Fingerprint(), m->Fingerprint());
+  }
+  CostModel m = Line(10, 0.001);
+  m.intra_busbw_gbps = -1;
+  auto bad = ParseCostModel(SerializeCostModel(m));
+  ASSERT_FALSE(bad.ok());
+  EXPECT_THAT(bad.status().message(), HasSubstr("intra_busbw_gbps"));
+}
+
+// ---------------------------------------------------------------- simulator
+
+TEST(SimulatorTest, PerTensorByHand) {
+  // t(m) = 10 + 0.01 m: 400 B -> 14 us, 800 B -> 18 us.
+  const Profile p = MakeProfile({100, 200, 100}, {5, 6, 40});
+  const CostModel c = Line(10, 0.01);
+  auto layout = LayoutFromProfile(p);
+  ASSERT_TRUE(layout.ok());
+  auto r = Simulate(p, bucketing::PerTensorPlan(*layout), c, World2());
+  ASSERT_TRUE(r.ok()) << r.status();
+  // t0: 5..19; t1: 19..37; t2: 40..54.
+  ASSERT_EQ(r->launches.size(), 3u);
+  EXPECT_DOUBLE_EQ(r->launches[0].done_us, 19);
+  EXPECT_DOUBLE_EQ(r->launches[1].start_us, 19);
+  EXPECT_DOUBLE_EQ(r->launches[1].done_us, 37);
+  EXPECT_DOUBLE_EQ(r->launches[2].done_us, 54);
+  EXPECT_DOUBLE_EQ(r->iteration_us, 100 + 54);
+  EXPECT_DOUBLE_EQ(r->exposed_us, 14);
+  EXPECT_DOUBLE_EQ(r->comm_busy_us, 14 + 18 + 14);
+  EXPECT_DOUBLE_EQ(LowerBoundUs(p, c, World2()), 100 + std::max(40.0 + 14, 5.0 + 10 + 16));
+}
+
+TEST(SimulatorTest, CopiesAndTheWindow) {
+  // Copies at 0.001 GB/s = 1 B/us: 400 B take 400 us.
+  const Profile p = MakeProfile({100, 100}, {0, 0});
+  SimOptions o = World2();
+  o.views = false;
+  o.copy_gbps = 0.001;
+  o.max_in_flight = 1;
+  auto layout = LayoutFromProfile(p);
+  auto r = Simulate(p, bucketing::PerTensorPlan(*layout), Line(10, 0.01), o);
+  ASSERT_TRUE(r.ok()) << r.status();
+  // Copy in t0 0..400, t1 400..800 (one thread). Bucket 0: 400..414, copied
+  // back by 814; the window of 1 holds bucket 1 until then: 814..828..1228.
+  EXPECT_DOUBLE_EQ(r->launches[0].complete_us, 400);
+  EXPECT_DOUBLE_EQ(r->launches[0].copied_back_us, 814);
+  EXPECT_DOUBLE_EQ(r->launches[1].launch_us, 814);
+  EXPECT_DOUBLE_EQ(r->launches[1].copied_back_us, 1228);
+  EXPECT_DOUBLE_EQ(r->backward_end_us, 800);
+  EXPECT_DOUBLE_EQ(r->iteration_us, 100 + 1228);
+}
+
+TEST(SimulatorTest, ForwardPriorityTakesTheEarliestLayerAmongCompleteBuckets) {
+  // All four ready at once; window 1: launch 0 in plan order, then the
+  // bucket with the latest-ready tensor first.
+  const Profile p = MakeProfile({10, 10, 10, 10}, {0, 0, 0, 0});
+  SimOptions o = World2();
+  o.max_in_flight = 1;
+  o.schedule = bucketing::Schedule::kForwardPriority;
+  auto layout = LayoutFromProfile(p);
+  auto r = Simulate(p, bucketing::PerTensorPlan(*layout), Line(10, 0.01), o);
+  ASSERT_TRUE(r.ok());
+  std::vector<int> order;
+  for (const SimLaunch& l : r->launches) order.push_back(l.bucket);
+  EXPECT_EQ(order, (std::vector<int>{0, 3, 2, 1}));
+}
+
+TEST(SimulatorTest, OneRankIsCompute) {
+  auto profile = GenerateModelProfile("resnet50");
+  ASSERT_TRUE(profile.ok());
+  auto layout = LayoutFromProfile(*profile);
+  SimOptions o;
+  o.world_size = 1;
+  auto c = PresetCostModel("25gbe");
+  auto r = Simulate(*profile, bucketing::DdpPlan(*layout), *c, o);
+  ASSERT_TRUE(r.ok());
+  EXPECT_DOUBLE_EQ(r->iteration_us, profile->forward_us + profile->backward_us);
+  EXPECT_NEAR(r->exposed_us, 0, 1e-6);
+}
+
+TEST(SimulatorTest, RejectsInvalidInput) {
+  const Profile p = MakeProfile({10, 10}, {0, 1});
+  Plan missing;
+  missing.buckets = {Bucket{comm::DataType::kFloat32, {Slice{0, 0, 10}}}};
+  auto r = Simulate(p, missing, Line(1, 1), World2());
+  ASSERT_FALSE(r.ok());
+  EXPECT_THAT(r.status().message(), HasSubstr("tensor 1"));
+  SimOptions o = World2();
+  o.max_in_flight = 0;
+  auto layout = LayoutFromProfile(p);
+  EXPECT_FALSE(Simulate(p, bucketing::PerTensorPlan(*layout), Line(1, 1), o).ok());
+}
+
+// ------------------------------------------------------------------ planner
+
+// Every partition of `atoms` (elements per atom of one tensor each, or the
+// pieces the planner cuts) into contiguous buckets, by bit mask of cuts.
+struct AtomRef {
+  int tensor;
+  int64_t offset, count;
+};
+
+Plan PlanFromCuts(const std::vector<AtomRef>& atoms, uint32_t cuts) {
+  Plan plan;
+  plan.buckets.push_back(Bucket{comm::DataType::kFloat32, {}});
+  for (size_t a = 0; a < atoms.size(); ++a) {
+    if (a > 0 && (cuts >> (a - 1)) & 1) plan.buckets.push_back(Bucket{comm::DataType::kFloat32, {}});
+    auto& slices = plan.buckets.back().slices;
+    if (!slices.empty() && slices.back().tensor == atoms[a].tensor) {
+      slices.back().count += atoms[a].count;
+    } else {
+      slices.push_back(Slice{atoms[a].tensor, atoms[a].offset, atoms[a].count});
+    }
+  }
+  return plan;
+}
+
+TEST(PlannerTest, DynamicProgramEqualsBruteForceOnSmallInstances) {
+  std::mt19937 rng(7);
+  int checked = 0;
+  for (int trial = 0; trial < 300; ++trial) {
+    const int n = 1 + static_cast<int>(rng() % 9);
+    std::vector<int64_t> numel(n);
+    std::vector<double> ready(n);
+    double clock = 0;
+    for (int i = 0; i < n; ++i) {
+      numel[i] = 1 + rng() % 5000;
+      clock += (rng() % 4 == 0) ? 0 : std::uniform_real_distribution<double>(0, 60)(rng);
+      ready[i] = clock;
+    }
+    const Profile p = MakeProfile(numel, ready);
+    const CostModel c = Line(std::uniform_real_distribution<double>(0.5, 80)(rng),
+                             std::uniform_real_distribution<double>(1e-4, 0.05)(rng));
+    PlannerOptions o;
+    o.sim = World2();
+    o.max_pieces = 1;
+    std::vector<AtomRef> atoms;
+    for (int i = 0; i < n; ++i) atoms.push_back({i, 0, numel[i]});
+    double best = 1e300;
+    for (uint32_t cuts = 0; cuts < (1u << (n - 1)); ++cuts) {
+      auto r = Simulate(p, PlanFromCuts(atoms, cuts), c, o.sim);
+      ASSERT_TRUE(r.ok()) << r.status();
+      best = std::min(best, r->iteration_us);
+    }
+    auto plan = OptimalPartitionPlan(p, c, o);
+    ASSERT_TRUE(plan.ok()) << plan.status();
+    auto r = Simulate(p, *plan, c, o.sim);
+    ASSERT_TRUE(r.ok()) << r.status();
+    EXPECT_NEAR(r->iteration_us, best, 1e-9 * best) << "trial " << trial;
+    ++checked;
+  }
+  EXPECT_EQ(checked, 300);
+}
+
+TEST(PlannerTest, DynamicProgramWithSplitsEqualsBruteForce) {
+  std::mt19937 rng(11);
+  for (int trial = 0; trial < 100; ++trial) {
+    // Three tensors; those of >= 2 * 64 B are cut into up to 3 pieces.
+    const int n = 3;
+    std::vector<int64_t> numel(n);
+    std::vector<double> ready(n);
+    double clock = 0;
+    for (int i = 0; i < n; ++i) {
+      numel[i] = 8 + rng() % 200;
+      clock += std::uniform_real_distribution<double>(0, 30)(rng);
+      ready[i] = clock;
+    }
+    const Profile p = MakeProfile(numel, ready);
+    const CostModel c = Line(std::uniform_real_distribution<double>(0.5, 40)(rng),
+                             std::uniform_real_distribution<double>(0.01, 0.5)(rng));
+    PlannerOptions o;
+    o.sim = World2();
+    o.max_pieces = 3;
+    o.split_min_bytes = 64;
+    std::vector<AtomRef> atoms;  // the planner's documented cut: equal pieces, remainder last
+    for (int i = 0; i < n; ++i) {
+      const int64_t bytes = numel[i] * 4;
+      const int64_t pieces = bytes >= 128 ? std::min<int64_t>({3, bytes / 64, numel[i]}) : 1;
+      int64_t offset = 0;
+      for (int64_t k = 0; k < pieces; ++k) {
+        const int64_t count = k + 1 == pieces ? numel[i] - offset : numel[i] / pieces;
+        atoms.push_back({i, offset, count});
+        offset += count;
+      }
+    }
+    ASSERT_LE(atoms.size(), 9u);
+    double best = 1e300;
+    for (uint32_t cuts = 0; cuts < (1u << (atoms.size() - 1)); ++cuts) {
+      auto r = Simulate(p, PlanFromCuts(atoms, cuts), c, o.sim);
+      ASSERT_TRUE(r.ok()) << r.status();
+      best = std::min(best, r->iteration_us);
+    }
+    auto plan = OptimalPartitionPlan(p, c, o);
+    ASSERT_TRUE(plan.ok()) << plan.status();
+    auto r = Simulate(p, *plan, c, o.sim);
+    ASSERT_TRUE(r.ok());
+    EXPECT_NEAR(r->iteration_us, best, 1e-9 * best) << "trial " << trial;
+  }
+}
+
+TEST(PlannerTest, ReadyOrderBeatsEveryOtherLaunchOrder) {
+  std::mt19937 rng(3);
+  for (int trial = 0; trial < 50; ++trial) {
+    const int n = 6;
+    std::vector<int64_t> numel(n);
+    std::vector<double> ready(n);
+    double clock = 0;
+    for (int i = 0; i < n; ++i) {
+      numel[i] = 1 + rng() % 3000;
+      clock += std::uniform_real_distribution<double>(0, 40)(rng);
+      ready[i] = clock;
+    }
+    const Profile p = MakeProfile(numel, ready);
+    const CostModel c = Line(20, 0.01);
+    PlannerOptions o;
+    o.sim = World2();
+    auto plan = OptimalPartitionPlan(p, c, o);
+    ASSERT_TRUE(plan.ok());
+    auto base = Simulate(p, *plan, c, o.sim);
+    ASSERT_TRUE(base.ok());
+    std::vector<int> perm(plan->buckets.size());
+    std::iota(perm.begin(), perm.end(), 0);
+    do {
+      Plan q;
+      for (int b : perm) q.buckets.push_back(plan->buckets[b]);
+      auto r = Simulate(p, q, c, o.sim);
+      ASSERT_TRUE(r.ok());
+      EXPECT_GE(r->iteration_us, base->iteration_us * (1 - 1e-12));
+    } while (std::next_permutation(perm.begin(), perm.end()));
+  }
+}
+
+TEST(PlannerTest, FasterNetworkNeverExposesMore) {
+  for (const std::string& model : ModelNames()) {
+    auto profile = GenerateModelProfile(model);
+    ASSERT_TRUE(profile.ok());
+    for (const std::string& preset : {"ib-400g", "25gbe"}) {
+      auto c = PresetCostModel(preset);
+      ASSERT_TRUE(c.ok());
+      for (int world : {8, 512}) {
+        PlannerOptions o;
+        o.sim.world_size = world;
+        double prev = 1e300;
+        for (double slow : {4.0, 2.0, 1.0, 0.5}) {  // time per byte and latency shrink
+          auto plan = OptimalPartitionPlan(*profile, c->Scaled(slow, slow), o);
+          ASSERT_TRUE(plan.ok()) << plan.status();
+          auto r = Simulate(*profile, *plan, c->Scaled(slow, slow), o.sim);
+          ASSERT_TRUE(r.ok());
+          EXPECT_LE(r->exposed_us, prev * (1 + 1e-9)) << model << " " << preset << " " << world;
+          prev = r->exposed_us;
+        }
+      }
+    }
+  }
+}
+
+TEST(PlannerTest, TunedPlansAreValidAndNeverBehindABaseline) {
+  for (const std::string& model : ModelNames()) {
+    auto profile = GenerateModelProfile(model);
+    ASSERT_TRUE(profile.ok());
+    auto layout = LayoutFromProfile(*profile);
+    ASSERT_TRUE(layout.ok());
+    for (const std::string& preset : PresetNames()) {
+      auto c = PresetCostModel(preset);
+      ASSERT_TRUE(c.ok());
+      for (int world : {2, 3, 4, 8, 16, 64, 100, 512, 1000, 4096}) {
+        PlannerOptions o;
+        o.sim.world_size = world;
+        auto r = OfflineTune(*profile, *c, o);
+        ASSERT_TRUE(r.ok()) << model << " " << preset << " " << world << ": " << r.status();
+        ASSERT_TRUE(bucketing::ValidatePlan(*layout, r->tuned.plan).ok());
+        EXPECT_GE(r->tuned.sim.iteration_us, r->lower_bound_us * (1 - 1e-9));
+        for (const PlanPrediction& b : r->baselines) {
+          EXPECT_LE(r->tuned.sim.iteration_us, b.sim.iteration_us * (1 + 1e-12))
+              << model << " " << preset << " " << world << " vs " << b.name;
+        }
+      }
+    }
+  }
+}
+
+TEST(PlannerTest, BucketCapIsHonoured) {
+  auto profile = GenerateModelProfile("bert_large");
+  ASSERT_TRUE(profile.ok());
+  auto c = PresetCostModel("25gbe");
+  PlannerOptions o;
+  o.sim.world_size = 64;
+  o.max_bucket_bytes = 64 << 20;
+  o.split_min_bytes = 16 << 20;
+  auto plan = OptimalPartitionPlan(*profile, *c, o);
+  ASSERT_TRUE(plan.ok());
+  for (const Bucket& b : plan->buckets) EXPECT_LE(b.count() * 4, 64 << 20);
+}
+
+TEST(PlannerTest, MgWfbpMergesWhatIsReadyBeforeTheChannelFrees) {
+  // t(m) = 10 + 0.01 m. t0 (400 B) ready at 0 goes at 0..14; t1 at 5 is
+  // ready before bucket 0 could start + a? Bucket 0 starts at 0, 5 < 0 + 10:
+  // merge. t2 at 100: alone.
+  const Profile p = MakeProfile({100, 100, 100}, {0, 5, 100});
+  auto plan = MgWfbpPlan(p, Line(10, 0.01), World2());
+  ASSERT_TRUE(plan.ok());
+  ASSERT_EQ(plan->buckets.size(), 2u);
+  EXPECT_EQ(plan->buckets[0].slices.size(), 2u);
+  EXPECT_EQ(plan->buckets[1].slices[0].tensor, 2);
+}
+
+TEST(PlannerTest, CandidatesAreDistinctAndRanked) {
+  auto profile = GenerateModelProfile("resnet50");
+  ASSERT_TRUE(profile.ok());
+  auto c = PresetCostModel("25gbe");
+  PlannerOptions o;
+  o.sim.world_size = 4;
+  auto list = RankCandidates(*profile, *c, o, 6);
+  ASSERT_TRUE(list.ok()) << list.status();
+  ASSERT_EQ(list->size(), 6u);
+  EXPECT_EQ((*list)[0].name, "tuned");
+  for (size_t i = 1; i < list->size(); ++i) {
+    EXPECT_LE((*list)[i - 1].sim.iteration_us, (*list)[i].sim.iteration_us * (1 + 1e-9));
+    EXPECT_NE(bucketing::PlanHash((*list)[i - 1].plan), bucketing::PlanHash((*list)[i].plan));
+  }
+}
+
+}  // namespace
+}  // namespace fusebox::autotune

@@ -1,0 +1,339 @@
+// fusebox-tune: offline tuning of a gradient profile under a cost model, a
+// sweep over models, presets and world sizes, and fitting a cost model to
+// `fusebox-perf allreduce --json` measurements. The edge of autotune/:
+// flags are read here and only here. (Online tuning, in the first
+// iterations of a real run, is autotune::OnlineTuner; `fusebox-perf overlap
+// --plans ...,tuned` runs it on a replayed model.)
+//
+//   fusebox-tune --profile resnet50 --preset 25gbe --world 64
+//   fusebox-tune sweep --presets nvlink-h100,ib-400g,25gbe --worlds 8,64,512,4096
+//   fusebox-tune fit --from ar2.json,ar4.json --ranks_per_node 4 --out local.json
+#include <cstdio>
+#include <ctime>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "autotune/cost_model.h"
+#include "autotune/models.h"
+#include "autotune/planner.h"
+#include "autotune/policy_cache.h"
+#include "autotune/profile.h"
+#include "autotune/simulator.h"
+#include "bucketing/file_io.h"
+#include "bucketing/plan_io.h"
+#include "fusebox/config.h"
+
+ABSL_FLAG(std::string, profile, "resnet50",
+          "model name (resnet50, bert_large, gpt2_small, gpt2_xl, vit_b16, ...) or a profile "
+          "file (.json)");
+ABSL_FLAG(std::string, preset, "",
+          "cost-model preset: nvlink-h100, ib-400g, 100gbe, 25gbe, 10gbe (default 25gbe when "
+          "neither --cost_model nor --fit is given)");
+ABSL_FLAG(std::string, cost_model, "", "cost-model file (fusebox-tune fit --out writes one)");
+ABSL_FLAG(std::string, fit, "",
+          "comma-separated `fusebox-perf allreduce --json` files to fit the cost model to");
+ABSL_FLAG(int, world, 64, "world size (ranks)");
+ABSL_FLAG(int, ranks_per_node, 0, "ranks per node (0: the cost model's)");
+ABSL_FLAG(int, max_in_flight, 4, "buckets launched and not yet copied back (engine window)");
+ABSL_FLAG(bool, views, true,
+          "gradients live in the fusion buffers (no copies); false: copied in and back at "
+          "--copy_gbps");
+ABSL_FLAG(double, copy_gbps, 10, "memcpy bandwidth for copies when --views=false (GB/s)");
+ABSL_FLAG(int, max_pieces, 8, "a large gradient may be split into up to this many pieces (1: never)");
+ABSL_FLAG(int64_t, split_min_bytes, int64_t{4} << 20, "gradients smaller than twice this are never split");
+ABSL_FLAG(int64_t, max_bucket_bytes, 0, "largest bucket (0: no limit)");
+ABSL_FLAG(std::string, out, "", "offline: write the tuned plan file here; fit: the cost-model file");
+ABSL_FLAG(bool, describe, false, "offline: print the tuned plan bucket by bucket");
+ABSL_FLAG(std::string, cache_dir, "",
+          "offline: also store the tuned plan in this policy cache (predicted figures only)");
+ABSL_FLAG(std::string, backend, "nccl", "offline --cache_dir: the backend the key names");
+ABSL_FLAG(std::string, network, "",
+          "offline --cache_dir: the network the key names (default: the preset, or the cost "
+          "model's name)");
+ABSL_FLAG(std::string, from, "", "fit: comma-separated `fusebox-perf allreduce --json` files");
+ABSL_FLAG(std::string, profiles, "all", "sweep: comma-separated models or profile files, or all");
+ABSL_FLAG(std::string, presets, "nvlink-h100,ib-400g,25gbe", "sweep: comma-separated presets");
+ABSL_FLAG(std::string, worlds, "8,64,512,4096", "sweep: comma-separated world sizes");
+
+namespace fusebox::tools {
+namespace {
+
+using autotune::CostModel;
+using autotune::PlannerOptions;
+using autotune::PlanPrediction;
+using autotune::Profile;
+
+constexpr int kExitError = 1;
+constexpr int kExitUsage = 2;
+constexpr size_t kMaxInputBytes = size_t{64} << 20;
+
+constexpr char kUsage[] =
+    "fusebox-tune: searches the bucket plan that hides allreduce best behind backward.\n"
+    "\n"
+    "  fusebox-tune [offline] --profile MODEL|FILE (--preset P | --cost_model F | --fit J,...)\n"
+    "               --world N [--ranks_per_node R] [--out plan.json] [--describe]\n"
+    "               [--cache_dir DIR --backend B --network NAME]\n"
+    "      Tunes one profile: prints the predicted iteration time of the tuned plan and of\n"
+    "      every baseline (per-tensor, DDP default, Horovod default, HCCL default, MG-WFBP)\n"
+    "      and the lower bound; optionally writes the plan file and a policy-cache entry.\n"
+    "  fusebox-tune sweep [--profiles all|M,...] [--presets P,...] [--worlds N,...]\n"
+    "      The same for every (profile, preset, world size): tuned/bound and each\n"
+    "      baseline's time relative to the tuned plan's.\n"
+    "  fusebox-tune fit --from J,... [--ranks_per_node R] [--out model.json]\n"
+    "      Fits the cost model to `fusebox-perf allreduce --json` files (one or more\n"
+    "      world sizes) and prints it; --out writes it for --cost_model.\n"
+    "\n"
+    "Exit status: 0 on success, 1 on invalid input or I/O errors, 2 on usage errors.\n"
+    "Times are predictions of autotune::Simulate (autotune/simulator.h).";
+
+int Fail(const absl::Status& status) {
+  std::fprintf(stderr, "fusebox-tune: %s\n", std::string(status.message()).c_str());
+  return kExitError;
+}
+
+int UsageError(const std::string& message) {
+  std::fprintf(stderr, "fusebox-tune: %s\n\n%s\n", message.c_str(), kUsage);
+  return kExitUsage;
+}
+
+std::vector<std::string> SplitList(const std::string& s) {
+  return absl::StrSplit(s, ',', absl::SkipEmpty());
+}
+
+absl::StatusOr<Profile> LoadProfileSpec(const std::string& spec) {
+  if (absl::EndsWith(spec, ".json")) return autotune::LoadProfile(spec);
+  return autotune::GenerateModelProfile(spec);
+}
+
+absl::StatusOr<std::vector<autotune::AllReduceSample>> LoadSamples(const std::string& files) {
+  std::vector<autotune::AllReduceSample> all;
+  for (const std::string& f : SplitList(files)) {
+    auto text = bucketing::ReadFileBounded(f, kMaxInputBytes);
+    if (!text.ok()) return text.status();
+    auto s = autotune::ParsePerfAllReduceJson(*text);
+    if (!s.ok()) return absl::InvalidArgumentError(absl::StrCat(f, ": ", s.status().message()));
+    all.insert(all.end(), s->begin(), s->end());
+  }
+  return all;
+}
+
+// The cost model from --preset, --cost_model or --fit (exactly one; none:
+// 25gbe).
+absl::StatusOr<CostModel> CostModelFromFlags() {
+  const std::string preset = absl::GetFlag(FLAGS_preset);
+  const std::string file = absl::GetFlag(FLAGS_cost_model);
+  const std::string fit = absl::GetFlag(FLAGS_fit);
+  if (!preset.empty() + !file.empty() + !fit.empty() > 1) {
+    return absl::InvalidArgumentError("give one of --preset, --cost_model and --fit");
+  }
+  if (!file.empty()) {
+    auto text = bucketing::ReadFileBounded(file, kMaxInputBytes);
+    if (!text.ok()) return text.status();
+    auto m = autotune::ParseCostModel(*text);
+    if (!m.ok()) return absl::InvalidArgumentError(absl::StrCat(file, ": ", m.status().message()));
+    return m;
+  }
+  if (!fit.empty()) {
+    auto samples = LoadSamples(fit);
+    if (!samples.ok()) return samples.status();
+    const int rpn = absl::GetFlag(FLAGS_ranks_per_node);
+    return autotune::FitCostModel(*samples, rpn > 0 ? rpn : 1, absl::StrCat("fitted to ", fit));
+  }
+  return autotune::PresetCostModel(preset.empty() ? "25gbe" : preset);
+}
+
+absl::StatusOr<PlannerOptions> PlannerOptionsFromFlags(int world) {
+  PlannerOptions o;
+  o.sim.world_size = world;
+  o.sim.ranks_per_node = absl::GetFlag(FLAGS_ranks_per_node);
+  o.sim.max_in_flight = absl::GetFlag(FLAGS_max_in_flight);
+  o.sim.views = absl::GetFlag(FLAGS_views);
+  o.sim.copy_gbps = absl::GetFlag(FLAGS_copy_gbps);
+  o.max_pieces = absl::GetFlag(FLAGS_max_pieces);
+  o.split_min_bytes = absl::GetFlag(FLAGS_split_min_bytes);
+  o.max_bucket_bytes = absl::GetFlag(FLAGS_max_bucket_bytes);
+  if (absl::Status s = autotune::ValidateSimOptions(o.sim); !s.ok()) return s;
+  if (o.split_min_bytes < 0 || o.max_bucket_bytes < 0) {
+    return absl::InvalidArgumentError("--split_min_bytes and --max_bucket_bytes must be >= 0");
+  }
+  return o;
+}
+
+double Ms(double us) { return us / 1e3; }
+
+int Offline() {
+  auto profile = LoadProfileSpec(absl::GetFlag(FLAGS_profile));
+  if (!profile.ok()) return Fail(profile.status());
+  auto cost = CostModelFromFlags();
+  if (!cost.ok()) return Fail(cost.status());
+  auto options = PlannerOptionsFromFlags(absl::GetFlag(FLAGS_world));
+  if (!options.ok()) return Fail(options.status());
+  auto result = autotune::OfflineTune(*profile, *cost, *options);
+  if (!result.ok()) return Fail(result.status());
+  const int world = options->sim.world_size;
+  const int rpn = options->sim.ranks_per_node > 0 ? options->sim.ranks_per_node : cost->ranks_per_node;
+  std::printf("# fusebox-tune: model %s, %zu gradients, %.1f MiB; %d ranks (%d per node, %d nodes)\n",
+              profile->model.c_str(), profile->tensors.size(), profile->total_bytes() / 1048576.0,
+              world, std::min(rpn, world), (world + rpn - 1) / rpn);
+  std::printf("# cost model %s\n#   (%s)\n", cost->Describe().c_str(), cost->source.c_str());
+  std::printf("# forward %.2f ms, backward %.2f ms; t(all gradients) = %.2f ms; %s, window %d\n",
+              Ms(profile->forward_us), Ms(profile->backward_us),
+              Ms(cost->AllReduceUs(profile->total_bytes(), world, rpn)),
+              options->sim.views ? "gradients in place (views)" : "gradients copied in and back",
+              options->sim.max_in_flight);
+  std::printf("#\n# %-18s %7s %10s %11s %10s %9s\n", "plan", "buckets", "iter(ms)", "exposed(ms)",
+              "iter/bound", "vs tuned");
+  auto row = [&](const PlanPrediction& p) {
+    std::printf("  %-18s %7zu %10.3f %11.3f %10.4f %9.3f\n", p.name.c_str(), p.plan.buckets.size(),
+                Ms(p.sim.iteration_us), Ms(p.sim.exposed_us),
+                p.sim.iteration_us / result->lower_bound_us,
+                p.sim.iteration_us / result->tuned.sim.iteration_us);
+  };
+  row(result->tuned);
+  for (const PlanPrediction& b : result->baselines) row(b);
+  std::printf("  %-18s %7s %10.3f\n", "lower bound", "", Ms(result->lower_bound_us));
+  if (absl::GetFlag(FLAGS_describe)) {
+    auto layout = autotune::LayoutFromProfile(*profile);
+    if (!layout.ok()) return Fail(layout.status());
+    std::printf("#\n# tuned plan:\n%s", bucketing::DescribePlan(*layout, result->tuned.plan).c_str());
+  }
+  const std::string out = absl::GetFlag(FLAGS_out);
+  if (!out.empty()) {
+    auto layout = autotune::LayoutFromProfile(*profile);
+    if (!layout.ok()) return Fail(layout.status());
+    if (absl::Status s = bucketing::WritePlanFile(out, result->tuned.plan, &*layout); !s.ok()) {
+      return Fail(s);
+    }
+    std::printf("# wrote %s\n", out.c_str());
+  }
+  const std::string cache_dir = absl::GetFlag(FLAGS_cache_dir);
+  if (!cache_dir.empty()) {
+    auto layout = autotune::LayoutFromProfile(*profile);
+    if (!layout.ok()) return Fail(layout.status());
+    autotune::PolicyCacheOptions co;
+    co.dir = cache_dir;
+    co.warn = [](const std::string& w) { std::fprintf(stderr, "fusebox-tune: %s\n", w.c_str()); };
+    autotune::PolicyCache cache(co);
+    autotune::CacheEntry e;
+    std::string network = absl::GetFlag(FLAGS_network);
+    if (network.empty()) network = cost->name;
+    e.key = autotune::CacheKey{autotune::ModelSignature(*layout), world, std::min(rpn, world),
+                               absl::GetFlag(FLAGS_backend), network};
+    e.model = profile->model;
+    e.layout_hash = layout->Hash();
+    e.plan = result->tuned.plan;
+    e.predicted_iteration_us = result->tuned.sim.iteration_us - result->tuned.sim.forward_us;
+    e.cost_model = cost->Describe();
+    e.fusebox_version = FUSEBOX_VERSION;
+    e.created_unix_s = static_cast<int64_t>(std::time(nullptr));
+    if (absl::Status s = cache.Store(e); !s.ok()) return Fail(s);
+    std::printf("# cached as %s/%s\n", cache_dir.c_str(), e.key.FileName().c_str());
+  }
+  return 0;
+}
+
+int Sweep() {
+  std::vector<std::string> profiles = SplitList(absl::GetFlag(FLAGS_profiles));
+  if (profiles.size() == 1 && profiles[0] == "all") profiles = autotune::ModelNames();
+  std::vector<int> worlds;
+  for (const std::string& w : SplitList(absl::GetFlag(FLAGS_worlds))) {
+    int v = 0;
+    if (!absl::SimpleAtoi(w, &v) || v < 1) return UsageError("--worlds: \"" + w + "\" is not a world size");
+    worlds.push_back(v);
+  }
+  const std::vector<std::string> presets = SplitList(absl::GetFlag(FLAGS_presets));
+  if (profiles.empty() || worlds.empty() || presets.empty()) {
+    return UsageError("sweep needs --profiles, --presets and --worlds");
+  }
+  std::printf("# fusebox-tune sweep: simulated iteration time of the tuned plan vs the lower bound "
+              "(ANCHORS.md) and each baseline's time / tuned time (> 1: tuned is faster)\n");
+  std::printf("# %-11s %-12s %6s %10s %10s %8s %10s %8s %8s %8s %8s %8s\n", "model", "preset",
+              "world", "bound(ms)", "tuned(ms)", "t/bound", "exposed", "per-tens", "ddp",
+              "horovod", "hccl", "mg-wfbp");
+  int rows = 0, within3 = 0, behind = 0;
+  double worst = 0;
+  for (const std::string& spec : profiles) {
+    auto profile = LoadProfileSpec(spec);
+    if (!profile.ok()) return Fail(profile.status());
+    for (const std::string& preset : presets) {
+      auto cost = autotune::PresetCostModel(preset);
+      if (!cost.ok()) return Fail(cost.status());
+      for (int world : worlds) {
+        auto options = PlannerOptionsFromFlags(world);
+        if (!options.ok()) return Fail(options.status());
+        auto r = autotune::OfflineTune(*profile, *cost, *options);
+        if (!r.ok()) return Fail(r.status());
+        const double tuned = r->tuned.sim.iteration_us;
+        std::printf("  %-11s %-12s %6d %10.2f %10.2f %8.4f %10.2f", profile->model.c_str(),
+                    preset.c_str(), world, Ms(r->lower_bound_us), Ms(tuned),
+                    tuned / r->lower_bound_us, Ms(r->tuned.sim.exposed_us));
+        for (const PlanPrediction& b : r->baselines) {
+          std::printf(" %8.3f", b.sim.iteration_us / tuned);
+          if (b.sim.iteration_us < tuned * (1 - 1e-9)) ++behind;
+        }
+        std::printf("\n");
+        ++rows;
+        worst = std::max(worst, tuned / r->lower_bound_us);
+        if (tuned <= 1.03 * r->lower_bound_us) ++within3;
+      }
+    }
+  }
+  std::printf("# %d configurations: tuned within 3%% of the lower bound in %d, worst tuned/bound "
+              "%.4f; configurations where a baseline beats tuned: %d\n",
+              rows, within3, worst, behind);
+  return behind == 0 ? 0 : kExitError;
+}
+
+int Fit() {
+  const std::string from = absl::GetFlag(FLAGS_from);
+  if (from.empty()) return UsageError("fit needs --from");
+  auto samples = LoadSamples(from);
+  if (!samples.ok()) return Fail(samples.status());
+  const int rpn = absl::GetFlag(FLAGS_ranks_per_node);
+  auto m = autotune::FitCostModel(*samples, rpn > 0 ? rpn : 1, absl::StrCat("fitted to ", from));
+  if (!m.ok()) return Fail(m.status());
+  std::printf("# %s\n#  %-6s %12s %12s %12s %8s\n", m->Describe().c_str(), "world", "bytes",
+              "measured(us)", "model(us)", "error");
+  for (const autotune::AllReduceSample& s : *samples) {
+    const double t = m->AllReduceUs(s.bytes, s.world);
+    std::printf("   %-6d %12lld %12.2f %12.2f %+7.1f%%\n", s.world, static_cast<long long>(s.bytes),
+                s.time_us, t, 100 * (t - s.time_us) / s.time_us);
+  }
+  const std::string out = absl::GetFlag(FLAGS_out);
+  if (!out.empty()) {
+    if (absl::Status s = bucketing::WriteFileAtomically(out, autotune::SerializeCostModel(*m));
+        !s.ok()) {
+      return Fail(s);
+    }
+    std::printf("# wrote %s\n", out.c_str());
+  }
+  return 0;
+}
+
+int Main(int argc, char** argv) {
+  absl::SetProgramUsageMessage(kUsage);
+  std::vector<char*> args = absl::ParseCommandLine(argc, argv);
+  if (args.size() > 2) return UsageError("one command at most: offline, sweep or fit");
+  const std::string command = args.size() == 2 ? args[1] : "offline";
+  if (command == "offline") return Offline();
+  if (command == "sweep") return Sweep();
+  if (command == "fit") return Fit();
+  return UsageError("unknown command \"" + command + "\" (offline, sweep, fit)");
+}
+
+}  // namespace
+}  // namespace fusebox::tools
+
+int main(int argc, char** argv) { return fusebox::tools::Main(argc, argv); }
