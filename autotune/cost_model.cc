@@ -4,6 +4,7 @@
 #include <array>
 #include <cmath>
 #include <limits>
+#include <map>
 #include <set>
 #include <utility>
 
@@ -79,9 +80,45 @@ double CostModel::AllReduceUs(int64_t bytes, int world, int rpn) const {
   return Curve(world, rpn)(bytes);
 }
 
+double CostCurve::Interpolate(double bytes) const {
+  if (bytes <= table.front().first) return table.front().second;
+  if (bytes >= table.back().first) {
+    double slope = us_per_byte[0];
+    for (int i = 1; i < lines; ++i) slope = std::min(slope, us_per_byte[i]);
+    return table.back().second + (bytes - table.back().first) * slope;
+  }
+  auto hi = std::lower_bound(table.begin(), table.end(), std::make_pair(bytes, 0.0));
+  auto lo = hi - 1;
+  const double f = (bytes - lo->first) / (hi->first - lo->first);
+  return lo->second + f * (hi->second - lo->second);
+}
+
+CostModel MeasuredAt(CostModel model, const std::vector<AllReduceSample>& samples, int world) {
+  std::map<int64_t, std::vector<double>> by_size;
+  for (const AllReduceSample& s : samples) {
+    if (s.world == world && s.bytes > 0 && std::isfinite(s.time_us) && s.time_us > 0) {
+      by_size[s.bytes].push_back(s.time_us);
+    }
+  }
+  model.measured.clear();
+  for (auto& [bytes, times] : by_size) {
+    std::sort(times.begin(), times.end());
+    model.measured.push_back({world, bytes, times[times.size() / 2]});
+  }
+  for (size_t i = model.measured.size(); i-- > 1;) {
+    model.measured[i - 1].time_us = std::min(model.measured[i - 1].time_us, model.measured[i].time_us);
+  }
+  return model;
+}
+
 CostCurve CostModel::Curve(int world, int rpn) const {
   CostCurve c;
   if (world <= 1) return c;
+  if (!measured.empty() && measured.front().world == world) {
+    for (const AllReduceSample& s : measured) {
+      c.table.emplace_back(static_cast<double>(s.bytes), s.time_us);
+    }
+  }
   rpn = std::max(1, std::min(rpn, world));
   const int nodes = (world + rpn - 1) / rpn;
   const double busbw =
@@ -105,6 +142,12 @@ CostModel CostModel::Scaled(double latency, double time_per_byte) const {
   }
   m.intra_busbw_gbps /= time_per_byte;
   m.inter_busbw_gbps /= time_per_byte;
+  for (AllReduceSample& s : m.measured) {  // small sizes are latency, large ones bandwidth
+    s.time_us *= s.bytes < (int64_t{64} << 10) ? latency : time_per_byte;
+  }
+  for (size_t i = m.measured.size(); i-- > 1;) {
+    m.measured[i - 1].time_us = std::min(m.measured[i - 1].time_us, m.measured[i].time_us);
+  }
   return m;
 }
 
@@ -135,6 +178,9 @@ std::string CostModel::Fingerprint() const {
                           ll.inter_hop_us, ll.tree_hop_us);
   }
   if (has_tree) s += "/tree";
+  if (!measured.empty()) {
+    absl::StrAppendFormat(&s, "/measured%d@%d", measured.size(), measured.front().world);
+  }
   return s;
 }
 
@@ -143,7 +189,10 @@ std::string CostModel::Describe() const {
       "%s: %d ranks/node, busbw %.4g GB/s intra, %.4g GB/s inter; ring/Simple latency %.3g us + "
       "%.3g us/step intra, %.3g us/step inter%s%s",
       name, ranks_per_node, intra_busbw_gbps, inter_busbw_gbps, simple.base_us, simple.intra_hop_us,
-      simple.inter_hop_us, has_tree ? "; double binary tree" : "", has_ll ? "; LL protocol" : "");
+      simple.inter_hop_us, has_tree ? "; double binary tree" : "", has_ll ? "; LL protocol" : "") +
+         (measured.empty() ? std::string()
+                           : absl::StrFormat("; at %d ranks: interpolates %d measured sizes",
+                                             measured.front().world, measured.size()));
 }
 
 std::vector<std::string> PresetNames() {
@@ -298,12 +347,22 @@ absl::StatusOr<CostModel> FitCostModel(const std::vector<AllReduceSample>& sampl
       best = x;
     }
   }
-  const double rms = std::sqrt(best_err / samples.size());
-  if (!std::isfinite(best_err) || rms > 0.5) {
-    return absl::InvalidArgumentError(absl::StrFormat(
+  // Per world size, the largest message must not be faster than the
+  // smallest: then no bandwidth explains the data.
+  for (int w : worlds) {
+    const AllReduceSample* small = nullptr;
+    const AllReduceSample* large = nullptr;
+    for (const AllReduceSample& s : samples) {
+      if (s.world != w) continue;
+      if (small == nullptr || s.bytes < small->bytes) small = &s;
+      if (large == nullptr || s.bytes > large->bytes) large = &s;
+    }
+    if (small->bytes < large->bytes && large->time_us < small->time_us) best_err = INFINITY;
+  }
+  if (!std::isfinite(best_err)) {
+    return absl::InvalidArgumentError(
         "fit: the measurements do not fit time = latency + bytes / bandwidth with a positive "
-        "bandwidth (relative RMS error %.0f%%; do larger messages take longer?)",
-        std::isfinite(rms) ? 100 * rms : 100.0));
+        "bandwidth (do larger messages take longer?)");
   }
   CostModel m;
   m.name = "fitted";
@@ -413,6 +472,11 @@ std::string SerializeCostModel(const CostModel& m) {
             {"simple", lat(m.simple)},
             {"tree", m.has_tree}};
   if (m.has_ll) j["ll"] = lat(m.ll);
+  if (!m.measured.empty()) {
+    json table = json::array();
+    for (const AllReduceSample& s : m.measured) table.push_back({s.world, s.bytes, s.time_us});
+    j["measured"] = table;
+  }
   return j.dump(2) + "\n";
 }
 
@@ -486,6 +550,30 @@ absl::StatusOr<CostModel> ParseCostModel(absl::string_view text) {
   if (tree != j->end()) {
     if (!tree->is_boolean()) return absl::InvalidArgumentError("cost model file: tree: not a boolean");
     m.has_tree = tree->get<bool>();
+  }
+  auto table = j->find("measured");
+  if (table != j->end()) {
+    if (!table->is_array() || table->size() > kMaxSamples) {
+      return absl::InvalidArgumentError("cost model file: measured: not an array of at most 65536");
+    }
+    for (size_t i = 0; i < table->size(); ++i) {
+      const json& row = (*table)[i];
+      if (!row.is_array() || row.size() != 3 || !row[0].is_number_integer() ||
+          !row[1].is_number_integer() || !row[2].is_number()) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "cost model file: measured[", i, "]: expected [world, bytes, time_us]"));
+      }
+      const AllReduceSample s{row[0].get<int>(), row[1].get<int64_t>(), row[2].get<double>()};
+      if (s.world < 2 || s.bytes <= 0 || !std::isfinite(s.time_us) || s.time_us <= 0 ||
+          (!m.measured.empty() && (s.world != m.measured[0].world ||
+                                   s.bytes <= m.measured.back().bytes ||
+                                   s.time_us < m.measured.back().time_us))) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "cost model file: measured[", i, "]: needs world >= 2 (one world), increasing bytes "
+            "and non-decreasing positive times"));
+      }
+      m.measured.push_back(s);
+    }
   }
   if (absl::Status s = m.Validate(); !s.ok()) return s;
   return m;

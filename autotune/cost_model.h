@@ -28,6 +28,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -35,6 +36,13 @@
 #include "absl/strings/string_view.h"
 
 namespace fusebox::autotune {
+
+// One measured allreduce: `world` ranks, `bytes`, median `time_us`.
+struct AllReduceSample {
+  int world = 0;
+  int64_t bytes = 0;
+  double time_us = 0;
+};
 
 // Latencies of one protocol, microseconds.
 struct ProtocolLatency {
@@ -51,8 +59,13 @@ struct CostCurve {
   int lines = 0;
   double latency_us[4] = {};
   double us_per_byte[4] = {};
+  // When set (a model measured at this very world size): piecewise-linear
+  // through these (bytes, us) points instead of the lines; below the first
+  // point its time, beyond the last point that time plus the lines' slope.
+  std::vector<std::pair<double, double>> table;
   double operator()(int64_t bytes) const {
     if (lines == 0 || bytes <= 0) return 0;
+    if (!table.empty()) return Interpolate(static_cast<double>(bytes));
     double best = latency_us[0] + us_per_byte[0] * static_cast<double>(bytes);
     for (int i = 1; i < lines; ++i) {
       const double t = latency_us[i] + us_per_byte[i] * static_cast<double>(bytes);
@@ -60,6 +73,7 @@ struct CostCurve {
     }
     return best;
   }
+  double Interpolate(double bytes) const;
 };
 
 struct CostModel {
@@ -72,6 +86,11 @@ struct CostModel {
   bool has_ll = false;          // a low-latency protocol (NCCL LL)
   ProtocolLatency ll;
   bool has_tree = false;        // double binary tree besides the ring
+  // Optional measurements at one world size (MeasuredAt): at exactly that
+  // size AllReduceUs interpolates them, which follows a real transport's
+  // protocol switches and cache effects better than any line. Sorted by
+  // bytes, times non-decreasing.
+  std::vector<AllReduceSample> measured;
 
   // Microseconds for one allreduce; 0 for world <= 1 or bytes <= 0.
   double AllReduceUs(int64_t bytes, int world) const;
@@ -98,13 +117,6 @@ struct CostModel {
 std::vector<std::string> PresetNames();
 absl::StatusOr<CostModel> PresetCostModel(absl::string_view name);
 
-// One measured allreduce: `world` ranks, `bytes`, median `time_us`.
-struct AllReduceSample {
-  int world = 0;
-  int64_t bytes = 0;
-  double time_us = 0;
-};
-
 // Least-squares fit (on relative error, so that small and large messages
 // count alike) of a ring/Simple model to the samples:
 //   time = base + 2(p-1) * hop + bytes * 2(p-1)/p / busbw.
@@ -115,6 +127,12 @@ struct AllReduceSample {
 // kind of link was measured). Errors name what is missing.
 absl::StatusOr<CostModel> FitCostModel(const std::vector<AllReduceSample>& samples,
                                        int ranks_per_node, std::string source);
+
+// `model` with `samples` of one world size attached as its measured table
+// (CostModel::measured): the median time per size, sorted, and made
+// non-decreasing from the large end (a smaller allreduce is never charged
+// more than a larger one). Samples of other world sizes are ignored.
+CostModel MeasuredAt(CostModel model, const std::vector<AllReduceSample>& samples, int world);
 
 // The samples in a `fusebox-perf allreduce --json` file's text: one per
 // result row, the faster of its out-of-place and in-place median times.

@@ -235,7 +235,7 @@ absl::Status OnlineTuner::Search(double backward_us, const std::vector<double>& 
                                absl::StrCat("measured on ", options_.backend, ", ", comm_.size(),
                                             " ranks, by the online tuner"));
     if (!fitted.ok()) return fitted.status();
-    cost_ = *fitted;
+    cost_ = MeasuredAt(*fitted, *samples, comm_.size());
   }
   // Rank 0 searches and broadcasts the candidates with their hashes.
   std::string message;

@@ -58,7 +58,8 @@ ABSL_FLAG(std::string, profile, "resnet50",
           "overlap: a bundled model (resnet50, bert_large, gpt2_small, gpt2_medium, gpt2_large, "
           "gpt2_xl, vit_b16) or a profile file (.json)");
 ABSL_FLAG(std::string, plans, "per-tensor,ddp,horovod,hccl",
-          "overlap: comma-separated plans: per-tensor, ddp, horovod, hccl, or plan files (.json)");
+          "overlap: comma-separated plans: per-tensor, ddp, horovod, hccl, mg-wfbp, tuned (the "
+          "online tuner: searches, measures, caches), or plan files (.json)");
 ABSL_FLAG(std::string, compute_scale, "1",
           "overlap: multiply the profile's compute times by this; 'auto' makes backward as long "
           "as one allreduce of all gradients");
@@ -73,13 +74,20 @@ ABSL_FLAG(std::string, timeline, "", "overlap: write Chrome traces per plan and 
 ABSL_FLAG(std::string, save_plans, "",
           "overlap: write each plan as a plan file (<dir>/<model>-<plan>.json) to edit and pass back "
           "with --plans");
+ABSL_FLAG(std::string, cache_dir, "",
+          "overlap: the policy cache for the 'tuned' plan (empty: FUSEBOX_CACHE_DIR, else no "
+          "cache)");
+ABSL_FLAG(std::string, network, "local", "overlap: the network label in the tuned plan's cache key");
+ABSL_FLAG(int, tune_candidates, 4, "overlap: plans the tuner measures besides the DDP default");
+ABSL_FLAG(int, tune_measure, 5, "overlap: measured iterations per plan while tuning (after 1 warm-up)");
 
 namespace fusebox::perf {
 namespace {
 
 constexpr char kUsage[] =
     "fusebox-perf allreduce [flags]\n"
-    "fusebox-perf overlap [--profile resnet50] [--plans per-tensor,ddp,horovod,hccl,plan.json]\n"
+    "fusebox-perf overlap [--profile resnet50] [--plans per-tensor,ddp,horovod,hccl,mg-wfbp,tuned,plan.json]\n"
+    "                     [--cache_dir DIR] [--network NAME]\n"
     "                     [--compute_scale auto|X] [-n iters] [-w warmup]\n"
     "\n"
     "Measures allreduce bandwidth over a size sweep, in the conventions of\n"
@@ -238,6 +246,18 @@ absl::StatusOr<OverlapOptions> OverlapOptionsFromFlags() {
   }
   o.timeline_dir = absl::GetFlag(FLAGS_timeline);
   o.save_plans_dir = absl::GetFlag(FLAGS_save_plans);
+  o.cache_dir = absl::GetFlag(FLAGS_cache_dir);
+  if (o.cache_dir.empty()) {
+    if (const char* env = std::getenv("FUSEBOX_CACHE_DIR"); env != nullptr) o.cache_dir = env;
+  }
+  o.network = absl::GetFlag(FLAGS_network);
+  o.tune_candidates = absl::GetFlag(FLAGS_tune_candidates);
+  o.tune_measure = absl::GetFlag(FLAGS_tune_measure);
+  if (o.tune_candidates < 1 || o.tune_candidates > 64 || o.tune_measure < 1 ||
+      o.tune_measure > 1000) {
+    return absl::InvalidArgumentError(
+        "--tune_candidates must be in [1, 64] and --tune_measure in [1, 1000]");
+  }
   return o;
 }
 
@@ -268,7 +288,13 @@ int OverlapMain(int argc, char** argv) {
                            {"plan_hash", absl::StrFormat("%016x", r.plan_hash)},
                            {"iteration_us", r.iteration_us}, {"backward_us", r.backward_us},
                            {"exposed_us", r.exposed_us}, {"copy_us", r.copy_us},
-                           {"bound_us", r.bound_us}, {"compute_us", r.compute_us}});
+                           {"bound_us", r.bound_us}, {"compute_us", r.compute_us},
+                           {"predicted_us", r.predicted_us}});
+        if (r.tuning_iterations >= 0) {
+          results.back()["tuning_iterations"] = r.tuning_iterations;
+          results.back()["cache_hit"] = r.cache_hit;
+          results.back()["chosen"] = r.chosen;
+        }
       }
       nlohmann::json j = {{"tool", "fusebox-perf"}, {"version", FUSEBOX_VERSION},
                           {"benchmark", "overlap"}, {"model", report->model},
@@ -281,6 +307,7 @@ int OverlapMain(int argc, char** argv) {
                                     {"t_last_us", report->comm.t_last_us},
                                     {"t_total_us", report->comm.t_total_us},
                                     {"total_measured", report->comm.total_measured}}},
+                          {"cost_model", report->cost_model},
                           {"results", results}};
       std::ofstream f(absl::GetFlag(FLAGS_json));
       f << j.dump(1) << "\n";

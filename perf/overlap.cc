@@ -7,6 +7,9 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <ctime>
+#include <functional>
+#include <optional>
 #include <filesystem>
 #include <memory>
 #include <thread>
@@ -18,6 +21,11 @@
 #include "bucketing/engine.h"
 #include "bucketing/plan_io.h"
 #include "bucketing/planners.h"
+#include "autotune/measure.h"
+#include "autotune/planner.h"
+#include "autotune/policy_cache.h"
+#include "autotune/simulator.h"
+#include "autotune/tuner.h"
 
 namespace fusebox::perf {
 
@@ -26,17 +34,12 @@ namespace {
 using Clock = std::chrono::steady_clock;
 using bucketing::Engine;
 using bucketing::GradientLayout;
+using autotune::MaxAcrossRanks;
+using autotune::Median;
 using bucketing::Plan;
 
 // The largest allreduce measured directly for the cost model.
 constexpr int64_t kMaxMeasuredBytes = int64_t{512} << 20;
-
-double Median(std::vector<double> v) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 == 1 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
 
 double UsSince(Clock::time_point t0) {
   return std::chrono::duration<double, std::micro>(Clock::now() - t0).count();
@@ -50,83 +53,36 @@ Clock::time_point Plus(Clock::time_point t, double us) {
   return t + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double, std::micro>(us));
 }
 
-// Element-wise maximum across ranks of `v` (in place).
-absl::Status MaxAcrossRanks(comm::Communicator& comm, std::vector<double>& v) {
-  return comm::AllReduceSync(comm, v.data(), v.data(), v.size(), comm::DataType::kFloat64,
-                             comm::ReduceOp::kMax);
-}
-
-// Median over `reps` of the slowest rank's time for one allreduce of
-// `bytes` (fp32, averaged), after one warm-up.
-absl::StatusOr<double> TimeAllReduce(comm::Communicator& comm, float* buf, int64_t bytes,
-                                     int reps) {
-  std::vector<double> times;
-  for (int r = -1; r < reps; ++r) {
-    if (absl::Status s = comm::BarrierSync(comm); !s.ok()) return s;
-    const auto t0 = Clock::now();
-    absl::Status s = comm::AllReduceSync(comm, buf, buf, static_cast<size_t>(bytes / 4),
-                                         comm::DataType::kFloat32, comm::ReduceOp::kAvg);
-    if (!s.ok()) return s;
-    std::vector<double> t = {UsSince(t0)};
-    if (absl::Status m = MaxAcrossRanks(comm, t); !m.ok()) return m;
-    if (r >= 0) times.push_back(t[0]);
-  }
-  return Median(times);
-}
-
-// t(m) = a + b*m fitted to the measured points by least squares on relative
-// error (weights 1/t^2), so that small and large sizes count alike.
-void FitLine(const std::vector<std::pair<double, double>>& pts, double* a, double* b) {
-  double sw = 0, swm = 0, swmm = 0, swt = 0, swmt = 0;
-  for (const auto& [m, t] : pts) {
-    const double w = 1.0 / (t * t);
-    sw += w;
-    swm += w * m;
-    swmm += w * m * m;
-    swt += w * t;
-    swmt += w * m * t;
-  }
-  const double det = sw * swmm - swm * swm;
-  if (pts.size() < 2 || det <= 0) {
-    *a = pts.empty() ? 0 : pts[0].second;
-    *b = 0;
-    return;
-  }
-  *b = (sw * swmt - swm * swt) / det;
-  *a = (swt - *b * swm) / sw;
-  if (*a < 0) *a = 0;
-  if (*b < 0) *b = 0;
-}
-
+// Times allreduces of 4 KiB x 8^k up to the larger of the two sizes the
+// lower bound needs (capped at kMaxMeasuredBytes), and those two sizes
+// where they fit; t(m) = a + b*m is the least-squares fit of those times
+// (autotune::FitCostModel, on relative error).
 absl::StatusOr<CommModel> MeasureComm(comm::Communicator& comm, int64_t last_bytes,
                                       int64_t total_bytes) {
   const int64_t cap = std::min(std::max(last_bytes, total_bytes), kMaxMeasuredBytes);
   const int64_t buf_bytes = std::max<int64_t>(4, cap / 4 * 4);
-  std::unique_ptr<float[]> buf(new float[buf_bytes / 4]());
-  std::vector<std::pair<double, double>> pts;
-  for (int64_t m = 4096; m <= buf_bytes; m *= 8) {
-    auto t = TimeAllReduce(comm, buf.get(), m, 3);
-    if (!t.ok()) return t.status();
-    pts.emplace_back(static_cast<double>(m), *t);
-  }
+  auto round = [](int64_t bytes) { return std::max<int64_t>(4, bytes / 4 * 4); };
+  std::vector<int64_t> sizes;
+  for (int64_t m = 4096; m <= buf_bytes; m *= 8) sizes.push_back(m);
   CommModel model;
-  auto measure = [&](int64_t bytes, double* out) -> absl::Status {
-    const int64_t m = std::max<int64_t>(4, bytes / 4 * 4);
-    auto t = TimeAllReduce(comm, buf.get(), m, 3);
-    if (!t.ok()) return t.status();
-    pts.emplace_back(static_cast<double>(m), *t);
-    *out = *t;
-    return absl::OkStatus();
-  };
   const bool last_fits = last_bytes <= buf_bytes;
   model.total_measured = total_bytes <= buf_bytes;
-  if (last_fits) {
-    if (absl::Status s = measure(last_bytes, &model.t_last_us); !s.ok()) return s;
+  if (last_fits) sizes.push_back(round(last_bytes));
+  if (model.total_measured) sizes.push_back(round(total_bytes));
+  auto samples = autotune::MeasureAllReduce(comm, sizes, 3);
+  if (!samples.ok()) return samples.status();
+  model.samples = *samples;
+  size_t next = sizes.size() - (last_fits ? 1 : 0) - (model.total_measured ? 1 : 0);
+  if (last_fits) model.t_last_us = model.samples[next++].time_us;
+  if (model.total_measured) model.t_total_us = model.samples[next++].time_us;
+  if (comm.size() > 1) {
+    auto fit = autotune::FitCostModel(model.samples, comm.size(), "");
+    if (fit.ok()) {
+      const autotune::CostCurve line = fit->Curve(comm.size(), comm.size());
+      model.alpha_us = line.latency_us[0];
+      model.beta_us_per_byte = line.us_per_byte[0];
+    }
   }
-  if (model.total_measured) {
-    if (absl::Status s = measure(total_bytes, &model.t_total_us); !s.ok()) return s;
-  }
-  FitLine(pts, &model.alpha_us, &model.beta_us_per_byte);
   if (!last_fits) model.t_last_us = model.alpha_us + model.beta_us_per_byte * last_bytes;
   if (!model.total_measured) {
     model.t_total_us = model.alpha_us + model.beta_us_per_byte * total_bytes;
@@ -141,23 +97,95 @@ std::string FileLabel(std::string name) {
 }
 
 absl::StatusOr<Plan> MakePlan(const std::string& spec, const GradientLayout& layout,
-                              const autotune::Profile& profile) {
-  if (spec == "per-tensor") return bucketing::PerTensorPlan(layout);
-  if (spec == "ddp") return bucketing::DdpPlan(layout);
-  if (spec == "horovod") {
-    std::vector<double> ready;
-    for (const auto& t : profile.tensors) ready.push_back(t.ready_us);
-    return bucketing::HorovodPlan(layout, ready);
-  }
-  if (spec == "hccl") {
-    auto p = bucketing::SplitBytesPlan(layout, bucketing::kHcclDefaultSplit);
-    if (p.ok()) p->name = "hccl";
-    return p;
-  }
+                              const autotune::Profile& profile, const autotune::CostModel* cost,
+                              const autotune::SimOptions& sim) {
   if (absl::EndsWith(spec, ".json")) return bucketing::ReadPlanFile(spec, layout);
+  if (spec == "mg-wfbp" && cost == nullptr) {
+    return absl::FailedPreconditionError(
+        "plan mg-wfbp needs a cost model, and the allreduce times measured here did not fit one");
+  }
+  for (const std::string& name : autotune::BaselineNames()) {
+    if (spec == name) {
+      static const autotune::CostModel kUnused;
+      return autotune::BaselinePlan(name, profile, cost != nullptr ? *cost : kUnused, sim);
+    }
+  }
   return absl::InvalidArgumentError(absl::StrCat(
-      "unknown plan \"", spec, "\": expected per-tensor, ddp, horovod, hccl or a .json plan file"));
+      "unknown plan \"", spec,
+      "\": expected per-tensor, ddp, horovod, hccl, mg-wfbp, tuned or a .json plan file"));
 }
+
+// One rank's replay of the profile: gradient buffers (views into the
+// engine's fusion buffers, or its own) and the timed iteration.
+class Replay {
+ public:
+  Replay(comm::Communicator& comm, const GradientLayout& layout, const autotune::Profile& profile,
+         bool views)
+      : comm_(comm), layout_(layout), profile_(profile), views_(views), own_(layout.size()),
+        grads_(layout.size(), nullptr) {}
+
+  // The slowest rank's {iteration, backward, exposed, copy} in us.
+  absl::StatusOr<std::vector<double>> Iterate(Engine& engine,
+                                              const std::function<absl::Status()>& finish, int it) {
+    Prepare(engine);
+    if (absl::Status s = comm::BarrierSync(comm_); !s.ok()) return s;
+    const auto t0 = Clock::now();
+    const double t0_us = engine.NowUs();
+    SleepUntil(Plus(t0, profile_.forward_us));
+    const auto bstart = Clock::now();
+    engine.StartIteration();
+    for (int id = 0; id < layout_.size(); ++id) {
+      SleepUntil(Plus(bstart, profile_.tensors[id].ready_us));
+      if (absl::Status s = engine.MarkReady(id, grads_[id], layout_.tensor(id).numel); !s.ok()) {
+        return s;
+      }
+    }
+    SleepUntil(Plus(bstart, profile_.backward_us));
+    const double bend = UsSince(t0);
+    if (absl::Status s = finish(); !s.ok()) return s;
+    const double end = UsSince(t0);
+    const bucketing::IterationStats st = engine.last_stats();
+    if (auto* tl = engine.timeline()) {
+      tl->Span("forward", bucketing::Track::kCompute, t0_us, profile_.forward_us, it);
+      tl->Span("backward", bucketing::Track::kCompute, t0_us + profile_.forward_us,
+               bend - profile_.forward_us, it);
+    }
+    std::vector<double> v = {end, bend - profile_.forward_us, end - bend,
+                             st.copy_in_us + st.copy_back_us};
+    if (absl::Status s = MaxAcrossRanks(comm_, v); !s.ok()) return s;
+    return v;
+  }
+
+ private:
+  // Points each gradient at its place in the fusion buffers (views) or at
+  // its own buffer; redone whenever the engine or its plan changes.
+  void Prepare(Engine& engine) {
+    if (&engine == engine_ && engine.plan_hash() == plan_hash_) return;
+    engine_ = &engine;
+    plan_hash_ = engine.plan_hash();
+    for (int id = 0; id < layout_.size(); ++id) {
+      const int64_t bytes = layout_.bytes(id);
+      void* storage = engine.TensorStorage(id);
+      if (views_ && storage != nullptr) {
+        std::memset(storage, 0, bytes);  // a computed gradient, in place
+        grads_[id] = storage;
+        own_[id].reset();
+      } else {
+        if (own_[id] == nullptr) own_[id].reset(new char[std::max<int64_t>(bytes, 1)]());
+        grads_[id] = own_[id].get();
+      }
+    }
+  }
+
+  comm::Communicator& comm_;
+  const GradientLayout& layout_;
+  const autotune::Profile& profile_;
+  const bool views_;
+  std::vector<std::unique_ptr<char[]>> own_;
+  std::vector<void*> grads_;
+  const Engine* engine_ = nullptr;
+  uint64_t plan_hash_ = 0;
+};
 
 }  // namespace
 
@@ -201,6 +229,25 @@ absl::StatusOr<OverlapReport> RunOverlap(comm::Communicator& comm,
   report.forward_us = profile.forward_us;
   report.backward_us = profile.backward_us;
 
+  // The simulator's view of this run: the cost model fitted to the sizes
+  // just measured (the same samples on every rank), the engine's settings.
+  autotune::SimOptions sim;
+  sim.world_size = comm.size();
+  sim.ranks_per_node = comm.size();
+  sim.max_in_flight = options.max_in_flight;
+  sim.schedule = options.schedule;
+  sim.views = options.views;
+  sim.copy_gbps = 10;  // host memcpy, used only without views
+  std::optional<autotune::CostModel> cost;
+  if (comm.size() > 1) {
+    auto fitted = autotune::FitCostModel(report.comm.samples, comm.size(),
+                                         absl::StrCat("fusebox-perf overlap on ", comm.backend()));
+    if (fitted.ok()) {
+      cost = autotune::MeasuredAt(*fitted, report.comm.samples, comm.size());
+      report.cost_model = cost->Describe();
+    }
+  }
+
   for (const std::string* dir : {&options.save_plans_dir, &options.timeline_dir}) {
     std::error_code ec;
     if (!dir->empty()) std::filesystem::create_directories(*dir, ec);
@@ -209,18 +256,17 @@ absl::StatusOr<OverlapReport> RunOverlap(comm::Communicator& comm,
           absl::StrCat("cannot create directory ", *dir, ": ", ec.message()));
     }
   }
-  std::vector<Plan> plans;
+  // Plans made up front (so that a bad name fails before anything runs);
+  // "tuned" is found by the tuner when its turn comes.
+  std::vector<std::optional<Plan>> plans;
   for (const std::string& spec : options.plans) {
-    auto p = MakePlan(spec, layout, profile);
+    if (spec == "tuned") {
+      plans.emplace_back();
+      continue;
+    }
+    auto p = MakePlan(spec, layout, profile, cost ? &*cost : nullptr, sim);
     if (!p.ok()) return p.status();
     plans.push_back(*std::move(p));
-    if (!options.save_plans_dir.empty() && comm.rank() == 0) {
-      const std::string path = absl::StrFormat("%s/%s-%s.json", options.save_plans_dir,
-                                               profile.model, FileLabel(plans.back().name));
-      if (absl::Status s = bucketing::WritePlanFile(path, plans.back(), &layout); !s.ok()) {
-        return s;
-      }
-    }
   }
 
   if (out != nullptr) {
@@ -247,10 +293,11 @@ absl::StatusOr<OverlapReport> RunOverlap(comm::Communicator& comm,
                  report.total_bytes / 1048576.0, report.comm.t_total_us / 1e3,
                  report.comm.total_measured ? "measured" : "fitted", report.comm.t_last_us / 1e3);
     std::fprintf(out, "# lower bound = forward + max(T_b + t(last), T_first + t(all)) "
-                      "(ANCHORS.md); times are medians over iterations of the slowest rank\n");
-    std::fprintf(out, "#\n# %-14s %7s %10s %10s %10s %9s %10s %10s %8s\n", "plan", "buckets",
-                 "iter(ms)", "bwd(ms)", "exposed", "copy(ms)", "bound(ms)", "iter/bound",
-                 "iter/cmp");
+                      "(ANCHORS.md); times are medians over iterations of the slowest rank;\n"
+                      "# pred = autotune::Simulate under the cost model fitted to the sizes above\n");
+    std::fprintf(out, "#\n# %-14s %7s %10s %10s %10s %9s %10s %10s %8s %10s %9s\n", "plan",
+                 "buckets", "iter(ms)", "bwd(ms)", "exposed", "copy(ms)", "bound(ms)",
+                 "iter/bound", "iter/cmp", "pred(ms)", "pred/iter");
   }
 
   bucketing::EngineOptions eopts;
@@ -258,66 +305,87 @@ absl::StatusOr<OverlapReport> RunOverlap(comm::Communicator& comm,
   eopts.schedule = options.schedule;
   eopts.record_timeline = !options.timeline_dir.empty();
   std::unique_ptr<Engine> engine;
-  // Per-tensor gradient buffers where the engine's storage is not used.
-  std::vector<std::unique_ptr<char[]>> own(layout.size());
-  std::vector<void*> grads(layout.size(), nullptr);
+  Replay replay(comm, layout, profile, options.views);
   prctl(PR_SET_TIMERSLACK, 1000UL);  // 1 us wake-up precision for the replay
 
-  for (Plan& plan : plans) {
-    if (engine == nullptr) {
-      auto e = Engine::Create(comm, layout, plan, eopts);
-      if (!e.ok()) return e.status();
-      engine = *std::move(e);
-    } else if (absl::Status s = engine->SetPlan(plan); !s.ok()) {
-      return s;
-    }
-    for (int id = 0; id < layout.size(); ++id) {
-      const int64_t bytes = layout.bytes(id);
-      void* storage = engine->TensorStorage(id);
-      if (options.views && storage != nullptr) {
-        std::memset(storage, 0, bytes);  // a computed gradient, in place
-        grads[id] = storage;
-        own[id].reset();
-      } else {
-        if (own[id] == nullptr) own[id].reset(new char[std::max<int64_t>(bytes, 1)]());
-        grads[id] = own[id].get();
+  for (size_t pi = 0; pi < plans.size(); ++pi) {
+    OverlapResult r;
+    Engine* e = nullptr;
+    std::function<absl::Status()> finish;
+    std::unique_ptr<autotune::OnlineTuner> tuner;
+    if (!plans[pi].has_value()) {
+      // The online tuner: its own engine, its iterations on this replay.
+      engine.reset();  // one set of fusion buffers at a time
+      std::unique_ptr<autotune::PolicyCache> cache;
+      autotune::TunerOptions to;
+      if (!options.cache_dir.empty()) {
+        autotune::PolicyCacheOptions co;
+        co.dir = options.cache_dir;
+        co.warn = [out](const std::string& w) {
+          if (out != nullptr) std::fprintf(out, "# warning: %s\n", w.c_str());
+        };
+        cache = std::make_unique<autotune::PolicyCache>(co);
+        to.cache = cache.get();
       }
+      to.planner.sim = sim;
+      to.candidates = options.tune_candidates;
+      to.warmup_iterations = options.tune_warmup;
+      to.measure_iterations = options.tune_measure;
+      to.cost_model = cost;
+      to.backend = comm.backend();
+      to.network = options.network;
+      to.model_label = profile.model;
+      to.drift_window = 0;  // a benchmark measures; it does not monitor
+      to.log = [out](const std::string& line) {
+        if (out != nullptr) std::fprintf(out, "# %s\n", line.c_str());
+      };
+      to.wall_clock_s = [] { return static_cast<int64_t>(std::time(nullptr)); };
+      auto t = autotune::OnlineTuner::Create(comm, layout, eopts, to);
+      if (!t.ok()) return t.status();
+      tuner = *std::move(t);
+      constexpr int kMaxTuningIterations = 1000;
+      for (int it = 0; tuner->phase() != autotune::TunerPhase::kTuned; ++it) {
+        if (it == kMaxTuningIterations) {
+          return absl::InternalError("overlap: the tuner did not finish in 1000 iterations");
+        }
+        auto v = replay.Iterate(tuner->engine(), [&] { return tuner->Finish(); }, it);
+        if (!v.ok()) return v.status();
+      }
+      r.tuning_iterations = tuner->tuning_iterations();
+      r.cache_hit = tuner->cache_hit();
+      r.chosen = tuner->cache_hit() ? "cached" : tuner->measured()[tuner->chosen()].name;
+      e = &tuner->engine();
+      finish = [&] { return tuner->Finish(); };
+      if (auto* tl = e->timeline()) tl->Clear();  // the timeline shows the tuned plan only
+    } else {
+      if (engine == nullptr) {
+        auto created = Engine::Create(comm, layout, *plans[pi], eopts);
+        if (!created.ok()) return created.status();
+        engine = *std::move(created);
+      } else if (absl::Status s = engine->SetPlan(*plans[pi]); !s.ok()) {
+        return s;
+      }
+      e = engine.get();
+      finish = [e] { return e->Finish(); };
+    }
+    const Plan& plan = e->plan();
+    const std::string label = plans[pi].has_value() ? plan.name : std::string("tuned");
+    if (!options.save_plans_dir.empty() && comm.rank() == 0) {
+      const std::string path = absl::StrFormat("%s/%s-%s.json", options.save_plans_dir,
+                                               profile.model, FileLabel(label));
+      if (absl::Status s = bucketing::WritePlanFile(path, plan, &layout); !s.ok()) return s;
     }
     std::vector<double> iter, bwd, exposed, copy;
     for (int it = 0; it < options.warmup + options.iters; ++it) {
-      if (absl::Status s = comm::BarrierSync(comm); !s.ok()) return s;
-      const auto t0 = Clock::now();
-      const double t0_us = engine->NowUs();
-      SleepUntil(Plus(t0, profile.forward_us));
-      const auto bstart = Clock::now();
-      engine->StartIteration();
-      for (int id = 0; id < layout.size(); ++id) {
-        SleepUntil(Plus(bstart, profile.tensors[id].ready_us));
-        if (absl::Status s = engine->MarkReady(id, grads[id], layout.tensor(id).numel); !s.ok()) {
-          return s;
-        }
-      }
-      SleepUntil(Plus(bstart, profile.backward_us));
-      const double bend = UsSince(t0);
-      if (absl::Status s = engine->Finish(); !s.ok()) return s;
-      const double end = UsSince(t0);
-      const bucketing::IterationStats st = engine->last_stats();
-      if (auto* tl = engine->timeline()) {
-        tl->Span("forward", bucketing::Track::kCompute, t0_us, profile.forward_us, it);
-        tl->Span("backward", bucketing::Track::kCompute, t0_us + profile.forward_us,
-                 bend - profile.forward_us, it);
-      }
-      std::vector<double> v = {end, bend - profile.forward_us, end - bend,
-                               st.copy_in_us + st.copy_back_us};
-      if (absl::Status s = MaxAcrossRanks(comm, v); !s.ok()) return s;
+      auto v = replay.Iterate(*e, finish, it);
+      if (!v.ok()) return v.status();
       if (it < options.warmup) continue;
-      iter.push_back(v[0]);
-      bwd.push_back(v[1]);
-      exposed.push_back(v[2]);
-      copy.push_back(v[3]);
+      iter.push_back((*v)[0]);
+      bwd.push_back((*v)[1]);
+      exposed.push_back((*v)[2]);
+      copy.push_back((*v)[3]);
     }
-    OverlapResult r;
-    r.plan = plan.name;
+    r.plan = label;
     r.buckets = static_cast<int>(plan.buckets.size());
     r.plan_hash = bucketing::PlanHash(plan);
     r.iteration_us = Median(iter);
@@ -328,18 +396,29 @@ absl::StatusOr<OverlapReport> RunOverlap(comm::Communicator& comm,
     r.bound_us = LowerBoundUs(profile.forward_us, profile.backward_us,
                               profile.tensors.front().ready_us, report.comm.t_last_us,
                               report.comm.t_total_us);
+    if (cost.has_value()) {
+      auto predicted = autotune::Simulate(profile, plan, *cost, sim);
+      if (predicted.ok()) r.predicted_us = predicted->iteration_us;
+    } else if (comm.size() == 1) {
+      r.predicted_us = r.compute_us;
+    }
     if (out != nullptr) {
-      std::fprintf(out, "  %-14s %7d %10.2f %10.2f %10.2f %9.2f %10.2f %10.3f %8.3f\n",
+      std::fprintf(out, "  %-14s %7d %10.2f %10.2f %10.2f %9.2f %10.2f %10.3f %8.3f %10.2f %9.3f\n",
                    r.plan.c_str(), r.buckets, r.iteration_us / 1e3, r.backward_us / 1e3,
                    r.exposed_us / 1e3, r.copy_us / 1e3, r.bound_us / 1e3,
-                   r.iteration_us / r.bound_us, r.iteration_us / r.compute_us);
+                   r.iteration_us / r.bound_us, r.iteration_us / r.compute_us,
+                   r.predicted_us / 1e3, r.predicted_us / r.iteration_us);
+      if (r.tuning_iterations >= 0) {
+        std::fprintf(out, "#   tuned: %d tuning iterations (%s), chose %s\n", r.tuning_iterations,
+                     r.cache_hit ? "policy-cache hit" : "searched and measured", r.chosen.c_str());
+      }
       std::fflush(out);
     }
-    if (auto* tl = engine->timeline()) {
+    if (auto* tl = e->timeline()) {
       const std::string path = absl::StrFormat("%s/%s-%s-rank%d.json", options.timeline_dir,
-                                               profile.model, FileLabel(plan.name), comm.rank());
+                                               profile.model, FileLabel(label), comm.rank());
       if (absl::Status s = tl->WriteChromeTrace(
-              path, comm.rank(), absl::StrFormat("rank %d, plan %s", comm.rank(), plan.name));
+              path, comm.rank(), absl::StrFormat("rank %d, plan %s", comm.rank(), label));
           !s.ok()) {
         return s;
       }

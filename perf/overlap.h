@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "autotune/cost_model.h"
 #include "autotune/profile.h"
 #include "bucketing/engine.h"
 #include "bucketing/plan.h"
@@ -21,7 +22,8 @@ struct OverlapOptions {
   // Multiplies the profile's compute times; <= 0 picks the scale at which
   // backward takes as long as one allreduce of all gradients.
   double compute_scale = 1.0;
-  // Plan names: per-tensor, ddp, horovod, hccl; or paths to plan files.
+  // Plan names: per-tensor, ddp, horovod, hccl, mg-wfbp (autotune/planner.h),
+  // tuned (the online tuner, autotune/tuner.h); or paths to plan files.
   std::vector<std::string> plans = {"per-tensor", "ddp", "horovod", "hccl"};
   int max_in_flight = 4;
   bucketing::Schedule schedule = bucketing::Schedule::kPlanOrder;
@@ -31,6 +33,14 @@ struct OverlapOptions {
   bool views = true;
   std::string timeline_dir;  // per plan and rank Chrome traces when set
   std::string save_plans_dir;  // rank 0 writes each plan as <dir>/<model>-<plan>.json
+  // The "tuned" plan: the online tuner's settings and its policy cache
+  // (empty: no cache). The cache key names the communicator's backend, this
+  // network label and every rank on one node.
+  std::string cache_dir;
+  std::string network = "local";
+  int tune_candidates = 4;
+  int tune_warmup = 1;
+  int tune_measure = 5;
 };
 
 // The allreduce cost on this communicator, t(m) = a + b*m, with the two
@@ -41,6 +51,9 @@ struct CommModel {
   double t_last_us = 0;   // allreduce of the last-ready gradient
   double t_total_us = 0;  // allreduce of all gradient bytes
   bool total_measured = false;  // false: from the fitted line
+  // Every timed size (world, bytes, median us): what the simulator's cost
+  // model is fitted to.
+  std::vector<autotune::AllReduceSample> samples;
 };
 
 struct OverlapResult {
@@ -54,6 +67,14 @@ struct OverlapResult {
   double copy_us = 0;      // copy in + copy back (0 with views)
   double bound_us = 0;     // ANCHORS.md lower bound under CommModel
   double compute_us = 0;   // forward + backward of the replay
+  // autotune::Simulate's iteration time under the cost model fitted to this
+  // communicator (0 when the fit failed).
+  double predicted_us = 0;
+  // The "tuned" plan only: iterations the tuner spent (0 on a cache hit),
+  // whether the cache had it, and which candidate won.
+  int tuning_iterations = -1;
+  bool cache_hit = false;
+  std::string chosen;
 };
 
 struct OverlapReport {
@@ -63,6 +84,7 @@ struct OverlapReport {
   double forward_us = 0, backward_us = 0;  // scaled
   int64_t total_bytes = 0;
   CommModel comm;
+  std::string cost_model;  // the fitted model, described (empty when the fit failed)
   std::vector<OverlapResult> results;
 };
 
