@@ -2,7 +2,10 @@
 // (model, cluster) key, so that a cluster size seen before is never tuned
 // again (Ascend AOE's "knowledge base", made a plain directory of JSON).
 //
-//   autotune::PolicyCache cache(autotune::PolicyCacheOptions{.dir = dir, .warn = log});
+//   autotune::PolicyCacheOptions options;
+//   options.dir = dir;
+//   options.warn = log;
+//   autotune::PolicyCache cache(std::move(options));
 //   CacheKey key = {ModelSignature(layout), world, ranks_per_node, "ucx", "local"};
 //   if (auto hit = cache.Lookup(key, layout)) use(hit->plan);   // zero tuning
 //   else { tune...; cache.Store(entry); }

@@ -9,8 +9,10 @@ namespace fusebox::autotune {
 
 namespace {
 
-double CopyUs(int64_t bytes, const SimOptions& o) {
-  if (o.views || o.copy_gbps <= 0) return 0;
+// A gradient is copied in and back unless it lives in its bucket (views)
+// whole: the engine has no in-place storage for a split tensor.
+double CopyUs(int64_t bytes, bool copied, const SimOptions& o) {
+  if (!copied || o.copy_gbps <= 0) return 0;
   return static_cast<double>(bytes) / (o.copy_gbps * 1e3);  // GB/s = 1e3 B/us
 }
 
@@ -53,13 +55,19 @@ absl::StatusOr<SimResult> Simulate(const Profile& profile, const bucketing::Plan
 
   // Gradients are marked in ready order on one thread; a copy in delays
   // the next MarkReady.
+  std::vector<int> slices(n, 0);
+  for (const bucketing::Bucket& b : plan.buckets) {
+    for (const bucketing::Slice& s : b.slices) ++slices[s.tensor];
+  }
   std::vector<double> marked(n);
   double clock = 0;
   for (int i = 0; i < n; ++i) {
     const double start = std::max(profile.tensors[i].ready_us, clock);
-    clock = start + CopyUs(layout->bytes(i), o);
+    clock = start + CopyUs(layout->bytes(i), !o.views || slices[i] > 1, o);
     marked[i] = clock;
   }
+  // Bytes each bucket copies back (its slices of copied tensors).
+  std::vector<int64_t> copy_back(nb, 0);
   SimResult r;
   r.forward_us = profile.forward_us;
   r.backward_end_us = std::max(profile.backward_us, clock);
@@ -73,6 +81,7 @@ absl::StatusOr<SimResult> Simulate(const Profile& profile, const bucketing::Plan
     for (const bucketing::Slice& s : bucket.slices) {
       complete[b] = std::max(complete[b], marked[s.tensor]);
       bytes[b] += s.count * static_cast<int64_t>(esize);
+      if (!o.views || slices[s.tensor] > 1) copy_back[b] += s.count * static_cast<int64_t>(esize);
       priority[b] = std::max(priority[b], s.tensor);
     }
   }
@@ -102,7 +111,7 @@ absl::StatusOr<SimResult> Simulate(const Profile& profile, const bucketing::Plan
     l.start_us = std::max(l.launch_us, channel_free);
     const double t = cost.AllReduceUs(bytes[b], o.world_size, rpn) + o.launch_overhead_us;
     l.done_us = l.start_us + t;
-    l.copied_back_us = std::max(l.done_us, worker_free) + CopyUs(bytes[b], o);
+    l.copied_back_us = std::max(l.done_us, worker_free) + CopyUs(copy_back[b], true, o);
     channel_free = l.done_us;
     worker_free = l.copied_back_us;
     last_launch = l.launch_us;

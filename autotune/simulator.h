@@ -4,8 +4,9 @@
 //
 // The model follows the engine (bucketing/engine.h) step by step:
 // * Gradients are marked ready at the profile's ready times on one thread.
-//   Without views, MarkReady copies each gradient into its bucket first
-//   (copy_gbps), which can delay the next MarkReady.
+//   Without views (and, with views, for split gradients), MarkReady copies
+//   the gradient into its bucket(s) first (copy_gbps), which can delay the
+//   next MarkReady.
 // * A bucket is complete when its last slice is in. Launch k obeys the
 //   schedule (plan order; or forward priority: among complete buckets, the
 //   one the next forward needs first) and the window: at most
@@ -37,7 +38,8 @@ struct SimOptions {
   int max_in_flight = 4;
   bucketing::Schedule schedule = bucketing::Schedule::kPlanOrder;
   // Gradients computed in place in the fusion buffers (no copies) or copied
-  // in and back at copy_gbps (GB/s; 0 = free).
+  // in and back at copy_gbps (GB/s; 0 = free). With views, split gradients
+  // are still copied (a split tensor has no single place in a bucket).
   bool views = true;
   double copy_gbps = 0;
   // Per collective on the channel, besides the cost model (the engine's own

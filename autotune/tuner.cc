@@ -250,7 +250,7 @@ absl::Status OnlineTuner::Search(double backward_us, const std::vector<double>& 
     }
     const int want = (derived_ ? options_.candidates_when_derived : options_.candidates) +
                      static_cast<int>(seeds.size());
-    auto ranked = RankCandidates(profile, cost_, options_.planner, want + 1, seeds);
+    auto ranked = RankCandidates(profile, cost_, options_.planner, 1 << 20, seeds);  // all
     if (!ranked.ok()) return ranked.status();
     const uint64_t ddp_hash = measured_[0].hash;
     absl::flat_hash_set<uint64_t> seed_hashes;
