@@ -10,13 +10,13 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "nlohmann/json.hpp"
+#include "autotune/json_fields.h"
 
 namespace fusebox::autotune {
 
 namespace {
 
-using json = nlohmann::json;
+using json = json_fields::Json;
 
 constexpr int kMaxJsonDepth = 8;
 constexpr size_t kMaxSamples = 1 << 16;
@@ -378,26 +378,8 @@ absl::StatusOr<CostModel> FitCostModel(const std::vector<AllReduceSample>& sampl
 namespace {
 
 absl::StatusOr<json> ParseBounded(absl::string_view text, absl::string_view what) {
-  bool too_deep = false;
-  json::parser_callback_t bound = [&too_deep](int depth, json::parse_event_t, json&) {
-    if (depth > kMaxJsonDepth) too_deep = true;
-    return !too_deep;
-  };
-  json j;
-  try {
-    j = json::parse(text.begin(), text.end(), bound);
-  } catch (const json::exception& e) {
-    if (too_deep) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(what, ": nested deeper than ", kMaxJsonDepth, " levels"));
-    }
-    return absl::InvalidArgumentError(absl::StrCat(what, ": not valid JSON: ", e.what()));
-  }
-  if (too_deep) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(what, ": nested deeper than ", kMaxJsonDepth, " levels"));
-  }
-  if (!j.is_object()) return absl::InvalidArgumentError(absl::StrCat(what, ": not a JSON object"));
+  absl::StatusOr<json> j = json_fields::ParseObject(text, kMaxJsonDepth);
+  if (!j.ok()) return absl::Status(j.status().code(), absl::StrCat(what, ": ", j.status().message()));
   return j;
 }
 

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <optional>
 #include <utility>
 
 #include "absl/container/flat_hash_set.h"
@@ -229,44 +230,65 @@ absl::StatusOr<std::vector<PlanPrediction>> RankCandidates(const Profile& profil
                                                            const PlannerOptions& o, int count,
                                                            const std::vector<Plan>& extra) {
   if (count < 1) return absl::InvalidArgumentError("planner: candidate count must be at least 1");
-  std::vector<PlanPrediction> all;
+  std::vector<PlanPrediction> out;
   absl::flat_hash_set<uint64_t> seen;
-  auto add = [&](std::string name, Plan plan) -> absl::Status {
-    if (!seen.insert(bucketing::PlanHash(plan)).second) return absl::OkStatus();
+  auto predict = [&](std::string name, Plan plan) -> absl::StatusOr<PlanPrediction> {
     auto sim = Simulate(profile, plan, cost, o.sim);
     if (!sim.ok()) return sim.status();
     plan.name = name;
-    all.push_back({std::move(name), std::move(plan), *std::move(sim)});
-    return absl::OkStatus();
+    return PlanPrediction{std::move(name), std::move(plan), *std::move(sim)};
+  };
+  auto add = [&](PlanPrediction p) {
+    if (static_cast<int>(out.size()) < count && seen.insert(bucketing::PlanHash(p.plan)).second) {
+      out.push_back(std::move(p));
+    }
   };
   for (const Plan& p : extra) {
-    if (absl::Status s = add(p.name.empty() ? "extra" : p.name, p); !s.ok()) return s;
+    auto c = predict(p.name.empty() ? "extra" : p.name, p);
+    if (!c.ok()) return c.status();
+    add(*std::move(c));
   }
-  const std::pair<double, double> perturbations[] = {{1, 1},   {0.5, 1}, {2, 1},  {1, 0.5},
-                                                     {1, 2},   {2, 2},   {0.5, 0.5}, {4, 1}};
-  for (const auto& [lat, bw] : perturbations) {
-    const CostModel m = cost.Scaled(lat, bw);
+  // The DP optimum with the latency scaled: the better of split and whole.
+  auto dp_at = [&](double latency) -> absl::StatusOr<PlanPrediction> {
+    const CostModel m = cost.Scaled(latency, 1);
+    std::optional<PlanPrediction> best;
     for (int pieces : {o.max_pieces, 1}) {
       PlannerOptions po = o;
       po.max_pieces = pieces;
       auto p = OptimalPartitionPlan(profile, m, po);
       if (!p.ok()) return p.status();
-      std::string name = lat == 1 && bw == 1 ? "tuned" : absl::StrFormat("tuned@a%gb%g", lat, bw);
-      if (pieces <= 1 && o.max_pieces > 1) name += "/whole";
-      if (absl::Status s = add(std::move(name), *std::move(p)); !s.ok()) return s;
+      auto c = predict(latency == 1 ? "tuned" : absl::StrFormat("tuned@lat%g", latency), *p);
+      if (!c.ok()) return c.status();
+      if (!best || Less(c->sim.iteration_us, best->sim.iteration_us)) best = *std::move(c);
       if (o.max_pieces <= 1) break;
     }
-  }
+    return *best;
+  };
+  std::vector<PlanPrediction> baselines;
   for (const std::string& name : BaselineNames()) {
     auto p = BaselinePlan(name, profile, cost, o.sim);
     if (!p.ok()) return p.status();
-    if (absl::Status s = add(name, *std::move(p)); !s.ok()) return s;
+    auto c = predict(name, *std::move(p));
+    if (!c.ok()) return c.status();
+    baselines.push_back(*std::move(c));
   }
-  std::stable_sort(all.begin(), all.end(), [](const PlanPrediction& a, const PlanPrediction& b) {
-    return Less(a.sim.iteration_us, b.sim.iteration_us);
-  });
-  if (static_cast<int>(all.size()) > count) all.resize(count);
-  return all;
+  std::stable_sort(baselines.begin(), baselines.end(),
+                   [](const PlanPrediction& a, const PlanPrediction& b) {
+                     return Less(a.sim.iteration_us, b.sim.iteration_us);
+                   });
+  for (double latency : {1.0, 0.25, 4.0}) {
+    auto c = dp_at(latency);
+    if (!c.ok()) return c.status();
+    add(*std::move(c));
+  }
+  add(baselines[0]);
+  for (double latency : {0.5, 2.0, 0.1, 10.0}) {
+    auto c = dp_at(latency);
+    if (!c.ok()) return c.status();
+    add(*std::move(c));
+  }
+  for (size_t i = 1; i < baselines.size(); ++i) add(baselines[i]);
+  return out;
 }
 
 }  // namespace fusebox::autotune

@@ -89,12 +89,15 @@ struct OfflineTuneResult {
 absl::StatusOr<OfflineTuneResult> OfflineTune(const Profile& profile, const CostModel& cost,
                                               const PlannerOptions& options);
 
-// Up to `count` distinct plans (by PlanHash), best predicted first, for a
-// closed loop to measure: the DP optimum under `cost` and under
-// perturbations of it (latency and bandwidth x0.5 and x2: the model may be
-// wrong), with and without splitting, the baselines, and `extra` plans
-// (e.g. one derived from a cached entry). Every plan is predicted under
-// `cost` itself.
+// Up to `count` distinct plans (by PlanHash) for a closed loop to measure,
+// chosen to span what the model is least sure of, the per-collective
+// latency: `extra` plans first (seeds, e.g. from a cached entry), then the
+// DP optimum under `cost`, the DP optima with the latency scaled by 1/4 and
+// 4 (more and fewer buckets), the best predicted baseline, then the optima
+// at latency x1/2, x2, x1/10, x10 and the other baselines by prediction.
+// Each DP entry is the better predicted of splitting and not splitting.
+// Every plan is predicted under `cost` itself. Names: "tuned" (the optimum
+// under `cost`), "tuned@lat0.25" etc., baseline names, extras' own names.
 absl::StatusOr<std::vector<PlanPrediction>> RankCandidates(
     const Profile& profile, const CostModel& cost, const PlannerOptions& options, int count,
     const std::vector<bucketing::Plan>& extra = {});

@@ -24,6 +24,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_replace.h"
 #include "absl/strings/strip.h"
+#include "autotune/json_fields.h"
 #include "bucketing/file_io.h"
 #include "bucketing/hash.h"
 #include "bucketing/plan_io.h"
@@ -34,7 +35,13 @@ namespace fusebox::autotune {
 namespace {
 
 namespace fs = std::filesystem;
-using Json = nlohmann::json;
+using json_fields::Field;
+using json_fields::GetNumber;
+using json_fields::GetString;
+using json_fields::IsValidUtf8;
+using json_fields::Json;
+using json_fields::Member;
+using json_fields::Mistyped;
 
 constexpr char kFormatName[] = "fusebox-policy";
 constexpr char kBundleFormatName[] = "fusebox-policy-bundle";
@@ -64,16 +71,6 @@ bool IsLabelChar(char c) {
          c == '+' || c == '-';
 }
 
-// Valid UTF-8 is what the JSON writer accepts in strict mode.
-bool IsValidUtf8(const std::string& s) {
-  try {
-    (void)Json(s).dump();
-    return true;
-  } catch (const Json::exception&) {
-    return false;
-  }
-}
-
 // A JSON string literal; never throws (invalid UTF-8 is replaced, and
 // ValidateEntry refuses it before anything is stored).
 std::string Quote(const std::string& s) {
@@ -81,10 +78,6 @@ std::string Quote(const std::string& s) {
 }
 
 std::string Num(double v) { return absl::StrFormat("%g", v); }
-
-std::string Field(const std::string& parent, absl::string_view key) {
-  return parent.empty() ? std::string(key) : absl::StrCat(parent, ".", key);
-}
 
 absl::Status Invalid(const std::string& field, absl::string_view what) {
   return absl::InvalidArgumentError(absl::StrCat(field, ": ", what));
@@ -179,36 +172,15 @@ absl::Status ValidateEntry(const CacheEntry& e) {
 
 // ---- JSON field access; every error names the field --------------------------
 
-absl::Status Mistyped(const std::string& field, absl::string_view expected, const Json& got) {
-  return Invalid(field, absl::StrCat("expected ", expected, ", got ", got.type_name()));
-}
-
-absl::StatusOr<const Json*> Member(const Json& obj, const std::string& parent,
-                                   absl::string_view key) {
-  auto it = obj.find(std::string(key));
-  if (it == obj.end()) return Invalid(Field(parent, key), "missing");
-  return &*it;
-}
-
-absl::StatusOr<std::string> GetString(const Json& obj, const std::string& parent,
-                                      absl::string_view key) {
-  absl::StatusOr<const Json*> v = Member(obj, parent, key);
-  if (!v.ok()) return v.status();
-  if (!(*v)->is_string()) return Mistyped(Field(parent, key), "a string", **v);
-  return (*v)->get<std::string>();
-}
-
-absl::StatusOr<double> GetNumber(const Json& obj, const std::string& parent,
+// A number that must be finite and non-negative (times, counts).
+absl::StatusOr<double> GetFigure(const Json& obj, const std::string& parent,
                                  absl::string_view key) {
-  absl::StatusOr<const Json*> v = Member(obj, parent, key);
-  if (!v.ok()) return v.status();
-  if (!(*v)->is_number()) return Mistyped(Field(parent, key), "a number", **v);
-  const double x = (*v)->get<double>();
-  if (absl::Status s = CheckFigure(Field(parent, key), x); !s.ok()) return s;
+  absl::StatusOr<double> x = GetNumber(obj, parent, key);
+  if (!x.ok()) return x.status();
+  if (absl::Status s = CheckFigure(Field(parent, key), *x); !s.ok()) return s;
   return x;
 }
 
-// An integer written without fraction or exponent, in [lo, hi].
 absl::StatusOr<int64_t> GetInt(const Json& obj, const std::string& parent, absl::string_view key,
                                int64_t lo, int64_t hi) {
   absl::StatusOr<const Json*> v = Member(obj, parent, key);
@@ -245,27 +217,7 @@ absl::StatusOr<uint64_t> GetHex64(const Json& obj, const std::string& parent,
 // kMaxPolicyJsonDepth or more levels deep; see Note [profile nesting bound]
 // in profile.cc. The cost is linear in the input and memory is bounded by it.
 absl::StatusOr<Json> ParseBoundedJson(absl::string_view text) {
-  bool too_deep = false;
-  auto bound_depth = [&too_deep](int depth, Json::parse_event_t event, Json&) {
-    if ((event == Json::parse_event_t::object_start || event == Json::parse_event_t::array_start) &&
-        depth >= kMaxPolicyJsonDepth) {
-      too_deep = true;
-      return false;
-    }
-    return true;
-  };
-  Json root;
-  try {
-    root = Json::parse(text.begin(), text.end(), bound_depth);
-  } catch (const Json::exception& e) {
-    return absl::InvalidArgumentError(absl::StrCat("malformed JSON: ", e.what()));
-  }
-  if (too_deep) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("JSON nests arrays/objects more than ", kMaxPolicyJsonDepth, " levels deep"));
-  }
-  if (!root.is_object()) return Mistyped("(top level)", "an object", root);
-  return root;
+  return json_fields::ParseObject(text, kMaxPolicyJsonDepth);
 }
 
 absl::Status CheckFormat(const Json& root, absl::string_view name, int64_t version) {
@@ -317,13 +269,13 @@ absl::StatusOr<CacheEntry> ParseEntryObject(const Json& root) {
   if (!layout_hash.ok()) return layout_hash.status();
   e.layout_hash = *layout_hash;
 
-  absl::StatusOr<double> measured = GetNumber(root, "", "measured_iteration_us");
+  absl::StatusOr<double> measured = GetFigure(root, "", "measured_iteration_us");
   if (!measured.ok()) return measured.status();
   e.measured_iteration_us = *measured;
-  absl::StatusOr<double> ddp = GetNumber(root, "", "ddp_iteration_us");
+  absl::StatusOr<double> ddp = GetFigure(root, "", "ddp_iteration_us");
   if (!ddp.ok()) return ddp.status();
   e.ddp_iteration_us = *ddp;
-  absl::StatusOr<double> predicted = GetNumber(root, "", "predicted_iteration_us");
+  absl::StatusOr<double> predicted = GetFigure(root, "", "predicted_iteration_us");
   if (!predicted.ok()) return predicted.status();
   e.predicted_iteration_us = *predicted;
   absl::StatusOr<int64_t> iterations =

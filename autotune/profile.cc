@@ -12,14 +12,20 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "autotune/json_fields.h"
 #include "bucketing/file_io.h"
-#include "nlohmann/json.hpp"
 
 namespace fusebox::autotune {
 
 namespace {
 
-using Json = nlohmann::json;
+using json_fields::Field;
+using json_fields::GetNumber;
+using json_fields::GetString;
+using json_fields::IsValidUtf8;
+using json_fields::Json;
+using json_fields::Member;
+using json_fields::Mistyped;
 
 constexpr char kFormatName[] = "fusebox-profile";
 
@@ -28,41 +34,6 @@ bool IsGradientType(comm::DataType t) {
          t == comm::DataType::kFloat16 || t == comm::DataType::kBFloat16;
 }
 
-// Strict UTF-8 (no overlong forms, no surrogates, at most U+10FFFF): the
-// JSON writer and reader both insist on it.
-bool IsValidUtf8(absl::string_view s) {
-  size_t i = 0;
-  while (i < s.size()) {
-    const auto c = static_cast<unsigned char>(s[i]);
-    int extra;
-    uint32_t cp;
-    if (c < 0x80) {
-      ++i;
-      continue;
-    } else if ((c & 0xE0) == 0xC0) {
-      extra = 1;
-      cp = c & 0x1F;
-    } else if ((c & 0xF0) == 0xE0) {
-      extra = 2;
-      cp = c & 0x0F;
-    } else if ((c & 0xF8) == 0xF0) {
-      extra = 3;
-      cp = c & 0x07;
-    } else {
-      return false;
-    }
-    if (s.size() - i <= static_cast<size_t>(extra)) return false;  // truncated
-    for (int k = 1; k <= extra; ++k) {
-      const auto cc = static_cast<unsigned char>(s[i + k]);
-      if ((cc & 0xC0) != 0x80) return false;
-      cp = (cp << 6) | (cc & 0x3F);
-    }
-    static constexpr uint32_t kMin[] = {0, 0x80, 0x800, 0x10000};
-    if (cp < kMin[extra] || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return false;
-    i += extra + 1;
-  }
-  return true;
-}
 
 // %g keeps error messages short ("-3", "1e+11", "nan").
 std::string Num(double v) { return absl::StrFormat("%g", v); }
@@ -101,43 +72,6 @@ absl::Status CheckName(const std::string& field, const std::string& name) {
     return absl::InvalidArgumentError(absl::StrCat(field, ": not valid UTF-8"));
   }
   return absl::OkStatus();
-}
-
-// ---- JSON field access; every error names the field ------------------------
-
-std::string Field(const std::string& parent, absl::string_view key) {
-  return parent.empty() ? std::string(key) : absl::StrCat(parent, ".", key);
-}
-
-absl::Status Mistyped(const std::string& field, absl::string_view expected, const Json& got) {
-  return absl::InvalidArgumentError(
-      absl::StrCat(field, ": expected ", expected, ", got ", got.type_name()));
-}
-
-// The member `key` of `obj`, or an error when it is missing.
-absl::StatusOr<const Json*> Member(const Json& obj, const std::string& parent,
-                                   absl::string_view key) {
-  auto it = obj.find(std::string(key));
-  if (it == obj.end()) {
-    return absl::InvalidArgumentError(absl::StrCat(Field(parent, key), ": missing"));
-  }
-  return &*it;
-}
-
-absl::StatusOr<std::string> GetString(const Json& obj, const std::string& parent,
-                                      absl::string_view key) {
-  absl::StatusOr<const Json*> v = Member(obj, parent, key);
-  if (!v.ok()) return v.status();
-  if (!(*v)->is_string()) return Mistyped(Field(parent, key), "a string", **v);
-  return (*v)->get<std::string>();
-}
-
-absl::StatusOr<double> GetNumber(const Json& obj, const std::string& parent,
-                                 absl::string_view key) {
-  absl::StatusOr<const Json*> v = Member(obj, parent, key);
-  if (!v.ok()) return v.status();
-  if (!(*v)->is_number()) return Mistyped(Field(parent, key), "a number", **v);
-  return (*v)->get<double>();
 }
 
 // An integer written without fraction or exponent, within int64.
@@ -288,31 +222,11 @@ absl::Status ValidateProfile(const Profile& p) {
 }
 
 absl::StatusOr<Profile> ParseProfile(absl::string_view json_text) {
-  // Note [profile nesting bound]: the callback sees every container as it
-  // opens, at its depth (the top-level object is depth 0). A container that
-  // is too deep is discarded (not built) and remembered; parsing goes on, so
-  // the cost stays linear and memory stays bounded by the input size.
-  bool too_deep = false;
-  auto bound_depth = [&too_deep](int depth, Json::parse_event_t event, Json&) {
-    if ((event == Json::parse_event_t::object_start ||
-         event == Json::parse_event_t::array_start) &&
-        depth >= kMaxProfileJsonDepth) {
-      too_deep = true;
-      return false;
-    }
-    return true;
-  };
-  Json root;
-  try {
-    root = Json::parse(json_text.begin(), json_text.end(), bound_depth);
-  } catch (const Json::exception& e) {
-    return absl::InvalidArgumentError(absl::StrCat("malformed JSON: ", e.what()));
-  }
-  if (too_deep) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "JSON nests arrays/objects more than ", kMaxProfileJsonDepth, " levels deep"));
-  }
-  if (!root.is_object()) return Mistyped("(top level)", "an object", root);
+  // Note [profile nesting bound]: containers nested too deep are discarded
+  // as they open (json_fields::ParseObject), so the cost stays linear.
+  absl::StatusOr<Json> parsed = json_fields::ParseObject(json_text, kMaxProfileJsonDepth);
+  if (!parsed.ok()) return parsed.status();
+  const Json& root = *parsed;
 
   absl::StatusOr<std::string> format = GetString(root, "", "format");
   if (!format.ok()) return format.status();

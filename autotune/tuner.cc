@@ -85,6 +85,7 @@ absl::StatusOr<std::unique_ptr<OnlineTuner>> OnlineTuner::Create(
     return absl::InvalidArgumentError(absl::StrCat("tuner: cache key: ", s.message()));
   }
   engine_options.record_ready_times = true;
+  t->engine_options_ = engine_options;
 
   // Step 1: rank 0 consults the cache; every rank gets its answer.
   std::string message;
@@ -140,7 +141,6 @@ absl::StatusOr<std::unique_ptr<OnlineTuner>> OnlineTuner::Create(
                            "plan cached for %d ranks",
                            comm.size(), world));
   }
-  t->engine_options_ = engine_options;
   if (absl::Status s = t->StartTuning(); !s.ok()) return s;
   return t;
 }
@@ -250,7 +250,7 @@ absl::Status OnlineTuner::Search(double backward_us, const std::vector<double>& 
     }
     const int want = (derived_ ? options_.candidates_when_derived : options_.candidates) +
                      static_cast<int>(seeds.size());
-    auto ranked = RankCandidates(profile, cost_, options_.planner, 1 << 20, seeds);  // all
+    auto ranked = RankCandidates(profile, cost_, options_.planner, want + 1, seeds);
     if (!ranked.ok()) return ranked.status();
     const uint64_t ddp_hash = measured_[0].hash;
     absl::flat_hash_set<uint64_t> seed_hashes;
@@ -262,7 +262,7 @@ absl::Status OnlineTuner::Search(double backward_us, const std::vector<double>& 
                       {"predicted_us", c.sim.iteration_us - c.sim.forward_us},
                       {"plan", bucketing::SerializePlan(c.plan, &layout_)}});
     };
-    // Seeds first (always measured), then the best predicted others.
+    // Seeds first (always measured), then the others in RankCandidates' order.
     for (const PlanPrediction& c : *ranked) {
       const uint64_t h = bucketing::PlanHash(c.plan);
       if (seed_hashes.contains(h) && h != ddp_hash) push(c);

@@ -18,9 +18,10 @@
 // 3. Rank 0 builds the profile (slowest rank's ready times), takes the cost
 //    model (given, or fitted to allreduces measured on this communicator
 //    between iterations), and ranks candidates with the planner
-//    (RankCandidates): the DP optimum, its neighbours under perturbed
-//    models, the baselines, and, for a world size not yet cached, the plan
-//    of the nearest cached size. It broadcasts them with their hashes;
+//    (RankCandidates): the DP optimum, the optima with the per-collective
+//    latency x1/4 and x4 (the model's least certain term: more and fewer
+//    buckets), the best predicted baseline, and, for a world size not yet
+//    cached, the plan of the nearest cached size first. It broadcasts them with their hashes;
 //    every rank checks each hash, and Engine::SetPlan checks agreement
 //    across ranks before the first collective of each plan.
 // 4. Each candidate runs for warm-up + measure iterations. An iteration's

@@ -115,6 +115,13 @@ absl::Status Engine::Install(Plan plan) {
     }
     vote_slots = nb;
   }
+  // The old plan's buffers go first when no collective still holds them,
+  // so that a plan swap never needs two sets of fusion buffers (they can be
+  // most of a rank's memory). From here on a failure fails the engine.
+  if (buffers_ != nullptr && buffers_.use_count() == 1) {
+    buffers_.reset();
+    std::fill(storage_.begin(), storage_.end(), nullptr);
+  }
   auto buffers = std::make_shared<Buffers>();
   buffers->data.assign(nb, nullptr);
   std::vector<std::vector<Placement>> placements(layout_.size());
@@ -128,8 +135,10 @@ absl::Status Engine::Install(Plan plan) {
                              kBufferAlignment * kBufferAlignment;
       buffers->data[b] = static_cast<char*>(std::aligned_alloc(kBufferAlignment, rounded));
       if (buffers->data[b] == nullptr) {
-        return absl::ResourceExhaustedError(
+        absl::Status s = absl::ResourceExhaustedError(
             absl::StrFormat("engine: cannot allocate %d bytes for bucket %d", bytes, b));
+        if (buffers_ == nullptr) FailLocked(s);  // no plan left to run
+        return s;
       }
     }
     int64_t offset = 0;

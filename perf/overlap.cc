@@ -158,11 +158,16 @@ class Replay {
 
  private:
   // Points each gradient at its place in the fusion buffers (views) or at
-  // its own buffer; redone whenever the engine or its plan changes.
+  // its own buffer; redone whenever those places move (a new engine or
+  // plan; compared by address, since a new engine may reuse a freed one's).
   void Prepare(Engine& engine) {
-    if (&engine == engine_ && engine.plan_hash() == plan_hash_) return;
-    engine_ = &engine;
-    plan_hash_ = engine.plan_hash();
+    bool same = !storage_.empty();
+    for (int id = 0; id < layout_.size() && same; ++id) {
+      same = engine.TensorStorage(id) == storage_[id];
+    }
+    if (same) return;
+    storage_.assign(layout_.size(), nullptr);
+    for (int id = 0; id < layout_.size(); ++id) storage_[id] = engine.TensorStorage(id);
     for (int id = 0; id < layout_.size(); ++id) {
       const int64_t bytes = layout_.bytes(id);
       void* storage = engine.TensorStorage(id);
@@ -183,8 +188,7 @@ class Replay {
   const bool views_;
   std::vector<std::unique_ptr<char[]>> own_;
   std::vector<void*> grads_;
-  const Engine* engine_ = nullptr;
-  uint64_t plan_hash_ = 0;
+  std::vector<void*> storage_;  // the engine's TensorStorage when last prepared
 };
 
 }  // namespace

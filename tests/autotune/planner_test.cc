@@ -2,11 +2,13 @@
 // against brute force, and invariants over every shipped model.
 #include <algorithm>
 #include <cmath>
+#include <map>
 #include <numeric>
 #include <random>
 #include <string>
 #include <vector>
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "autotune/cost_model.h"
 #include "autotune/models.h"
@@ -478,20 +480,32 @@ TEST(PlannerTest, MgWfbpMergesWhatIsReadyBeforeTheChannelFrees) {
   EXPECT_EQ(plan->buckets[1].slices[0].tensor, 2);
 }
 
-TEST(PlannerTest, CandidatesAreDistinctAndRanked) {
+TEST(PlannerTest, CandidatesSpanTheLatencyAndStayDistinct) {
   auto profile = GenerateModelProfile("resnet50");
   ASSERT_TRUE(profile.ok());
   auto c = PresetCostModel("25gbe");
   PlannerOptions o;
-  o.sim.world_size = 4;
-  auto list = RankCandidates(*profile, *c, o, 6);
+  o.sim.world_size = 64;
+  auto layout = LayoutFromProfile(*profile);
+  Plan seed = bucketing::FixedSizePlan(*layout, 8 << 20).value();
+  seed.name = "seed";
+  auto list = RankCandidates(*profile, *c, o, 6, {seed});
   ASSERT_TRUE(list.ok()) << list.status();
   ASSERT_EQ(list->size(), 6u);
-  EXPECT_EQ((*list)[0].name, "tuned");
-  for (size_t i = 1; i < list->size(); ++i) {
-    EXPECT_LE((*list)[i - 1].sim.iteration_us, (*list)[i].sim.iteration_us * (1 + 1e-9));
-    EXPECT_NE(bucketing::PlanHash((*list)[i - 1].plan), bucketing::PlanHash((*list)[i].plan));
+  EXPECT_EQ((*list)[0].name, "seed");
+  EXPECT_EQ((*list)[1].name, "tuned");
+  // The optimum under the model is predicted no slower than any other.
+  for (const PlanPrediction& p : *list) {
+    EXPECT_LE((*list)[1].sim.iteration_us, p.sim.iteration_us * (1 + 1e-9)) << p.name;
   }
+  // A cheaper latency gives more buckets, a dearer one fewer.
+  std::map<std::string, size_t> buckets;
+  for (const PlanPrediction& p : *list) buckets[p.name] = p.plan.buckets.size();
+  ASSERT_TRUE(buckets.count("tuned@lat0.25") && buckets.count("tuned@lat4"));
+  EXPECT_GE(buckets["tuned@lat0.25"], buckets["tuned"]);
+  EXPECT_LE(buckets["tuned@lat4"], buckets["tuned"]);
+  absl::flat_hash_set<uint64_t> hashes;
+  for (const PlanPrediction& p : *list) EXPECT_TRUE(hashes.insert(bucketing::PlanHash(p.plan)).second);
 }
 
 }  // namespace
