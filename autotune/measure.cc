@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstring>
 #include <memory>
 
 #include "absl/strings/str_cat.h"
@@ -38,6 +39,22 @@ absl::Status MaxAcrossRanks(comm::Communicator& comm, std::vector<double>& v) {
   if (v.empty()) return absl::OkStatus();
   return comm::AllReduceSync(comm, v.data(), v.data(), v.size(), comm::DataType::kFloat64,
                              comm::ReduceOp::kMax);
+}
+
+absl::StatusOr<double> MeasureCopyGbps(comm::Communicator& comm, int64_t bytes) {
+  if (bytes < 1) return absl::InvalidArgumentError("measure: copy size must be positive");
+  std::unique_ptr<char[]> src(new char[bytes]), dst(new char[bytes]);
+  std::memset(src.get(), 1, bytes);
+  std::memset(dst.get(), 0, bytes);  // both resident before timing
+  std::vector<double> worst = {0};
+  for (int r = 0; r < 3; ++r) {
+    if (absl::Status s = comm::BarrierSync(comm); !s.ok()) return s;
+    const auto t0 = Clock::now();
+    std::memcpy(dst.get(), src.get(), bytes);
+    worst[0] = std::max(worst[0], std::chrono::duration<double, std::micro>(Clock::now() - t0).count());
+  }
+  if (absl::Status s = MaxAcrossRanks(comm, worst); !s.ok()) return s;
+  return static_cast<double>(bytes) / std::max(worst[0], 1e-3) / 1e3;  // B/us -> GB/s
 }
 
 absl::StatusOr<std::vector<AllReduceSample>> MeasureAllReduce(comm::Communicator& comm,

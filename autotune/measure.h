@@ -27,6 +27,12 @@ absl::StatusOr<std::vector<AllReduceSample>> MeasureAllReduce(comm::Communicator
                                                               const std::vector<int64_t>& sizes,
                                                               int reps);
 
+// Collective: the host memcpy bandwidth (GB/s) every rank gets while all
+// copy at once (what the engine's copies in and out compete for): each rank
+// copies `bytes` three times after a barrier; the slowest copy of the
+// slowest rank counts.
+absl::StatusOr<double> MeasureCopyGbps(comm::Communicator& comm, int64_t bytes);
+
 // Element-wise maximum across ranks, in place (the slowest rank decides).
 absl::Status MaxAcrossRanks(comm::Communicator& comm, std::vector<double>& values);
 

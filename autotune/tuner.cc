@@ -87,6 +87,26 @@ absl::StatusOr<std::unique_ptr<OnlineTuner>> OnlineTuner::Create(
   engine_options.record_ready_times = true;
   t->engine_options_ = engine_options;
 
+  // Every rank must tune the same model: checked first, so that a rank
+  // whose model differs fails everywhere before any plan is looked at (a
+  // plan that fits rank 0 but not this rank would otherwise fail here only).
+  {
+    const int64_t mine = static_cast<int64_t>(t->layout_.Hash());
+    std::vector<int64_t> all(comm.size(), 0);
+    auto work = comm.AllGather(&mine, all.data(), 1, comm::DataType::kInt64);
+    if (!work.ok()) return work.status();
+    if (absl::Status s = (*work)->WaitFor(engine_options.timeout); !s.ok()) return s;
+    std::string differ;
+    for (int r = 1; r < comm.size(); ++r) {
+      if (all[r] != all[0]) absl::StrAppend(&differ, differ.empty() ? "" : ", ", r);
+    }
+    if (!differ.empty()) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "tuner (rank ", comm.rank(), "): the gradient layout of rank(s) ", differ,
+          " differs from rank 0's: every rank must register the same model"));
+    }
+  }
+
   // Step 1: rank 0 consults the cache; every rank gets its answer.
   std::string message;
   if (comm.rank() == 0 && t->options_.cache != nullptr && t->options_.cache->enabled()) {

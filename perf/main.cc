@@ -80,6 +80,9 @@ ABSL_FLAG(std::string, cache_dir, "",
 ABSL_FLAG(std::string, network, "local", "overlap: the network label in the tuned plan's cache key");
 ABSL_FLAG(int, tune_candidates, 4, "overlap: plans the tuner measures besides the DDP default");
 ABSL_FLAG(int, tune_measure, 5, "overlap: measured iterations per plan while tuning (after 1 warm-up)");
+ABSL_FLAG(int, tune_split, 1,
+          "overlap: 1 = the tuner may split large gradients (each split one is copied and needs "
+          "its own buffer too), 0 = never");
 
 namespace fusebox::perf {
 namespace {
@@ -253,6 +256,7 @@ absl::StatusOr<OverlapOptions> OverlapOptionsFromFlags() {
   o.network = absl::GetFlag(FLAGS_network);
   o.tune_candidates = absl::GetFlag(FLAGS_tune_candidates);
   o.tune_measure = absl::GetFlag(FLAGS_tune_measure);
+  o.tune_split = absl::GetFlag(FLAGS_tune_split) != 0;
   if (o.tune_candidates < 1 || o.tune_candidates > 64 || o.tune_measure < 1 ||
       o.tune_measure > 1000) {
     return absl::InvalidArgumentError(
@@ -308,6 +312,7 @@ int OverlapMain(int argc, char** argv) {
                                     {"t_total_us", report->comm.t_total_us},
                                     {"total_measured", report->comm.total_measured}}},
                           {"cost_model", report->cost_model},
+                          {"copy_gbps", report->copy_gbps},
                           {"results", results}};
       std::ofstream f(absl::GetFlag(FLAGS_json));
       f << j.dump(1) << "\n";

@@ -241,7 +241,12 @@ absl::StatusOr<OverlapReport> RunOverlap(comm::Communicator& comm,
   sim.max_in_flight = options.max_in_flight;
   sim.schedule = options.schedule;
   sim.views = options.views;
-  sim.copy_gbps = 10;  // host memcpy, used only without views
+  // Copies (without views, and of split gradients) compete for the host's
+  // memory bandwidth with every other rank: measured so, not assumed.
+  auto copy_gbps = autotune::MeasureCopyGbps(comm, int64_t{64} << 20);
+  if (!copy_gbps.ok()) return copy_gbps.status();
+  sim.copy_gbps = *copy_gbps;
+  report.copy_gbps = *copy_gbps;
   std::optional<autotune::CostModel> cost;
   if (comm.size() > 1) {
     auto fitted = autotune::FitCostModel(report.comm.samples, comm.size(),
@@ -292,10 +297,12 @@ absl::StatusOr<OverlapReport> RunOverlap(comm::Communicator& comm,
                  profile.tensors.back().ready_us / 1e3);
     std::fprintf(out,
                  "# allreduce on this communicator: t(m) = %.1f us + m * %.4f ns/B; t(all %.1f "
-                 "MiB) = %.2f ms (%s), t(last) = %.3f ms\n",
+                 "MiB) = %.2f ms (%s), t(last) = %.3f ms; memcpy %.2f GB/s per rank, all "
+                 "copying\n",
                  report.comm.alpha_us, report.comm.beta_us_per_byte * 1e3,
                  report.total_bytes / 1048576.0, report.comm.t_total_us / 1e3,
-                 report.comm.total_measured ? "measured" : "fitted", report.comm.t_last_us / 1e3);
+                 report.comm.total_measured ? "measured" : "fitted", report.comm.t_last_us / 1e3,
+                 report.copy_gbps);
     std::fprintf(out, "# lower bound = forward + max(T_b + t(last), T_first + t(all)) "
                       "(ANCHORS.md); times are medians over iterations of the slowest rank;\n"
                       "# pred = autotune::Simulate under the cost model fitted to the sizes above\n");
@@ -332,6 +339,7 @@ absl::StatusOr<OverlapReport> RunOverlap(comm::Communicator& comm,
         to.cache = cache.get();
       }
       to.planner.sim = sim;
+      if (!options.tune_split) to.planner.max_pieces = 1;
       to.candidates = options.tune_candidates;
       to.warmup_iterations = options.tune_warmup;
       to.measure_iterations = options.tune_measure;

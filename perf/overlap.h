@@ -41,6 +41,10 @@ struct OverlapOptions {
   int tune_candidates = 4;
   int tune_warmup = 1;
   int tune_measure = 5;
+  // Let the tuner split large gradients. A split gradient is copied in and
+  // out of its buckets (it has no single place to live in), which costs
+  // memory for its own buffer as well.
+  bool tune_split = true;
 };
 
 // The allreduce cost on this communicator, t(m) = a + b*m, with the two
@@ -85,6 +89,7 @@ struct OverlapReport {
   int64_t total_bytes = 0;
   CommModel comm;
   std::string cost_model;  // the fitted model, described (empty when the fit failed)
+  double copy_gbps = 0;    // memcpy bandwidth per rank with every rank copying
   std::vector<OverlapResult> results;
 };
 
