@@ -276,15 +276,36 @@ absl::StatusOr<std::vector<PlanPrediction>> RankCandidates(const Profile& profil
                    [](const PlanPrediction& a, const PlanPrediction& b) {
                      return Less(a.sim.iteration_us, b.sim.iteration_us);
                    });
-  for (double latency : {1.0, 0.25, 4.0}) {
+  // "tuned": among the optima at latency x1, x2, x4, ... x64 (fewer and
+  // fewer buckets), the one with the fewest buckets predicted within
+  // kRobustMargin of the best: buckets that buy less than that under the
+  // model are not worth the model's error (each costs a launch, a
+  // completion and a wake-up the model does not see).
+  constexpr double kRobustMargin = 0.005;
+  std::optional<PlanPrediction> robust;
+  double best_us = 0;
+  for (double latency = 1; latency <= 64; latency *= 2) {
+    auto c = dp_at(latency);
+    if (!c.ok()) return c.status();
+    if (latency == 1) best_us = c->sim.iteration_us;
+    if (c->sim.iteration_us <= best_us * (1 + kRobustMargin) &&
+        (!robust || c->plan.buckets.size() < robust->plan.buckets.size())) {
+      robust = *std::move(c);
+    }
+  }
+  robust->name = "tuned";
+  robust->plan.name = "tuned";
+  add(*std::move(robust));
+  for (double latency : {0.125, 8.0}) {
     auto c = dp_at(latency);
     if (!c.ok()) return c.status();
     add(*std::move(c));
   }
   add(baselines[0]);
-  for (double latency : {0.5, 2.0, 0.1, 10.0}) {
+  for (double latency : {1.0, 0.5, 2.0, 1.0 / 32, 32.0}) {
     auto c = dp_at(latency);
     if (!c.ok()) return c.status();
+    if (latency == 1) c->name = c->plan.name = "tuned@exact";
     add(*std::move(c));
   }
   for (size_t i = 1; i < baselines.size(); ++i) add(baselines[i]);

@@ -91,13 +91,14 @@ absl::StatusOr<OfflineTuneResult> OfflineTune(const Profile& profile, const Cost
 
 // Up to `count` distinct plans (by PlanHash) for a closed loop to measure,
 // chosen to span what the model is least sure of, the per-collective
-// latency: `extra` plans first (seeds, e.g. from a cached entry), then the
-// DP optimum under `cost`, the DP optima with the latency scaled by 1/4 and
-// 4 (more and fewer buckets), the best predicted baseline, then the optima
-// at latency x1/2, x2, x1/10, x10 and the other baselines by prediction.
-// Each DP entry is the better predicted of splitting and not splitting.
-// Every plan is predicted under `cost` itself. Names: "tuned" (the optimum
-// under `cost`), "tuned@lat0.25" etc., baseline names, extras' own names.
+// latency: `extra` plans first (seeds, e.g. from a cached entry), then
+// "tuned": of the DP optima at latency x1, x2, ... x64, the one with the
+// fewest buckets predicted within 0.5% of the optimum (buckets that buy
+// less are not worth the model's error); then the optima at latency x1/8
+// and x8 (more and fewer buckets), the best predicted baseline, the exact
+// optimum ("tuned@exact") and the optima at x1/2, x2, x1/32, x32, then the
+// other baselines by prediction. Each DP entry is the better predicted of
+// splitting and not splitting; every plan is predicted under `cost` itself.
 absl::StatusOr<std::vector<PlanPrediction>> RankCandidates(
     const Profile& profile, const CostModel& cost, const PlannerOptions& options, int count,
     const std::vector<bucketing::Plan>& extra = {});
