@@ -291,38 +291,58 @@ Plan PlanFromCuts(const std::vector<AtomRef>& atoms, uint32_t cuts) {
   return plan;
 }
 
+// A random chain of `n` fp32 gradients: 1..max_numel elements each (at
+// least min_numel), ready times advancing by 0..max_gap us, with ties when
+// `ties` (a quarter of the gaps are zero).
+Profile RandomChain(std::mt19937& rng, int n, int64_t min_numel, int64_t max_numel,
+                    double max_gap, bool ties) {
+  std::vector<int64_t> numel(n);
+  std::vector<double> ready(n);
+  double clock = 0;
+  for (int i = 0; i < n; ++i) {
+    numel[i] = min_numel + static_cast<int64_t>(rng() % (max_numel - min_numel + 1));
+    clock += (ties && rng() % 4 == 0) ? 0 : std::uniform_real_distribution<double>(0, max_gap)(rng);
+    ready[i] = clock;
+  }
+  return MakeProfile(numel, ready);
+}
+
+// The best simulated iteration over every partition of `atoms` into
+// contiguous buckets.
+double BruteForceBest(const Profile& p, const std::vector<AtomRef>& atoms, const CostModel& c,
+                      const SimOptions& o) {
+  double best = 1e300;
+  for (uint32_t cuts = 0; cuts < (1u << (atoms.size() - 1)); ++cuts) {
+    auto r = Simulate(p, PlanFromCuts(atoms, cuts), c, o);
+    EXPECT_TRUE(r.ok()) << r.status();
+    if (r.ok()) best = std::min(best, r->iteration_us);
+  }
+  return best;
+}
+
+double SimulatedUs(const Profile& p, const Plan& plan, const CostModel& c, const SimOptions& o) {
+  auto r = Simulate(p, plan, c, o);
+  EXPECT_TRUE(r.ok()) << r.status();
+  return r.ok() ? r->iteration_us : 0;
+}
+
 TEST(PlannerTest, DynamicProgramEqualsBruteForceOnSmallInstances) {
   std::mt19937 rng(7);
   int checked = 0;
   for (int trial = 0; trial < 300; ++trial) {
     const int n = 1 + static_cast<int>(rng() % 9);
-    std::vector<int64_t> numel(n);
-    std::vector<double> ready(n);
-    double clock = 0;
-    for (int i = 0; i < n; ++i) {
-      numel[i] = 1 + rng() % 5000;
-      clock += (rng() % 4 == 0) ? 0 : std::uniform_real_distribution<double>(0, 60)(rng);
-      ready[i] = clock;
-    }
-    const Profile p = MakeProfile(numel, ready);
+    const Profile p = RandomChain(rng, n, 1, 5000, 60, /*ties=*/true);
     const CostModel c = Line(std::uniform_real_distribution<double>(0.5, 80)(rng),
                              std::uniform_real_distribution<double>(1e-4, 0.05)(rng));
     PlannerOptions o;
     o.sim = World2();
     o.max_pieces = 1;
     std::vector<AtomRef> atoms;
-    for (int i = 0; i < n; ++i) atoms.push_back({i, 0, numel[i]});
-    double best = 1e300;
-    for (uint32_t cuts = 0; cuts < (1u << (n - 1)); ++cuts) {
-      auto r = Simulate(p, PlanFromCuts(atoms, cuts), c, o.sim);
-      ASSERT_TRUE(r.ok()) << r.status();
-      best = std::min(best, r->iteration_us);
-    }
+    for (int i = 0; i < n; ++i) atoms.push_back({i, 0, p.tensors[i].numel()});
+    const double best = BruteForceBest(p, atoms, c, o.sim);
     auto plan = OptimalPartitionPlan(p, c, o);
     ASSERT_TRUE(plan.ok()) << plan.status();
-    auto r = Simulate(p, *plan, c, o.sim);
-    ASSERT_TRUE(r.ok()) << r.status();
-    EXPECT_NEAR(r->iteration_us, best, 1e-9 * best) << "trial " << trial;
+    EXPECT_NEAR(SimulatedUs(p, *plan, c, o.sim), best, 1e-9 * best) << "trial " << trial;
     ++checked;
   }
   EXPECT_EQ(checked, 300);
@@ -333,15 +353,9 @@ TEST(PlannerTest, DynamicProgramWithSplitsEqualsBruteForce) {
   for (int trial = 0; trial < 100; ++trial) {
     // Three tensors; those of >= 2 * 64 B are cut into up to 3 pieces.
     const int n = 3;
+    const Profile p = RandomChain(rng, n, 8, 207, 30, /*ties=*/false);
     std::vector<int64_t> numel(n);
-    std::vector<double> ready(n);
-    double clock = 0;
-    for (int i = 0; i < n; ++i) {
-      numel[i] = 8 + rng() % 200;
-      clock += std::uniform_real_distribution<double>(0, 30)(rng);
-      ready[i] = clock;
-    }
-    const Profile p = MakeProfile(numel, ready);
+    for (int i = 0; i < n; ++i) numel[i] = p.tensors[i].numel();
     const CostModel c = Line(std::uniform_real_distribution<double>(0.5, 40)(rng),
                              std::uniform_real_distribution<double>(0.01, 0.5)(rng));
     PlannerOptions o;
@@ -360,33 +374,17 @@ TEST(PlannerTest, DynamicProgramWithSplitsEqualsBruteForce) {
       }
     }
     ASSERT_LE(atoms.size(), 9u);
-    double best = 1e300;
-    for (uint32_t cuts = 0; cuts < (1u << (atoms.size() - 1)); ++cuts) {
-      auto r = Simulate(p, PlanFromCuts(atoms, cuts), c, o.sim);
-      ASSERT_TRUE(r.ok()) << r.status();
-      best = std::min(best, r->iteration_us);
-    }
+    const double best = BruteForceBest(p, atoms, c, o.sim);
     auto plan = OptimalPartitionPlan(p, c, o);
     ASSERT_TRUE(plan.ok()) << plan.status();
-    auto r = Simulate(p, *plan, c, o.sim);
-    ASSERT_TRUE(r.ok());
-    EXPECT_NEAR(r->iteration_us, best, 1e-9 * best) << "trial " << trial;
+    EXPECT_NEAR(SimulatedUs(p, *plan, c, o.sim), best, 1e-9 * best) << "trial " << trial;
   }
 }
 
 TEST(PlannerTest, ReadyOrderBeatsEveryOtherLaunchOrder) {
   std::mt19937 rng(3);
   for (int trial = 0; trial < 50; ++trial) {
-    const int n = 6;
-    std::vector<int64_t> numel(n);
-    std::vector<double> ready(n);
-    double clock = 0;
-    for (int i = 0; i < n; ++i) {
-      numel[i] = 1 + rng() % 3000;
-      clock += std::uniform_real_distribution<double>(0, 40)(rng);
-      ready[i] = clock;
-    }
-    const Profile p = MakeProfile(numel, ready);
+    const Profile p = RandomChain(rng, 6, 1, 3000, 40, /*ties=*/false);
     const CostModel c = Line(20, 0.01);
     PlannerOptions o;
     o.sim = World2();
