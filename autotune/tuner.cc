@@ -22,6 +22,7 @@ using json = nlohmann::json;
 
 constexpr size_t kMaxBroadcastBytes = size_t{256} << 20;
 constexpr int64_t kMaxCalibrationBytes = int64_t{256} << 20;
+constexpr int64_t kMinCalibrationBytes = int64_t{1} << 20;
 
 // The profile rank 0 searches with: the layout's gradients with the slowest
 // rank's median ready times (made non-decreasing: the layout is in ready
@@ -246,15 +247,25 @@ absl::Status OnlineTuner::Search(double backward_us, const std::vector<double>& 
   if (options_.cost_model.has_value()) {
     cost_ = *options_.cost_model;
   } else {
-    const int64_t cap = options_.calibration_max_bytes > 0
-                            ? options_.calibration_max_bytes
-                            : std::min(layout_.total_bytes(), kMaxCalibrationBytes);
+    // At least 1 MiB even for a small model: below that, latency and
+    // noise hide the bandwidth term the fit needs.
+    const int64_t cap =
+        options_.calibration_max_bytes > 0
+            ? options_.calibration_max_bytes
+            : std::clamp(layout_.total_bytes(), kMinCalibrationBytes, kMaxCalibrationBytes);
     auto samples = MeasureAllReduce(comm_, CalibrationSizes(cap), 3);
     if (!samples.ok()) return samples.status();
     auto fitted = FitCostModel(*samples, options_.ranks_per_node,
                                absl::StrCat("measured on ", options_.backend, ", ", comm_.size(),
                                             " ranks, by the online tuner"));
-    if (!fitted.ok()) return fitted.status();
+    if (!fitted.ok()) {
+      // Every rank has the same samples (slowest rank), so every rank gets
+      // here: no candidates, and the measured default is kept.
+      Log(absl::StrCat("fusebox tuner: warning: no cost model fits this communicator's "
+                       "allreduce times (",
+                       fitted.status().message(), "); keeping DDP's default plan"));
+      return absl::OkStatus();
+    }
     cost_ = MeasuredAt(*fitted, *samples, comm_.size());
   }
   // Rank 0 searches and broadcasts the candidates with their hashes.

@@ -214,6 +214,10 @@ void Engine::ResetIterationLocked() {
   std::fill(marked_.begin(), marked_.end(), 0);
   std::fill(grads_.begin(), grads_.end(), nullptr);
   std::copy(slices_per_bucket_.begin(), slices_per_bucket_.end(), pending_slices_.begin());
+  pending_tensor_slices_.resize(layout_.size());
+  for (int id = 0; id < layout_.size(); ++id) {
+    pending_tensor_slices_[id] = static_cast<int>(placements_[id].size());
+  }
   std::fill(state_.begin(), state_.end(), BucketState::kFilling);
   marked_count_ = 0;
   next_launch_ = 0;
@@ -290,24 +294,28 @@ absl::Status Engine::MarkReady(int id, void* grad, int64_t numel) {
     }
   }
   const double t1 = NowUs();
-  std::lock_guard<std::mutex> lock(mu_);
-  if (timeline_) {
-    timeline_->Instant(t.name, Track::kGradients, t0, iteration_, -1, id,
-                       static_cast<int64_t>(t.numel * esize));
-    if (!view && t.numel > 0) {
-      timeline_->Span("copy in", Track::kGradients, t0, t1 - t0, iteration_, -1, id,
-                      static_cast<int64_t>(t.numel * esize));
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (timeline_) {
+      timeline_->Instant(t.name, Track::kGradients, t0, iteration_, -1, id,
+                         static_cast<int64_t>(t.numel * esize));
+      if (!view && t.numel > 0) {
+        timeline_->Span("copy in", Track::kGradients, t0, t1 - t0, iteration_, -1, id,
+                        static_cast<int64_t>(t.numel * esize));
+      }
     }
+    if (!view) current_.copy_in_us += t1 - t0;
+    for (const Placement& p : placements_[id]) {
+      if (--pending_slices_[p.bucket] == 0) state_[p.bucket] = BucketState::kReady;
+    }
+    if (++marked_count_ == layout_.size()) {
+      current_.backward_end_us = t1;
+      if (timeline_) timeline_->Instant("backward end", Track::kCompute, t1, iteration_);
+    }
+    LaunchReadyLocked();
   }
-  if (!view) current_.copy_in_us += t1 - t0;
-  for (const Placement& p : placements_[id]) {
-    if (--pending_slices_[p.bucket] == 0) state_[p.bucket] = BucketState::kReady;
-  }
-  if (++marked_count_ == layout_.size()) {
-    current_.backward_end_us = t1;
-    if (timeline_) timeline_->Instant("backward end", Track::kCompute, t1, iteration_);
-  }
-  LaunchReadyLocked();
+  // A tensor with no slices (zero elements, none assigned) is reduced now.
+  if (placements_[id].empty() && options_.on_tensor_reduced) options_.on_tensor_reduced(id);
   return absl::OkStatus();
 }
 
@@ -457,7 +465,12 @@ void Engine::WorkerLoop() {
     absl::Status status;
     for (;;) {
       status = next.work->WaitUntil(std::min(deadline, absl::Now() + kWaitSlice));
-      if (next.work->Test()) break;
+      if (next.work->Test()) {
+        // The collective's own outcome: it may have completed just after
+        // this slice of the wait expired, which returned DeadlineExceeded.
+        status = next.work->status();
+        break;
+      }
       if (absl::Now() >= deadline) {
         status = absl::DeadlineExceededError(absl::StrFormat(
             "the allreduce of bucket %d did not complete within %s (a peer may be slow, stuck "
@@ -478,6 +491,13 @@ void Engine::WorkerLoop() {
       if (vote_slots_ > 0) votes = ReadVotes(next.bucket);
       CopyBack(next.bucket);
       back_us = NowUs() - complete_us;
+      if (options_.on_tensor_reduced) {
+        // Only this thread touches the counters while buckets are pending;
+        // done_count_ (below, under mu_) orders this before the reset.
+        for (const Slice& s : plan_.buckets[next.bucket].slices) {
+          if (--pending_tensor_slices_[s.tensor] == 0) options_.on_tensor_reduced(s.tensor);
+        }
+      }
     }
     std::lock_guard<std::mutex> lock(mu_);
     --in_flight_;

@@ -48,6 +48,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -92,6 +93,12 @@ struct EngineOptions {
   // Fill IterationStats::ready_us (what an online tuner learns a profile
   // from); off by default (one double per tensor per iteration).
   bool record_ready_times = false;
+  // Called once per tensor and iteration when every slice of it has been
+  // reduced and copied back (so the caller's buffer holds the result): on
+  // the engine's worker thread, before Finish() can return, or inside
+  // MarkReady for a tensor with no slices. Must not block or call into the
+  // engine. What a DDP hook completes its per-bucket futures from.
+  std::function<void(int id)> on_tensor_reduced;
 };
 
 // One iteration, in microseconds on the engine's clock (NowUs()).
@@ -222,6 +229,9 @@ class Engine {
   std::vector<uint8_t> marked_;       // per tensor
   std::vector<void*> grads_;          // per tensor: where to write the result
   std::vector<int> pending_slices_;   // per bucket
+  // Per tensor: slices not yet copied back. Written only by the worker
+  // during an iteration (reset under mu_ once every bucket is done).
+  std::vector<int> pending_tensor_slices_;
   std::vector<BucketState> state_;    // per bucket
   std::vector<double> launch_us_;     // per bucket
   int marked_count_ = 0;

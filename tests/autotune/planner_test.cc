@@ -408,7 +408,7 @@ TEST(PlannerTest, FasterNetworkNeverExposesMore) {
   for (const std::string& model : ModelNames()) {
     auto profile = GenerateModelProfile(model);
     ASSERT_TRUE(profile.ok());
-    for (const std::string& preset : {"ib-400g", "25gbe"}) {
+    for (const char* preset : {"ib-400g", "25gbe"}) {
       auto c = PresetCostModel(preset);
       ASSERT_TRUE(c.ok());
       for (int world : {8, 512}) {

@@ -1,0 +1,151 @@
+// fusebox.torch._C: the pybind11 binding of the DDP hook. The Python package
+// (fusebox/torch/__init__.py) is the user-facing edge: it validates
+// arguments, reads the environment and creates the process group; this file
+// only converts types.
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <cstdio>
+#include <memory>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/time.h"
+#include "plugins/torch/comm_hook.h"
+#include "plugins/torch/process_group_communicator.h"
+#include "torch/csrc/distributed/c10d/reducer.hpp"
+#include "torch/csrc/utils/pybind.h"
+
+namespace py = pybind11;
+
+namespace fusebox::torch_plugin {
+namespace {
+
+// The Python handle: shares the state (which owns the communicator) with
+// DDP's reducer, so the hook keeps working after the handle is gone.
+class Hook {
+ public:
+  explicit Hook(std::shared_ptr<HookState> state) : state_(std::move(state)) {}
+  HookState& state() { return *state_; }
+  int rank() const { return state_->comm().rank(); }
+  int size() const { return state_->comm().size(); }
+
+ private:
+  std::shared_ptr<HookState> state_;
+};
+
+[[noreturn]] void Throw(const absl::Status& s) {
+  if (absl::IsInvalidArgument(s)) throw py::value_error(std::string(s.message()));
+  throw std::runtime_error(s.ToString());
+}
+
+py::dict PlanToDict(const bucketing::Plan& plan) {
+  py::list buckets;
+  py::list elements;
+  for (const bucketing::Bucket& b : plan.buckets) {
+    py::list slices;
+    for (const bucketing::Slice& s : b.slices) slices.append(py::make_tuple(s.tensor, s.offset, s.count));
+    buckets.append(slices);
+    elements.append(b.count());
+  }
+  py::dict d;
+  d["name"] = plan.name;
+  d["buckets"] = buckets;
+  d["bucket_elements"] = elements;
+  d["hash"] = absl::StrCat(absl::Hex(bucketing::PlanHash(plan), absl::kZeroPad16));
+  return d;
+}
+
+py::dict SnapshotToDict(const HookSnapshot& s) {
+  py::dict d;
+  d["phase"] = HookPhaseName(s.phase);
+  d["layout"] = s.layout;
+  d["plan"] = s.plan ? py::object(PlanToDict(*s.plan)) : py::object(py::none());
+  d["cache_hit"] = s.cache_hit;
+  d["derived_from_cache"] = s.derived_from_cache;
+  d["tuning_iterations"] = s.tuning_iterations;
+  d["retunes"] = s.retunes;
+  d["iterations"] = s.iterations;
+  d["passthrough_iterations"] = s.passthrough_iterations;
+  d["cache_key"] = s.cache_key;
+  d["backend"] = s.backend;
+  d["last_allreduce_counts"] = s.last_allreduce_counts;
+  py::list measured;
+  for (const autotune::MeasuredPlan& m : s.measured) {
+    py::dict e;
+    e["name"] = m.name;
+    e["measured_ms"] = m.measured_us / 1e3;
+    e["predicted_ms"] = m.predicted_us / 1e3;
+    measured.append(e);
+  }
+  d["measured"] = measured;
+  d["chosen"] = s.chosen;
+  py::list stats;
+  for (const bucketing::IterationStats& st : s.stats) {
+    py::dict e;
+    e["iteration"] = st.iteration;
+    e["iteration_ms"] = st.iteration_us() / 1e3;
+    e["backward_ms"] = st.backward_us() / 1e3;
+    e["exposed_ms"] = st.exposed_comm_us() / 1e3;
+    e["comm_ms"] = st.comm_us / 1e3;
+    e["copy_in_ms"] = st.copy_in_us / 1e3;
+    e["copy_back_ms"] = st.copy_back_us / 1e3;
+    e["buckets"] = st.buckets;
+    stats.append(e);
+  }
+  d["stats"] = stats;
+  return d;
+}
+
+std::unique_ptr<Hook> Register(py::object reducer_obj, py::object group_obj, py::dict o) {
+  auto reducer = reducer_obj.cast<std::shared_ptr<::c10d::Reducer>>();
+  auto group = group_obj.cast<c10::intrusive_ptr<::c10d::ProcessGroup>>();
+  auto comm = std::make_shared<ProcessGroupCommunicator>(group);
+  HookOptions options;
+  options.fixed_plan = o["plan"].cast<std::string>();
+  options.cache_dir = o["cache_dir"].cast<std::string>();
+  options.tuner.network = o["network"].cast<std::string>();
+  options.tuner.ranks_per_node = o["ranks_per_node"].cast<int>();
+  options.tuner.model_label = o["model_label"].cast<std::string>();
+  options.tuner.candidates = o["candidates"].cast<int>();
+  options.tuner.candidates_when_derived = std::min(options.tuner.candidates, 2);
+  options.tuner.warmup_iterations = o["warmup_iterations"].cast<int>();
+  options.tuner.measure_iterations = o["measure_iterations"].cast<int>();
+  options.tuner.drift_window = o["drift_window"].cast<int>();
+  options.tuner.wall_clock_s = [] { return absl::ToUnixSeconds(absl::Now()); };
+  options.engine.max_in_flight = o["max_in_flight"].cast<int>();
+  options.engine.timeout = absl::Seconds(o["timeout_s"].cast<double>());
+  options.engine.record_timeline = o["timeline"].cast<bool>();
+  const bool verbose = o["verbose"].cast<bool>();
+  const int rank = comm->rank();
+  // Plain stderr, never Python: the hook runs on autograd's thread.
+  options.log = [verbose, rank](const std::string& line) {
+    if (verbose || line.find("warning") != std::string::npos) {
+      std::fprintf(stderr, "[fusebox rank %d] %s\n", rank, line.c_str());
+    }
+  };
+  absl::StatusOr<std::shared_ptr<HookState>> state =
+      RegisterCommHook(*reducer, comm, comm.get(), std::move(options));
+  if (!state.ok()) Throw(state.status());
+  return std::make_unique<Hook>(*std::move(state));
+}
+
+}  // namespace
+}  // namespace fusebox::torch_plugin
+
+PYBIND11_MODULE(_C, m) {
+  using fusebox::torch_plugin::Hook;
+  m.doc() = "fusebox DDP communication hook (internal; use fusebox.torch.register)";
+  py::class_<Hook>(m, "_Hook")
+      .def("snapshot",
+           [](Hook& h) { return fusebox::torch_plugin::SnapshotToDict(h.state().Snapshot()); })
+      .def("write_timeline",
+           [](Hook& h, const std::string& path) {
+             absl::Status s = h.state().WriteTimeline(path);
+             if (!s.ok()) fusebox::torch_plugin::Throw(s);
+           })
+      .def_property_readonly("rank", &Hook::rank)
+      .def_property_readonly("world_size", &Hook::size);
+  m.def("_register", &fusebox::torch_plugin::Register, py::arg("reducer"), py::arg("group"),
+        py::arg("options"));
+}
