@@ -84,6 +84,7 @@ def train(sc, rank, hooked):
     handle = None
     if hooked:
         handle = fusebox.torch.register(model, cache_dir=sc["cache_dir"], candidates=2,
+                                        communicator=sc.get("communicator", "process_group"),
                                         warmup_iterations=1, measure_iterations=2,
                                         drift_window=0, timeout_s=60)
     opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
@@ -112,7 +113,7 @@ def run(sc, rank, world, out):
             rel = max(((a - b).abs().max() / b.abs().max().clamp_min(1e-30)).item()
                       for a, b in zip(plain, fused))
         result.update(ok=True, bitwise=bitwise, max_rel=rel, phase=snap["phase"],
-                      cache_hit=snap["cache_hit"], derived=snap["derived_from_cache"],
+                      cache_hit=snap["cache_hit"], backend=snap["backend"], derived=snap["derived_from_cache"],
                       tuning_iterations=snap["tuning_iterations"],
                       passthrough=snap["passthrough_iterations"], layout=snap["layout"],
                       plan=snap["plan"], counts_per_step=counts,

@@ -172,6 +172,30 @@ def test_three_ranks_match_plain_ddp_and_derive_from_the_two_rank_entry(tmp, fir
     assert not any(r["derived"] for r in results["block_tiny"])
 
 
+@pytest.mark.parametrize("world", [2, 3])
+def test_ucx_communicator_from_the_torch_store_matches_plain_ddp(tmp, world):
+    c = lambda n: os.path.join(tmp, "cache-ucx%d-%s" % (world, n))
+    scenarios = [
+        scenario("mlp_tiny_ucx", "mlp", c("mlp"), communicator="ucx"),
+        scenario("block_default_view_ucx", "block", c("block"), bucket_cap_mb=25, view=True,
+                 communicator="ucx"),
+        scenario("mlp_unused_ucx", "mlp", c("mlp_unused"), unused=True, communicator="ucx"),
+    ]
+    results, codes, logs = launch(tmp, world, scenarios, "ucx-w%d" % world)
+    for sc in scenarios:
+        per_rank = check_ok(results, sc["name"], logs)
+        for res in per_rank:
+            assert res["backend"] == "ucx", res["backend"]
+            assert res["phase"] == "tuned"
+            assert res["tuning_iterations"] > 0
+            if world == 2:
+                assert res["bitwise"], (sc["name"], res["max_rel"])
+            else:  # UCX sums in rank order, gloo along its ring: 1e-6
+                assert res["max_rel"] <= 1e-6, (sc["name"], res["max_rel"])
+        assert len({json.dumps(r["plan"]) for r in per_rank}) == 1
+    assert all(c == 0 for c in codes), codes
+
+
 def test_a_rank_with_a_different_model_fails_on_every_rank(tmp):
     sc = scenario("differs", "mlp", os.path.join(tmp, "cache-differs"),
                   hidden_by_rank={"1": 48}, hook_only=True)
@@ -219,6 +243,11 @@ try:
     fusebox.torch.register(DDP(torch.nn.Linear(4, 4)), cache_dir=False, measure_iterations=0)
 except ValueError as e:
     print("BAD_ARG", e)
+for c in ("nccl", "bogus"):
+    try:
+        fusebox.torch.register(DDP(torch.nn.Linear(4, 4)), cache_dir=False, communicator=c)
+    except ValueError as e:
+        print("BAD_COMM", e)
 print("STATE", h.state)
 '''
 
@@ -234,4 +263,6 @@ def test_bad_use_is_refused_with_a_clear_error(tmp):
     assert "TWICE" in out and "already has the fusebox hook" in out
     assert "OTHER_HOOK" in out and "DDP refused the fusebox hook" in out
     assert "BAD_ARG measure_iterations must be an integer >= 1" in out
+    assert "BAD_COMM communicator='nccl' is not available yet" in out
+    assert "BAD_COMM communicator must be 'process_group' or 'ucx', got 'bogus'" in out
     assert "STATE learning" in out

@@ -13,6 +13,7 @@
 #include "absl/time/time.h"
 #include "plugins/torch/comm_hook.h"
 #include "plugins/torch/process_group_communicator.h"
+#include "plugins/torch/torch_store.h"
 #include "torch/csrc/distributed/c10d/reducer.hpp"
 #include "torch/csrc/utils/pybind.h"
 
@@ -97,10 +98,42 @@ py::dict SnapshotToDict(const HookSnapshot& s) {
   return d;
 }
 
-std::unique_ptr<Hook> Register(py::object reducer_obj, py::object group_obj, py::dict o) {
-  auto reducer = reducer_obj.cast<std::shared_ptr<::c10d::Reducer>>();
+// The communicator the hook reduces through: `group` itself, or a fusebox
+// backend whose rendezvous runs over torch's `store` (ranks numbered as in
+// `group`, which then spans the store's job).
+absl::StatusOr<std::pair<std::shared_ptr<comm::Communicator>, ProcessGroupCommunicator*>>
+MakeCommunicator(py::object group_obj, py::object store_obj, const py::dict& o) {
   auto group = group_obj.cast<c10::intrusive_ptr<::c10d::ProcessGroup>>();
-  auto comm = std::make_shared<ProcessGroupCommunicator>(group);
+  const std::string kind = o["communicator"].cast<std::string>();
+  if (kind == "process_group") {
+    auto pg = std::make_shared<ProcessGroupCommunicator>(group);
+    ProcessGroupCommunicator* raw = pg.get();
+    return std::make_pair(std::shared_ptr<comm::Communicator>(std::move(pg)), raw);
+  }
+  TorchStoreCommOptions options;
+  options.backend = kind;
+  options.prefix = "fusebox";
+  options.rank = group->getRank();
+  options.size = group->getSize();
+  options.local_rank = o["local_rank"].cast<int>();
+  options.timeout = absl::Seconds(o["timeout_s"].cast<double>());
+  auto store = store_obj.cast<c10::intrusive_ptr<::c10d::Store>>();
+  absl::StatusOr<std::shared_ptr<comm::Communicator>> comm;
+  {
+    py::gil_scoped_release release;  // a rendezvous: may wait for the other ranks
+    comm = CreateCommunicatorOverTorchStore(std::move(store), options);
+  }
+  if (!comm.ok()) return comm.status();
+  return std::make_pair(*std::move(comm), static_cast<ProcessGroupCommunicator*>(nullptr));
+}
+
+std::unique_ptr<Hook> Register(py::object reducer_obj, py::object group_obj, py::dict o,
+                               py::object store_obj) {
+  auto reducer = reducer_obj.cast<std::shared_ptr<::c10d::Reducer>>();
+  auto made = MakeCommunicator(group_obj, store_obj, o);
+  if (!made.ok()) Throw(made.status());
+  std::shared_ptr<comm::Communicator> comm = made->first;
+  ProcessGroupCommunicator* pg_comm = made->second;
   HookOptions options;
   options.fixed_plan = o["plan"].cast<std::string>();
   options.cache_dir = o["cache_dir"].cast<std::string>();
@@ -125,7 +158,7 @@ std::unique_ptr<Hook> Register(py::object reducer_obj, py::object group_obj, py:
     }
   };
   absl::StatusOr<std::shared_ptr<HookState>> state =
-      RegisterCommHook(*reducer, comm, comm.get(), std::move(options));
+      RegisterCommHook(*reducer, comm, pg_comm, std::move(options));
   if (!state.ok()) Throw(state.status());
   return std::make_unique<Hook>(*std::move(state));
 }
@@ -147,5 +180,5 @@ PYBIND11_MODULE(_C, m) {
       .def_property_readonly("rank", &Hook::rank)
       .def_property_readonly("world_size", &Hook::size);
   m.def("_register", &fusebox::torch_plugin::Register, py::arg("reducer"), py::arg("group"),
-        py::arg("options"));
+        py::arg("options"), py::arg("store") = py::none());
 }

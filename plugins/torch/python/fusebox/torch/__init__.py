@@ -66,7 +66,8 @@ class Handle:
     @property
     def last_allreduce_counts(self):
         """Element counts of the allreduce calls the last fused iteration
-        issued through the process group, in order."""
+        issued through the process group, in order (empty with
+        communicator="ucx", which keeps no call log)."""
         return self.snapshot()["last_allreduce_counts"]
 
     def stats(self):
@@ -87,7 +88,8 @@ def _group_ranks(group):
     return sorted(dist.distributed_c10d._pg_group_ranks[group].keys())
 
 
-def register(ddp_model, *, cache_dir=None, plan=None, process_group=None, network="local",
+def register(ddp_model, *, cache_dir=None, plan=None, communicator="process_group",
+             process_group=None, network="local",
              ranks_per_node=None, candidates=4, warmup_iterations=1, measure_iterations=5,
              drift_window=50, max_in_flight=4, timeout_s=300.0, timeline=False, verbose=False):
     """Registers the fusebox communication hook on a DistributedDataParallel model.
@@ -98,9 +100,14 @@ def register(ddp_model, *, cache_dir=None, plan=None, process_group=None, networ
         ~/.cache/fusebox); False disables it. A cluster size seen before is not
         tuned again.
     plan: None to tune; or a fixed plan: "ddp", "per-tensor", or a plan JSON file.
-    process_group: the group fusebox reduces through. Default: a new group of
-        DDP's backend over DDP's ranks (fusebox's collectives must not
-        interleave with DDP's own on one group).
+    communicator: what fusebox reduces through. "process_group" (default): a
+        torch process group (see process_group). "ucx": fusebox's UCX
+        communicator (shared memory on one host, TCP or RDMA between hosts),
+        bootstrapped from torch's own store; DDP must span the default group.
+    process_group: with communicator="process_group", the group fusebox
+        reduces through. Default: a new group of DDP's backend over DDP's
+        ranks (fusebox's collectives must not interleave with DDP's own on
+        one group).
     network: names the network in the cache key (e.g. "ib-400g", "25gbe").
     ranks_per_node: default $LOCAL_WORLD_SIZE, else all ranks on one node.
     candidates, warmup_iterations, measure_iterations: tuning effort (plans
@@ -134,10 +141,27 @@ def register(ddp_model, *, cache_dir=None, plan=None, process_group=None, networ
         cache_dir = ""
     if ranks_per_node is None:
         ranks_per_node = int(os.environ.get("LOCAL_WORLD_SIZE", "0"))
-    group = process_group
-    if group is None:
-        ddp_group = ddp_model.process_group
-        group = dist.new_group(ranks=_group_ranks(ddp_group), backend=dist.get_backend(ddp_group))
+    store = None
+    if communicator == "process_group":
+        group = process_group
+        if group is None:
+            ddp_group = ddp_model.process_group
+            group = dist.new_group(ranks=_group_ranks(ddp_group),
+                                   backend=dist.get_backend(ddp_group))
+    elif communicator == "ucx":
+        if process_group is not None:
+            raise ValueError("process_group applies to communicator='process_group' only")
+        group = ddp_model.process_group
+        if _group_ranks(group) is not None:
+            raise ValueError("communicator='ucx' needs DDP over the default process group "
+                             "(its ranks are the store's ranks)")
+        store = dist.distributed_c10d._get_default_store()
+    elif communicator == "nccl":
+        raise ValueError("communicator='nccl' is not available yet: the hook takes CPU "
+                         "gradients only (see plugins/torch/README.md, Known gaps)")
+    else:
+        raise ValueError("communicator must be 'process_group' or 'ucx', got %r"
+                         % (communicator,))
     options = {
         "plan": os.fspath(plan) if plan is not None else "",
         "cache_dir": os.fspath(cache_dir),
@@ -152,8 +176,10 @@ def register(ddp_model, *, cache_dir=None, plan=None, process_group=None, networ
         "timeout_s": float(timeout_s),
         "timeline": bool(timeline),
         "verbose": bool(verbose),
+        "communicator": communicator,
+        "local_rank": int(os.environ.get("LOCAL_RANK", "0")),
     }
-    hook = _C._register(ddp_model.reducer, group, options)
+    hook = _C._register(ddp_model.reducer, group, options, store)
     handle = Handle(hook, group)
     ddp_model._fusebox_handle = handle
     return handle
