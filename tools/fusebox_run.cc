@@ -204,7 +204,7 @@ int Launcher::RunningCount() const {
 std::string Launcher::RunningRanks() const {
   std::vector<int> running;
   for (int r = 0; r < static_cast<int>(ranks_.size()); ++r) {
-    if (ranks_[r].running) running.push_back(r);
+    if (ranks_[r].running) running.push_back(GlobalRank(options_, r));
   }
   return absl::StrJoin(running, ", ");
 }
@@ -273,11 +273,17 @@ absl::Status Launcher::SetUp() {
     }
   }
 
+  if (options_.node_rank != 0) {
+    // Node 0's launcher hosts the store; this node's ranks connect to it.
+    store_port_ = options_.master_port;
+    for (char** e = environ; *e != nullptr; ++e) base_env_.emplace_back(*e);
+    return absl::OkStatus();
+  }
   comm::TcpStoreServerOptions store_options;
   store_options.bind_addr = StoreBindAddress(options_.master_addr);
   store_options.port = options_.master_port;
   store_options.max_connections =
-      std::max(store_options.max_connections, 4 * options_.nproc);
+      std::max(store_options.max_connections, 4 * options_.nproc * options_.nnodes);
   auto store = comm::StartTcpStoreServer(store_options);
   if (!store.ok()) {
     return absl::Status(
@@ -313,7 +319,7 @@ absl::Status Launcher::StartRank(int rank) {
     for (auto [fd, ext] : {std::pair<UniqueFd*, const char*>{&out_write, "out"},
                            {&err_write, "err"}}) {
       std::string path =
-          absl::StrCat(options_.output_dir, "/rank.", rank, ".", ext);
+          absl::StrCat(options_.output_dir, "/rank.", GlobalRank(options_, rank), ".", ext);
       fd->reset(
           open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
       if (!fd->valid()) {
@@ -385,7 +391,7 @@ absl::Status Launcher::StartRank(int rank) {
           {&err_read, STDERR_FILENO}}) {
       fcntl(fd->get(), F_SETFL, fcntl(fd->get(), F_GETFL) | O_NONBLOCK);
       streams_.push_back(
-          Stream{std::move(*fd), target, LinePrefixer(RankPrefix(rank))});
+          Stream{std::move(*fd), target, LinePrefixer(RankPrefix(GlobalRank(options_, rank)))});
     }
   }
   return absl::OkStatus();
@@ -413,7 +419,8 @@ void Launcher::OnRankExit(int rank, int wait_status) {
   ranks_[rank].wait_status = wait_status;
   const bool clean = WIFEXITED(wait_status) && WEXITSTATUS(wait_status) == 0;
   if (clean || stopping_) return;
-  Report(absl::StrCat("rank ", rank, " ", DescribeWaitStatus(wait_status)));
+  Report(absl::StrCat("rank ", GlobalRank(options_, rank), " ",
+                      DescribeWaitStatus(wait_status)));
   if (RunningCount() > 0) {
     Report(absl::StrCat("stopping ranks ", RunningRanks(), " (SIGTERM, then ",
                         "SIGKILL after ", absl::FormatDuration(options_.grace),
@@ -583,7 +590,7 @@ int Launcher::Run() {
   }
   for (int r = 0; r < options_.nproc && !stopping_; ++r) {
     if (absl::Status s = StartRank(r); !s.ok()) {
-      Report(absl::StrCat("rank ", r, ": ", s.message()));
+      Report(absl::StrCat("rank ", GlobalRank(options_, r), ": ", s.message()));
       if (RunningCount() > 0) {
         Report(absl::StrCat("stopping ranks ", RunningRanks()));
       }

@@ -120,6 +120,8 @@ absl::StatusOr<LaunchOptions> ParseLaunchArgs(
         "-n",
         "--nproc",
         "--nproc-per-node",
+        "--nnodes",
+        "--node-rank",
         "--master-addr",
         "--master-port",
         "--output",
@@ -145,6 +147,14 @@ absl::StatusOr<LaunchOptions> ParseLaunchArgs(
       if (!n.ok()) return n.status();
       options.nproc = *n;
       nproc_given = true;
+    } else if (name == "--nnodes") {
+      auto n = ParseIntInRange(name, value, 1, kMaxNodes);
+      if (!n.ok()) return n.status();
+      options.nnodes = *n;
+    } else if (name == "--node-rank") {
+      auto n = ParseIntInRange(name, value, 0, kMaxNodes - 1);
+      if (!n.ok()) return n.status();
+      options.node_rank = *n;
     } else if (name == "--master-addr") {
       if (value.empty()) return UsageError("--master-addr must not be empty");
       options.master_addr = value;
@@ -212,6 +222,14 @@ absl::StatusOr<LaunchOptions> ParseLaunchArgs(
   if (options.command.empty()) {
     return UsageError("no command given");
   }
+  if (options.node_rank >= options.nnodes) {
+    return UsageError(absl::StrCat("--node-rank ", options.node_rank,
+                                   " is out of range for --nnodes ", options.nnodes));
+  }
+  if (options.nnodes > 1 && options.master_port == 0) {
+    return UsageError("--nnodes > 1 needs a fixed --master-port (every node's ranks must "
+                      "find node 0's store)");
+  }
   if (options.output == OutputMode::kSeparate && options.output_dir.empty()) {
     return UsageError("--output separate needs --output-dir DIR");
   }
@@ -239,9 +257,15 @@ command's own flags are passed through untouched.
 Options:
   -n, --nproc N           number of local ranks, 1..1024 (required; also
                           -nN, -np N, --nproc-per-node N)
+      --nnodes N          launchers (hosts) in the job, 1..4096 (default 1)
+      --node-rank K       this launcher's node, 0..N-1 (default 0); its ranks
+                          are K*nproc .. K*nproc+nproc-1, WORLD_SIZE is
+                          N*nproc; node 0 hosts the store, the others' ranks
+                          connect to it
       --master-addr ADDR  address ranks use to reach the store
                           (default 127.0.0.1)
-      --master-port PORT  port of the hosted store (default: a free port)
+      --master-port PORT  port of the hosted store (default: a free port;
+                          required with --nnodes > 1)
       --output MODE       prefix   (default) each line of a rank's stdout and
                                    stderr is written whole, prefixed "[rank]: "
                           separate write rank r's output to DIR/rank.r.out and
@@ -283,15 +307,22 @@ Examples:
   fusebox-run -n 4 ./train --epochs 3
   fusebox-run -n 8 --timeout 10m --output separate --output-dir logs -- ./bench
   fusebox-run -n 2 --env OMP_NUM_THREADS=4 -- sh -c 'echo $RANK $WORLD_SIZE'
+  # two hosts, 4 ranks each (run one on each host):
+  fusebox-run -n 4 --nnodes 2 --node-rank 0 --master-addr 10.0.0.1 --master-port 29500 -- ./bench
+  fusebox-run -n 4 --nnodes 2 --node-rank 1 --master-addr 10.0.0.1 --master-port 29500 -- ./bench
 )";
+}
+
+int GlobalRank(const LaunchOptions& options, int local_rank) {
+  return options.node_rank * options.nproc + local_rank;
 }
 
 std::vector<std::string> BuildRankEnvironment(
     absl::Span<const std::string> base, const LaunchOptions& options, int rank,
     int store_port) {
   std::vector<std::pair<std::string, std::string>> overrides = options.env;
-  overrides.emplace_back("RANK", absl::StrCat(rank));
-  overrides.emplace_back("WORLD_SIZE", absl::StrCat(options.nproc));
+  overrides.emplace_back("RANK", absl::StrCat(GlobalRank(options, rank)));
+  overrides.emplace_back("WORLD_SIZE", absl::StrCat(options.nnodes * options.nproc));
   overrides.emplace_back("LOCAL_RANK", absl::StrCat(rank));
   overrides.emplace_back("LOCAL_WORLD_SIZE", absl::StrCat(options.nproc));
   overrides.emplace_back("MASTER_ADDR", options.master_addr);

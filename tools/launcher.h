@@ -31,8 +31,16 @@ enum class OutputMode {
 // jobs), and does not bind otherwise.
 enum class Binding { kAuto, kCore, kNone };
 
+inline constexpr int kMaxNodes = 4096;
+
 struct LaunchOptions {
   int nproc = 0;  // required, 1..kMaxLocalRanks
+  // Several launchers, one per host, form one job: node `node_rank` of
+  // `nnodes` runs global ranks node_rank * nproc .. + nproc - 1. Node 0's
+  // launcher hosts the store on master_addr:master_port (a fixed port is
+  // then required); the others' ranks connect to it.
+  int nnodes = 1;
+  int node_rank = 0;
   std::string master_addr = "127.0.0.1";
   int master_port = 0;  // 0: the hosted store picks a free port
   OutputMode output = OutputMode::kPrefix;
@@ -72,11 +80,15 @@ inline constexpr const char* kReservedEnvVars[] = {
     "RANK",        "WORLD_SIZE",  "LOCAL_RANK",         "LOCAL_WORLD_SIZE",
     "MASTER_ADDR", "MASTER_PORT", "FUSEBOX_AGENT_STORE"};
 
+// The global rank of local rank `local_rank` (node_rank * nproc + local).
+int GlobalRank(const LaunchOptions& options, int local_rank);
+
 // The environment ("K=V" strings) of local rank `rank`: `base` (usually the
 // launcher's own environment) with options.env applied on top and then the
-// launcher's variables (RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE,
-// MASTER_ADDR, MASTER_PORT = `store_port`, FUSEBOX_AGENT_STORE=1). Every
-// variable appears once. Entries of `base` without '=' are dropped.
+// launcher's variables (RANK = GlobalRank, WORLD_SIZE = nnodes * nproc,
+// LOCAL_RANK, LOCAL_WORLD_SIZE = nproc, MASTER_ADDR, MASTER_PORT =
+// `store_port`, FUSEBOX_AGENT_STORE=1). Every variable appears once. Entries
+// of `base` without '=' are dropped.
 std::vector<std::string> BuildRankEnvironment(
     absl::Span<const std::string> base, const LaunchOptions& options, int rank,
     int store_port);

@@ -226,7 +226,7 @@ TEST(LauncherTest, HelpNeedsNothingElse) {
 TEST(LauncherTest, UsageDocumentsEveryOptionWithExamples) {
   const std::string usage = LaunchUsage();
   for (const char* text :
-       {"Usage: fusebox-run -n N", "--nproc", "--master-addr", "--master-port",
+       {"Usage: fusebox-run -n N", "--nproc", "--master-addr", "--master-port", "--nnodes", "--node-rank",
         "--output", "--output-dir", "--timeout", "--grace", "--env", "--help",
         "RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_PORT",
         "FUSEBOX_AGENT_STORE", "Exit status", "Examples"}) {
@@ -259,6 +259,33 @@ TEST(LauncherTest, RankEnvironmentOverridesInheritedValues) {
                                 "WORLD_SIZE=2", "LOCAL_RANK=0",
                                 "LOCAL_WORLD_SIZE=2", "MASTER_ADDR=127.0.0.1",
                                 "MASTER_PORT=1234", "FUSEBOX_AGENT_STORE=1"));
+}
+
+TEST(LauncherTest, MultiNodeRanksAreNumberedByNode) {
+  auto options = ParseLaunchArgs({"-n", "3", "--nnodes", "4", "--node-rank=2", "--master-addr",
+                                  "10.9.0.1", "--master-port", "29501", "--", "./x"});
+  ASSERT_TRUE(options.ok()) << options.status();
+  EXPECT_EQ(options->nnodes, 4);
+  EXPECT_EQ(options->node_rank, 2);
+  EXPECT_EQ(GlobalRank(*options, 0), 6);
+  EXPECT_EQ(GlobalRank(*options, 2), 8);
+  EXPECT_THAT(BuildRankEnvironment({}, *options, 1, 29501),
+              UnorderedElementsAre("RANK=7", "WORLD_SIZE=12", "LOCAL_RANK=1",
+                                   "LOCAL_WORLD_SIZE=3", "MASTER_ADDR=10.9.0.1",
+                                   "MASTER_PORT=29501", "FUSEBOX_AGENT_STORE=1"));
+}
+
+TEST(LauncherTest, RejectsInconsistentMultiNodeOptions) {
+  auto out_of_range = ParseLaunchArgs(
+      {"-n", "1", "--nnodes", "2", "--node-rank", "2", "--master-port", "29500", "x"});
+  ASSERT_FALSE(out_of_range.ok());
+  EXPECT_THAT(std::string(out_of_range.status().message()),
+              HasSubstr("--node-rank 2 is out of range for --nnodes 2"));
+  auto no_port = ParseLaunchArgs({"-n", "1", "--nnodes", "2", "x"});
+  ASSERT_FALSE(no_port.ok());
+  EXPECT_THAT(std::string(no_port.status().message()), HasSubstr("fixed --master-port"));
+  EXPECT_FALSE(ParseLaunchArgs({"-n", "1", "--nnodes", "0", "x"}).ok());
+  EXPECT_FALSE(ParseLaunchArgs({"-n", "1", "--nnodes", "5000", "x"}).ok());
 }
 
 TEST(LauncherTest, BindsStoreToLoopbackOnlyForLoopbackMaster) {

@@ -1,0 +1,104 @@
+#!/usr/bin/env bash
+# perf/cluster/emucluster.py end to end (needs root and ip netns; prints
+# SKIPPED and exits 77 otherwise). Each case uses its own prefix, subnet and
+# port, so cases may run in parallel.
+#   allreduce   3 hosts x 1 rank, shaped links: fusebox-perf allreduce over
+#               UCX tcp checks every element (#wrong = 0, else non-zero exit);
+#               every rank saw its own host's address
+#   rank_killed kill -9 of one rank: the script exits non-zero within
+#               seconds; no namespace, link or process is left
+#   sigterm     SIGTERM to the script mid-run: the same
+#   sigkill     SIGKILL to the script: its launchers and ranks die with it;
+#               `cleanup` then removes the namespaces
+# Usage: emucluster_e2e.sh CASE SCRIPT FUSEBOX_RUN FUSEBOX_PERF
+set -u
+case_name=$1
+script=$2
+run_tool=$3
+perf_tool=$4
+work=$(mktemp -d "${TMPDIR:-/tmp}/fusebox-emucluster.XXXXXX")
+
+if [[ $(id -u) -ne 0 ]] || ! ip netns list >/dev/null 2>&1 || ! command -v tc >/dev/null; then
+  echo "SKIPPED: needs root, ip netns and tc"
+  exit 77
+fi
+case $case_name in
+  allreduce) prefix=fbta subnet=91 port=29661 ;;
+  rank_killed) prefix=fbtk subnet=92 port=29662 ;;
+  sigterm) prefix=fbtt subnet=93 port=29663 ;;
+  sigkill) prefix=fbtx subnet=94 port=29664 ;;
+  *) echo "unknown case $case_name" >&2; exit 2 ;;
+esac
+marker="fusebox-emucluster-$case_name-$$"
+trap '/usr/bin/python3 "$script" cleanup --prefix $prefix >/dev/null 2>&1; pkill -9 -f "$marker" 2>/dev/null; rm -rf "$work"' EXIT
+
+fail() {
+  echo "FAIL [$case_name]: $*" >&2
+  [ -f "$work/out" ] && { echo "--- output:" >&2; tail -c 4000 "$work/out" >&2; }
+  exit 1
+}
+
+emu() {  # emu ARGS... (in the background; pid in $emu_pid)
+  /usr/bin/python3 "$script" run --prefix $prefix --subnet $subnet --port $port \
+    --fusebox_run "$run_tool" --grace 2 "$@" >"$work/out" 2>&1 &
+  emu_pid=$!
+}
+
+nothing_left() {
+  local left
+  left=$(ip netns list | awk '{print $1}' | grep "^$prefix" || true)
+  [ -z "$left" ] || fail "namespaces left behind: $left"
+  ip link show | grep -q "$prefix" && fail "links left behind: $(ip link show | grep "$prefix")"
+  # Give killed processes a moment to be reaped by init.
+  for _ in $(seq 50); do pgrep -f "$marker" >/dev/null || return 0; sleep 0.1; done
+  fail "processes left behind: $(pgrep -af "$marker")"
+}
+
+wait_for_ranks() {  # wait_for_ranks N: until N ranks have reported
+  for _ in $(seq 200); do
+    [ "$(grep -c "rank .* of" "$work/out" 2>/dev/null)" -ge "$1" ] && return 0
+    sleep 0.1
+  done
+  fail "ranks did not start"
+}
+
+case $case_name in
+  allreduce)
+    emu --hosts 3 --rate 2gbit --timeout 120 -- "$perf_tool" allreduce -b 4K -e 4M -f 32 -n 3 -w 1 \
+      --progress 0
+    wait $emu_pid || fail "run exited $?"
+    grep -q "backend ucx, 3 ranks" "$work/out" || fail "no 3-rank UCX run"
+    grep -q "# Out of bounds values : 0 OK" "$work/out" || fail "results not checked OK"
+    nothing_left
+    ;;
+  rank_killed)
+    emu --hosts 3 --rate 1gbit -- bash -c "if [ \$RANK = 1 ]; then sleep 1; kill -9 \$\$; fi; exec -a $marker sleep 60"
+    start=$(date +%s)
+    wait $emu_pid
+    rc=$?
+    [ $rc -ne 0 ] || fail "exit status 0 after a rank was killed"
+    (( $(date +%s) - start < 20 )) || fail "took $(( $(date +%s) - start )) s to notice"
+    grep -q "rank 1 killed by signal SIGKILL" "$work/out" || fail "the dead rank is not named"
+    nothing_left
+    ;;
+  sigterm)
+    emu --hosts 2 --ranks_per_host 2 --rate 1gbit -- bash -c "echo rank \$RANK of \$WORLD_SIZE; exec -a $marker sleep 60"
+    wait_for_ranks 4
+    kill -TERM $emu_pid
+    wait $emu_pid
+    rc=$?
+    [ $rc -eq $((128 + 15)) ] || fail "exit status $rc, expected 143"
+    nothing_left
+    ;;
+  sigkill)
+    emu --hosts 2 --rate 1gbit -- bash -c "echo rank \$RANK of \$WORLD_SIZE; exec -a $marker sleep 60"
+    wait_for_ranks 2
+    kill -KILL $emu_pid
+    wait $emu_pid 2>/dev/null
+    for _ in $(seq 50); do pgrep -f "$marker" >/dev/null || break; sleep 0.1; done
+    pgrep -f "$marker" >/dev/null && fail "ranks survived the script's SIGKILL: $(pgrep -af "$marker")"
+    /usr/bin/python3 "$script" cleanup --prefix $prefix || fail "cleanup failed"
+    nothing_left
+    ;;
+esac
+echo "PASS [$case_name]"
