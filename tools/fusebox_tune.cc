@@ -30,6 +30,7 @@
 #include "autotune/planner.h"
 #include "autotune/policy_cache.h"
 #include "autotune/profile.h"
+#include "autotune/scaling.h"
 #include "autotune/simulator.h"
 #include "bucketing/file_io.h"
 #include "bucketing/plan_io.h"
@@ -68,6 +69,10 @@ ABSL_FLAG(std::string, from, "", "fit: comma-separated `fusebox-perf allreduce -
 ABSL_FLAG(std::string, profiles, "all", "sweep: comma-separated models or profile files, or all");
 ABSL_FLAG(std::string, presets, "nvlink-h100,ib-400g,25gbe", "sweep: comma-separated presets");
 ABSL_FLAG(std::string, worlds, "8,64,512,4096", "sweep: comma-separated world sizes");
+ABSL_FLAG(std::string, scale_worlds, "1,8,64,512,4096", "scale: comma-separated world sizes");
+ABSL_FLAG(double, batch_per_rank, 1, "scale: samples per rank and iteration (for throughput)");
+ABSL_FLAG(std::string, csv, "", "scale: write every point as CSV to this file");
+ABSL_FLAG(std::string, json, "", "scale: write every point as JSON to this file");
 
 namespace fusebox::tools {
 namespace {
@@ -93,6 +98,12 @@ constexpr char kUsage[] =
     "  fusebox-tune sweep [--profiles all|M,...] [--presets P,...] [--worlds N,...]\n"
     "      The same for every (profile, preset, world size): tuned/bound and each\n"
     "      baseline's time relative to the tuned plan's.\n"
+    "  fusebox-tune scale [--profiles all|M,...] [--presets P,... | --cost_model F | --fit J,...]\n"
+    "               [--scale_worlds 1,8,64,512,4096] [--ranks_per_node R] [--batch_per_rank B]\n"
+    "               [--csv FILE] [--json FILE]\n"
+    "      Weak-scaling prediction per world size: iteration time, scaling efficiency\n"
+    "      (compute / iteration), throughput and exposed communication of the tuned plan\n"
+    "      and every baseline; plots: perf/cluster/plot_scaling.py.\n"
     "  fusebox-tune fit --from J,... [--ranks_per_node R] [--out model.json]\n"
     "      Fits the cost model to `fusebox-perf allreduce --json` files (one or more\n"
     "      world sizes) and prints it; --out writes it for --cost_model.\n"
@@ -311,6 +322,86 @@ int Sweep() {
   return behind == 0 ? 0 : kExitError;
 }
 
+int Scale() {
+  std::vector<std::string> profiles = SplitList(absl::GetFlag(FLAGS_profiles));
+  if (profiles.size() == 1 && profiles[0] == "all") profiles = autotune::ModelNames();
+  std::vector<int> worlds;
+  for (const std::string& w : SplitList(absl::GetFlag(FLAGS_scale_worlds))) {
+    int v = 0;
+    if (!absl::SimpleAtoi(w, &v) || v < 1) return UsageError("--scale_worlds: \"" + w + "\" is not a world size");
+    worlds.push_back(v);
+  }
+  if (profiles.empty() || worlds.empty()) return UsageError("scale needs --profiles and --scale_worlds");
+  // The networks: --cost_model or --fit (one), else each of --presets.
+  std::vector<CostModel> costs;
+  if (!absl::GetFlag(FLAGS_cost_model).empty() || !absl::GetFlag(FLAGS_fit).empty()) {
+    auto cost = CostModelFromFlags();
+    if (!cost.ok()) return Fail(cost.status());
+    costs.push_back(*std::move(cost));
+  } else {
+    for (const std::string& preset : SplitList(absl::GetFlag(FLAGS_presets))) {
+      auto cost = autotune::PresetCostModel(preset);
+      if (!cost.ok()) return Fail(cost.status());
+      costs.push_back(*std::move(cost));
+    }
+  }
+  if (costs.empty()) return UsageError("scale needs --presets, --cost_model or --fit");
+  autotune::ScalingOptions so;
+  auto po = PlannerOptionsFromFlags(2);
+  if (!po.ok()) return Fail(po.status());
+  so.planner = *po;
+  so.batch_per_rank = absl::GetFlag(FLAGS_batch_per_rank);
+  std::vector<autotune::ScalingPoint> all;
+  std::printf("# fusebox-tune scale: predicted weak scaling (every rank computes its own batch); "
+              "efficiency = compute / iteration; exposed = communication not hidden (ms)\n");
+  std::printf("# %-11s %-12s %6s %5s %9s |", "", "", "", "", "");
+  const std::vector<std::string> plans = [] {
+    std::vector<std::string> p = {"tuned"};
+    for (const std::string& b : autotune::BaselineNames()) p.push_back(b);
+    return p;
+  }();
+  for (const std::string& p : plans) std::printf(" %17s", p.c_str());
+  std::printf(" |\n# %-11s %-12s %6s %5s %9s |", "model", "network", "world", "nodes", "compute");
+  for (size_t j = 0; j < plans.size(); ++j) std::printf(" %7s %9s", "eff", "exposed");
+  std::printf(" | ddp/tuned\n");
+  for (const std::string& spec : profiles) {
+    auto profile = LoadProfileSpec(spec);
+    if (!profile.ok()) return Fail(profile.status());
+    for (const CostModel& cost : costs) {
+      auto points = autotune::PredictScaling(*profile, cost, worlds, so);
+      if (!points.ok()) return Fail(points.status());
+      for (size_t i = 0; i < points->size(); i += plans.size()) {
+        const autotune::ScalingPoint& t = (*points)[i];
+        std::printf("  %-11s %-12s %6d %5d %9.2f |", t.model.c_str(), t.network.c_str(), t.world,
+                    t.nodes, Ms(t.compute_us));
+        double ddp = 0;
+        for (size_t j = 0; j < plans.size(); ++j) {
+          const autotune::ScalingPoint& p = (*points)[i + j];
+          std::printf(" %7.3f %9.2f", p.efficiency, Ms(p.exposed_us));
+          if (p.plan == "ddp") ddp = p.iteration_us;
+        }
+        std::printf(" | %8.3f\n", ddp / t.iteration_us);
+      }
+      all.insert(all.end(), points->begin(), points->end());
+    }
+  }
+  const std::string csv = absl::GetFlag(FLAGS_csv);
+  if (!csv.empty()) {
+    if (absl::Status s = bucketing::WriteFileAtomically(csv, autotune::ScalingCsv(all)); !s.ok()) {
+      return Fail(s);
+    }
+    std::printf("# wrote %s\n", csv.c_str());
+  }
+  const std::string json = absl::GetFlag(FLAGS_json);
+  if (!json.empty()) {
+    if (absl::Status s = bucketing::WriteFileAtomically(json, autotune::ScalingJson(all)); !s.ok()) {
+      return Fail(s);
+    }
+    std::printf("# wrote %s\n", json.c_str());
+  }
+  return 0;
+}
+
 int Fit() {
   const std::string from = absl::GetFlag(FLAGS_from);
   if (from.empty()) return UsageError("fit needs --from");
@@ -340,12 +431,13 @@ int Fit() {
 int Main(int argc, char** argv) {
   absl::SetProgramUsageMessage(kUsage);
   std::vector<char*> args = absl::ParseCommandLine(argc, argv);
-  if (args.size() > 2) return UsageError("one command at most: offline, sweep or fit");
+  if (args.size() > 2) return UsageError("one command at most: offline, sweep, scale or fit");
   const std::string command = args.size() == 2 ? args[1] : "offline";
   if (command == "offline") return Offline();
   if (command == "sweep") return Sweep();
+  if (command == "scale") return Scale();
   if (command == "fit") return Fit();
-  return UsageError("unknown command \"" + command + "\" (offline, sweep, fit)");
+  return UsageError("unknown command \"" + command + "\" (offline, sweep, scale, fit)");
 }
 
 }  // namespace

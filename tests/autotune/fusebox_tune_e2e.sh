@@ -55,6 +55,21 @@ case "$case_name" in
     expect stdout "# 4 configurations"
     expect stdout "configurations where a baseline beats tuned: 0"
     ;;
+  scale_csv_json)
+    run 0 "$tool" scale --profiles resnet50,gpt2_small --presets ib-400g,25gbe \
+      --scale_worlds 1,8,64 --ranks_per_node 8 --batch_per_rank 32 \
+      --csv "$work/s.csv" --json "$work/s.json"
+    expect stdout "# fusebox-tune scale"
+    # 2 models x 2 networks x 3 worlds x 6 plans, plus the header.
+    [ "$(wc -l <"$work/s.csv")" -eq 73 ] || fail "s.csv has $(wc -l <"$work/s.csv") lines, expected 73"
+    # Every efficiency in (0, 1]; every world-1 row at efficiency 1.
+    awk -F, 'NR > 1 { if ($11 <= 0 || $11 > 1.000001) bad = 1; if ($4 == 1 && $11 != 1) bad = 1 }
+             END { exit bad }' "$work/s.csv" || fail "an efficiency outside (0, 1]"
+    /usr/bin/python3 -c "import json,sys; d=json.load(open(sys.argv[1])); assert len(d) == 72, len(d)" \
+      "$work/s.json" || fail "s.json does not hold 72 points"
+    run 2 "$tool" scale --scale_worlds 8,zero
+    expect stderr "--scale_worlds: \"zero\" is not a world size"
+    ;;
   fit_from_perf_json)
     cat >"$work/ar.json" <<'J'
 {"tool": "fusebox-perf", "collective": "allreduce", "nranks": 4, "results": [
