@@ -16,6 +16,7 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
@@ -24,8 +25,10 @@
 #include "perf/allreduce.h"
 #include "perf/harness.h"
 #include "perf/overlap.h"
+#include "autotune/cost_model.h"
 #include "autotune/models.h"
 #include "autotune/profile.h"
+#include "bucketing/file_io.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_format.h"
@@ -77,6 +80,9 @@ ABSL_FLAG(std::string, save_plans, "",
 ABSL_FLAG(std::string, cache_dir, "",
           "overlap: the policy cache for the 'tuned' plan (empty: FUSEBOX_CACHE_DIR, else no "
           "cache)");
+ABSL_FLAG(std::string, predict_with, "",
+          "overlap: a cost-model file (fusebox-tune fit --out) for the pred column, instead of "
+          "the model fitted at the start of the run");
 ABSL_FLAG(std::string, network, "local", "overlap: the network label in the tuned plan's cache key");
 ABSL_FLAG(int, tune_candidates, 4, "overlap: plans the tuner measures besides the DDP default");
 ABSL_FLAG(int, tune_measure, 5, "overlap: measured iterations per plan while tuning (after 1 warm-up)");
@@ -254,6 +260,23 @@ absl::StatusOr<OverlapOptions> OverlapOptionsFromFlags() {
     if (const char* env = std::getenv("FUSEBOX_CACHE_DIR"); env != nullptr) o.cache_dir = env;
   }
   o.network = absl::GetFlag(FLAGS_network);
+  if (const std::string f = absl::GetFlag(FLAGS_predict_with); !f.empty()) {
+    auto text = bucketing::ReadFileBounded(f, 1 << 20);
+    if (!text.ok()) return text.status();
+    auto m = autotune::ParseCostModel(*text);
+    if (!m.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat("--predict_with ", f, ": ", m.status().message()));
+    }
+    o.predict_with = *std::move(m);
+  }
+  // Ranks per host, as launchers set it (fusebox-run, torchrun).
+  if (const char* env = std::getenv("LOCAL_WORLD_SIZE"); env != nullptr) {
+    if (!absl::SimpleAtoi(env, &o.ranks_per_node) || o.ranks_per_node < 1 ||
+        o.ranks_per_node > (1 << 20)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("LOCAL_WORLD_SIZE=\"", env, "\" is not a rank count"));
+    }
+  }
   o.tune_candidates = absl::GetFlag(FLAGS_tune_candidates);
   o.tune_measure = absl::GetFlag(FLAGS_tune_measure);
   o.tune_split = absl::GetFlag(FLAGS_tune_split) != 0;

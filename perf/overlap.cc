@@ -237,7 +237,8 @@ absl::StatusOr<OverlapReport> RunOverlap(comm::Communicator& comm,
   // just measured (the same samples on every rank), the engine's settings.
   autotune::SimOptions sim;
   sim.world_size = comm.size();
-  sim.ranks_per_node = comm.size();
+  sim.ranks_per_node = options.ranks_per_node > 0 ? std::min(options.ranks_per_node, comm.size())
+                                                 : comm.size();
   sim.max_in_flight = options.max_in_flight;
   sim.schedule = options.schedule;
   sim.views = options.views;
@@ -255,6 +256,12 @@ absl::StatusOr<OverlapReport> RunOverlap(comm::Communicator& comm,
       cost = autotune::MeasuredAt(*fitted, report.comm.samples, comm.size());
       report.cost_model = cost->Describe();
     }
+  }
+
+  const std::optional<autotune::CostModel> pred_cost =
+      options.predict_with.has_value() ? options.predict_with : cost;
+  if (options.predict_with.has_value()) {
+    report.cost_model = absl::StrCat("given: ", options.predict_with->Describe());
   }
 
   for (const std::string* dir : {&options.save_plans_dir, &options.timeline_dir}) {
@@ -304,8 +311,13 @@ absl::StatusOr<OverlapReport> RunOverlap(comm::Communicator& comm,
                  report.comm.total_measured ? "measured" : "fitted", report.comm.t_last_us / 1e3,
                  report.copy_gbps);
     std::fprintf(out, "# lower bound = forward + max(T_b + t(last), T_first + t(all)) "
-                      "(ANCHORS.md); times are medians over iterations of the slowest rank;\n"
-                      "# pred = autotune::Simulate under the cost model fitted to the sizes above\n");
+                      "(ANCHORS.md); times are medians over iterations of the slowest rank;\n");
+    if (options.predict_with.has_value()) {
+      std::fprintf(out, "# pred = autotune::Simulate under the given cost model: %s\n",
+                   options.predict_with->Describe().c_str());
+    } else {
+      std::fprintf(out, "# pred = autotune::Simulate under the cost model fitted to the sizes above\n");
+    }
     std::fprintf(out, "#\n# %-14s %7s %10s %10s %10s %9s %10s %10s %8s %10s %9s\n", "plan",
                  "buckets", "iter(ms)", "bwd(ms)", "exposed", "copy(ms)", "bound(ms)",
                  "iter/bound", "iter/cmp", "pred(ms)", "pred/iter");
@@ -346,6 +358,7 @@ absl::StatusOr<OverlapReport> RunOverlap(comm::Communicator& comm,
       to.cost_model = cost;
       to.backend = comm.backend();
       to.network = options.network;
+      to.ranks_per_node = sim.ranks_per_node;
       to.model_label = profile.model;
       to.drift_window = 0;  // a benchmark measures; it does not monitor
       to.log = [out](const std::string& line) {
@@ -408,8 +421,8 @@ absl::StatusOr<OverlapReport> RunOverlap(comm::Communicator& comm,
     r.bound_us = LowerBoundUs(profile.forward_us, profile.backward_us,
                               profile.tensors.front().ready_us, report.comm.t_last_us,
                               report.comm.t_total_us);
-    if (cost.has_value()) {
-      auto predicted = autotune::Simulate(profile, plan, *cost, sim);
+    if (pred_cost.has_value()) {
+      auto predicted = autotune::Simulate(profile, plan, *pred_cost, sim);
       if (predicted.ok()) r.predicted_us = predicted->iteration_us;
     } else if (comm.size() == 1) {
       r.predicted_us = r.compute_us;

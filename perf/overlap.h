@@ -4,6 +4,7 @@
 #define FUSEBOX_PERF_OVERLAP_H_
 
 #include <cstdio>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -33,9 +34,16 @@ struct OverlapOptions {
   bool views = true;
   std::string timeline_dir;  // per plan and rank Chrome traces when set
   std::string save_plans_dir;  // rank 0 writes each plan as <dir>/<model>-<plan>.json
+  // When set, the `pred` column uses this cost model (e.g. fitted to
+  // allreduce runs at several world sizes) instead of the one fitted to the
+  // sizes measured at the start of this run.
+  std::optional<autotune::CostModel> predict_with;
+  // Ranks per node (host), for the simulator's intra/inter-node terms and
+  // the cache key; 0: every rank on one node.
+  int ranks_per_node = 0;
   // The "tuned" plan: the online tuner's settings and its policy cache
   // (empty: no cache). The cache key names the communicator's backend, this
-  // network label and every rank on one node.
+  // network label and ranks_per_node.
   std::string cache_dir;
   std::string network = "local";
   int tune_candidates = 4;

@@ -55,6 +55,8 @@ def main():
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("csv", help="fusebox-tune scale --csv output")
     ap.add_argument("--out", default=".", help="directory for the PNG files")
+    ap.add_argument("--network", help="name the network NAME in titles and file names (e.g. for "
+                                      "a fitted model, whose CSV says 'fitted')")
     args = ap.parse_args()
     try:
         import matplotlib
@@ -65,6 +67,7 @@ def main():
     groups = load(args.csv)
     os.makedirs(args.out, exist_ok=True)
     for (model, network), plans in groups.items():
+        network = args.network or network
         base = os.path.join(args.out, "%s-%s" % (safe(model), safe(network)))
         fig, ax = plt.subplots(figsize=(7, 4.5))
         for plan, rows in plans.items():

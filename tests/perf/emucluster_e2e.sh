@@ -18,10 +18,12 @@ run_tool=$3
 perf_tool=$4
 work=$(mktemp -d "${TMPDIR:-/tmp}/fusebox-emucluster.XXXXXX")
 
-if [[ $(id -u) -ne 0 ]] || ! ip netns list >/dev/null 2>&1 || ! command -v tc >/dev/null; then
-  echo "SKIPPED: needs root, ip netns and tc"
+probe="fbprobe$$"
+if [[ $(id -u) -ne 0 ]] || ! command -v tc >/dev/null || ! ip netns add "$probe" 2>/dev/null; then
+  echo "SKIPPED: needs root, tc and permission to create network namespaces"
   exit 77
 fi
+ip netns del "$probe"
 case $case_name in
   allreduce) prefix=fbta subnet=91 port=29661 ;;
   rank_killed) prefix=fbtk subnet=92 port=29662 ;;

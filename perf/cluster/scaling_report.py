@@ -1,0 +1,196 @@
+#!/usr/bin/env python3
+"""The scaling report of issue 6, regenerated with one command (root: it
+creates network namespaces):
+
+    sudo python3 perf/cluster/scaling_report.py            # ~15 min on 2 cores
+    sudo python3 perf/cluster/scaling_report.py --quick    # 2 and 4 hosts, one rate
+
+1. Emulated clusters (perf/cluster/emucluster.py): for each link rate and
+   host count, `fusebox-perf allreduce` across the hosts (one rank per host,
+   UCX over TCP through tbf-shaped links).
+2. The cost model fitted per rate to those runs at every host count
+   (`fusebox-tune fit`).
+3. `fusebox-perf overlap` of the profile on the same clusters: DDP, Horovod,
+   MG-WFBP and the online tuner, whose plan per host count goes into the
+   policy cache (the knowledge base per cluster size, filled by a real
+   procedure); `pred` comes from the model of step 2 (--predict_with), so
+   each run validates the simulator at that size.
+4. `fusebox-tune scale` for every shipped profile on the ib-400g and 25gbe
+   presets (8 ranks per node) and on each fitted emulated network; plots by
+   perf/cluster/plot_scaling.py.
+5. <out>/README.md: the validation table, the tuned-vs-DDP gains and
+   scaling efficiencies, the cache entries, and the commands that made them.
+"""
+import argparse
+import csv
+import json
+import os
+import shlex
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+PY = "/usr/bin/python3"
+
+
+class Runner:
+    def __init__(self, out):
+        self.out = out
+        self.commands = []
+
+    def run(self, cmd, log=None, check=True, timeout=1800):
+        shown = " ".join(shlex.quote(c.replace(REPO + "/", "")) for c in cmd)
+        self.commands.append(shown)
+        print("$ " + shown, flush=True)
+        t0 = time.monotonic()
+        p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+        if log:
+            with open(os.path.join(self.out, log), "w") as f:
+                f.write(p.stdout + p.stderr)
+        if check and p.returncode != 0:
+            sys.exit("scaling_report: command failed (exit %d): %s\n%s" %
+                     (p.returncode, shown, (p.stdout + p.stderr)[-4000:]))
+        print("  (%.0f s)" % (time.monotonic() - t0), flush=True)
+        return p
+
+
+def read_csv(path):
+    with open(path, newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--build", default=os.path.join(REPO, "build"))
+    ap.add_argument("--out", default=os.path.join(REPO, "docs", "scaling"))
+    ap.add_argument("--hosts", default="2,4,8")
+    ap.add_argument("--rates", default="1gbit,4gbit")
+    ap.add_argument("--profile", default="resnet50", help="profile replayed on the emulated hosts")
+    ap.add_argument("--quick", action="store_true", help="hosts 2,4 and rate 2gbit only")
+    args = ap.parse_args()
+    if args.quick:
+        args.hosts, args.rates = "2,4", "2gbit"
+    if os.geteuid() != 0:
+        sys.exit("scaling_report: needs root (network namespaces)")
+    tools = os.path.join(args.build, "tools")
+    perf = os.path.join(args.build, "perf", "fusebox-perf")
+    tune = os.path.join(tools, "fusebox-tune")
+    for exe in (perf, tune, os.path.join(tools, "fusebox-run")):
+        if not os.access(exe, os.X_OK):
+            sys.exit("scaling_report: %s not built (bash scripts/build.sh)" % exe)
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        subprocess.run(["apt-get", "install", "-y", "-q", "--no-install-recommends",
+                        "python3-matplotlib"], check=False, capture_output=True)
+    hosts = [int(h) for h in args.hosts.split(",")]
+    rates = args.rates.split(",")
+    out = args.out
+    raw = os.path.join(out, "raw")
+    shutil.rmtree(raw, ignore_errors=True)
+    os.makedirs(raw)
+    cache = os.path.join(raw, "policy-cache")
+    r = Runner(out)
+    emu = [PY, os.path.join(REPO, "perf", "cluster", "emucluster.py"), "run", "--fusebox_run",
+           os.path.join(tools, "fusebox-run"), "--timeout", "900"]
+
+    # 1-2: allreduce across the hosts, the cost model per rate.
+    models = {}
+    for rate in rates:
+        files = []
+        for h in hosts:
+            j = os.path.join(raw, "allreduce-%s-%dhosts.json" % (rate, h))
+            r.run(emu + ["--hosts", str(h), "--rate", rate, "--", perf, "allreduce", "-b", "64K",
+                         "-e", "32M", "-f", "4", "-n", "5", "-w", "2", "--progress", "0",
+                         "--json", j], log="raw/allreduce-%s-%dhosts.txt" % (rate, h))
+            files.append(j)
+        models[rate] = os.path.join(raw, "cost-model-%s.json" % rate)
+        r.run([tune, "fit", "--from", ",".join(files), "--ranks_per_node", "1",
+               "--out", models[rate]], log="raw/fit-%s.txt" % rate)
+
+    # 3: overlap runs, validated against the fitted model; plans cached.
+    validation = []
+    for rate in rates:
+        for h in hosts:
+            j = os.path.join(raw, "overlap-%s-%dhosts.json" % (rate, h))
+            r.run(emu + ["--hosts", str(h), "--rate", rate, "--", perf, "overlap", "--profile",
+                         args.profile, "--compute_scale", "auto", "--plans",
+                         "ddp,horovod,mg-wfbp,tuned", "--tune_candidates", "2", "--tune_measure",
+                         "3", "-n", "5", "-w", "1", "--cache_dir", cache, "--network",
+                         "emu-" + rate, "--predict_with", models[rate], "--json", j],
+                  log="raw/overlap-%s-%dhosts.txt" % (rate, h))
+            with open(j) as f:
+                d = json.load(f)
+            for res in d["results"]:
+                validation.append((rate, h, res["plan"], res["predicted_us"] / 1e3,
+                                   res["iteration_us"] / 1e3))
+    r.run([os.path.join(tools, "fusebox-cache"), "--dir", cache, "list"], log="raw/cache-list.txt")
+
+    # 4: the scaling simulator and its plots.
+    scale_csv = os.path.join(raw, "scale-presets.csv")
+    r.run([tune, "scale", "--profiles", "all", "--presets", "ib-400g,25gbe", "--ranks_per_node",
+           "8", "--scale_worlds", "1,8,64,512,4096", "--csv", scale_csv, "--json",
+           os.path.join(raw, "scale-presets.json")], log="raw/scale-presets.txt")
+    emu_csvs = []
+    for rate in rates:
+        c = os.path.join(raw, "scale-emu-%s.csv" % rate)
+        r.run([tune, "scale", "--profiles", args.profile, "--cost_model", models[rate],
+               "--ranks_per_node", "1", "--scale_worlds", "1,2,4,8,16,64,512", "--csv", c],
+              log="raw/scale-emu-%s.txt" % rate)
+        emu_csvs.append((c, "emu-" + rate))
+    plots = os.path.join(out, "plots")
+    shutil.rmtree(plots, ignore_errors=True)
+    for c, label in [(scale_csv, None)] + emu_csvs:
+        r.run([PY, os.path.join(REPO, "perf", "cluster", "plot_scaling.py"), c, "--out", plots]
+              + (["--network", label] if label else []))
+
+    # 5: the report.
+    errors = [abs(p - m) / m for (_, _, _, p, m) in validation]
+    lines = ["# fusebox scaling report", "",
+             "Regenerate: `sudo python3 perf/cluster/scaling_report.py%s` (writes this directory)."
+             % (" --quick" if args.quick else ""), "",
+             "## Validation: predicted vs measured iteration time on emulated clusters", "",
+             "One rank per emulated host (network namespace), links shaped with tc tbf, UCX over "
+             "TCP; `%s` replayed by `fusebox-perf overlap --compute_scale auto`; predicted by "
+             "the simulator under the cost model fitted to the allreduce runs at all host counts "
+             "of that rate (`raw/cost-model-*.json`)." % args.profile, "",
+             "| link | hosts | plan | predicted ms | measured ms | error |",
+             "|---|---|---|---|---|---|"]
+    for (rate, h, plan, p, m) in validation:
+        lines.append("| %s | %d | %s | %.1f | %.1f | %+.1f%% |" % (rate, h, plan, p, m,
+                                                                 100 * (p - m) / m))
+    if errors:
+        lines += ["", "|predicted - measured| / measured: median %.1f%%, max %.1f%% over %d runs "
+                  "(targets: median <= 10%%, none above 20%%)."
+                  % (100 * statistics.median(errors), 100 * max(errors), len(errors))]
+    lines += ["", "## The policy cache: a plan per cluster size, tuned on the emulated clusters",
+              "", "```", open(os.path.join(raw, "cache-list.txt")).read().rstrip(), "```"]
+    rows = read_csv(scale_csv)
+    lines += ["", "## Simulated scaling efficiency at 512 and 4096 ranks (8 per node)", "",
+              "| model | network | world | tuned | DDP default | Horovod default | DDP/tuned time |",
+              "|---|---|---|---|---|---|---|"]
+    idx = {(x["model"], x["network"], x["world"], x["plan"]): x for x in rows}
+    for (model, network, world, plan), x in idx.items():
+        if plan != "tuned" or world not in ("512", "4096"):
+            continue
+        ddp = idx[(model, network, world, "ddp")]
+        hvd = idx[(model, network, world, "horovod")]
+        lines.append("| %s | %s | %s | %.3f | %.3f | %.3f | %.3f |" % (
+            model, network, world, float(x["efficiency"]), float(ddp["efficiency"]),
+            float(hvd["efficiency"]), float(ddp["iteration_ms"]) / float(x["iteration_ms"])))
+    lines += ["", "## Plots", ""]
+    for name in sorted(os.listdir(plots)):
+        lines.append("![%s](plots/%s)" % (name, name))
+    lines += ["", "## Commands", "", "```"] + r.commands + ["```", ""]
+    with open(os.path.join(out, "README.md"), "w") as f:
+        f.write("\n".join(lines))
+    print("\n".join(lines[:12 + len(validation) + 3]))
+    print("scaling_report: wrote %s/README.md" % os.path.relpath(out, REPO))
+
+
+if __name__ == "__main__":
+    main()
