@@ -248,9 +248,11 @@ absl::Status Launcher::SetUp() {
   // A closed stdout must not kill the launcher (and with it every rank).
   signal(SIGPIPE, SIG_IGN);
 
-  // Two pipes per rank in prefix mode: raise the soft fd limit if needed.
+  // Two pipes per rank in prefix mode, and on the node hosting the store a
+  // connection per rank of the job: raise the soft fd limit if needed.
   getrlimit(RLIMIT_NOFILE, &original_nofile_);
   rlim_t need = static_cast<rlim_t>(options_.nproc) * 2 + 64;
+  if (options_.node_rank == 0) need += static_cast<rlim_t>(options_.nproc) * options_.nnodes;
   if (original_nofile_.rlim_cur != RLIM_INFINITY &&
       original_nofile_.rlim_cur < need) {
     struct rlimit raised = original_nofile_;

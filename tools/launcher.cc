@@ -261,7 +261,9 @@ Options:
       --node-rank K       this launcher's node, 0..N-1 (default 0); its ranks
                           are K*nproc .. K*nproc+nproc-1, WORLD_SIZE is
                           N*nproc; node 0 hosts the store, the others' ranks
-                          connect to it
+                          connect to it (give --master-addr as the other
+                          hosts reach node 0; node 0's store lives as long
+                          as node 0's launcher, i.e. until its ranks exit)
       --master-addr ADDR  address ranks use to reach the store
                           (default 127.0.0.1)
       --master-port PORT  port of the hosted store (default: a free port;

@@ -24,12 +24,14 @@ SIGKILLed, its launchers die with it (PR_SET_PDEATHSIG) and so do their
 ranks; the namespaces stay until `cleanup` or the next run with the same
 prefix removes them. Needs root (ip netns, tc).
 
-Exit status: the first failing host's launcher status (its first failing
-rank's), 124 on --timeout, 128+SIG on a signal, 1 on a set-up error.
+Exit status: a failing host's launcher status (its first failing rank's;
+the lowest-numbered host when several are found failed at once), 124 on
+--timeout, 128+SIG on a signal, 1 on a set-up error.
 """
 import argparse
 import ctypes
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -52,9 +54,12 @@ def sh(*cmd, check=True):
 
 
 def namespaces(prefix):
+    """This prefix's namespaces exactly (<prefix>sw, <prefix>h<i>): never
+    another run's whose prefix merely starts the same way."""
+    ours = re.compile(re.escape(prefix) + r"(sw|h\d+)")
     out = sh("ip", "netns", "list", check=False).stdout
     return [line.split()[0] for line in out.splitlines()
-            if line.split() and line.split()[0].startswith(prefix)]
+            if line.split() and ours.fullmatch(line.split()[0])]
 
 
 def cleanup(prefix):
@@ -105,12 +110,18 @@ def setup(args):
                    "rate", args.rate, "burst", args.burst, "latency", "100ms")
 
 
-def die_with_parent():
-    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+def die_with_parent(parent):
+    def hook():
+        if ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL) != 0:
+            os._exit(126)
+        if os.getppid() != parent:  # the parent died before prctl took effect
+            os._exit(126)
+    return hook
 
 
-def launch(args):
-    launchers = []
+def launch(args, launchers):
+    """Starts one fusebox-run per host, appending each to `launchers` as it
+    starts (so that a failure part way stops those already running)."""
     master = address(args.subnet, 0)
     for i in range(args.hosts):
         cmd = ["ip", "netns", "exec", host_ns(args.prefix, i), args.fusebox_run,
@@ -121,8 +132,10 @@ def launch(args):
         for e in args.env:
             cmd += ["--env", e]
         cmd += ["--"] + args.command
-        launchers.append(subprocess.Popen(cmd, preexec_fn=die_with_parent))
-    return launchers
+        # A session of its own: a terminal's ^C reaches only this script,
+        # which stops the launchers with one SIGTERM (then --grace applies).
+        launchers.append(subprocess.Popen(cmd, preexec_fn=die_with_parent(os.getpid()),
+                                          start_new_session=True))
 
 
 def stop(launchers, grace):
@@ -154,7 +167,7 @@ def run(args):
     launchers = []
     try:
         setup(args)
-        launchers = launch(args)
+        launch(args, launchers)
         deadline = time.monotonic() + args.timeout if args.timeout > 0 else None
         code = 0
         while True:
@@ -169,7 +182,7 @@ def run(args):
                 break
             failed = [(i, p.returncode) for i, p in enumerate(launchers)
                       if p.poll() is not None and p.returncode != 0]
-            if failed:
+            if failed:  # (the lowest-numbered host among those found failed in this poll)
                 i, code = failed[0]
                 if code < 0:
                     code = 128 - code
@@ -183,7 +196,10 @@ def run(args):
         return code
     finally:
         stop(launchers, 0)
-        cleanup(args.prefix)
+        try:
+            cleanup(args.prefix)
+        except SetupError as e:  # report it; keep the run's own exit status
+            print("emucluster: cleanup: %s" % e, file=sys.stderr)
 
 
 def main():

@@ -126,6 +126,10 @@ def main():
             with open(j) as f:
                 d = json.load(f)
             for res in d["results"]:
+                if not res.get("predicted_us"):  # the simulator gave no prediction
+                    print("scaling_report: no prediction for %s at %s, %d hosts"
+                          % (res["plan"], rate, h), file=sys.stderr)
+                    continue
                 validation.append((rate, h, res["plan"], res["predicted_us"] / 1e3,
                                    res["iteration_us"] / 1e3))
     r.run([os.path.join(tools, "fusebox-cache"), "--dir", cache, "list"], log="raw/cache-list.txt")

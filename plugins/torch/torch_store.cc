@@ -14,10 +14,12 @@
 namespace fusebox::torch_plugin {
 namespace {
 
-// c10d's waits take a relative timeout; 0 means "no timeout" to c10d, so a
-// deadline already past becomes 1 ms.
+// c10d's waits take a relative timeout in whole milliseconds, rounded up so
+// that c10d never gives up before `deadline`; 0 means "no timeout" to c10d,
+// so a deadline already past becomes 1 ms.
 std::chrono::milliseconds Remaining(absl::Time deadline) {
-  const int64_t ms = absl::ToInt64Milliseconds(deadline - absl::Now());
+  const int64_t ms = absl::ToInt64Milliseconds(
+      absl::Ceil(deadline - absl::Now(), absl::Milliseconds(1)));
   return std::chrono::milliseconds(std::max<int64_t>(ms, 1));
 }
 
@@ -29,6 +31,7 @@ absl::Status TorchError(absl::string_view op, absl::string_view key, const std::
 }  // namespace
 
 absl::Status TorchStore::Set(absl::string_view key, absl::string_view value) {
+  if (absl::Status s = comm::ValidateStoreKey(key); !s.ok()) return s;
   if (absl::Status s = comm::ValidateStoreValue(key, value); !s.ok()) return s;
   try {
     store_->set(std::string(key), std::vector<uint8_t>(value.begin(), value.end()));
@@ -84,7 +87,10 @@ absl::Status TorchStore::Wait(absl::Span<const std::string> keys, absl::Time dea
     } catch (const std::exception& e2) {
       return TorchError("wait", keys.front(), e2);
     }
-    if (missing.empty() || absl::Now() < deadline) return TorchError("wait", keys.front(), e);
+    // Keys still missing after c10d gave up: the deadline's error, naming
+    // them (Remaining() never lets c10d give up early). None missing: the
+    // connection failed.
+    if (missing.empty()) return TorchError("wait", keys.front(), e);
     return comm::MissingKeysError("torch store wait", missing, keys.size(), absl::Now() - start);
   }
 }

@@ -3,11 +3,12 @@
 # SKIPPED and exits 77 otherwise). Each case uses its own prefix, subnet and
 # port, so cases may run in parallel.
 #   allreduce   3 hosts x 1 rank, shaped links: fusebox-perf allreduce over
-#               UCX tcp checks every element (#wrong = 0, else non-zero exit);
-#               every rank saw its own host's address
+#               UCX tcp checks every element (#wrong = 0, else non-zero exit)
 #   rank_killed kill -9 of one rank: the script exits non-zero within
-#               seconds; no namespace, link or process is left
-#   sigterm     SIGTERM to the script mid-run: the same
+#               seconds, naming the rank; no namespace or process is left
+#   sigterm     2 hosts x 2 ranks: global ranks 0-3 of 4, two per host, each
+#               on its host's own address with a tbf-shaped link; SIGTERM to
+#               the script mid-run: exit 143, nothing left
 #   sigkill     SIGKILL to the script: its launchers and ranks die with it;
 #               `cleanup` then removes the namespaces
 # Usage: emucluster_e2e.sh CASE SCRIPT FUSEBOX_RUN FUSEBOX_PERF
@@ -50,10 +51,13 @@ nothing_left() {
   local left
   left=$(ip netns list | awk '{print $1}' | grep "^$prefix" || true)
   [ -z "$left" ] || fail "namespaces left behind: $left"
-  ip link show | grep -q "$prefix" && fail "links left behind: $(ip link show | grep "$prefix")"
-  # Give killed processes a moment to be reaped by init.
-  for _ in $(seq 50); do pgrep -f "$marker" >/dev/null || return 0; sleep 0.1; done
-  fail "processes left behind: $(pgrep -af "$marker")"
+  # (Links live only in those namespaces.) Give killed processes a moment
+  # to be reaped; neither ranks nor launchers may survive.
+  for _ in $(seq 50); do
+    pgrep -f "$marker" >/dev/null || pgrep -f "master-port $port" >/dev/null || return 0
+    sleep 0.1
+  done
+  fail "processes left behind: $(pgrep -af "$marker"; pgrep -af "master-port $port")"
 }
 
 wait_for_ranks() {  # wait_for_ranks N: until N ranks have reported
@@ -84,8 +88,15 @@ case $case_name in
     nothing_left
     ;;
   sigterm)
-    emu --hosts 2 --ranks_per_host 2 --rate 1gbit -- bash -c "echo rank \$RANK of \$WORLD_SIZE; exec -a $marker sleep 60"
+    emu --hosts 2 --ranks_per_host 2 --rate 1gbit -- bash -c "echo rank \$RANK of \$WORLD_SIZE local \$LOCAL_RANK of \$LOCAL_WORLD_SIZE host \$FUSEBOX_EMULATED_HOST addr \$(ip -o -4 addr show fbeth | awk '{print \$4}'); exec -a $marker sleep 60"
     wait_for_ranks 4
+    for r in 0 1 2 3; do
+      h=$((r / 2))
+      grep -q "^\[$r\]: rank $r of 4 local $((r % 2)) of 2 host $h addr 10.231.$subnet.$((h + 1))/24$" "$work/out" ||
+        fail "rank $r: wrong numbering, host or address"
+    done
+    ip netns exec ${prefix}h1 tc qdisc show dev fbeth | grep -q "tbf.*rate 1Gbit" || fail "host 1's link is not shaped"
+    ip netns exec ${prefix}sw tc qdisc show dev ${prefix}p0 | grep -q "tbf.*rate 1Gbit" || fail "the switch side is not shaped"
     kill -TERM $emu_pid
     wait $emu_pid
     rc=$?
