@@ -8,6 +8,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
@@ -85,6 +86,13 @@ absl::StatusOr<RendezvousOptions> RendezvousOptionsFromEnv(
       return BadVar("FUSEBOX_AGENT_STORE", *v, "is not a boolean (0 or 1)");
     }
   }
+  if (std::optional<std::string> v = Lookup(getenv, "FUSEBOX_JOB_TOKEN")) {
+    if (v->size() > 1024) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "FUSEBOX_JOB_TOKEN is ", v->size(), " bytes long; the limit is 1024"));
+    }
+    o.job_token = *v;
+  }
   if (std::optional<std::string> v =
           Lookup(getenv, "FUSEBOX_RENDEZVOUS_TIMEOUT_S")) {
     double seconds = 0;
@@ -98,6 +106,12 @@ absl::StatusOr<RendezvousOptions> RendezvousOptionsFromEnv(
     o.timeout = absl::Seconds(seconds);
   }
   return o;
+}
+
+std::string StoreBindAddressFor(absl::string_view master_addr) {
+  if (master_addr == "localhost") return "127.0.0.1";
+  if (absl::StartsWith(master_addr, "127.")) return std::string(master_addr);
+  return "0.0.0.0";
 }
 
 absl::StatusOr<Rendezvous> ConnectTcpRendezvous(
@@ -121,6 +135,8 @@ absl::StatusOr<Rendezvous> ConnectTcpRendezvous(
   if (!options.agent_store && options.rank == 0) {
     TcpStoreServerOptions server_options;
     server_options.port = options.master_port;
+    server_options.bind_addr = StoreBindAddressFor(options.master_addr);
+    server_options.token = options.job_token;
     absl::StatusOr<std::unique_ptr<TcpStoreServer>> server =
         StartTcpStoreServer(server_options);
     if (!server.ok()) {
@@ -136,6 +152,7 @@ absl::StatusOr<Rendezvous> ConnectTcpRendezvous(
   client_options.host = options.master_addr;
   client_options.port = options.master_port;
   client_options.connect_timeout = deadline - absl::Now();
+  client_options.token = options.job_token;
   absl::StatusOr<std::unique_ptr<Store>> store =
       ConnectTcpStore(client_options);
   if (!store.ok()) {

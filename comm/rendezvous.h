@@ -25,10 +25,14 @@ struct RendezvousOptions {
   // store server; otherwise rank 0 hosts it on master_port.
   bool agent_store = false;
   absl::Duration timeout = absl::Seconds(300);
+  // Shared secret of the job (FUSEBOX_JOB_TOKEN): the store admits only
+  // connections that present it. Empty: none.
+  std::string job_token;
 };
 
 // Reads RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT,
-// FUSEBOX_AGENT_STORE and FUSEBOX_RENDEZVOUS_TIMEOUT_S (seconds) through
+// FUSEBOX_AGENT_STORE, FUSEBOX_RENDEZVOUS_TIMEOUT_S (seconds) and
+// FUSEBOX_JOB_TOKEN (at most 1024 bytes) through
 // `getenv` (pass ::getenv at an edge; tests pass a map). Errors name the
 // variable and the bad value. Returns NotFound if RANK or WORLD_SIZE is unset.
 absl::StatusOr<RendezvousOptions> RendezvousOptionsFromEnv(
@@ -45,7 +49,12 @@ struct Rendezvous {
   std::unique_ptr<Store> store;
 };
 
-// Starts the server if this rank hosts it, connects the client, and checks
+// Where a store hosted for ranks that reach it at `master_addr` listens:
+// that loopback address for a local job (the store is then not exposed to
+// the network), otherwise every interface.
+std::string StoreBindAddressFor(absl::string_view master_addr);
+
+// Starts the server if this rank hosts it (bound by StoreBindAddressFor), connects the client, and checks
 // that every rank arrives within options.timeout (the error names the
 // missing ranks) and agrees on the world size. On failure the hosting rank
 // keeps its server up for min(timeout / 4, 2s) before returning, so that

@@ -17,6 +17,16 @@
 //   3 ADD   [key][i64 delta]       -> OK [i64 new value] | INVALID_ARGUMENT
 //   4 WAIT  [u64 timeout][key]...  -> OK [] | DEADLINE_EXCEEDED [msg]
 //   5 CHECK [key]                  -> OK [u8 0|1]
+//   6 HELLO [token]                -> OK [] | PERMISSION_DENIED [msg]
+//
+// Job token: a server started with a token (FUSEBOX_JOB_TOKEN at the edges)
+// answers every request on a connection with PERMISSION_DENIED, and closes
+// it, until that connection's first request is a HELLO carrying the same
+// token (compared in constant time). A wrong token is answered the same way
+// and counted in rejected_connections(). A server without a token accepts
+// any HELLO. The token keeps out processes that do not know it (a stray
+// job, a port scanner); it travels in clear text, so on an untrusted network
+// the store needs a private network or a tunnel as well.
 //
 // Bounds, checked by the server as soon as each length field arrives, before
 // buffering the bytes it announces: keys <= kMaxStoreKeyBytes, values <=
@@ -91,7 +101,10 @@ enum Command : uint8_t {
   kAdd = 3,
   kWait = 4,
   kCheck = 5,
+  kHello = 6,
 };
+
+constexpr size_t kMaxTokenBytes = 1024;
 
 // A client gives up on a reply this long after the request's own deadline
 // (or after sending, for requests that do not wait): the server is then
@@ -286,6 +299,7 @@ const Framing& RequestFraming() {
             if (nargs == 2) return absl::OkStatus();
             break;
           case kCheck:
+          case kHello:
             if (nargs == 1) return absl::OkStatus();
             break;
           case kWait:
@@ -311,6 +325,8 @@ const Framing& RequestFraming() {
           case kAdd:
             return i == 0 ? CheckLen(len, kMaxStoreKeyBytes, "key")
                           : CheckExact(len, 8, "delta");
+          case kHello:
+            return CheckLen(len, kMaxTokenBytes, "token");
           default:  // kCheck
             return CheckLen(len, kMaxStoreKeyBytes, "key");
         }
@@ -326,7 +342,7 @@ Framing ReplyFraming(uint8_t cmd) {
           return Malformed(absl::StrCat("unknown status code ", code));
         }
         uint32_t want = 1;
-        if (code == 0 && (cmd == kSet || cmd == kWait)) want = 0;
+        if (code == 0 && (cmd == kSet || cmd == kWait || cmd == kHello)) want = 0;
         if (nargs != want) {
           return Malformed(absl::StrCat("reply with ", nargs, " arguments"));
         }
@@ -376,6 +392,10 @@ class Server final : public TcpStoreServer {
     // May have a complete request in `in` that it is free to process.
     bool runnable = false;
     bool dead = false;  // close at the end of this loop iteration
+    // Close once `out` is sent (a refusal's reply goes out first).
+    bool close_after_reply = false;
+    // Sent the job token (or the server has none).
+    bool authenticated = false;
     // A parked GET or WAIT (parked == true): the keys as requested, those
     // still missing, and when to give up.
     bool parked = false;
@@ -387,12 +407,13 @@ class Server final : public TcpStoreServer {
   };
 
   Server(UniqueFd listen_fd, UniqueFd wake_read, UniqueFd wake_write, int port,
-         int max_connections)
+         int max_connections, std::string token)
       : listen_(std::move(listen_fd)),
         wake_read_(std::move(wake_read)),
         wake_write_(std::move(wake_write)),
         port_(port),
-        max_connections_(max_connections) {}
+        max_connections_(max_connections),
+        token_(std::move(token)) {}
 
   void Run();
   void AcceptAll();
@@ -415,6 +436,7 @@ class Server final : public TcpStoreServer {
   const UniqueFd wake_write_;
   const int port_;
   const int max_connections_;
+  const std::string token_;  // empty: no job token
   std::atomic<int64_t> rejected_{0};
   std::thread thread_;
 
@@ -493,7 +515,7 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(
   }
   std::unique_ptr<Server> server(
       new Server(std::move(listen_fd), UniqueFd(pipe_fds[0]),
-                 UniqueFd(pipe_fds[1]), port, options.max_connections));
+                 UniqueFd(pipe_fds[1]), port, options.max_connections, options.token));
   server->thread_ = std::thread([s = server.get()] { s->Run(); });
   return server;
 }
@@ -573,6 +595,7 @@ void Server::AcceptAll() {
     auto conn = std::make_unique<Conn>();
     conn->id = next_id_++;
     conn->fd = std::move(fd);
+    conn->authenticated = token_.empty();
     conns_.emplace(conn->id, std::move(conn));
   }
 }
@@ -617,6 +640,10 @@ void Server::Flush(Conn& c) {
   }
   c.out.clear();
   c.out_pos = 0;
+  if (c.close_after_reply) {
+    c.dead = true;
+    return;
+  }
   c.runnable = true;  // the next buffered request may proceed
 }
 
@@ -644,7 +671,33 @@ void Server::Pump(Conn& c) {
   c.runnable = false;
 }
 
+// Equal strings, in time that depends only on their lengths.
+bool ConstantTimeEqual(absl::string_view a, absl::string_view b) {
+  unsigned char diff = a.size() == b.size() ? 0 : 1;
+  const size_t n = std::max(a.size(), b.size());
+  for (size_t i = 0; i < n; ++i) {
+    const unsigned char x = i < a.size() ? a[i] : 0;
+    const unsigned char y = i < b.size() ? b[i] : 0;
+    diff |= x ^ y;
+  }
+  return diff == 0;
+}
+
 void Server::Handle(Conn& c, Message& m) {
+  if (!c.authenticated || m.code == kHello) {
+    if (m.code == kHello && (token_.empty() || ConstantTimeEqual(m.args[0], token_))) {
+      c.authenticated = true;
+      Reply(c, absl::StatusCode::kOk, {});
+      return;
+    }
+    ++rejected_;
+    c.close_after_reply = true;
+    ReplyError(c, absl::PermissionDeniedError(
+                      m.code == kHello
+                          ? "wrong job token (FUSEBOX_JOB_TOKEN differs from the job's)"
+                          : "this store requires the job token (set FUSEBOX_JOB_TOKEN)"));
+    return;
+  }
   switch (m.code) {
     case kSet: {
       std::string& key = m.args[0];
@@ -895,6 +948,15 @@ class Client final : public Store {
     return reply->args[0][0] != 0;
   }
 
+  // Presents the job token; PermissionDenied when the server's differs.
+  absl::Status Hello(absl::string_view token) {
+    absl::Status s = Call(kHello, {token}, absl::Now()).status();
+    if (!s.ok()) {
+      return absl::Status(s.code(), absl::StrCat("TCP store ", endpoint_, ": ", s.message()));
+    }
+    return s;
+  }
+
  private:
   // Sends one request and reads its reply, waiting at most until
   // `deadline` + kReplyGrace. A non-OK reply becomes the returned status
@@ -1003,6 +1065,10 @@ class Client final : public Store {
 
 absl::StatusOr<std::unique_ptr<TcpStoreServer>> StartTcpStoreServer(
     const TcpStoreServerOptions& options) {
+  if (options.token.size() > kMaxTokenBytes) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "job token of ", options.token.size(), " bytes exceeds the limit of ", kMaxTokenBytes));
+  }
   absl::StatusOr<std::unique_ptr<Server>> server = Server::Start(options);
   if (!server.ok()) return server.status();
   return std::unique_ptr<TcpStoreServer>(*std::move(server));
@@ -1015,13 +1081,21 @@ absl::StatusOr<std::unique_ptr<Store>> ConnectTcpStore(
     return absl::InvalidArgumentError(
         absl::StrCat("invalid TCP store address ", where));
   }
+  if (options.token.size() > kMaxTokenBytes) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "job token of ", options.token.size(), " bytes exceeds the limit of ", kMaxTokenBytes));
+  }
   const absl::Time deadline = absl::Now() + options.connect_timeout;
   absl::Duration backoff = absl::Milliseconds(10);
   while (true) {
     absl::StatusOr<UniqueFd> fd =
         TryConnect(options.host, options.port, deadline);
     if (fd.ok()) {
-      return std::unique_ptr<Store>(new Client(*std::move(fd), where));
+      auto client = std::make_unique<Client>(*std::move(fd), where);
+      if (!options.token.empty()) {
+        if (absl::Status s = client->Hello(options.token); !s.ok()) return s;
+      }
+      return std::unique_ptr<Store>(std::move(client));
     }
     const absl::Duration left = deadline - absl::Now();
     if (left <= absl::ZeroDuration()) {

@@ -21,7 +21,8 @@ class TcpStoreServer {
   virtual ~TcpStoreServer() = default;
   // The bound port (useful when started on port 0).
   virtual int port() const = 0;
-  // Number of connections closed because they sent a malformed message.
+  // Number of connections closed because they sent a malformed message or
+  // lacked the job token.
   virtual int64_t rejected_connections() const = 0;
 };
 
@@ -29,6 +30,9 @@ struct TcpStoreServerOptions {
   std::string bind_addr = "0.0.0.0";
   int port = 0;  // 0: pick a free port
   int max_connections = 4096;
+  // When non-empty, a connection must present this token (HELLO) before any
+  // other request; see Note [TCP store wire protocol]. At most 1024 bytes.
+  std::string token;
 };
 
 absl::StatusOr<std::unique_ptr<TcpStoreServer>> StartTcpStoreServer(
@@ -40,6 +44,9 @@ struct TcpStoreClientOptions {
   // How long to keep retrying the initial connection (the server may start
   // after the client).
   absl::Duration connect_timeout = absl::Seconds(60);
+  // Presented to the server right after connecting (empty: none). A wrong
+  // token fails ConnectTcpStore with PermissionDenied.
+  std::string token;
 };
 
 absl::StatusOr<std::unique_ptr<Store>> ConnectTcpStore(

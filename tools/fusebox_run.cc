@@ -38,6 +38,7 @@
 #include <chrono>
 #include <climits>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <memory>
 #include <optional>
@@ -283,6 +284,10 @@ absl::Status Launcher::SetUp() {
   }
   comm::TcpStoreServerOptions store_options;
   store_options.bind_addr = StoreBindAddress(options_.master_addr);
+  // The job token, if the job has one: the ranks inherit it and present it.
+  if (const char* token = std::getenv("FUSEBOX_JOB_TOKEN"); token != nullptr) {
+    store_options.token = token;
+  }
   store_options.port = options_.master_port;
   store_options.max_connections =
       std::max(store_options.max_connections, 4 * options_.nproc * options_.nnodes);

@@ -16,6 +16,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/string_view.h"
+#include "comm/rendezvous.h"
 
 namespace fusebox::tools {
 namespace {
@@ -357,9 +358,7 @@ std::vector<std::string> BuildRankEnvironment(
 }
 
 std::string StoreBindAddress(absl::string_view master_addr) {
-  if (master_addr == "localhost") return "127.0.0.1";
-  if (absl::StartsWith(master_addr, "127.")) return std::string(master_addr);
-  return "0.0.0.0";
+  return comm::StoreBindAddressFor(master_addr);
 }
 
 LinePrefixer::LinePrefixer(std::string prefix, size_t max_line_bytes)

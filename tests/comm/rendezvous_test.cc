@@ -41,9 +41,11 @@ TEST(RendezvousEnvTest, ParsesEveryVariable) {
                    {"MASTER_ADDR", "node17"},
                    {"MASTER_PORT", "1234"},
                    {"FUSEBOX_AGENT_STORE", "1"},
-                   {"FUSEBOX_RENDEZVOUS_TIMEOUT_S", "2.5"}};
+                   {"FUSEBOX_RENDEZVOUS_TIMEOUT_S", "2.5"},
+                   {"FUSEBOX_JOB_TOKEN", "tok"}};
   auto o = RendezvousOptionsFromEnv(GetEnvOf(env));
   ASSERT_TRUE(o.ok()) << o.status();
+  EXPECT_EQ(o->job_token, "tok");
   EXPECT_EQ(o->rank, 3);
   EXPECT_EQ(o->world_size, 8);
   EXPECT_EQ(o->local_rank, 1);
@@ -159,6 +161,28 @@ TEST(RendezvousTest, ThreeRanksConnectOverLoopback) {
   EXPECT_EQ(rdv[1]->store->Get("from2", absl::Now() + absl::Seconds(1)).value(),
             "hello");
   EXPECT_TRUE(rdv[0]->store->Check("rdv/2").value());
+}
+
+TEST(RendezvousTest, ARankWithTheWrongJobTokenCannotJoin) {
+  const int port = FreePort();
+  std::vector<RendezvousOptions> ranks;
+  for (int r = 0; r < 2; ++r) {
+    ranks.push_back(Rank(r, 2, port, absl::Seconds(3)));
+    ranks.back().job_token = r == 0 ? "job-a" : "job-b";
+  }
+  auto rdv = ConnectRanks(ranks);
+  ASSERT_FALSE(rdv[1].ok());
+  EXPECT_EQ(rdv[1].status().code(), absl::StatusCode::kPermissionDenied) << rdv[1].status();
+  EXPECT_THAT(std::string(rdv[1].status().message()), HasSubstr("wrong job token"));
+  // Rank 0 waited for a rank 1 that never got in, and says so.
+  ASSERT_FALSE(rdv[0].ok());
+  EXPECT_THAT(std::string(rdv[0].status().message()), HasSubstr("1"));
+}
+
+TEST(RendezvousTest, ALocalJobsStoreListensOnLoopbackOnly) {
+  EXPECT_EQ(StoreBindAddressFor("127.0.0.1"), "127.0.0.1");
+  EXPECT_EQ(StoreBindAddressFor("localhost"), "127.0.0.1");
+  EXPECT_EQ(StoreBindAddressFor("10.1.2.3"), "0.0.0.0");
 }
 
 TEST(RendezvousTest, AgentHostedStoreIsUsedByEveryRank) {

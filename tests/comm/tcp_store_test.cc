@@ -446,3 +446,102 @@ TEST(TcpStoreServerTest, RejectsBadOptions) {
 
 }  // namespace
 }  // namespace fusebox::comm
+
+namespace fusebox::comm {
+namespace {
+
+// A server with a job token admits only clients that present it.
+class TcpStoreTokenTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    TcpStoreServerOptions options;
+    options.bind_addr = "127.0.0.1";
+    options.token = "s3cret-job";
+    auto server = StartTcpStoreServer(options);
+    ASSERT_TRUE(server.ok()) << server.status();
+    server_ = *std::move(server);
+  }
+  absl::StatusOr<std::unique_ptr<Store>> Connect(const std::string& token) {
+    TcpStoreClientOptions o;
+    o.port = server_->port();
+    o.token = token;
+    o.connect_timeout = absl::Seconds(5);
+    return ConnectTcpStore(o);
+  }
+  std::unique_ptr<TcpStoreServer> server_;
+};
+
+TEST_F(TcpStoreTokenTest, TheRightTokenWorks) {
+  auto a = Connect("s3cret-job");
+  auto b = Connect("s3cret-job");
+  ASSERT_TRUE(a.ok() && b.ok());
+  ASSERT_TRUE((*a)->Set("k", "v").ok());
+  EXPECT_EQ((*b)->Get("k", In(absl::Seconds(2))).value(), "v");
+  EXPECT_EQ(server_->rejected_connections(), 0);
+}
+
+TEST_F(TcpStoreTokenTest, AWrongTokenCannotJoin) {
+  auto good = Connect("s3cret-job");
+  ASSERT_TRUE(good.ok());
+  ASSERT_TRUE((*good)->Set("secret", "42").ok());
+  for (const char* wrong : {"s3cret-jo", "s3cret-job!", "x"}) {
+    auto bad = Connect(wrong);
+    ASSERT_FALSE(bad.ok()) << wrong;
+    EXPECT_EQ(bad.status().code(), absl::StatusCode::kPermissionDenied);
+    EXPECT_THAT(std::string(bad.status().message()), HasSubstr("wrong job token"));
+    EXPECT_THAT(std::string(bad.status().message()), ::testing::Not(HasSubstr("s3cret")));
+  }
+  EXPECT_EQ(server_->rejected_connections(), 3);
+  EXPECT_EQ((*good)->Get("secret", In(absl::Seconds(2))).value(), "42");  // still served
+}
+
+TEST_F(TcpStoreTokenTest, WithoutATokenNothingCanBeReadOrWritten) {
+  auto good = Connect("s3cret-job");
+  ASSERT_TRUE(good.ok());
+  ASSERT_TRUE((*good)->Set("secret", "42").ok());
+  // A client that presents no token: its first request is refused and the
+  // connection closed.
+  auto anon = Connect("");
+  ASSERT_TRUE(anon.ok());
+  absl::Status s = (*anon)->Set("secret", "evil");
+  EXPECT_EQ(s.code(), absl::StatusCode::kPermissionDenied) << s;
+  EXPECT_THAT(std::string(s.message()), HasSubstr("requires the job token"));
+  EXPECT_FALSE((*anon)->Check("secret").ok());
+  // A raw CHECK (command 5) gets the refusal, then the connection closes.
+  RawConn raw(server_->port());
+  ASSERT_TRUE(raw.connected());
+  ASSERT_TRUE(raw.Send(Frame(kCheckCmd, {"secret"})));
+  const std::string head = raw.Recv(5);
+  ASSERT_EQ(head.size(), 5u);
+  EXPECT_EQ(static_cast<uint8_t>(head[4]),
+            static_cast<uint8_t>(absl::StatusCode::kPermissionDenied));
+  raw.Recv(1 << 16);  // the message
+  EXPECT_TRUE(raw.ClosedByPeer());
+  EXPECT_EQ((*good)->Get("secret", In(absl::Seconds(2))).value(), "42");
+}
+
+TEST(TcpStoreTokenLimitTest, OversizedTokensAreRejected) {
+  TcpStoreServerOptions so;
+  so.token = std::string(1025, 't');
+  EXPECT_EQ(StartTcpStoreServer(so).status().code(), absl::StatusCode::kInvalidArgument);
+  TcpStoreClientOptions co;
+  co.port = 1;
+  co.token = std::string(1025, 't');
+  EXPECT_EQ(ConnectTcpStore(co).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST(TcpStoreTokenLimitTest, ATokenClientWorksWithATokenlessServer) {
+  TcpStoreServerOptions so;
+  so.bind_addr = "127.0.0.1";
+  auto server = StartTcpStoreServer(so);
+  ASSERT_TRUE(server.ok());
+  TcpStoreClientOptions co;
+  co.port = (*server)->port();
+  co.token = "anything";
+  auto c = ConnectTcpStore(co);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_TRUE((*c)->Set("k", "v").ok());
+}
+
+}  // namespace
+}  // namespace fusebox::comm

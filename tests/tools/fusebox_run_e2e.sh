@@ -243,6 +243,18 @@ store_allgather)
   [ "$rc" -eq 0 ] || fail "with --master-addr localhost: exit status $rc"
   ;;
 
+job_token)
+  # The launcher's store takes FUSEBOX_JOB_TOKEN from its environment; ranks
+  # inherit it and get in; a rank whose token differs is refused, by name.
+  [ -x "$probe" ] || fail "store probe '$probe' is not executable"
+  FUSEBOX_JOB_TOKEN=t0ken run -n 3 --timeout 12 -- "$probe"
+  [ "$rc" -eq 0 ] || fail "with the job's token: exit status $rc"
+  expect_line "$work/stdout" "[2]: store_probe: rank 2 gathered 3 ranks"
+  FUSEBOX_JOB_TOKEN=t0ken run -n 2 --timeout 12 -- env FUSEBOX_JOB_TOKEN=other "$probe"
+  [ "$rc" -ne 0 ] || fail "a rank with another token got in"
+  grep -q "wrong job token" "$work/stdout" "$work/stderr" || fail "the refusal is not reported"
+  ;;
+
 *)
   echo "unknown case '$case_name'" >&2
   exit 2

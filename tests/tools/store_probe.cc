@@ -51,6 +51,7 @@ int main() {
   options.host = addr;
   options.port = port;
   options.connect_timeout = absl::Seconds(10);
+  if (const char* token = getenv("FUSEBOX_JOB_TOKEN"); token != nullptr) options.token = token;
   absl::StatusOr<std::unique_ptr<fusebox::comm::Store>> store =
       fusebox::comm::ConnectTcpStore(options);
   if (!store.ok()) return Fail(std::string(store.status().message()));
