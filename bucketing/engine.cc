@@ -289,6 +289,7 @@ absl::Status Engine::MarkReady(int id, void* grad, int64_t numel) {
   const double t0 = NowUs();
   if (!view) {
     for (const Placement& p : placements_[id]) {
+      if (p.count == 0) continue;  // (a zero-size bucket has no buffer)
       std::memcpy(buffers_->data[p.bucket] + p.buffer_offset * esize,
                   static_cast<const char*>(grad) + p.tensor_offset * esize, p.count * esize);
     }
@@ -445,7 +446,7 @@ void Engine::CopyBack(int b) {
     if (s.count > 0) {
       char* src = buffer + offset * esize;
       char* dst = static_cast<char*>(grads_[s.tensor]) + s.offset * esize;
-      if (dst != src) std::memcpy(dst, src, s.count * esize);
+      if (dst != src && s.count > 0) std::memcpy(dst, src, s.count * esize);
     }
     offset += s.count;
   }

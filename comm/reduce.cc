@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <type_traits>
 
 namespace fusebox::comm {
 namespace {
@@ -14,15 +15,39 @@ void Apply(const void* a, const void* b, void* out, size_t n, F f) {
   for (size_t i = 0; i < n; ++i) po[i] = f(pa[i], pb[i]);
 }
 
+// Integer sums and products wrap around (two's complement), as MPI and NCCL
+// compute them; done in the unsigned type, where wrapping is defined
+// (signed overflow is undefined behaviour).
+template <typename T>
+T Add(T x, T y) {
+  if constexpr (std::is_integral_v<T>) {
+    using U = std::make_unsigned_t<T>;
+    return static_cast<T>(static_cast<U>(static_cast<U>(x) + static_cast<U>(y)));
+  } else {
+    return x + y;
+  }
+}
+
+template <typename T>
+T Mul(T x, T y) {
+  if constexpr (std::is_integral_v<T>) {
+    // Promote at least to unsigned int: uint8 * uint8 would promote to int.
+    using U = std::common_type_t<std::make_unsigned_t<T>, unsigned int>;
+    return static_cast<T>(static_cast<U>(x) * static_cast<U>(y));
+  } else {
+    return x * y;
+  }
+}
+
 template <typename T>
 void ReduceTyped(const void* a, const void* b, void* out, size_t n, ReduceOp op) {
   switch (op) {
     case ReduceOp::kSum:
     case ReduceOp::kAvg:
-      Apply<T>(a, b, out, n, [](T x, T y) { return static_cast<T>(x + y); });
+      Apply<T>(a, b, out, n, Add<T>);
       return;
     case ReduceOp::kProd:
-      Apply<T>(a, b, out, n, [](T x, T y) { return static_cast<T>(x * y); });
+      Apply<T>(a, b, out, n, Mul<T>);
       return;
     case ReduceOp::kMin:
       Apply<T>(a, b, out, n, [](T x, T y) { return y < x ? y : x; });

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs dependencies, builds, and runs the whole test suite (CTest), then
-# prints the runner's summary. Exit status is CTest's.
+# the same suite under ASan+UBSan, and prints each runner's summary. Exit
+# status: the first failing stage's (CTest's).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/install-deps.sh
@@ -20,4 +21,34 @@ echo "== pytest summary (run by CTest)"
 grep -hE "^=*[ ]*[0-9]+ (passed|failed).* in [0-9.]+s" "$BUILD_DIR"/Testing/Temporary/LastTest*.log || echo "pytest: not run (no /usr/bin/python3 with torch and pytest)"
 skipped=$(grep -c -- "\*\*\*Skipped" "$BUILD_DIR/ctest.log" || true)
 echo "skipped (GPU-only or not applicable here): $skipped"
-exit "$rc"
+
+# The same suite built with AddressSanitizer + UndefinedBehaviorSanitizer
+# (LeakSanitizer on; OpenMPI's own never-freed allocations suppressed in
+# tests/sanitizers/lsan.supp). The torch plugin is left out: it is loaded by
+# an uninstrumented Python. FUSEBOX_SANITIZERS=0 skips this stage.
+asan_rc=0
+if [[ "${FUSEBOX_SANITIZERS:-1}" != 0 ]]; then
+  ASAN_DIR=${ASAN_BUILD_DIR:-build-asan}
+  echo
+  echo "== ASan+UBSan build ($ASAN_DIR)"
+  cmake -S . -B "$ASAN_DIR" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+    -DFUSEBOX_SANITIZE=address,undefined -DFUSEBOX_WITH_TORCH=OFF >/dev/null
+  cmake --build "$ASAN_DIR" -j "${JOBS:-2}" | tail -n 1
+  set +e
+  ASAN_OPTIONS=fast_unwind_on_malloc=0 UBSAN_OPTIONS=print_stacktrace=1 \
+  LSAN_OPTIONS="suppressions=$PWD/tests/sanitizers/lsan.supp:print_suppressions=0" \
+    ctest --test-dir "$ASAN_DIR" -j "${JOBS:-2}" --output-on-failure --timeout 600 \
+    >"$ASAN_DIR/ctest.log" 2>&1
+  asan_rc=$?
+  set -e
+  grep -E "tests passed|tests failed|Total Test time|\*\*\*Failed|Timeout" "$ASAN_DIR/ctest.log" || true
+  if [[ $asan_rc -ne 0 ]]; then
+    echo "== ASan+UBSan failures (sanitizer reports):"
+    grep -E "ERROR: (Address|Leak)Sanitizer|runtime error:|SUMMARY:" "$ASAN_DIR/ctest.log" | head -40 || true
+  fi
+fi
+
+echo
+echo "== summary: main suite exit $rc, ASan+UBSan suite exit $asan_rc"
+if [[ $rc -ne 0 ]]; then exit "$rc"; fi
+exit "$asan_rc"
