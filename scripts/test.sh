@@ -41,7 +41,7 @@ if [[ "${FUSEBOX_SANITIZERS:-1}" != 0 ]]; then
     >"$ASAN_DIR/ctest.log" 2>&1
   asan_rc=$?
   set -e
-  grep -E "tests passed|tests failed|Total Test time|\*\*\*Failed|Timeout" "$ASAN_DIR/ctest.log" || true
+  grep -E "tests passed|tests failed|Total Test time|\*\*\*(Failed|Timeout)" "$ASAN_DIR/ctest.log" || true
   if [[ $asan_rc -ne 0 ]]; then
     echo "== ASan+UBSan failures (sanitizer reports):"
     grep -E "ERROR: (Address|Leak)Sanitizer|runtime error:|SUMMARY:" "$ASAN_DIR/ctest.log" | head -40 || true
