@@ -406,10 +406,12 @@ TEST_F(EngineBadUseTest, SetPlanRefusedDuringAnIteration) {
   const GradientLayout layout = MakeLayout({4, 4});
   auto engine = Engine::Create(*comm_, layout, PerTensorPlan(layout));
   ASSERT_TRUE(engine.ok());
-  std::vector<float> g(4, 1.0f);
-  ASSERT_TRUE((*engine)->MarkReady(0, g.data(), 4).ok());
+  // One buffer per gradient: the engine writes tensor 0's result back while
+  // tensor 1 is being marked (TSan flagged a shared buffer here).
+  std::vector<float> g0(4, 1.0f), g1(4, 1.0f);
+  ASSERT_TRUE((*engine)->MarkReady(0, g0.data(), 4).ok());
   EXPECT_EQ((*engine)->SetPlan(DdpPlan(layout)).code(), absl::StatusCode::kFailedPrecondition);
-  ASSERT_TRUE((*engine)->MarkReady(1, g.data(), 4).ok());
+  ASSERT_TRUE((*engine)->MarkReady(1, g1.data(), 4).ok());
   ASSERT_TRUE((*engine)->Finish().ok());
   EXPECT_TRUE((*engine)->SetPlan(DdpPlan(layout)).ok());
 }
