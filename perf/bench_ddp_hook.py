@@ -100,6 +100,13 @@ def main():
         return
     if os.geteuid() != 0:
         sys.exit("bench_ddp_hook: needs root (ip netns, tc)")
+    # The model comes from torchvision (Debian's python3-torchvision; not
+    # needed by the build or the tests, so installed here when missing).
+    if subprocess.run(["/usr/bin/python3", "-c", "import torchvision"],
+                      capture_output=True).returncode != 0:
+        print("# installing python3-torchvision", flush=True)
+        subprocess.run(["apt-get", "install", "-y", "-q", "--no-install-recommends",
+                        "python3-torchvision"], check=False, capture_output=True)
     if not os.path.exists(os.path.join(args.build, "python", "fusebox", "torch")):
         sys.exit("bench_ddp_hook: %s/python/fusebox/torch not built (bash scripts/build.sh)"
                  % args.build)

@@ -257,15 +257,32 @@ int Offline() {
   return 0;
 }
 
-int Sweep() {
+// --profiles, with "all" for every bundled model.
+std::vector<std::string> ProfilesFromFlag() {
   std::vector<std::string> profiles = SplitList(absl::GetFlag(FLAGS_profiles));
   if (profiles.size() == 1 && profiles[0] == "all") profiles = autotune::ModelNames();
+  return profiles;
+}
+
+// A comma-separated list of world sizes from flag `name`; the usage error
+// names the bad entry.
+absl::StatusOr<std::vector<int>> WorldsFromFlag(const std::string& name, const std::string& value) {
   std::vector<int> worlds;
-  for (const std::string& w : SplitList(absl::GetFlag(FLAGS_worlds))) {
+  for (const std::string& w : SplitList(value)) {
     int v = 0;
-    if (!absl::SimpleAtoi(w, &v) || v < 1) return UsageError("--worlds: \"" + w + "\" is not a world size");
+    if (!absl::SimpleAtoi(w, &v) || v < 1) {
+      return absl::InvalidArgumentError("--" + name + ": \"" + w + "\" is not a world size");
+    }
     worlds.push_back(v);
   }
+  return worlds;
+}
+
+int Sweep() {
+  const std::vector<std::string> profiles = ProfilesFromFlag();
+  auto parsed = WorldsFromFlag("worlds", absl::GetFlag(FLAGS_worlds));
+  if (!parsed.ok()) return UsageError(std::string(parsed.status().message()));
+  const std::vector<int> worlds = *std::move(parsed);
   const std::vector<std::string> presets = SplitList(absl::GetFlag(FLAGS_presets));
   if (profiles.empty() || worlds.empty() || presets.empty()) {
     return UsageError("sweep needs --profiles, --presets and --worlds");
@@ -323,14 +340,10 @@ int Sweep() {
 }
 
 int Scale() {
-  std::vector<std::string> profiles = SplitList(absl::GetFlag(FLAGS_profiles));
-  if (profiles.size() == 1 && profiles[0] == "all") profiles = autotune::ModelNames();
-  std::vector<int> worlds;
-  for (const std::string& w : SplitList(absl::GetFlag(FLAGS_scale_worlds))) {
-    int v = 0;
-    if (!absl::SimpleAtoi(w, &v) || v < 1) return UsageError("--scale_worlds: \"" + w + "\" is not a world size");
-    worlds.push_back(v);
-  }
+  const std::vector<std::string> profiles = ProfilesFromFlag();
+  auto parsed = WorldsFromFlag("scale_worlds", absl::GetFlag(FLAGS_scale_worlds));
+  if (!parsed.ok()) return UsageError(std::string(parsed.status().message()));
+  const std::vector<int> worlds = *std::move(parsed);
   if (profiles.empty() || worlds.empty()) return UsageError("scale needs --profiles and --scale_worlds");
   // The networks: --cost_model or --fit (one), else each of --presets.
   std::vector<CostModel> costs;
