@@ -383,6 +383,13 @@ absl::StatusOr<json> ParseBounded(absl::string_view text, absl::string_view what
   return j;
 }
 
+// Whether `obj` has a string member `key` equal to `want`. (json::value()
+// would throw on a member of another type: a hostile file must not crash.)
+bool StringMemberIs(const json& obj, const char* key, absl::string_view want) {
+  auto it = obj.find(key);
+  return it != obj.end() && it->is_string() && it->get_ref<const std::string&>() == want;
+}
+
 absl::StatusOr<double> GetNumber(const json& obj, const char* key, const std::string& where) {
   auto it = obj.find(key);
   if (it == obj.end()) return absl::InvalidArgumentError(absl::StrCat(where, key, ": missing"));
@@ -399,7 +406,7 @@ absl::StatusOr<double> GetNumber(const json& obj, const char* key, const std::st
 absl::StatusOr<std::vector<AllReduceSample>> ParsePerfAllReduceJson(absl::string_view text) {
   auto j = ParseBounded(text, "fusebox-perf JSON");
   if (!j.ok()) return j.status();
-  if (j->value("collective", "") != "allreduce") {
+  if (!StringMemberIs(*j, "collective", "allreduce")) {
     return absl::InvalidArgumentError(
         "fusebox-perf JSON: \"collective\" is not \"allreduce\" (is this fusebox-perf "
         "allreduce --json output?)");
@@ -468,7 +475,7 @@ absl::StatusOr<CostModel> ParseCostModel(absl::string_view text) {
   }
   auto j = ParseBounded(text, "cost model file");
   if (!j.ok()) return j.status();
-  if (j->value("format", "") != "fusebox-cost-model") {
+  if (!StringMemberIs(*j, "format", "fusebox-cost-model")) {
     return absl::InvalidArgumentError("cost model file: format is not \"fusebox-cost-model\"");
   }
   auto version = GetNumber(*j, "version", "cost model file: ");
@@ -545,8 +552,15 @@ absl::StatusOr<CostModel> ParseCostModel(absl::string_view text) {
         return absl::InvalidArgumentError(absl::StrCat(
             "cost model file: measured[", i, "]: expected [world, bytes, time_us]"));
       }
-      const AllReduceSample s{row[0].get<int>(), row[1].get<int64_t>(), row[2].get<double>()};
-      if (s.world < 2 || s.bytes <= 0 || !std::isfinite(s.time_us) || s.time_us <= 0 ||
+      // Unsigned values above INT64_MAX read as negative and are refused;
+      // the world is range-checked before it is narrowed to int.
+      const int64_t world = row[0].get<int64_t>();
+      if (world < 2 || world > (1 << 24)) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "cost model file: measured[", i, "]: world ", world, " is not in [2, 2^24]"));
+      }
+      const AllReduceSample s{static_cast<int>(world), row[1].get<int64_t>(), row[2].get<double>()};
+      if (s.bytes <= 0 || !std::isfinite(s.time_us) || s.time_us <= 0 ||
           (!m.measured.empty() && (s.world != m.measured[0].world ||
                                    s.bytes <= m.measured.back().bytes ||
                                    s.time_us < m.measured.back().time_us))) {

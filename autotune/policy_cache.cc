@@ -477,6 +477,32 @@ absl::StatusOr<CacheEntry> ParseCacheEntry(absl::string_view json_text) {
   return ParseEntryObject(*root);
 }
 
+absl::StatusOr<std::vector<absl::StatusOr<CacheEntry>>> ParseCacheBundle(
+    absl::string_view json_text) {
+  if (json_text.size() > kMaxPolicyBundleBytes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(json_text.size(), " bytes, more than the limit of ", kMaxPolicyBundleBytes));
+  }
+  absl::StatusOr<Json> root = ParseBoundedJson(json_text);
+  if (!root.ok()) return root.status();
+  if (absl::Status s = CheckFormat(*root, kBundleFormatName, kBundleFormatVersion); !s.ok()) {
+    return s;
+  }
+  absl::StatusOr<const Json*> entries = Member(*root, "", "entries");
+  if (!entries.ok()) return entries.status();
+  if (!(*entries)->is_array()) return Mistyped("entries", "an array", **entries);
+  std::vector<absl::StatusOr<CacheEntry>> out;
+  out.reserve((*entries)->size());
+  for (const Json& j : **entries) {
+    absl::StatusOr<CacheEntry> e = ParseEntryObject(j);
+    if (e.ok()) {
+      if (absl::Status valid = ValidateEntry(*e); !valid.ok()) e = valid;
+    }
+    out.push_back(std::move(e));
+  }
+  return out;
+}
+
 std::string SerializeCacheEntry(const CacheEntry& e) {
   const CacheKey& k = e.key;
   auto num = [](double v) { return Json(v).dump(); };
@@ -682,24 +708,14 @@ absl::Status PolicyCache::Import(const std::string& path, int* imported) {
   }
   absl::StatusOr<std::string> text = bucketing::ReadFileBounded(path, kMaxPolicyBundleBytes);
   if (!text.ok()) return text.status();
-  absl::StatusOr<Json> root = ParseBoundedJson(*text);
-  absl::Status s = root.status();
-  if (s.ok()) s = CheckFormat(*root, kBundleFormatName, kBundleFormatVersion);
-  const Json* entries = nullptr;
-  if (s.ok()) {
-    absl::StatusOr<const Json*> e = Member(*root, "", "entries");
-    s = e.status();
-    if (s.ok() && !(*e)->is_array()) s = Mistyped("entries", "an array", **e);
-    if (s.ok()) entries = *e;
-  }
-  if (!s.ok()) return PrefixStatus(absl::StrCat(path, ": "), s);
+  absl::StatusOr<std::vector<absl::StatusOr<CacheEntry>>> entries = ParseCacheBundle(*text);
+  if (!entries.ok()) return PrefixStatus(absl::StrCat(path, ": "), entries.status());
   int n = 0;
   for (size_t i = 0; i < entries->size(); ++i) {
-    absl::StatusOr<CacheEntry> e = ParseEntryObject((*entries)[i]);
-    absl::Status valid = e.ok() ? ValidateEntry(*e) : e.status();
-    if (!valid.ok()) {
-      Warn(absl::StrCat("policy cache import: ", path, ": entries[", i, "]: ", valid.message(),
-                        " (skipped)"));
+    const absl::StatusOr<CacheEntry>& e = (*entries)[i];
+    if (!e.ok()) {
+      Warn(absl::StrCat("policy cache import: ", path, ": entries[", i, "]: ",
+                        e.status().message(), " (skipped)"));
       continue;
     }
     if (absl::Status stored = Store(*e); !stored.ok()) {

@@ -104,6 +104,14 @@ absl::StatusOr<CacheEntry> ParseCacheEntry(absl::string_view json_text);
 // The file form (indented JSON, deterministic for equal entries).
 std::string SerializeCacheEntry(const CacheEntry& entry);
 
+// Parses an export bundle's text (PolicyCache::Export's form, at most
+// kMaxPolicyBundleBytes): an error for the bundle as a whole (malformed
+// JSON, wrong format or version, no "entries" array), else one result per
+// entry, in order: the entry, validated as Store would (key and plan
+// structure), or why it is unusable ("entries" errors name the field).
+absl::StatusOr<std::vector<absl::StatusOr<CacheEntry>>> ParseCacheBundle(
+    absl::string_view json_text);
+
 struct PolicyCacheOptions {
   std::string dir;  // created (with parents) when missing
   // Receives each warning (ignored files, disabled cache); may be empty.

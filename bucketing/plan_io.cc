@@ -51,7 +51,7 @@ absl::StatusOr<Plan> ParsePlanDocument(absl::string_view text,
   json doc;
   try {
     doc = json::parse(text.begin(), text.end(), bound_depth);
-  } catch (const json::parse_error& e) {
+  } catch (const json::exception& e) {  // parse_error, and out_of_range for 1e999
     return absl::InvalidArgumentError(absl::StrCat("plan file: malformed JSON: ", e.what()));
   }
   if (too_deep) {

@@ -47,7 +47,7 @@ absl::StatusOr<std::unique_ptr<Communicator>> CreateCommunicator(
   }
 #endif
 #if FUSEBOX_WITH_MPI
-  if (backend == "mpi") return CreateMpiCommunicator(options.mpi);
+  if (backend == "mpi") return CreateMpiCommunicator(options.mpi, rdv.store.get());
 #endif
 #if FUSEBOX_WITH_NCCL
   if (backend == "nccl") {
@@ -58,6 +58,20 @@ absl::StatusOr<std::unique_ptr<Communicator>> CreateCommunicator(
   return absl::UnimplementedError(
       absl::StrCat("backend '", backend, "' is not available in this build (have: ",
                    absl::StrJoin(AvailableBackends(), ", "), ")"));
+}
+
+void SetCollectiveTimeout(absl::Duration timeout, BackendOptions* options) {
+  options->ucx.timeout = timeout;
+  options->mpi.timeout = timeout;
+  options->nccl.timeout = timeout;
+}
+
+absl::Status CollectiveTimeoutFromEnv(const std::function<const char*(const char*)>& getenv,
+                                      BackendOptions* options) {
+  auto timeout = SecondsFromEnv(getenv, "FUSEBOX_TIMEOUT_S");
+  if (!timeout.ok()) return timeout.status();
+  if (timeout->has_value()) SetCollectiveTimeout(**timeout, options);
+  return absl::OkStatus();
 }
 
 absl::StatusOr<Launch> ConnectFromEnvironment(
@@ -92,15 +106,21 @@ absl::StatusOr<Launch> ConnectFromEnvironment(
   return launch;
 }
 
-void ShutdownLaunch(Launch& launch) {
+void ShutdownLaunch(Launch& launch, bool after_failure) {
   // The rank that hosts the store must outlive every other rank's last use of
   // it: everyone arrives, the others say they are leaving, and only then does
-  // the host tear its server down. Best effort and bounded in time.
+  // the host tear its server down. Best effort and bounded in time. After a
+  // failure some ranks may never arrive: nobody waits for everyone, the
+  // others leave at once, and the host keeps the store up a little longer
+  // (until they have left, at most kFailedHostWait) so that peers still
+  // running a post-mortem (comm/fault.h) can finish it.
+  constexpr absl::Duration kFailedHostWait = absl::Seconds(5);
   Rendezvous& rdv = launch.rdv;
   if (rdv.store != nullptr && rdv.size > 1) {
-    const absl::Time deadline = absl::Now() + absl::Seconds(60);
+    const absl::Time deadline = absl::Now() + (after_failure ? kFailedHostWait : absl::Seconds(60));
     PrefixStore arrive("fusebox/shutdown/arrive", *rdv.store);
-    if (StoreAllGather(arrive, "shutdown", rdv.rank, rdv.size, "", deadline).ok()) {
+    if (after_failure ||
+        StoreAllGather(arrive, "shutdown", rdv.rank, rdv.size, "", deadline).ok()) {
       PrefixStore left("fusebox/shutdown/left", *rdv.store);
       if (rdv.server == nullptr) {
         left.Set(absl::StrCat(rdv.rank), "").IgnoreError();
@@ -116,7 +136,9 @@ void ShutdownLaunch(Launch& launch) {
   rdv.store.reset();
   rdv.server.reset();
 #if FUSEBOX_WITH_MPI
-  if (launch.mpi_initialized) {
+  // MPI_Finalize synchronises with every rank: after a failure a dead one
+  // would hang it. mpirun then reports that this rank did not finalise.
+  if (launch.mpi_initialized && !after_failure) {
     FinalizeMpi();
     launch.mpi_initialized = false;
   }

@@ -24,6 +24,15 @@ std::vector<std::string> AvailableBackends();
 absl::StatusOr<std::unique_ptr<Communicator>> CreateCommunicator(
     absl::string_view backend, const BackendOptions& options, Rendezvous& rdv);
 
+// Sets every backend's collective timeout (UcxOptions::timeout and the
+// others: how long one collective may wait for its peers).
+void SetCollectiveTimeout(absl::Duration timeout, BackendOptions* options);
+
+// An edge helper (pass ::getenv): applies FUSEBOX_TIMEOUT_S, when set, with
+// SetCollectiveTimeout; an error names a bad value.
+absl::Status CollectiveTimeoutFromEnv(const std::function<const char*(const char*)>& getenv,
+                                      BackendOptions* options);
+
 // How this process was started, decided from its environment (an edge
 // helper: pass ::getenv). Under fusebox-run or torchrun (RANK set): the TCP
 // rendezvous. Under mpirun (OMPI_COMM_WORLD_SIZE set): MPI is initialised and
@@ -39,8 +48,10 @@ absl::StatusOr<Launch> ConnectFromEnvironment(
 // Collective: every rank calls it once, after its last collective. Waits
 // until no rank still needs the store (the rank hosting it, if any, leaves
 // last), closes the store, and finalises MPI if ConnectFromEnvironment
-// initialised it.
-void ShutdownLaunch(Launch& launch);
+// initialised it. With `after_failure` (this rank is exiting on an error;
+// peers may be dead) it waits for nobody but the host's few seconds of
+// grace, and leaves MPI unfinalised (MPI_Finalize would wait on dead ranks).
+void ShutdownLaunch(Launch& launch, bool after_failure = false);
 
 // Buffers in the memory a communicator works on (host, or CUDA device
 // memory for NCCL). Plain host memory for MemoryKind::kHost.

@@ -44,17 +44,31 @@ struct UcxOptions {
   // so it turns off the shared-memory transports and costs most of the
   // bandwidth on one host; off by default.
   bool detect_peer_failure = false;
+  // How long one collective may wait for its peers before it fails with
+  // DeadlineExceeded naming the operation and the ranks it was waiting for
+  // (Note [Timeout post-mortem] in comm/fault.h); the communicator is then
+  // unusable until recreated. Must exceed the longest time one rank can
+  // legitimately reach a collective after another (checkpointing, uneven
+  // data loading): a rank that late is indistinguishable from a dead one.
+  // Edges set it from FUSEBOX_TIMEOUT_S or --timeout_s.
+  absl::Duration timeout = absl::Seconds(300);
   // Deadline for exchanging worker addresses.
   absl::Duration rendezvous_timeout = absl::Seconds(300);
 };
 
 struct MpiOptions {
-  // Nothing yet: the communicator duplicates MPI_COMM_WORLD.
+  // As UcxOptions::timeout. MPI cannot cancel a collective: after a timeout
+  // the library may still own the buffers of the collectives that were in
+  // flight, so the process should report the error and exit.
+  absl::Duration timeout = absl::Seconds(300);
 };
 
 struct NcclOptions {
   // CUDA device ordinal; -1 means the local rank.
   int device = -1;
+  // As UcxOptions::timeout; a timed-out communicator is aborted
+  // (ncclCommAbort), which also stops its kernels.
+  absl::Duration timeout = absl::Seconds(300);
   absl::Duration rendezvous_timeout = absl::Seconds(300);
 };
 

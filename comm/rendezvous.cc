@@ -93,19 +93,22 @@ absl::StatusOr<RendezvousOptions> RendezvousOptionsFromEnv(
     }
     o.job_token = *v;
   }
-  if (std::optional<std::string> v =
-          Lookup(getenv, "FUSEBOX_RENDEZVOUS_TIMEOUT_S")) {
-    double seconds = 0;
-    if (!absl::SimpleAtod(*v, &seconds)) {
-      return BadVar("FUSEBOX_RENDEZVOUS_TIMEOUT_S", *v, "is not a number");
-    }
-    if (!std::isfinite(seconds) || seconds <= 0 || seconds > 1e7) {
-      return BadVar("FUSEBOX_RENDEZVOUS_TIMEOUT_S", *v,
-                    "is out of range (0, 1e7] seconds");
-    }
-    o.timeout = absl::Seconds(seconds);
-  }
+  auto timeout = SecondsFromEnv(getenv, "FUSEBOX_RENDEZVOUS_TIMEOUT_S");
+  if (!timeout.ok()) return timeout.status();
+  if (timeout->has_value()) o.timeout = **timeout;
   return o;
+}
+
+absl::StatusOr<std::optional<absl::Duration>> SecondsFromEnv(
+    const std::function<const char*(const char*)>& getenv, const char* name) {
+  std::optional<std::string> v = Lookup(getenv, name);
+  if (!v.has_value()) return std::optional<absl::Duration>();
+  double seconds = 0;
+  if (!absl::SimpleAtod(*v, &seconds)) return BadVar(name, *v, "is not a number");
+  if (!std::isfinite(seconds) || seconds <= 0 || seconds > 1e7) {
+    return BadVar(name, *v, "is out of range (0, 1e7] seconds");
+  }
+  return std::optional<absl::Duration>(absl::Seconds(seconds));
 }
 
 std::string StoreBindAddressFor(absl::string_view master_addr) {

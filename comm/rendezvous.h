@@ -6,6 +6,7 @@
 
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "absl/status/statusor.h"
@@ -37,6 +38,12 @@ struct RendezvousOptions {
 // variable and the bad value. Returns NotFound if RANK or WORLD_SIZE is unset.
 absl::StatusOr<RendezvousOptions> RendezvousOptionsFromEnv(
     const std::function<const char*(const char*)>& getenv);
+
+// Reads the variable `name` through `getenv` as seconds in (0, 1e7]; an
+// unset variable is nullopt, a bad value an error naming it. An edge helper
+// for FUSEBOX_RENDEZVOUS_TIMEOUT_S and FUSEBOX_TIMEOUT_S.
+absl::StatusOr<std::optional<absl::Duration>> SecondsFromEnv(
+    const std::function<const char*(const char*)>& getenv, const char* name);
 
 // A connected rendezvous: the store, plus the server if this rank hosts it
 // (the server must outlive every client; keep this object alive as long as

@@ -35,13 +35,45 @@
 // <= kMaxMessageBytes. A message with a bad magic, an unknown command, a wrong
 // argument count or an out-of-bounds length is malformed: the server closes
 // that connection (and only that one) without replying and counts it in
-// rejected_connections().
+// rejected_connections(). The decoder that enforces all this is
+// tcp_store_wire.h's ParseRequest / ParseReply (fuzzed by
+// tests/fuzz/store_wire_fuzzer.cc).
 //
 // GET and WAIT wait on the server: the request is parked until its keys are
 // set or its timeout expires, and the server then replies. A client sends
 // one request at a time and reads its reply before sending the next; the
 // server processes a connection's requests strictly in order and reads no
 // further request from it while a reply is pending (parked or unsent).
+//
+// Note [TCP store timeouts]
+// -------------------------
+// The server closes a connection, without replying, and counts it in
+// timed_out_connections() when (TcpStoreServerOptions; each can be off):
+//
+//   handshake  its first request has not arrived whole within
+//              handshake_timeout (30 s) of accept. With a token that
+//              request is the HELLO (any other first request is refused
+//              anyway), so a connection that never authenticates cannot
+//              hold a slot. ConnectTcpStore sends the HELLO at once when
+//              it has a token, and fusebox's rendezvous makes its first
+//              request right after connecting.
+//   read       a request has begun but not arrived whole within
+//              read_timeout (30 s) of its first byte: a peer that trickles
+//              a byte at a time (slowloris) or stalls mid-message. The
+//              clock is per message, not per byte, so trickling cannot
+//              extend it.
+//   idle       nothing received and no reply sent for idle_timeout, while
+//              no request is parked and no reply is pending. Off by
+//              default: a rank's connection lives as long as the job and
+//              may be silent for hours between requests, and the client
+//              does not reconnect.
+//
+// Silence between requests is therefore never cut by the defaults, nor is
+// a client parked in a GET or WAIT, however long its timeout: only
+// connections that never complete a first request, or that stop in the
+// middle of one, are closed. A reply the peer does not read is not timed
+// (the server holds at most one per connection and reads no further request
+// until it is sent).
 //
 // Server: one background thread runs a poll() loop over non-blocking
 // sockets: the listening socket, a wakeup pipe (written by the destructor)
@@ -80,31 +112,34 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "comm/tcp_store_wire.h"
 #include "comm/unique_fd.h"
 
 namespace fusebox::comm {
 namespace {
 
+using tcp_store_wire::EncodedSize;
+using tcp_store_wire::Encode;
+using tcp_store_wire::kAdd;
+using tcp_store_wire::kCheck;
+using tcp_store_wire::kGet;
+using tcp_store_wire::kHello;
+using tcp_store_wire::kMaxErrorBytes;
+using tcp_store_wire::kMaxMessageBytes;
+using tcp_store_wire::kMaxTokenBytes;
+using tcp_store_wire::kMaxWaitKeys;
+using tcp_store_wire::kSet;
+using tcp_store_wire::kWait;
+using tcp_store_wire::Message;
+using tcp_store_wire::ParseReply;
+using tcp_store_wire::ParseRequest;
+using tcp_store_wire::ParseResult;
+
 // ---------------------------------------------------------------------------
-// Protocol constants (see Note [TCP store wire protocol]).
+// Protocol constants (see Note [TCP store wire protocol]; the framing's are
+// in tcp_store_wire.h).
 
-constexpr uint32_t kMagic = 0x46425831;  // "FBX1"
-constexpr size_t kHeaderBytes = 9;       // magic + code + nargs
-constexpr uint32_t kMaxWaitKeys = 1u << 16;
-constexpr size_t kMaxMessageBytes = 32u << 20;
-constexpr size_t kMaxErrorBytes = 64u << 10;
 constexpr uint64_t kNoTimeout = ~uint64_t{0};
-
-enum Command : uint8_t {
-  kSet = 1,
-  kGet = 2,
-  kAdd = 3,
-  kWait = 4,
-  kCheck = 5,
-  kHello = 6,
-};
-
-constexpr size_t kMaxTokenBytes = 1024;
 
 // A client gives up on a reply this long after the request's own deadline
 // (or after sending, for requests that do not wait): the server is then
@@ -186,32 +221,13 @@ absl::Duration DecodeTimeout(uint64_t ms) {
       std::min<uint64_t>(ms, static_cast<uint64_t>(INT64_MAX))));
 }
 
+}  // namespace
+
 // ---------------------------------------------------------------------------
-// Framing.
+// Framing (comm/tcp_store_wire.h).
 
-struct Message {
-  uint8_t code = 0;
-  std::vector<std::string> args;
-};
-
-size_t EncodedSize(absl::Span<const absl::string_view> args) {
-  size_t n = kHeaderBytes;
-  for (absl::string_view a : args) n += 4 + a.size();
-  return n;
-}
-
-std::string Encode(uint8_t code, absl::Span<const absl::string_view> args) {
-  std::string out;
-  out.reserve(EncodedSize(args));
-  PutU32(&out, kMagic);
-  out.push_back(static_cast<char>(code));
-  PutU32(&out, static_cast<uint32_t>(args.size()));
-  for (absl::string_view a : args) {
-    PutU32(&out, static_cast<uint32_t>(a.size()));
-    out.append(a.data(), a.size());
-  }
-  return out;
-}
+namespace tcp_store_wire {
+namespace {
 
 // What one kind of message may look like. `header` validates the code and
 // argument count, `arg` the length of argument `index`; both return a
@@ -220,8 +236,6 @@ struct Framing {
   std::function<absl::Status(uint8_t code, uint32_t nargs)> header;
   std::function<absl::Status(uint8_t code, uint32_t index, uint32_t len)> arg;
 };
-
-enum class ParseResult { kNeedMore, kDone, kMalformed };
 
 // Parses one message from the front of `buf`. kDone fills `out` and
 // `*consumed`; kMalformed fills `*error`. Rejects as early as possible: a
@@ -361,6 +375,41 @@ Framing ReplyFraming(uint8_t cmd) {
       }};
 }
 
+}  // namespace
+
+size_t EncodedSize(absl::Span<const absl::string_view> args) {
+  size_t n = kHeaderBytes;
+  for (absl::string_view a : args) n += 4 + a.size();
+  return n;
+}
+
+std::string Encode(uint8_t code, absl::Span<const absl::string_view> args) {
+  std::string out;
+  out.reserve(EncodedSize(args));
+  PutU32(&out, kMagic);
+  out.push_back(static_cast<char>(code));
+  PutU32(&out, static_cast<uint32_t>(args.size()));
+  for (absl::string_view a : args) {
+    PutU32(&out, static_cast<uint32_t>(a.size()));
+    out.append(a.data(), a.size());
+  }
+  return out;
+}
+
+ParseResult ParseRequest(absl::string_view buf, Message* out, size_t* consumed,
+                         std::string* error) {
+  return TryParse(buf, RequestFraming(), out, consumed, error);
+}
+
+ParseResult ParseReply(uint8_t cmd, absl::string_view buf, Message* out,
+                       size_t* consumed, std::string* error) {
+  return TryParse(buf, ReplyFraming(cmd), out, consumed, error);
+}
+
+}  // namespace tcp_store_wire
+
+namespace {
+
 // ---------------------------------------------------------------------------
 // Server.
 
@@ -380,6 +429,9 @@ class Server final : public TcpStoreServer {
   int port() const override { return port_; }
   int64_t rejected_connections() const override {
     return rejected_.load(std::memory_order_relaxed);
+  }
+  int64_t timed_out_connections() const override {
+    return timed_out_.load(std::memory_order_relaxed);
   }
 
  private:
@@ -404,16 +456,28 @@ class Server final : public TcpStoreServer {
     absl::flat_hash_set<std::string> missing;
     absl::Time deadline;
     absl::Duration budget;
+    // Note [TCP store timeouts]: until the first request is complete; while
+    // a request is partly received; since the last byte in or reply out.
+    absl::Time handshake_deadline = absl::InfiniteFuture();
+    absl::Time message_deadline = absl::InfiniteFuture();
+    absl::Time last_active;
   };
 
   Server(UniqueFd listen_fd, UniqueFd wake_read, UniqueFd wake_write, int port,
-         int max_connections, std::string token)
+         const TcpStoreServerOptions& options)
       : listen_(std::move(listen_fd)),
         wake_read_(std::move(wake_read)),
         wake_write_(std::move(wake_write)),
         port_(port),
-        max_connections_(max_connections),
-        token_(std::move(token)) {}
+        max_connections_(options.max_connections),
+        token_(options.token),
+        handshake_timeout_(options.handshake_timeout),
+        read_timeout_(options.read_timeout),
+        idle_timeout_(options.idle_timeout) {}
+
+  // When `c` is to be closed for a timeout (InfiniteFuture: never, as
+  // things stand).
+  absl::Time TimeoutAt(const Conn& c) const;
 
   void Run();
   void AcceptAll();
@@ -437,7 +501,11 @@ class Server final : public TcpStoreServer {
   const int port_;
   const int max_connections_;
   const std::string token_;  // empty: no job token
+  const absl::Duration handshake_timeout_;
+  const absl::Duration read_timeout_;
+  const absl::Duration idle_timeout_;
   std::atomic<int64_t> rejected_{0};
+  std::atomic<int64_t> timed_out_{0};
   std::thread thread_;
 
   // Owned by the server thread.
@@ -459,6 +527,16 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(
     return absl::InvalidArgumentError(
         absl::StrCat("TCP store max_connections must be >= 1, got ",
                      options.max_connections));
+  }
+  for (const auto& [name, timeout] :
+       {std::pair{"handshake_timeout", options.handshake_timeout},
+        std::pair{"read_timeout", options.read_timeout},
+        std::pair{"idle_timeout", options.idle_timeout}}) {
+    if (timeout <= absl::ZeroDuration()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "TCP store ", name, " must be positive (InfiniteDuration for none), got ",
+          absl::FormatDuration(timeout)));
+    }
   }
   const std::string where = Endpoint(options.bind_addr, options.port);
   addrinfo hints{};
@@ -515,7 +593,7 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(
   }
   std::unique_ptr<Server> server(
       new Server(std::move(listen_fd), UniqueFd(pipe_fds[0]),
-                 UniqueFd(pipe_fds[1]), port, options.max_connections, options.token));
+                 UniqueFd(pipe_fds[1]), port, options));
   server->thread_ = std::thread([s = server.get()] { s->Run(); });
   return server;
 }
@@ -565,11 +643,17 @@ void Server::Run() {
       if (conn->runnable && !conn->dead) Pump(*conn);
     }
 
-    // Close dead connections, then decide how long the next poll may sleep.
+    // Close dead and timed-out connections, then decide how long the next
+    // poll may sleep.
     absl::Time next_deadline = absl::InfiniteFuture();
     bool runnable = false;
     for (auto it = conns_.begin(); it != conns_.end();) {
       Conn& c = *it->second;
+      const absl::Time timeout_at = TimeoutAt(c);
+      if (!c.dead && timeout_at <= now) {
+        timed_out_.fetch_add(1, std::memory_order_relaxed);
+        c.dead = true;
+      }
       if (c.dead) {
         if (c.parked) Unpark(c);
         conns_.erase(it++);
@@ -577,10 +661,19 @@ void Server::Run() {
       }
       runnable |= c.runnable;
       if (c.parked) next_deadline = std::min(next_deadline, c.deadline);
+      next_deadline = std::min(next_deadline, timeout_at);
       ++it;
     }
     timeout_ms = runnable ? 0 : PollTimeoutMs(next_deadline);
   }
+}
+
+absl::Time Server::TimeoutAt(const Conn& c) const {
+  absl::Time at = std::min(c.handshake_deadline, c.message_deadline);
+  if (!c.parked && c.out_pos >= c.out.size()) {
+    at = std::min(at, c.last_active + idle_timeout_);
+  }
+  return at;
 }
 
 void Server::AcceptAll() {
@@ -596,6 +689,8 @@ void Server::AcceptAll() {
     conn->id = next_id_++;
     conn->fd = std::move(fd);
     conn->authenticated = token_.empty();
+    conn->last_active = absl::Now();
+    conn->handshake_deadline = conn->last_active + handshake_timeout_;
     conns_.emplace(conn->id, std::move(conn));
   }
 }
@@ -610,6 +705,7 @@ void Server::ReadFrom(Conn& c) {
     if (n > 0) {
       c.in.append(buf, static_cast<size_t>(n));
       c.runnable = true;
+      c.last_active = absl::Now();
       total += static_cast<size_t>(n);
       continue;
     }
@@ -640,6 +736,7 @@ void Server::Flush(Conn& c) {
   }
   c.out.clear();
   c.out_pos = 0;
+  c.last_active = absl::Now();
   if (c.close_after_reply) {
     c.dead = true;
     return;
@@ -652,8 +749,14 @@ void Server::Pump(Conn& c) {
   Message m;
   while (!c.dead && !c.parked && c.out.empty()) {
     size_t consumed = 0;
-    switch (TryParse(c.in, RequestFraming(), &m, &consumed, &error)) {
+    switch (ParseRequest(c.in, &m, &consumed, &error)) {
       case ParseResult::kNeedMore:
+        // A request has begun: it must arrive whole within read_timeout.
+        if (c.in.empty()) {
+          c.message_deadline = absl::InfiniteFuture();
+        } else if (c.message_deadline == absl::InfiniteFuture()) {
+          c.message_deadline = absl::Now() + read_timeout_;
+        }
         c.runnable = false;
         return;
       case ParseResult::kMalformed:
@@ -662,6 +765,8 @@ void Server::Pump(Conn& c) {
         return;
       case ParseResult::kDone:
         c.in.erase(0, consumed);
+        c.handshake_deadline = absl::InfiniteFuture();
+        c.message_deadline = absl::InfiniteFuture();
         Handle(c, m);
         break;
     }
@@ -1007,14 +1112,13 @@ class Client final : public Store {
             absl::StrCat("send: ", ErrnoString(errno)));
       }
     }
-    const Framing framing = ReplyFraming(cmd);
     std::string buf;
     char chunk[64 << 10];
     while (true) {
       Message m;
       size_t consumed = 0;
       std::string error;
-      switch (TryParse(buf, framing, &m, &consumed, &error)) {
+      switch (ParseReply(cmd, buf, &m, &consumed, &error)) {
         case ParseResult::kDone:
           if (consumed != buf.size()) {
             return absl::DataLossError("unexpected bytes after the reply");

@@ -24,6 +24,9 @@ class TcpStoreServer {
   // Number of connections closed because they sent a malformed message or
   // lacked the job token.
   virtual int64_t rejected_connections() const = 0;
+  // Number of connections closed by a timeout of TcpStoreServerOptions
+  // (handshake, read or idle).
+  virtual int64_t timed_out_connections() const = 0;
 };
 
 struct TcpStoreServerOptions {
@@ -33,6 +36,22 @@ struct TcpStoreServerOptions {
   // When non-empty, a connection must present this token (HELLO) before any
   // other request; see Note [TCP store wire protocol]. At most 1024 bytes.
   std::string token;
+  // Timeouts that close a connection (Note [TCP store timeouts] in
+  // tcp_store.cc); each must be positive, absl::InfiniteDuration() turns it
+  // off. A rank's client keeps one connection for the whole job and may be
+  // silent for hours between requests, or parked in a long WAIT: neither is
+  // cut by the defaults.
+  //
+  // From accept until the connection's first request has arrived whole
+  // (the HELLO when a token is required).
+  absl::Duration handshake_timeout = absl::Seconds(30);
+  // From the first byte of a request until its last (a peer that trickles
+  // or stalls mid-message; 30 s admits a 16 MiB value at 0.6 MB/s).
+  absl::Duration read_timeout = absl::Seconds(30);
+  // Silence (no byte received, no reply sent) while nothing is parked or
+  // being sent. Off by default: the client does not reconnect, so a
+  // connection closed this way fails the client's next request.
+  absl::Duration idle_timeout = absl::InfiniteDuration();
 };
 
 absl::StatusOr<std::unique_ptr<TcpStoreServer>> StartTcpStoreServer(

@@ -54,6 +54,9 @@ ABSL_FLAG(std::string, ucx_tls, "",
 ABSL_FLAG(std::string, ucx_chunk, "256K", "ucx backend: ring pipeline chunk size");
 ABSL_FLAG(std::string, ucx_small, "4K",
           "ucx backend: messages up to this size use the one-shot latency algorithm");
+ABSL_FLAG(double, timeout_s, 0,
+          "seconds one collective may wait for its peers before it fails naming them "
+          "(0: $FUSEBOX_TIMEOUT_S, else 300)");
 ABSL_FLAG(int, progress, -1, "progress line on stderr: 1 on, 0 off, -1 when stderr is a terminal");
 
 // overlap
@@ -179,6 +182,13 @@ absl::StatusOr<comm::BackendOptions> BackendOptionsFromFlags() {
   if (!small.ok()) return small.status();
   b.ucx.chunk_bytes = *chunk;
   b.ucx.small_message_bytes = *small;
+  if (absl::Status s = comm::CollectiveTimeoutFromEnv(::getenv, &b); !s.ok()) return s;
+  const double timeout_s = absl::GetFlag(FLAGS_timeout_s);
+  if (!(timeout_s >= 0 && timeout_s <= 1e7)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--timeout_s must be in [0, 1e7] seconds, got ", timeout_s));
+  }
+  if (timeout_s > 0) comm::SetCollectiveTimeout(absl::Seconds(timeout_s), &b);
   // A user's UCX_TLS is honoured (it turns the shared-memory path off unless
   // it names the default set); --ucx_tls wins over it.
   std::string tls = absl::GetFlag(FLAGS_ucx_tls);
@@ -215,7 +225,7 @@ int WithCommunicator(int argc, char** argv,
       rc = body(**communicator, *launch);
     }
   }
-  comm::ShutdownLaunch(*launch);
+  comm::ShutdownLaunch(*launch, /*after_failure=*/rc != 0);
   return rc;
 }
 

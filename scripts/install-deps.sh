@@ -4,7 +4,8 @@
 set -euo pipefail
 PACKAGES=(build-essential cmake ninja-build libgtest-dev libgmock-dev
   libucx-dev ucx-utils libopenmpi-dev openmpi-bin libabsl-dev nlohmann-json3-dev libtorch-dev
-  python3-torch python3-numpy python3-pytest python3-dev pybind11-dev)
+  python3-torch python3-numpy python3-pytest python3-dev pybind11-dev
+  clang libclang-rt-14-dev)
 missing=()
 for p in "${PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

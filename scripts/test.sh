@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs dependencies, builds, and runs the whole test suite (CTest), then
-# the same suite under ASan+UBSan, and prints each runner's summary. Exit
-# status: the first failing stage's (CTest's).
+# the same suite under ASan+UBSan, then the fuzz targets for a short while,
+# and prints each runner's summary. Exit status: the first failing stage's.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/install-deps.sh
@@ -25,7 +25,9 @@ echo "skipped (GPU-only or not applicable here): $skipped"
 # The same suite built with AddressSanitizer + UndefinedBehaviorSanitizer
 # (LeakSanitizer on; OpenMPI's own never-freed allocations suppressed in
 # tests/sanitizers/lsan.supp). The torch plugin is left out: it is loaded by
-# an uninstrumented Python. FUSEBOX_SANITIZERS=0 skips this stage.
+# an uninstrumented Python. FUSEBOX_SANITIZERS=0 skips this stage. The fault
+# injection tests (label "faults": deadlines of a few seconds, three ranks
+# under a launcher) run in the main suite only.
 asan_rc=0
 if [[ "${FUSEBOX_SANITIZERS:-1}" != 0 ]]; then
   ASAN_DIR=${ASAN_BUILD_DIR:-build-asan}
@@ -37,7 +39,7 @@ if [[ "${FUSEBOX_SANITIZERS:-1}" != 0 ]]; then
   set +e
   ASAN_OPTIONS=fast_unwind_on_malloc=0 UBSAN_OPTIONS=print_stacktrace=1 \
   LSAN_OPTIONS="suppressions=$PWD/tests/sanitizers/lsan.supp:print_suppressions=0" \
-    ctest --test-dir "$ASAN_DIR" -j "${JOBS:-2}" --output-on-failure --timeout 600 \
+    ctest --test-dir "$ASAN_DIR" -j "${JOBS:-2}" --output-on-failure --timeout 600 -LE faults \
     >"$ASAN_DIR/ctest.log" 2>&1
   asan_rc=$?
   set -e
@@ -48,7 +50,25 @@ if [[ "${FUSEBOX_SANITIZERS:-1}" != 0 ]]; then
   fi
 fi
 
+# libFuzzer on every parser of untrusted input (tests/fuzz/README.md): clang
+# builds the targets in build-fuzz and each runs FUSEBOX_FUZZ_SECONDS (20)
+# on a copy of its seed corpus. FUSEBOX_FUZZ=0 skips this stage.
+fuzz_rc=0
 echo
-echo "== summary: main suite exit $rc, ASan+UBSan suite exit $asan_rc"
+if [[ "${FUSEBOX_FUZZ:-1}" == 0 ]]; then
+  echo "== libFuzzer: skipped (FUSEBOX_FUZZ=0)"
+elif ! command -v clang++ >/dev/null 2>&1; then
+  echo "== libFuzzer: skipped (no clang++; scripts/install-deps.sh installs clang and libclang-rt-14-dev)"
+else
+  echo "== libFuzzer (tests/fuzz, ${FUSEBOX_FUZZ_SECONDS:-20} s per target)"
+  set +e
+  bash tests/fuzz/run_fuzzers.sh
+  fuzz_rc=$?
+  set -e
+fi
+
+echo
+echo "== summary: main suite exit $rc, ASan+UBSan suite exit $asan_rc, fuzzing exit $fuzz_rc"
 if [[ $rc -ne 0 ]]; then exit "$rc"; fi
-exit "$asan_rc"
+if [[ $asan_rc -ne 0 ]]; then exit "$asan_rc"; fi
+exit "$fuzz_rc"

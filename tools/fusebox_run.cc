@@ -195,6 +195,11 @@ class Launcher {
   bool killed_ = false;
   Clock::time_point kill_at_;
   int exit_code_ = 0;  // set by the first BeginShutdown
+  // With --failure-grace: the first failure, waiting for the others to
+  // report it themselves until stop_at_.
+  bool failed_ = false;
+  int failure_exit_code_ = 0;
+  Clock::time_point stop_at_ = Clock::time_point::max();
 };
 
 int Launcher::RunningCount() const {
@@ -428,6 +433,19 @@ void Launcher::OnRankExit(int rank, int wait_status) {
   if (clean || stopping_) return;
   Report(absl::StrCat("rank ", GlobalRank(options_, rank), " ",
                       DescribeWaitStatus(wait_status)));
+  if (failed_) return;  // within --failure-grace of an earlier failure
+  // (Ranks not started yet still are: a rank can fail before the last one
+  // is launched.)
+  if (options_.failure_grace > absl::ZeroDuration()) {
+    failed_ = true;
+    failure_exit_code_ = std::max(1, ExitCodeForWaitStatus(wait_status));
+    stop_at_ = Clock::now() + absl::ToChronoNanoseconds(
+                                  std::min(options_.failure_grace, absl::Hours(24)));
+    Report(absl::StrCat("the other ranks may exit on their own for ",
+                        absl::FormatDuration(options_.failure_grace),
+                        " (--failure-grace) before they are stopped"));
+    return;
+  }
   if (RunningCount() > 0) {
     Report(absl::StrCat("stopping ranks ", RunningRanks(), " (SIGTERM, then ",
                         "SIGKILL after ", absl::FormatDuration(options_.grace),
@@ -540,6 +558,11 @@ void Launcher::EventLoop() {
                           " expired; stopping ranks ", RunningRanks()));
       BeginShutdown(SIGTERM, kExitTimeout);
     }
+    if (!stopping_ && failed_ && now >= stop_at_) {
+      Report(absl::StrCat("stopping ranks ", RunningRanks(), " (--failure-grace of ",
+                          absl::FormatDuration(options_.failure_grace), " expired)"));
+      BeginShutdown(SIGTERM, failure_exit_code_);
+    }
     if (stopping_ && !killed_ && Clock::now() >= kill_at_) {
       Report(absl::StrCat("ranks ", RunningRanks(), " still running ",
                           absl::FormatDuration(options_.grace),
@@ -549,7 +572,7 @@ void Launcher::EventLoop() {
     }
 
     Clock::time_point wake = Clock::time_point::max();
-    if (!stopping_) wake = timeout_at;
+    if (!stopping_) wake = std::min(timeout_at, stop_at_);
     if (stopping_ && !killed_) wake = kill_at_;
     int poll_ms = -1;
     if (wake != Clock::time_point::max()) {
@@ -610,7 +633,8 @@ int Launcher::Run() {
   }
   EventLoop();
   store_.reset();
-  return stopping_ ? exit_code_ : 0;
+  if (stopping_) return exit_code_;
+  return failed_ ? failure_exit_code_ : 0;
 }
 
 }  // namespace

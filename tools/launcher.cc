@@ -129,6 +129,7 @@ absl::StatusOr<LaunchOptions> ParseLaunchArgs(
         "--output-dir",
         "--timeout",
         "--grace",
+        "--failure-grace",
         "--bind",
         "--env"};
     if (!kWithValue.contains(name)) {
@@ -197,6 +198,10 @@ absl::StatusOr<LaunchOptions> ParseLaunchArgs(
       auto d = ParseSeconds(name, value);
       if (!d.ok()) return d.status();
       options.grace = *d;
+    } else if (name == "--failure-grace") {
+      auto d = ParseSeconds(name, value);
+      if (!d.ok()) return d.status();
+      options.failure_grace = *d;
     } else if (name == "--env") {
       size_t eq = value.find('=');
       if (eq == std::string::npos) {
@@ -280,6 +285,12 @@ Options:
                           finished in time; 0 = no limit (default)
       --grace SECONDS     time between SIGTERM and SIGKILL when stopping
                           ranks (default 5)
+      --failure-grace SECONDS
+                          after a rank fails, let the others run this long
+                          to exit on their own, reporting the failure as they
+                          see it (a collective times out naming the ranks it
+                          waited for: set FUSEBOX_TIMEOUT_S below this),
+                          before stopping them (default 0: at once)
       --bind auto|core|none
                           auto (default): bind rank r to the r-th usable CPU
                           when there are at least as many CPUs as ranks;
@@ -296,7 +307,7 @@ Behaviour:
   ranks still running after the grace period get SIGKILL, and a second signal
   sends SIGKILL at once. When a rank exits non-zero or is killed by a signal,
   the launcher reports it, stops the other ranks the same way (SIGTERM, then
-  SIGKILL) and exits non-zero.
+  SIGKILL; after --failure-grace if given) and exits non-zero.
 
 Exit status:
   0        every rank exited 0

@@ -49,6 +49,11 @@ struct LaunchOptions {
   absl::Duration timeout = absl::InfiniteDuration();
   // Time between SIGTERM and SIGKILL when ranks are being shut down.
   absl::Duration grace = absl::Seconds(5);
+  // After a rank fails, how long the others may run on to exit by
+  // themselves (reporting the failure as they see it: fusebox's collectives
+  // time out naming the ranks they waited for) before they are stopped.
+  // Zero (the default): stop them at once, as torchrun and mpirun do.
+  absl::Duration failure_grace = absl::ZeroDuration();
   // --env K=V in command-line order (a later K overrides an earlier one).
   std::vector<std::pair<std::string, std::string>> env;
   // The program and its arguments; never empty in a successful parse

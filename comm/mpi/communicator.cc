@@ -60,7 +60,20 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "comm/fault.h"
 #include "comm/reduce.h"
+
+#if defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define FUSEBOX_HAS_LSAN 1
+#endif
+#endif
+#if !defined(FUSEBOX_HAS_LSAN) && defined(__SANITIZE_ADDRESS__)
+#define FUSEBOX_HAS_LSAN 1
+#endif
+#if FUSEBOX_HAS_LSAN
+#include <sanitizer/lsan_interface.h>
+#endif
 
 namespace fusebox::comm {
 namespace {
@@ -300,8 +313,10 @@ constexpr std::chrono::microseconds kIdleSpin{50};
 
 class MpiCommunicator final : public Communicator {
  public:
-  // Collective over MPI_COMM_WORLD (duplicates it twice).
-  static absl::StatusOr<std::unique_ptr<MpiCommunicator>> Create();
+  // Collective over MPI_COMM_WORLD (duplicates it twice). `store` (may be
+  // null) serves the post-mortem of a timeout.
+  static absl::StatusOr<std::unique_ptr<MpiCommunicator>> Create(const MpiOptions& options,
+                                                                 Store* store);
 
   // Waits for every queued and in-flight collective to finish (their
   // buffers are in use until then), joins the progress thread, then frees
@@ -350,10 +365,15 @@ class MpiCommunicator final : public Communicator {
     absl::Status status;
   };
 
-  MpiCommunicator(int rank, int size, MpiComm data_comm, MpiComm check_comm,
-                  MpiType check_type, MpiOp check_op,
+  MpiCommunicator(const MpiOptions& options, Store* store, int rank, int size,
+                  MpiComm data_comm, MpiComm check_comm, MpiType check_type, MpiOp check_op,
                   std::array<MpiOp, 2 * kNumWireOps> half_ops);
 
+  // OK, or the error that made the communicator unusable.
+  absl::Status Usable() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return broken_;
+  }
   // Assigns the sequence number and hands `op` to the progress thread.
   std::shared_ptr<Work> Enqueue(std::unique_ptr<Op> op);
 
@@ -366,7 +386,13 @@ class MpiCommunicator final : public Communicator {
   absl::Status IssueData(Op& op);
   // Fails every Op (the communicator is unusable after an MPI error).
   void Break(std::deque<std::unique_ptr<Op>>& active, const absl::Status& s);
+  // The error of an Op that has waited longer than options_.timeout, with
+  // the post-mortem when a store is at hand (Note [Timeout post-mortem]).
+  absl::Status TimeoutError(const Op& op);
 
+  const MpiOptions options_;
+  Store* const store_;       // may be null
+  std::string store_scope_;  // keys of this communicator's post-mortem
   const int rank_;
   const int size_;
   MpiComm data_comm_;
@@ -385,15 +411,30 @@ class MpiCommunicator final : public Communicator {
   // progress thread spins for work.
   std::atomic<bool> has_pending_{false};
 
+  // The oldest unfinished Op and since when it has been the oldest
+  // (progress thread only).
+  uint64_t head_seq_ = UINT64_MAX;
+  absl::Time head_since_;
+
   // Scratch of Advance, used by the progress thread only.
   std::vector<MPI_Request> poll_requests_;
   std::vector<Op*> poll_owners_;
   std::vector<int> poll_indices_;
 
+  // Ops whose MPI requests were abandoned by Break (progress thread until
+  // it is joined). MPI cannot cancel a collective, so their memory is never
+  // freed: the destructor leaks it on purpose.
+  std::vector<std::unique_ptr<Op>> abandoned_;
+
   std::thread thread_;  // started last, joined first
 };
 
-absl::StatusOr<std::unique_ptr<MpiCommunicator>> MpiCommunicator::Create() {
+absl::StatusOr<std::unique_ptr<MpiCommunicator>> MpiCommunicator::Create(
+    const MpiOptions& options, Store* store) {
+  if (options.timeout <= absl::ZeroDuration()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "MPI timeout must be positive, got ", absl::FormatDuration(options.timeout)));
+  }
   if (!MpiIsInitialized()) {
     return absl::FailedPreconditionError(
         "the MPI backend needs MPI to be initialised (call InitMpi first) and "
@@ -443,17 +484,26 @@ absl::StatusOr<std::unique_ptr<MpiCommunicator>> MpiCommunicator::Create() {
     if (rc != MPI_SUCCESS) return MpiError("MPI_Op_create", rc);
   }
   std::unique_ptr<MpiCommunicator> c(new MpiCommunicator(
-      rank, size, std::move(data_comm), std::move(check_comm),
+      options, store, rank, size, std::move(data_comm), std::move(check_comm),
       std::move(check_type), std::move(check_op), std::move(half_ops)));
+  if (store != nullptr) {
+    // Every rank creates its communicators in the same order, so the n-th
+    // one has the same scope everywhere.
+    auto instance = store->Add(absl::StrCat("mpi/instances/", rank), 1);
+    if (!instance.ok()) return instance.status();
+    c->store_scope_ = absl::StrCat("mpi/", *instance);
+  }
   c->thread_ = std::thread([p = c.get()] { p->Run(); });
   return c;
 }
 
-MpiCommunicator::MpiCommunicator(int rank, int size, MpiComm data_comm,
-                                 MpiComm check_comm, MpiType check_type,
+MpiCommunicator::MpiCommunicator(const MpiOptions& options, Store* store, int rank, int size,
+                                 MpiComm data_comm, MpiComm check_comm, MpiType check_type,
                                  MpiOp check_op,
                                  std::array<MpiOp, 2 * kNumWireOps> half_ops)
-    : rank_(rank),
+    : options_(options),
+      store_(store),
+      rank_(rank),
       size_(size),
       data_comm_(std::move(data_comm)),
       check_comm_(std::move(check_comm)),
@@ -468,13 +518,21 @@ MpiCommunicator::~MpiCommunicator() {
   }
   cv_.notify_all();
   if (thread_.joinable()) thread_.join();
+  for (std::unique_ptr<Op>& op : abandoned_) {
+    Op* leaked = op.release();
+#if FUSEBOX_HAS_LSAN
+    __lsan_ignore_object(leaked);
+#else
+    (void)leaked;
+#endif
+  }
 }
 
 std::shared_ptr<Work> MpiCommunicator::Enqueue(std::unique_ptr<Op> op) {
   std::shared_ptr<Work> work = op->work;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (!broken_.ok()) return Work::Done(broken_);
+    if (!broken_.ok()) return Work::Done(broken_);  // Usable() raced with the failure
     op->seq = next_seq_++;
     pending_.push_back(std::move(op));
     has_pending_.store(true, std::memory_order_release);
@@ -496,6 +554,7 @@ absl::Status CheckCount(const char* what, size_t count) {
 
 absl::StatusOr<std::shared_ptr<Work>> MpiCommunicator::AllReduce(
     const void* send, void* recv, size_t count, DataType type, ReduceOp op) {
+  if (absl::Status s = Usable(); !s.ok()) return s;
   absl::Status s = CheckSupported(type, op);
   if (!s.ok()) return absl::InvalidArgumentError(absl::StrCat("AllReduce: ", s.message()));
   if (s = ValidateBuffer("AllReduce send", send, count, type); !s.ok()) return s;
@@ -513,6 +572,7 @@ absl::StatusOr<std::shared_ptr<Work>> MpiCommunicator::AllReduce(
 
 absl::StatusOr<std::shared_ptr<Work>> MpiCommunicator::Broadcast(
     void* buf, size_t count, DataType type, int root) {
+  if (absl::Status s = Usable(); !s.ok()) return s;
   absl::Status s = ValidateBuffer("Broadcast", buf, count, type);
   if (!s.ok()) return s;
   if (s = ValidateRoot(root, size_); !s.ok()) return s;
@@ -529,6 +589,7 @@ absl::StatusOr<std::shared_ptr<Work>> MpiCommunicator::Broadcast(
 
 absl::StatusOr<std::shared_ptr<Work>> MpiCommunicator::AllGather(
     const void* send, void* recv, size_t count, DataType type) {
+  if (absl::Status s = Usable(); !s.ok()) return s;
   absl::Status s = ValidateBuffer("AllGather send", send, count, type);
   if (!s.ok()) return s;
   if (s = CheckCount("AllGather", count); !s.ok()) return s;
@@ -547,6 +608,7 @@ absl::StatusOr<std::shared_ptr<Work>> MpiCommunicator::AllGather(
 }
 
 absl::StatusOr<std::shared_ptr<Work>> MpiCommunicator::Barrier() {
+  if (absl::Status s = Usable(); !s.ok()) return s;
   auto o = std::make_unique<Op>();
   o->kind = OpKind::kBarrier;
   return Enqueue(std::move(o));
@@ -650,7 +712,24 @@ bool MpiCommunicator::Advance(std::deque<std::unique_ptr<Op>>& active) {
     }
   }
 
-  // 4. Complete Works in issue order.
+  // 4. The oldest unfinished Op holds back every later one: if it has been
+  //    the oldest for longer than the timeout, some rank is not joining it.
+  //    (Timed from when it became the oldest, not from when it was issued:
+  //    a queue of many Ops must not time out its tail.)
+  if (!active.empty() && (active.front()->phase == Phase::kChecking ||
+                          active.front()->phase == Phase::kRunning)) {
+    const Op& oldest = *active.front();
+    const absl::Time now = absl::Now();
+    if (oldest.seq != head_seq_) {
+      head_seq_ = oldest.seq;
+      head_since_ = now;
+    } else if (now - head_since_ > options_.timeout) {
+      Break(active, TimeoutError(oldest));
+      return true;
+    }
+  }
+
+  // 5. Complete Works in issue order.
   while (!active.empty() && active.front()->phase == Phase::kFinished) {
     std::unique_ptr<Op> op = std::move(active.front());
     active.pop_front();
@@ -721,8 +800,9 @@ absl::Status MpiCommunicator::IssueData(Op& op) {
 
 void MpiCommunicator::Break(std::deque<std::unique_ptr<Op>>& active,
                             const absl::Status& s) {
-  const absl::Status broken = absl::InternalError(absl::StrCat(
-      "MPI communicator is unusable after an MPI error: ", s.message()));
+  const absl::Status broken = absl::FailedPreconditionError(absl::StrCat(
+      "MPI communicator (rank ", rank_, ") is unusable after an earlier error; recreate it. "
+      "The error: ", s.message()));
   {
     std::lock_guard<std::mutex> lock(mu_);
     broken_ = broken;
@@ -732,9 +812,33 @@ void MpiCommunicator::Break(std::deque<std::unique_ptr<Op>>& active,
     }
   }
   // Requests still in flight are abandoned, not freed: MPI may still be
-  // writing their buffers, and the communicator is not used again.
-  for (auto& op : active) op->work->Complete(broken);
+  // writing their buffers, and the communicator is not used again. The Ops
+  // that were running report the error itself; the rest, that they were
+  // never run.
+  for (auto& op : active) {
+    const bool started = op->phase == Phase::kChecking || op->phase == Phase::kRunning;
+    op->work->Complete(started ? s : broken);
+    // MPI may still write the check record of a request it owns.
+    if (op->request != MPI_REQUEST_NULL) abandoned_.push_back(std::move(op));
+  }
   active.clear();
+}
+
+absl::Status MpiCommunicator::TimeoutError(const Op& op) {
+  std::string what = absl::StrCat(KindName(static_cast<int64_t>(op.kind)), " #", op.seq);
+  const std::string fields = DescribeFields(op.check.data());
+  if (!fields.empty()) absl::StrAppend(&what, " (", fields, ")");
+  absl::StrAppend(&what, op.phase == Phase::kChecking
+                             ? " waiting in its descriptor check for a rank that has not joined it"
+                             : " waiting in MPI for a rank that has not joined it");
+  std::string post_mortem = "no store to ask the other ranks (launched without one)";
+  if (store_ != nullptr) {
+    post_mortem = TimeoutPostMortem(*store_, store_scope_, rank_, size_, what,
+                                    PostMortemGrace(options_.timeout));
+  }
+  return absl::DeadlineExceededError(absl::StrCat(
+      "rank ", rank_, ": MPI ", what, " (timed out after ", absl::FormatDuration(options_.timeout),
+      "); ", post_mortem));
 }
 
 }  // namespace
@@ -776,8 +880,8 @@ bool MpiIsInitialized() {
 }
 
 absl::StatusOr<std::unique_ptr<Communicator>> CreateMpiCommunicator(
-    const MpiOptions& /*options*/) {
-  auto c = MpiCommunicator::Create();
+    const MpiOptions& options, Store* store) {
+  auto c = MpiCommunicator::Create(options, store);
   if (!c.ok()) return c.status();
   return std::unique_ptr<Communicator>(*std::move(c));
 }

@@ -11,6 +11,7 @@
 #include "absl/status/statusor.h"
 #include "comm/communicator.h"
 #include "comm/options.h"
+#include "comm/store.h"
 
 namespace fusebox::comm {
 
@@ -23,8 +24,15 @@ void FinalizeMpi();
 // decided by the caller from its environment; this only inspects MPI state.
 bool MpiIsInitialized();
 
+// Collective over MPI_COMM_WORLD. A collective that some rank does not join
+// within options.timeout fails with DeadlineExceeded; `store` (may be null;
+// if given it must outlive the communicator) lets that error say which ranks
+// are gone (Note [Timeout post-mortem] in comm/fault.h). After any failure
+// every later call returns FailedPrecondition: recreate the communicator
+// (MPI cannot cancel a collective, so the buffers of those that were in
+// flight may still be written; the process should report and exit).
 absl::StatusOr<std::unique_ptr<Communicator>> CreateMpiCommunicator(
-    const MpiOptions& options);
+    const MpiOptions& options, Store* store = nullptr);
 
 }  // namespace fusebox::comm
 

@@ -9,7 +9,11 @@
 // failed peer or network error completes the Work with an error instead of
 // leaving it pending forever. After such an error the communicator is broken:
 // every queued and later Work fails, and the destructor aborts (rather than
-// destroys) the ncclComm.
+// destroys) the ncclComm. An operation still incomplete options.timeout
+// after its launch (a peer died or stalled: NCCL itself would wait forever)
+// fails with DeadlineExceeded, and the completion thread aborts the ncclComm
+// at once (ncclCommAbort, under mu_ so no caller is using it), which also
+// stops the kernels spinning on the dead peer.
 //
 // Unlike the MPI backend this one does not check peers' descriptors before
 // each collective (Note [Collective ordering]): that would cost a device
@@ -184,11 +188,13 @@ class NcclCommunicator final : public Communicator {
   struct InFlight {
     UniqueEvent event;
     std::shared_ptr<Work> work;
+    absl::Time deadline;  // launch time + timeout
   };
 
-  NcclCommunicator(int rank, int size, int device, UniqueNcclComm comm,
+  NcclCommunicator(absl::Duration timeout, int rank, int size, int device, UniqueNcclComm comm,
                    UniqueStream stream, UniqueDeviceBuffer scratch)
-      : rank_(rank),
+      : timeout_(timeout),
+        rank_(rank),
         size_(size),
         device_(device),
         comm_(std::move(comm)),
@@ -201,9 +207,11 @@ class NcclCommunicator final : public Communicator {
       const char* what, absl::FunctionRef<ncclResult_t()> launch);
   // Completion thread (Note [NCCL completion]).
   void Run();
-  // Waits for `event`; an error if it or the communicator failed.
-  absl::Status WaitEvent(cudaEvent_t event);
+  // Waits for `event`; an error if it or the communicator failed, or
+  // `deadline` passes.
+  absl::Status WaitEvent(cudaEvent_t event, absl::Time deadline);
 
+  const absl::Duration timeout_;
   const int rank_;
   const int size_;
   const int device_;
@@ -227,6 +235,10 @@ absl::StatusOr<std::unique_ptr<NcclCommunicator>> NcclCommunicator::Create(
   if (size < 1 || rank < 0 || rank >= size) {
     return absl::InvalidArgumentError(
         absl::StrCat("NCCL: rank ", rank, " is out of range for size ", size));
+  }
+  if (options.timeout <= absl::ZeroDuration()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "NCCL timeout must be positive, got ", absl::FormatDuration(options.timeout)));
   }
   absl::Status s = CudaAvailable();
   if (!s.ok()) return s;
@@ -284,7 +296,7 @@ absl::StatusOr<std::unique_ptr<NcclCommunicator>> NcclCommunicator::Create(
   if (e != cudaSuccess) return CudaError("cudaMemset", e);
 
   std::unique_ptr<NcclCommunicator> c(new NcclCommunicator(
-      rank, size, device, std::move(comm), std::move(owned_stream),
+      options.timeout, rank, size, device, std::move(comm), std::move(owned_stream),
       std::move(owned_scratch)));
   c->thread_ = std::thread([p = c.get()] { p->Run(); });
   return c;
@@ -337,17 +349,23 @@ absl::StatusOr<std::shared_ptr<Work>> NcclCommunicator::Launch(
     return Work::Done(broken_);
   }
   auto work = std::make_shared<Work>();
-  in_flight_.push_back(InFlight{std::move(event), work});
+  in_flight_.push_back(InFlight{std::move(event), work, absl::Now() + timeout_});
   cv_.notify_one();
   return work;
 }
 
-absl::Status NcclCommunicator::WaitEvent(cudaEvent_t event) {
+absl::Status NcclCommunicator::WaitEvent(cudaEvent_t event, absl::Time deadline) {
   for (int polls = 0;; ++polls) {
     const cudaError_t e = cudaEventQuery(event);
     if (e == cudaSuccess) return absl::OkStatus();
     if (e != cudaErrorNotReady) return CudaError("waiting for an NCCL operation", e);
     if (polls % 64 == 63) {
+      if (absl::Now() >= deadline) {
+        return absl::DeadlineExceededError(absl::StrCat(
+            "rank ", rank_, ": NCCL operation not complete after ", absl::FormatDuration(timeout_),
+            " (a peer died or stalled, or ranks issued different collectives); the "
+            "communicator is aborted (ncclCommAbort)"));
+      }
       ncclResult_t async = ncclSuccess;
       const ncclResult_t r = ncclCommGetAsyncError(comm_.get(), &async);
       if (r != ncclSuccess) return NcclError("ncclCommGetAsyncError", r, comm_.get());
@@ -369,13 +387,15 @@ void NcclCommunicator::Run() {
   cudaSetDevice(device_);
   for (;;) {
     cudaEvent_t event;
+    absl::Time deadline;
     {
       std::unique_lock<std::mutex> lock(mu_);
       cv_.wait(lock, [&] { return stopping_ || !in_flight_.empty(); });
       if (in_flight_.empty()) return;  // stopping_ and drained
       event = in_flight_.front().event.get();
+      deadline = in_flight_.front().deadline;
     }
-    absl::Status s = WaitEvent(event);
+    absl::Status s = WaitEvent(event, deadline);
     std::vector<std::shared_ptr<Work>> done;
     {
       std::lock_guard<std::mutex> lock(mu_);
@@ -387,6 +407,7 @@ void NcclCommunicator::Run() {
       } else {
         // Later operations cannot finish on a failed communicator.
         broken_ = s;
+        if (absl::IsDeadlineExceeded(s)) comm_.Reset(/*abort=*/true);
         for (InFlight& f : in_flight_) done.push_back(std::move(f.work));
         in_flight_.clear();
       }

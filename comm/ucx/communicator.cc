@@ -51,6 +51,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "comm/fault.h"
 #include "comm/reduce.h"
 #include "comm/ucx/ranges.h"
 #include "comm/ucx/shm_allreduce.h"
@@ -149,8 +150,8 @@ struct EpErrorArg {
 
 class UcxCommunicator final : public Communicator {
  public:
-  UcxCommunicator(const UcxOptions& options, int rank, int size)
-      : options_(options), rank_(rank), size_(size) {}
+  UcxCommunicator(const UcxOptions& options, int rank, int size, Store& store)
+      : options_(options), rank_(rank), size_(size), store_(store) {}
   ~UcxCommunicator() override;
 
   absl::Status Init(Store& store);
@@ -172,6 +173,14 @@ class UcxCommunicator final : public Communicator {
   absl::StatusOr<std::shared_ptr<Work>> Barrier() override;
 
  private:
+  // OK, or the error that made the communicator unusable.
+  absl::Status Usable();
+  // Records the first failure (any thread holding the executor).
+  void Fail(const absl::Status& s);
+  // The error of a collective that timed out (or was abandoned by a peer
+  // that did): what, on whom, and the post-mortem (Note [Timeout
+  // post-mortem]).
+  absl::Status WithPostMortem(const Header& h, const absl::Status& s);
   std::shared_ptr<Work> Enqueue(Kind kind, const void* send, void* recv,
                                 size_t count, DataType type, ReduceOp op,
                                 int root);
@@ -207,6 +216,7 @@ class UcxCommunicator final : public Communicator {
   const UcxOptions options_;
   const int rank_;
   const int size_;
+  Store& store_;  // outlives the communicator; used again only by a post-mortem
 
   ucp_context_h context_ = nullptr;
   ucp_worker_h worker_ = nullptr;
@@ -262,12 +272,20 @@ class UcxCommunicator final : public Communicator {
   bool stopping_ = false;      // guarded by mu_
   bool thread_sleeping_ = false;  // guarded by mu_: progress thread in cv_.wait
   std::atomic<bool> abort_{false};
+  // Set once a collective has failed: every later call is refused
+  // synchronously with failure_ (guarded by failure_mu_).
+  std::atomic<bool> failed_{false};
+  std::mutex failure_mu_;
+  absl::Status failure_;
   std::thread thread_;
 
   // Per-peer endpoint status, set from UCP's error callback (progress thread).
   std::vector<ucs_status_t> peer_status_;
   std::vector<EpErrorArg> ep_error_args_;
-  absl::Status broken_;  // progress thread only: first fatal error
+  absl::Status broken_;  // executor only: first fatal error
+  // The running collective's deadline (executor only).
+  absl::Time deadline_ = absl::InfiniteFuture();
+  unsigned deadline_polls_ = 0;
 };
 
 // ---------------------------------------------------------------------------
@@ -436,7 +454,8 @@ UcxCommunicator::~UcxCommunicator() {
     if (ep == nullptr) continue;
     ucp_request_param_t p{};
     p.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
-    p.flags = peer_status_[peer] == UCS_OK ? 0 : UCP_EP_CLOSE_FLAG_FORCE;
+    // After a failure a peer may be dead or stuck: no flush that waits on it.
+    p.flags = peer_status_[peer] == UCS_OK && broken_.ok() ? 0 : UCP_EP_CLOSE_FLAG_FORCE;
     ucs_status_ptr_t r = ucp_ep_close_nbx(ep, &p);
     if (UCS_PTR_IS_PTR(r)) closing.push_back(r);
   }
@@ -455,8 +474,15 @@ UcxCommunicator::~UcxCommunicator() {
 // ---------------------------------------------------------------------------
 // Issue side (any thread).
 
+absl::Status UcxCommunicator::Usable() {
+  if (!failed_.load(std::memory_order_acquire)) return absl::OkStatus();
+  std::lock_guard<std::mutex> lock(failure_mu_);
+  return failure_;
+}
+
 absl::StatusOr<std::shared_ptr<Work>> UcxCommunicator::AllReduce(
     const void* send, void* recv, size_t count, DataType type, ReduceOp op) {
+  if (absl::Status s = Usable(); !s.ok()) return s;
   if (absl::Status s = CheckSupported(type, op); !s.ok()) return s;
   if (absl::Status s = ValidateBuffer("AllReduce send", send, count, type); !s.ok()) return s;
   if (absl::Status s = ValidateBuffer("AllReduce recv", recv, count, type); !s.ok()) return s;
@@ -465,6 +491,7 @@ absl::StatusOr<std::shared_ptr<Work>> UcxCommunicator::AllReduce(
 
 absl::StatusOr<std::shared_ptr<Work>> UcxCommunicator::Broadcast(
     void* buf, size_t count, DataType type, int root) {
+  if (absl::Status s = Usable(); !s.ok()) return s;
   if (absl::Status s = ValidateBuffer("Broadcast", buf, count, type); !s.ok()) return s;
   if (absl::Status s = ValidateRoot(root, size_); !s.ok()) return s;
   return Enqueue(Kind::kBroadcast, buf, buf, count, type, ReduceOp::kSum, root);
@@ -472,6 +499,7 @@ absl::StatusOr<std::shared_ptr<Work>> UcxCommunicator::Broadcast(
 
 absl::StatusOr<std::shared_ptr<Work>> UcxCommunicator::AllGather(
     const void* send, void* recv, size_t count, DataType type) {
+  if (absl::Status s = Usable(); !s.ok()) return s;
   if (absl::Status s = ValidateBuffer("AllGather send", send, count, type); !s.ok()) return s;
   if (count > SIZE_MAX / static_cast<size_t>(size_)) {
     return absl::InvalidArgumentError(absl::StrCat("AllGather: a count of ", count, " per rank overflows"));
@@ -481,6 +509,7 @@ absl::StatusOr<std::shared_ptr<Work>> UcxCommunicator::AllGather(
 }
 
 absl::StatusOr<std::shared_ptr<Work>> UcxCommunicator::Barrier() {
+  if (absl::Status s = Usable(); !s.ok()) return s;
   return Enqueue(Kind::kBarrier, nullptr, nullptr, 0, DataType::kUInt8, ReduceOp::kSum, 0);
 }
 
@@ -574,14 +603,51 @@ bool UcxCommunicator::ExecuteNext() {
   if (abort_.load(std::memory_order_relaxed)) {
     s = absl::CancelledError("communicator destroyed before the collective ran");
   } else if (!broken_.ok()) {
-    s = absl::FailedPreconditionError(absl::StrCat(
-        "communicator is unusable after an earlier error: ", broken_.message()));
+    s = Usable();
   } else {
+    deadline_ = absl::Now() + options_.timeout;
     s = Run(req);
+    deadline_ = absl::InfiniteFuture();
+    // A timeout here, a peer's (which abandons the shared-memory allreduce),
+    // or an endpoint failure (the peer may have left because of a third
+    // rank): find out who is gone.
+    if (absl::IsDeadlineExceeded(s) || absl::IsAborted(s) || absl::IsUnavailable(s)) {
+      s = WithPostMortem(req.header, s);
+    }
   }
-  if (!s.ok() && broken_.ok()) broken_ = s;
+  if (!s.ok() && broken_.ok()) {
+    broken_ = s;
+    Fail(s);
+  }
   req.work->Complete(std::move(s));
   return true;
+}
+
+void UcxCommunicator::Fail(const absl::Status& s) {
+  std::lock_guard<std::mutex> lock(failure_mu_);
+  if (!failure_.ok()) return;
+  failure_ = absl::FailedPreconditionError(absl::StrCat(
+      "UCX communicator (rank ", rank_, ") is unusable after an earlier error; recreate it. "
+      "The error: ", s.message()));
+  failed_.store(true, std::memory_order_release);
+}
+
+absl::Status UcxCommunicator::WithPostMortem(const Header& h, const absl::Status& s) {
+  const std::string doing = absl::StrCat(Describe(h), ": ", s.message());
+  // Peers that time out on the same collective do so within about the
+  // grace of each other; a rank that learnt of the failure from a peer
+  // (Aborted, Unavailable) mostly finds their reports already there.
+  const absl::Duration grace =
+      absl::IsDeadlineExceeded(s) ? PostMortemGrace(options_.timeout)
+                                  : std::min(PostMortemGrace(options_.timeout), absl::Seconds(2));
+  const std::string post_mortem =
+      TimeoutPostMortem(store_, store_prefix_, rank_, size_, doing, grace);
+  const std::string timed_out =
+      absl::IsDeadlineExceeded(s)
+          ? absl::StrCat(" (timed out after ", absl::FormatDuration(options_.timeout), ")")
+          : "";
+  return absl::Status(s.code(), absl::StrCat("rank ", rank_, ": UCX ", doing, timed_out, "; ",
+                                             post_mortem));
 }
 
 absl::Status UcxCommunicator::Run(const Request& req) {
@@ -709,6 +775,10 @@ absl::Status UcxCommunicator::Progress(int peer) {
   if (abort_.load(std::memory_order_relaxed)) {
     return absl::CancelledError("communicator destroyed while a collective was in flight");
   }
+  if ((++deadline_polls_ & 63) == 0 && absl::Now() >= deadline_) {
+    return absl::DeadlineExceededError(
+        peer >= 0 ? absl::StrCat("still waiting for rank ", peer) : "still waiting");
+  }
   return absl::OkStatus();
 }
 
@@ -726,6 +796,9 @@ absl::Status UcxCommunicator::Finish(Pending* p, const char* what) {
     p->request = nullptr;
   }
   // A failed wait leaves the request to the caller's error path (Release).
+  if (absl::IsDeadlineExceeded(s)) {
+    return absl::DeadlineExceededError(absl::StrCat(s.message(), " (", what, ")"));
+  }
   if (!s.ok()) return s;
   if (p->status != UCS_OK) {
     return absl::UnavailableError(absl::StrCat("UCX ", what, " failed: ", UcsError(p->status)));
@@ -1120,7 +1193,7 @@ absl::Status UcxCommunicator::InitSharedMemory(Store& store) {
 absl::Status UcxCommunicator::ShmAllReduce(const Request& req) {
   const Header& h = req.header;
   return ucx::ShmAllReduce(shm_group_, req.send, req.recv, h.count, static_cast<DataType>(h.type),
-                           static_cast<ReduceOp>(h.op), &shm_round_, abort_);
+                           static_cast<ReduceOp>(h.op), &shm_round_, abort_, deadline_);
 }
 
 }  // namespace
@@ -1143,7 +1216,11 @@ absl::StatusOr<std::unique_ptr<Communicator>> CreateUcxCommunicator(
     return absl::InvalidArgumentError(absl::StrCat(
         "UCX small_message_bytes must be at most 64 MiB, got ", options.small_message_bytes));
   }
-  auto comm = std::make_unique<UcxCommunicator>(options, rank, size);
+  if (options.timeout <= absl::ZeroDuration()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "UCX timeout must be positive, got ", absl::FormatDuration(options.timeout)));
+  }
+  auto comm = std::make_unique<UcxCommunicator>(options, rank, size, store);
   if (absl::Status s = comm->Init(store); !s.ok()) return s;
   return std::unique_ptr<Communicator>(std::move(comm));
 }

@@ -15,9 +15,15 @@
 namespace fusebox::comm {
 
 // Creates this rank's UCP context and worker, exchanges worker addresses
-// through `store` (keys under "ucx/"), and connects to every peer. `store`
-// is only used during the call. Blocks until all `size` ranks have arrived
-// or options.rendezvous_timeout passes (the error names the missing ranks).
+// through `store` (keys under "ucx/"), and connects to every peer. Blocks
+// until all `size` ranks have arrived or options.rendezvous_timeout passes
+// (the error names the missing ranks). `store` must outlive the
+// communicator: a collective that times out (options.timeout) uses it again
+// to find out which ranks are gone (Note [Timeout post-mortem]). A failed
+// collective leaves the communicator unusable: every later call returns
+// FailedPrecondition with the first error; destroying it is the abort path
+// (in-flight work is cancelled, endpoints are closed without waiting on
+// peers that may be gone, the worker and context are torn down).
 absl::StatusOr<std::unique_ptr<Communicator>> CreateUcxCommunicator(
     const UcxOptions& options, int rank, int size, Store& store);
 

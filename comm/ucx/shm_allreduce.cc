@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "comm/reduce.h"
 #include "comm/ucx/ranges.h"
 
@@ -28,22 +29,63 @@ constexpr size_t kControlBytes = (sizeof(Control) + 4095) / 4096 * 4096;
 
 Control* ControlOf(unsigned char* base) { return reinterpret_cast<Control*>(base); }
 
+// Values of Control::aborted (0: still in): why its owner gave up mid-collective.
+constexpr uint64_t kAbortedDestroyed = 1;
+constexpr uint64_t kAbortedFollowing = 2;    // another rank gave up first
+constexpr uint64_t kAbortedTimeoutBase = 3;  // + the rank it timed out on
+
+// A status, and the value this rank's `aborted` word gets so that peers can
+// say why it left.
+struct WaitResult {
+  absl::Status status;
+  uint64_t aborted = kAbortedDestroyed;
+};
+
 // Waits until `counter` of every rank reaches `target`, yielding the core now
 // and then so that oversubscribed ranks get to run. Gives up, touching no
-// shared state, when `abort` is set or a peer has given up.
-absl::Status WaitAll(const std::vector<unsigned char*>& bases,
-                     std::atomic<uint64_t> Control::*counter, uint64_t target,
-                     const std::atomic<bool>& abort) {
+// shared state, when `abort` is set, a peer has given up, or `deadline`
+// passes (the error then names every rank still behind).
+WaitResult WaitAll(const std::vector<unsigned char*>& bases,
+                   std::atomic<uint64_t> Control::*counter, const char* stage,
+                   uint64_t target, const std::atomic<bool>& abort, absl::Time deadline) {
   for (size_t r = 0; r < bases.size(); ++r) {
     std::atomic<uint64_t>& c = ControlOf(bases[r])->*counter;
     for (unsigned spins = 0; c.load(std::memory_order_acquire) < target; ++spins) {
       if ((spins & 255) == 255) {
         if (abort.load(std::memory_order_relaxed)) {
-          return absl::CancelledError("communicator destroyed while a collective was in flight");
+          return {absl::CancelledError("communicator destroyed while a collective was in flight"),
+                  kAbortedDestroyed};
         }
-        if (ControlOf(bases[r])->aborted.load(std::memory_order_acquire) != 0) {
-          return absl::AbortedError(absl::StrCat(
-              "rank ", r, " abandoned the shared-memory allreduce (its communicator was destroyed)"));
+        // Any rank that gave up ends the collective, not only the one
+        // waited on, and the error names the rank that gave up first (one
+        // that left because another did is never the cause).
+        for (size_t q = 0; q < bases.size(); ++q) {
+          const uint64_t why = ControlOf(bases[q])->aborted.load(std::memory_order_acquire);
+          if (why == kAbortedDestroyed) {
+            return {absl::AbortedError(absl::StrCat(
+                        "rank ", q,
+                        " abandoned the shared-memory allreduce (its communicator was destroyed)")),
+                    kAbortedFollowing};
+          }
+          if (why >= kAbortedTimeoutBase) {
+            return {absl::AbortedError(absl::StrCat(
+                        "rank ", q,
+                        " abandoned the shared-memory allreduce after timing out waiting for rank ",
+                        why - kAbortedTimeoutBase)),
+                    kAbortedFollowing};
+          }
+        }
+        if (absl::Now() >= deadline) {
+          std::vector<size_t> behind;
+          for (size_t q = 0; q < bases.size(); ++q) {
+            if ((ControlOf(bases[q])->*counter).load(std::memory_order_acquire) < target) {
+              behind.push_back(q);
+            }
+          }
+          return {absl::DeadlineExceededError(absl::StrCat(
+                      "shared-memory round ", target, " (", stage, ") still waiting for rank",
+                      behind.size() == 1 ? " " : "s ", absl::StrJoin(behind, ", "))),
+                  kAbortedTimeoutBase + (behind.empty() ? r : behind.front())};
         }
         sched_yield();
       }
@@ -52,7 +94,7 @@ absl::Status WaitAll(const std::vector<unsigned char*>& bases,
 #endif
     }
   }
-  return absl::OkStatus();
+  return {};
 }
 
 }  // namespace
@@ -65,7 +107,8 @@ void InitShmSegment(unsigned char* base) { std::memset(base, 0, kControlBytes); 
 
 absl::Status ShmAllReduce(const ShmGroup& g, const void* send, void* recv,
                           size_t count, DataType type, ReduceOp op,
-                          uint64_t* rounds, const std::atomic<bool>& abort) {
+                          uint64_t* rounds, const std::atomic<bool>& abort,
+                          absl::Time deadline) {
   const size_t esize = DataTypeSize(type);
   const int p = g.size;
   const auto* in = static_cast<const unsigned char*>(send);
@@ -77,9 +120,10 @@ absl::Status ShmAllReduce(const ShmGroup& g, const void* send, void* recv,
   const auto slot = [&](int r, uint64_t round) {
     return g.bases[r] + kControlBytes + (round % kSlots) * slot_bytes;
   };
-  const auto give_up = [&](absl::Status st) {
-    ctl->aborted.store(1, std::memory_order_release);  // peers must not wait for us
-    return st;
+  const auto give_up = [&](WaitResult w) {
+    // Peers must not wait for us; they learn why.
+    ctl->aborted.store(w.aborted, std::memory_order_release);
+    return w.status;
   };
 
   for (size_t k = 0; k < nrounds; ++k) {
@@ -88,8 +132,9 @@ absl::Status ShmAllReduce(const ShmGroup& g, const void* send, void* recv,
     const std::vector<Range> sub = SplitEven(std::min(per_round, count - first), esize, p);
     const size_t base = first * esize;
     if (round > kSlots) {  // the slot is free once every rank has read it
-      absl::Status st = WaitAll(g.bases, &Control::consumed, round - kSlots, abort);
-      if (!st.ok()) return give_up(st);
+      WaitResult w = WaitAll(g.bases, &Control::consumed, "slot reuse", round - kSlots, abort,
+                             deadline);
+      if (!w.status.ok()) return give_up(std::move(w));
     }
     unsigned char* my_slot = slot(g.rank, round);
     for (int j = 0; j < p; ++j) {
@@ -100,8 +145,9 @@ absl::Status ShmAllReduce(const ShmGroup& g, const void* send, void* recv,
       }
     }
     ctl->ready.store(round, std::memory_order_release);
-    if (absl::Status st = WaitAll(g.bases, &Control::ready, round, abort); !st.ok()) {
-      return give_up(st);
+    if (WaitResult w = WaitAll(g.bases, &Control::ready, "inputs staged", round, abort, deadline);
+        !w.status.ok()) {
+      return give_up(std::move(w));
     }
 
     const Range mine = sub[g.rank];
@@ -119,8 +165,10 @@ absl::Status ShmAllReduce(const ShmGroup& g, const void* send, void* recv,
       std::memcpy(my_slot + mine.off, dst, mine.len);
     }
     ctl->reduced.store(round, std::memory_order_release);
-    if (absl::Status st = WaitAll(g.bases, &Control::reduced, round, abort); !st.ok()) {
-      return give_up(st);
+    if (WaitResult w = WaitAll(g.bases, &Control::reduced, "sub-blocks reduced", round, abort,
+                               deadline);
+        !w.status.ok()) {
+      return give_up(std::move(w));
     }
 
     for (int j = 0; j < p; ++j) {

@@ -16,9 +16,10 @@
 // rounds), written only by their owner, each in a cache line of its own.
 // Staging stays in the last-level cache, so DRAM sees little more than one
 // read of the input and one write of the output, and no kernel copies.
-// A rank that gives up mid-collective (its communicator is destroyed) sets
-// `aborted` in its control block, and peers waiting on it fail instead of
-// spinning forever.
+// A rank that gives up mid-collective (its communicator is destroyed, or it
+// timed out waiting for a peer) says so in its control block (and on whom
+// it timed out), and peers waiting on it fail naming it instead of spinning
+// until their own deadline.
 #ifndef FUSEBOX_COMM_UCX_SHM_ALLREDUCE_H_
 #define FUSEBOX_COMM_UCX_SHM_ALLREDUCE_H_
 
@@ -28,6 +29,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/time/time.h"
 #include "comm/types.h"
 
 namespace fusebox::comm::ucx {
@@ -49,10 +51,12 @@ void InitShmSegment(unsigned char* base);
 // send == recv. Every rank of the group calls it with the same arguments but
 // its own buffers. `rounds` counts the rounds this rank has run on the group
 // (start at 0; the function advances it). Returns Cancelled when `abort` is
-// set, Aborted when a peer gave up; the group is then unusable.
+// set, Aborted when a peer gave up, DeadlineExceeded naming the ranks still
+// behind when `deadline` passes; the group is then unusable.
 absl::Status ShmAllReduce(const ShmGroup& group, const void* send, void* recv,
                           size_t count, DataType type, ReduceOp op,
-                          uint64_t* rounds, const std::atomic<bool>& abort);
+                          uint64_t* rounds, const std::atomic<bool>& abort,
+                          absl::Time deadline = absl::InfiniteFuture());
 
 }  // namespace fusebox::comm::ucx
 

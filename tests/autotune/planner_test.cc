@@ -10,6 +10,7 @@
 
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
 #include "autotune/cost_model.h"
 #include "autotune/models.h"
 #include "autotune/planner.h"
@@ -167,6 +168,8 @@ TEST(CostModelTest, ParsesPerfJsonAndRejectsHostileInput) {
   EXPECT_FALSE(ParsePerfAllReduceJson(R"({"collective": "broadcast", "nranks": 4})").ok());
   EXPECT_FALSE(ParsePerfAllReduceJson("{\"a\":" + std::string(5000, '[')).ok());
   EXPECT_FALSE(ParsePerfAllReduceJson("not json").ok());
+  // Found by tests/fuzz: a mistyped "collective" escaped as an exception.
+  EXPECT_FALSE(ParsePerfAllReduceJson(R"({"collective": 5, "nranks": 4, "results": []})").ok());
 }
 
 TEST(CostModelTest, FileRoundTripAndValidation) {
@@ -182,6 +185,18 @@ TEST(CostModelTest, FileRoundTripAndValidation) {
   auto bad = ParseCostModel(SerializeCostModel(m));
   ASSERT_FALSE(bad.ok());
   EXPECT_THAT(bad.status().message(), HasSubstr("intra_busbw_gbps"));
+
+  // Found by tests/fuzz: a mistyped "format" escaped as an exception, and a
+  // measured world above INT_MAX wrapped to a small one.
+  EXPECT_FALSE(ParseCostModel(R"({"format": 7, "version": 1})").ok());
+  const std::string with_world = R"({"format": "fusebox-cost-model", "version": 1, "name": "m",
+      "ranks_per_node": 1, "intra_busbw_gbps": 1, "inter_busbw_gbps": 1,
+      "simple": {"base_us": 1, "intra_hop_us": 1, "inter_hop_us": 1, "tree_hop_us": 1},
+      "measured": [[WORLD, 1024, 10.0], [2, 4096, 20.0]]})";
+  ASSERT_TRUE(ParseCostModel(absl::StrReplaceAll(with_world, {{"WORLD", "2"}})).ok());
+  auto wrapped = ParseCostModel(absl::StrReplaceAll(with_world, {{"WORLD", "4294967298"}}));
+  ASSERT_FALSE(wrapped.ok());
+  EXPECT_THAT(wrapped.status().message(), HasSubstr("measured[0]: world 4294967298"));
 }
 
 // ---------------------------------------------------------------- simulator

@@ -772,6 +772,18 @@ TEST_F(PolicyCacheTest, ImportRejectsBadBundles) {
   EXPECT_THAT(cache.List(), IsEmpty());
 }
 
+TEST(PolicyBundleTest, ParseCacheBundleGivesOneResultPerEntry) {
+  bucketing::GradientLayout layout = TestLayout();
+  const std::string entry = SerializeCacheEntry(TestEntry(layout, TestKey(layout)));
+  auto parsed = ParseCacheBundle(absl::StrCat(
+      R"({"format": "fusebox-policy-bundle", "version": 1, "entries": [)", entry, ", 7]}"));
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  ASSERT_THAT(*parsed, SizeIs(2));
+  ASSERT_TRUE((*parsed)[0].ok()) << (*parsed)[0].status();
+  EXPECT_EQ((*parsed)[0]->key, TestKey(layout));
+  EXPECT_THAT(std::string((*parsed)[1].status().message()), HasSubstr("expected an object"));
+}
+
 // ---- several processes -----------------------------------------------------------
 
 TEST_F(PolicyCacheTest, ConcurrentStoresLeaveOneCompleteEntry) {

@@ -155,6 +155,10 @@ TEST(PlanFileTest, RejectsBadFilesNamingTheField) {
        "buckets[0].slices[0][1]"},
       {R"({"format": "fusebox-plan", "version": 1, "buckets": [{"dtype": "float", "slices": [[0, 0, 1e99]]}]})",
        "buckets[0].slices[0][2]"},
+      // A number beyond double's range (found by tests/fuzz: it escaped as
+      // an exception).
+      {R"({"format": "fusebox-plan", "version": 1, "buckets": [{"dtype": "float", "slices": [[0, 0, 1e999]]}]})",
+       "number overflow"},
       {R"({"format": "fusebox-plan", "version": 1, "buckets": [[[[[[[[1]]]]]]]]})", "nested deeper"},
   };
   for (const Case& c : cases) {

@@ -98,6 +98,12 @@ class MpiCommunicatorTest : public ::testing::Test {
   int size_ = 1;
 };
 
+TEST(MpiOptionsTest, ANonPositiveTimeoutIsRejected) {
+  MpiOptions options;
+  options.timeout = absl::ZeroDuration();
+  EXPECT_EQ(CreateMpiCommunicator(options).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
 TEST_F(MpiCommunicatorTest, ReportsRankSizeAndBackend) {
   int world_rank = -1, world_size = -1;
   MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
@@ -444,6 +450,45 @@ TEST(MpiRendezvousTest, StoreRoundTripAcrossRanks) {
   EXPECT_TRUE(total.ok()) << total.status();
   if (total.ok()) {
     EXPECT_EQ(*total, world_size);
+  }
+  // Nobody may still be using the store when rank 0 stops the server.
+  MPI_Barrier(MPI_COMM_WORLD);
+}
+
+// The last rank never joins a collective (stalled): every other rank's
+// AllReduce fails within the timeout plus the post-mortem grace, naming the
+// collective and, through the rendezvous store, the silent rank; the
+// communicator then refuses work. (The abandoned MPI requests stay pending:
+// MPI cannot cancel a collective; the communicator is never used again.)
+TEST(MpiTimeoutTest, ARankThatNeverJoinsIsNamedByEveryOtherRank) {
+  int world_rank = -1, world_size = -1;
+  MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &world_size);
+  if (world_size < 2) GTEST_SKIP() << "needs 2 ranks";
+  auto rdv = ConnectMpiRendezvous(absl::Seconds(60));
+  ASSERT_TRUE(rdv.ok()) << rdv.status();
+  MpiOptions options;
+  options.timeout = absl::Milliseconds(500);
+  auto comm = CreateMpiCommunicator(options, rdv->store.get());
+  ASSERT_TRUE(comm.ok()) << comm.status();
+  const int stalled = world_size - 1;
+  if (world_rank == stalled) {
+    absl::SleepFor(absl::Seconds(7));  // > timeout + grace (5 s)
+  } else {
+    std::vector<float> x(1 << 16, 1.0f);
+    const absl::Time start = absl::Now();
+    absl::Status s =
+        AllReduceSync(**comm, x.data(), x.data(), x.size(), DataType::kFloat32, ReduceOp::kSum);
+    const absl::Duration took = absl::Now() - start;
+    EXPECT_EQ(s.code(), absl::StatusCode::kDeadlineExceeded) << s;
+    const std::string m(s.message());
+    EXPECT_NE(m.find(absl::StrCat("rank ", world_rank, ": MPI AllReduce #0 (count=65536 float sum)")),
+              std::string::npos) << m;
+    EXPECT_NE(m.find(absl::StrCat("post-mortem: rank ", stalled, " did not report")),
+              std::string::npos) << m;
+    EXPECT_GE(took, absl::Milliseconds(500));
+    EXPECT_LT(took, absl::Milliseconds(6500));
+    EXPECT_EQ((*comm)->Barrier().status().code(), absl::StatusCode::kFailedPrecondition);
   }
   // Nobody may still be using the store when rank 0 stops the server.
   MPI_Barrier(MPI_COMM_WORLD);

@@ -89,5 +89,41 @@ TEST(ShmAllReduceTest, PeersOfARankThatGivesUpFailInsteadOfHanging) {
   }
 }
 
+TEST(ShmAllReduceTest, ADeadlineNamesTheRanksBehindAndPeersLearnWhoWasBlamed) {
+  // Rank 1 never arrives (dead or stalled). Rank 0 has a short deadline and
+  // must name rank 1 (and not rank 2, which did arrive); rank 2, with a long
+  // deadline, must then fail at once naming rank 0 and whom it blamed.
+  constexpr int kWorld = 3;
+  constexpr size_t kChunk = 256;
+  Segments seg(kWorld, kChunk);
+  std::atomic<bool> no_abort{false};
+  std::vector<absl::Status> results(kWorld);
+  std::vector<absl::Duration> took(kWorld);
+  const auto run = [&](int r, absl::Duration timeout) {
+    ShmGroup g{r, kWorld, kChunk, seg.bases};
+    uint64_t rounds = 0;
+    std::vector<float> buf(10000, 1.0f);
+    const absl::Time start = absl::Now();
+    results[r] = ShmAllReduce(g, buf.data(), buf.data(), buf.size(), DataType::kFloat32,
+                              ReduceOp::kSum, &rounds, no_abort, start + timeout);
+    took[r] = absl::Now() - start;
+  };
+  std::thread late(run, 2, absl::Seconds(60));
+  absl::SleepFor(absl::Milliseconds(50));  // rank 2 is waiting before rank 0 starts
+  run(0, absl::Milliseconds(300));
+  late.join();
+  EXPECT_EQ(results[0].code(), absl::StatusCode::kDeadlineExceeded) << results[0];
+  EXPECT_NE(results[0].message().find("waiting for rank 1"), std::string::npos) << results[0];
+  EXPECT_EQ(results[0].message().find("rank 2"), std::string::npos) << results[0];
+  EXPECT_EQ(results[0].message().find("ranks"), std::string::npos) << results[0];
+  EXPECT_GE(took[0], absl::Milliseconds(300));
+  EXPECT_LT(took[0], absl::Seconds(5));
+  EXPECT_EQ(results[2].code(), absl::StatusCode::kAborted) << results[2];
+  EXPECT_NE(results[2].message().find("rank 0 abandoned"), std::string::npos) << results[2];
+  EXPECT_NE(results[2].message().find("timing out waiting for rank 1"), std::string::npos)
+      << results[2];
+  EXPECT_LT(took[2], absl::Seconds(10));
+}
+
 }  // namespace
 }  // namespace fusebox::comm::ucx

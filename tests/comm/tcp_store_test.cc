@@ -10,6 +10,8 @@
 
 #include <atomic>
 #include <cerrno>
+#include <functional>
+#include <memory>
 #include <string>
 #include <thread>
 #include <vector>
@@ -44,6 +46,26 @@ std::string Frame(uint8_t cmd, const std::vector<std::string>& args,
                     U32(static_cast<uint32_t>(args.size()));
   for (const std::string& a : args) out += U32(a.size()) + a;
   return out;
+}
+
+// A client of the server on `port` (loopback), presenting `token`.
+std::unique_ptr<Store> ConnectTo(int port, const std::string& token = "") {
+  TcpStoreClientOptions options;
+  options.port = port;
+  options.token = token;
+  options.connect_timeout = absl::Seconds(5);
+  auto store = ConnectTcpStore(options);
+  EXPECT_TRUE(store.ok()) << store.status();
+  return store.ok() ? *std::move(store) : nullptr;
+}
+
+// Waits (up to 2 s) for `count()` to reach `want`; returns its last value.
+int64_t AwaitCount(const std::function<int64_t()>& count, int64_t want) {
+  const absl::Time deadline = In(absl::Seconds(2));
+  while (count() < want && absl::Now() < deadline) {
+    absl::SleepFor(absl::Milliseconds(1));
+  }
+  return count();
 }
 
 // A blocking socket to the server, with a 2 s receive timeout.
@@ -103,22 +125,10 @@ class TcpStoreTest : public ::testing::Test {
     ASSERT_GT(server_->port(), 0);
   }
 
-  std::unique_ptr<Store> Connect() {
-    TcpStoreClientOptions options;
-    options.port = server_->port();
-    options.connect_timeout = absl::Seconds(5);
-    auto store = ConnectTcpStore(options);
-    EXPECT_TRUE(store.ok()) << store.status();
-    return store.ok() ? *std::move(store) : nullptr;
-  }
+  std::unique_ptr<Store> Connect() { return ConnectTo(server_->port()); }
 
-  // Waits (up to 2 s) for rejected_connections() to reach `want`.
   int64_t AwaitRejected(int64_t want) {
-    const absl::Time deadline = In(absl::Seconds(2));
-    while (server_->rejected_connections() < want && absl::Now() < deadline) {
-      absl::SleepFor(absl::Milliseconds(1));
-    }
-    return server_->rejected_connections();
+    return AwaitCount([this] { return server_->rejected_connections(); }, want);
   }
 
   std::unique_ptr<TcpStoreServer> server_;
@@ -541,6 +551,192 @@ TEST(TcpStoreTokenLimitTest, ATokenClientWorksWithATokenlessServer) {
   auto c = ConnectTcpStore(co);
   ASSERT_TRUE(c.ok()) << c.status();
   EXPECT_TRUE((*c)->Set("k", "v").ok());
+}
+
+}  // namespace
+}  // namespace fusebox::comm
+
+namespace fusebox::comm {
+namespace {
+
+// Note [TCP store timeouts], with short timeouts.
+class TcpStoreTimeoutTest : public ::testing::Test {
+ protected:
+  static constexpr absl::Duration kTimeout = absl::Milliseconds(200);
+
+  void Start(TcpStoreServerOptions options) {
+    options.bind_addr = "127.0.0.1";
+    auto server = StartTcpStoreServer(options);
+    ASSERT_TRUE(server.ok()) << server.status();
+    server_ = *std::move(server);
+  }
+  void StartWithShortTimeouts() {
+    TcpStoreServerOptions options;
+    options.handshake_timeout = kTimeout;
+    options.read_timeout = kTimeout;
+    Start(options);
+  }
+  std::unique_ptr<Store> Connect(const std::string& token = "") {
+    return ConnectTo(server_->port(), token);
+  }
+  int64_t AwaitTimedOut(int64_t want) {
+    return AwaitCount([this] { return server_->timed_out_connections(); }, want);
+  }
+
+  std::unique_ptr<TcpStoreServer> server_;
+};
+
+TEST_F(TcpStoreTimeoutTest, ConnectionThatSendsNothingIsClosed) {
+  StartWithShortTimeouts();
+  auto good = Connect();
+  ASSERT_NE(good, nullptr);
+  ASSERT_TRUE(good->Set("k", "v").ok());
+  const absl::Time start = absl::Now();
+  RawConn silent(server_->port());
+  ASSERT_TRUE(silent.connected());
+  EXPECT_TRUE(silent.ClosedByPeer());
+  const absl::Duration took = absl::Now() - start;
+  EXPECT_GE(took, kTimeout - absl::Milliseconds(10));
+  EXPECT_LT(took, absl::Seconds(1));
+  EXPECT_EQ(AwaitTimedOut(1), 1);
+  EXPECT_EQ(server_->rejected_connections(), 0);
+  EXPECT_EQ(good->Get("k", absl::Now()).value(), "v");  // others unaffected
+}
+
+TEST_F(TcpStoreTimeoutTest, TokenServerClosesConnectionThatNeverSaysHello) {
+  TcpStoreServerOptions options;
+  options.token = "s3cret-job";
+  options.handshake_timeout = kTimeout;
+  Start(options);
+  RawConn silent(server_->port());
+  ASSERT_TRUE(silent.connected());
+  // Half a HELLO: the handshake clock is not reset by bytes, only by a
+  // whole first request.
+  const std::string hello = Frame(6, {"s3cret-job"});
+  ASSERT_TRUE(silent.Send(hello.substr(0, 5)));
+  EXPECT_TRUE(silent.ClosedByPeer());
+  EXPECT_EQ(AwaitTimedOut(1), 1);
+  // A client that presents the token at once is admitted and kept.
+  auto good = Connect("s3cret-job");
+  ASSERT_NE(good, nullptr);
+  absl::SleepFor(kTimeout * 2);
+  EXPECT_TRUE(good->Set("k", "v").ok());
+  EXPECT_EQ(server_->timed_out_connections(), 1);
+}
+
+TEST_F(TcpStoreTimeoutTest, HalfAMessageThenSilenceIsClosed) {
+  StartWithShortTimeouts();
+  RawConn raw(server_->port());
+  ASSERT_TRUE(raw.connected());
+  // A whole first request (the handshake), answered.
+  ASSERT_TRUE(raw.Send(Frame(kSetCmd, {"a", "1"})));
+  EXPECT_EQ(raw.Recv(9), U32(kMagic) + std::string(1, 0) + U32(0));
+  const std::string request = Frame(kSetCmd, {"half", std::string(1000, 'v')});
+  const absl::Time start = absl::Now();
+  ASSERT_TRUE(raw.Send(request.substr(0, request.size() / 2)));
+  EXPECT_TRUE(raw.ClosedByPeer());
+  const absl::Duration took = absl::Now() - start;
+  EXPECT_GE(took, kTimeout - absl::Milliseconds(10));
+  EXPECT_LT(took, absl::Seconds(1));
+  EXPECT_EQ(AwaitTimedOut(1), 1);
+  auto good = Connect();
+  ASSERT_NE(good, nullptr);
+  EXPECT_FALSE(good->Check("half").value());
+  EXPECT_TRUE(good->Check("a").value());
+}
+
+TEST_F(TcpStoreTimeoutTest, TricklingCannotExtendTheReadTimeout) {
+  StartWithShortTimeouts();
+  RawConn raw(server_->port());
+  ASSERT_TRUE(raw.connected());
+  ASSERT_TRUE(raw.Send(Frame(kSetCmd, {"a", "1"})));
+  ASSERT_EQ(raw.Recv(9).size(), 9u);
+  // One byte every 40 ms: each gap is well inside the timeout, the message
+  // is not.
+  const std::string request = Frame(kSetCmd, {"slow", std::string(100, 'v')});
+  const absl::Time start = absl::Now();
+  bool sent_all = true;
+  for (char byte : request) {
+    if (!raw.Send(std::string(1, byte))) {
+      sent_all = false;
+      break;
+    }
+    absl::SleepFor(absl::Milliseconds(40));
+    if (server_->timed_out_connections() > 0) {
+      sent_all = false;
+      break;
+    }
+  }
+  EXPECT_FALSE(sent_all);
+  EXPECT_EQ(AwaitTimedOut(1), 1);
+  EXPECT_LT(absl::Now() - start, absl::Seconds(1));
+}
+
+TEST_F(TcpStoreTimeoutTest, SilentClientBetweenRequestsKeepsWorking) {
+  StartWithShortTimeouts();
+  auto store = Connect();
+  ASSERT_NE(store, nullptr);
+  ASSERT_TRUE(store->Set("k", "v").ok());
+  absl::SleepFor(kTimeout * 3);  // longer than every timeout
+  EXPECT_EQ(store->Get("k", absl::Now()).value(), "v");
+  absl::SleepFor(kTimeout * 3);
+  EXPECT_EQ(store->Add("n", 1).value(), 1);
+  EXPECT_EQ(server_->timed_out_connections(), 0);
+}
+
+TEST_F(TcpStoreTimeoutTest, ClientInALongWaitIsNotCut) {
+  TcpStoreServerOptions options;
+  options.handshake_timeout = kTimeout;
+  options.read_timeout = kTimeout;
+  options.idle_timeout = kTimeout;  // even with the idle timeout on
+  Start(options);
+  auto waiter = Connect();
+  ASSERT_NE(waiter, nullptr);
+  ASSERT_TRUE(waiter->Set("hello", "").ok());  // the handshake
+  absl::Status waited;
+  absl::StatusOr<std::string> got;
+  std::thread t([&] {
+    waited = waiter->Wait({"late"}, In(absl::Seconds(5)));
+    got = waiter->Get("later", In(absl::Seconds(5)));
+  });
+  for (const char* key : {"late", "later"}) {
+    absl::SleepFor(kTimeout * 4);
+    // A fresh setter each time: a silent one would be cut by the idle
+    // timeout, as it should.
+    auto setter = Connect();
+    ASSERT_NE(setter, nullptr);
+    ASSERT_TRUE(setter->Set(key, "now").ok());
+  }
+  t.join();
+  EXPECT_TRUE(waited.ok()) << waited;
+  EXPECT_EQ(got.value_or("(failed)"), "now");
+  EXPECT_EQ(server_->timed_out_connections(), 0);
+}
+
+TEST_F(TcpStoreTimeoutTest, IdleTimeoutWhenEnabledClosesSilentClients) {
+  TcpStoreServerOptions options;
+  options.idle_timeout = kTimeout;
+  Start(options);
+  auto store = Connect();
+  ASSERT_NE(store, nullptr);
+  ASSERT_TRUE(store->Set("k", "v").ok());
+  EXPECT_EQ(AwaitTimedOut(1), 1);
+  absl::Status s = store->Set("k", "w");
+  EXPECT_EQ(s.code(), absl::StatusCode::kUnavailable) << s;
+}
+
+TEST(TcpStoreTimeoutOptionsTest, NonPositiveTimeoutsAreRejected) {
+  for (absl::Duration bad : {absl::ZeroDuration(), absl::Milliseconds(-1)}) {
+    TcpStoreServerOptions options;
+    options.read_timeout = bad;
+    auto server = StartTcpStoreServer(options);
+    EXPECT_EQ(server.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(std::string(server.status().message()), HasSubstr("read_timeout"));
+  }
+  TcpStoreServerOptions off;
+  off.bind_addr = "127.0.0.1";
+  off.handshake_timeout = off.read_timeout = off.idle_timeout = absl::InfiniteDuration();
+  EXPECT_TRUE(StartTcpStoreServer(off).ok());
 }
 
 }  // namespace

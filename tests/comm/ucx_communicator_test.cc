@@ -326,6 +326,49 @@ TEST(UcxCommunicatorTest, PeerThatLeavesFailsTheCollectiveOnEveryRank) {
   });
 }
 
+// Rank 1 of 3 never joins (stalled): the others fail within the timeout plus
+// the post-mortem grace, naming the collective and rank 1, each quoting the
+// other's report; afterwards their communicators refuse work at once.
+void ExpectTimeoutNamesTheStalledRank(UcxOptions options) {
+  options.timeout = absl::Milliseconds(500);
+  RunRanks(3, options, [&](int rank, Communicator& comm) {
+    if (rank == 1) {
+      absl::SleepFor(absl::Seconds(7));  // > timeout + grace (5 s)
+      return;
+    }
+    std::vector<float> x(1 << 18, 1.0f);
+    const absl::Time start = absl::Now();
+    absl::Status s =
+        AllReduceSync(comm, x.data(), x.data(), x.size(), DataType::kFloat32, ReduceOp::kSum);
+    const absl::Duration took = absl::Now() - start;
+    EXPECT_EQ(s.code(), absl::StatusCode::kDeadlineExceeded) << s;
+    const std::string m(s.message());
+    EXPECT_NE(m.find(absl::StrCat("rank ", rank, ": UCX AllReduce(count=262144")), std::string::npos)
+        << m;
+    EXPECT_NE(m.find("waiting for rank 1"), std::string::npos) << m;
+    EXPECT_NE(m.find("post-mortem: rank 1 did not report"), std::string::npos) << m;
+    EXPECT_NE(m.find(absl::StrCat("rank ", 2 - rank, " reports: AllReduce")), std::string::npos)
+        << m;
+    EXPECT_GE(took, absl::Milliseconds(500));
+    EXPECT_LT(took, absl::Milliseconds(6500));
+    float y = 1;
+    auto refused = comm.AllReduce(&y, &y, 1, DataType::kFloat32, ReduceOp::kSum);
+    ASSERT_FALSE(refused.ok());
+    EXPECT_EQ(refused.status().code(), absl::StatusCode::kFailedPrecondition);
+    EXPECT_NE(refused.status().message().find("waiting for rank 1"), std::string::npos)
+        << refused.status();
+    EXPECT_EQ(comm.Barrier().status().code(), absl::StatusCode::kFailedPrecondition);
+  });
+}
+
+TEST(UcxCommunicatorTest, TimeoutNamesTheStalledRankOnTheSharedMemoryPath) {
+  ExpectTimeoutNamesTheStalledRank(UcxOptions{});
+}
+
+TEST(UcxCommunicatorTest, TimeoutNamesTheStalledRankOnTheRingPath) {
+  ExpectTimeoutNamesTheStalledRank(RingOnly());
+}
+
 TEST(UcxCommunicatorTest, OptionsThatDifferAcrossRanksAreAnErrorNamingBoth) {
   MemoryStore store;
   std::vector<absl::Status> results(2);
@@ -360,6 +403,10 @@ TEST(UcxCommunicatorTest, RejectsBadOptions) {
   o.chunk_bytes = 1;
   EXPECT_EQ(CreateUcxCommunicator(o, 0, 1, store).status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(CreateUcxCommunicator(UcxOptions{}, 3, 2, store).status().code(), absl::StatusCode::kInvalidArgument);
+  UcxOptions no_timeout;
+  no_timeout.timeout = absl::ZeroDuration();
+  EXPECT_EQ(CreateUcxCommunicator(no_timeout, 0, 1, store).status().code(),
+            absl::StatusCode::kInvalidArgument);
   o = UcxOptions{};
   o.small_message_bytes = 1u << 30;
   EXPECT_EQ(CreateUcxCommunicator(o, 0, 1, store).status().code(), absl::StatusCode::kInvalidArgument);

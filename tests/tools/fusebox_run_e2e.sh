@@ -158,6 +158,25 @@ rank_killed)
   expect_no_sleepers
   ;;
 
+failure_grace)
+  # With --failure-grace the others may report the failure themselves: rank 1
+  # exits on its own 0.7 s after rank 0 failed (its exit is reported, the
+  # status stays the first failure's); rank 2 never exits and is stopped
+  # once the grace has passed.
+  start=$(now_ms)
+  run -n 3 --failure-grace 1.5 --env TAG="$tag" -- sh -c \
+    'case $RANK in 0) exit 3;; 1) sleep 0.7; exit 4;; *) sleep 30.$TAG;; esac'
+  elapsed=$(($(now_ms) - start))
+  [ "$rc" -eq 3 ] || fail "exit status $rc, want the first failure's 3"
+  grep -qF "fusebox-run: rank 1 exited with status 4" "$work/stderr" ||
+    fail "rank 1's own exit is not reported"
+  grep -qF "(--failure-grace of 1.5s expired)" "$work/stderr" ||
+    fail "rank 2 was not stopped at the end of the grace"
+  [ "$elapsed" -ge 1400 ] || fail "stopped after ${elapsed} ms, before --failure-grace"
+  [ "$elapsed" -lt 5000 ] || fail "took ${elapsed} ms, want about 1.5 s"
+  expect_no_sleepers
+  ;;
+
 sigterm_forwarding)
   # (c) SIGTERM to the launcher terminates every rank; the launcher fails.
   "$launcher" -n 3 --env TAG="$tag" -- sh -c \

@@ -175,6 +175,12 @@ TEST(LauncherTest, ParsesTimeoutAndGrace) {
   auto none = Parse({"-n", "1", "--timeout", "0", "p"});
   ASSERT_TRUE(none.ok()) << none.status();
   EXPECT_EQ(none->timeout, absl::InfiniteDuration());
+  EXPECT_EQ(none->failure_grace, absl::ZeroDuration());
+
+  auto failure = Parse({"-n", "1", "--failure-grace", "20", "p"});
+  ASSERT_TRUE(failure.ok()) << failure.status();
+  EXPECT_EQ(failure->failure_grace, absl::Seconds(20));
+  EXPECT_THAT(ParseError({"-n", "1", "--failure-grace", "-3", "p"}), HasSubstr("--failure-grace"));
 }
 
 TEST(LauncherTest, RejectsBadDurations) {
@@ -227,7 +233,7 @@ TEST(LauncherTest, UsageDocumentsEveryOptionWithExamples) {
   const std::string usage = LaunchUsage();
   for (const char* text :
        {"Usage: fusebox-run -n N", "--nproc", "--master-addr", "--master-port", "--nnodes", "--node-rank",
-        "--output", "--output-dir", "--timeout", "--grace", "--env", "--help",
+        "--output", "--output-dir", "--timeout", "--grace", "--failure-grace", "--env", "--help",
         "RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_PORT",
         "FUSEBOX_AGENT_STORE", "Exit status", "Examples"}) {
     EXPECT_THAT(usage, HasSubstr(text));

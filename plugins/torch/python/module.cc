@@ -11,6 +11,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
+#include "comm/backends.h"
 #include "plugins/torch/comm_hook.h"
 #include "plugins/torch/process_group_communicator.h"
 #include "plugins/torch/torch_store.h"
@@ -117,6 +118,8 @@ MakeCommunicator(py::object group_obj, py::object store_obj, const py::dict& o) 
   options.size = group->getSize();
   options.local_rank = o["local_rank"].cast<int>();
   options.timeout = absl::Seconds(o["timeout_s"].cast<double>());
+  // One knob for the hook: rendezvous, each collective and the engine.
+  comm::SetCollectiveTimeout(options.timeout, &options.backend_options);
   auto store = store_obj.cast<c10::intrusive_ptr<::c10d::Store>>();
   absl::StatusOr<std::shared_ptr<comm::Communicator>> comm;
   {

@@ -114,7 +114,8 @@ def register(ddp_model, *, cache_dir=None, plan=None, communicator="process_grou
         measured besides DDP's default; iterations per plan).
     drift_window: iterations per drift check (0: never retune).
     max_in_flight: fused allreduces in flight at once.
-    timeout_s: the longest wait for any one iteration's communication.
+    timeout_s: the longest wait for any one iteration's communication, for the rendezvous, and
+        for each collective (a stuck one fails naming the rank it waited for).
     timeline: record a timeline (see Handle.write_timeline).
     verbose: print the tuner's progress on stderr.
     """

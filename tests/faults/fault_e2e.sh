@@ -1,0 +1,152 @@
+#!/usr/bin/env bash
+# Fault injection against real processes (issue 7): three ranks run
+# fusebox-perf allreduce loops; one rank is killed (SIGKILL) or stalled
+# (SIGSTOP) mid-allreduce, and every surviving rank must fail with an error
+# that names the operation and the lost rank within its deadline
+# (FUSEBOX_TIMEOUT_S plus the post-mortem grace, comm/fault.h).
+#
+# Usage: fault_e2e.sh CASE FUSEBOX_RUN FUSEBOX_PERF [MPIRUN]
+#   ucx_kill       UCX, default transports (shared-memory allreduce), kill -9
+#   ucx_tcp_kill   UCX over TCP only (the ring), kill -9
+#   ucx_stall      UCX, SIGSTOP: the rank is alive but never progresses
+#   mpi_kill       MPI under mpirun --enable-recovery, kill -9
+#   mpi_kill_abort MPI under plain mpirun: mpirun itself stops the job and
+#                  exits non-zero
+# Prints one "FAULT" summary line per surviving rank (for the report).
+set -u
+case_name=$1 launcher=$2 perf=$3 mpirun=${4:-mpirun}
+timeout_s=3      # FUSEBOX_TIMEOUT_S of the ranks
+deadline_ms=12000 # timeout + post-mortem grace (5 s) + slack for 2 busy cores
+work=$(mktemp -d)
+job=""
+cleanup() {
+  [ -n "$job" ] && kill -9 "$job" 2>/dev/null
+  pkill -9 -f "fault-e2e-$$" 2>/dev/null
+  rm -rf "$work" "/tmp/fault-e2e-$$.json"
+}
+trap cleanup EXIT
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+
+now_ms() { date +%s%3N; }
+fail() {
+  echo "FAIL [$case_name]: $*"
+  echo "--- output"; cat "$work/err" "$work/out" 2>/dev/null | tail -n 40
+  exit 1
+}
+# rank_pid VAR RANK: the pid of this job's rank whose environment has VAR=RANK.
+rank_pid() {
+  for p in $(pgrep -f "fault-e2e-$$"); do
+    if tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -qx "$1=$2"; then
+      echo "$p"
+      return
+    fi
+  done
+}
+# Every rank's argv carries the marker so that the test finds its own ranks.
+perf_args=(allreduce -b 16M -e 16M -n 1000000 -w 1 --timeout_s "$timeout_s"
+           --json "/tmp/fault-e2e-$$.json")
+
+start_job() {  # start_job VAR COMMAND...: runs the job in the background
+  local var=$1
+  shift
+  "$@" >"$work/out" 2>"$work/err" </dev/null &
+  job=$!
+  for _ in $(seq 200); do
+    [ -n "$(rank_pid "$var" 0)" ] && [ -n "$(rank_pid "$var" 1)" ] &&
+      [ -n "$(rank_pid "$var" 2)" ] && break
+    sleep 0.05
+  done
+  victim=$(rank_pid "$var" 1)
+  [ -n "$victim" ] || fail "the ranks did not start"
+  sleep 2.5  # rendezvous, warm-up: the ranks are now in the allreduce loop
+  kill -0 "$job" 2>/dev/null || fail "the job ended before the fault was injected"
+}
+
+# wait_reports PATTERN_0 PATTERN_2: waits until both survivors' errors are
+# out, sets $elapsed (ms since the injection).
+wait_reports() {
+  local until=$(($(now_ms) + 30000))
+  while [ "$(now_ms)" -lt "$until" ]; do
+    grep -q "$1" "$work/err" && grep -q "$2" "$work/err" && break
+    sleep 0.1
+  done
+  elapsed=$(($(now_ms) - injected))
+  grep -q "$1" "$work/err" || fail "rank 0 reported no error within 30 s"
+  grep -q "$2" "$work/err" || fail "rank 2 reported no error within 30 s"
+  [ "$elapsed" -le "$deadline_ms" ] ||
+    fail "the survivors took ${elapsed} ms to report, over the ${deadline_ms} ms deadline"
+}
+
+# check_survivor LINE_PATTERN: the survivor's error names the collective and
+# rank 1 as the one that did not report.
+check_survivor() {
+  local line
+  line=$(grep "$1" "$work/err" | head -n 1)
+  echo "$line" | grep -q "AllReduce" || fail "no operation named: $line"
+  # Named directly (its endpoint failed, or the wait was on it) or by the
+  # post-mortem (it never reported).
+  echo "$line" | grep -Eq "rank 1 (did not report|is unreachable)|waiting for rank 1" ||
+    fail "rank 1 not named as lost: $line"
+  echo "FAULT $case_name: after ${elapsed} ms: $line"
+}
+
+case "$case_name" in
+ucx_kill | ucx_tcp_kill | ucx_stall)
+  extra=()
+  [ "$case_name" = ucx_tcp_kill ] && extra=(--ucx_tls tcp)
+  start_job RANK "$launcher" -n 3 --failure-grace 20 --grace 1 --env MARK="fault-e2e-$$" -- \
+    "$perf" "${perf_args[@]}" "${extra[@]}"
+  signal=KILL
+  [ "$case_name" = ucx_stall ] && signal=STOP
+  injected=$(now_ms)
+  kill "-$signal" "$victim"
+  wait_reports "^\[0\]: fusebox-perf (rank 0)" "^\[2\]: fusebox-perf (rank 2)"
+  check_survivor "^\[0\]: fusebox-perf"
+  check_survivor "^\[2\]: fusebox-perf"
+  [ "$signal" = STOP ] && kill -KILL "$victim"
+  wait "$job"
+  rc=$?
+  job=""
+  if [ "$signal" = KILL ]; then
+    [ "$rc" -eq 137 ] || fail "fusebox-run exited $rc, want 137 (rank 1 killed by SIGKILL)"
+    grep -qF "fusebox-run: rank 1 killed by signal SIGKILL" "$work/err" ||
+      fail "the launcher does not name the killed rank"
+  else
+    [ "$rc" -ne 0 ] || fail "fusebox-run exited 0"
+  fi
+  echo "FAULT $case_name: fusebox-run exit status $rc"
+  ;;
+mpi_kill)
+  # --enable-recovery keeps mpirun from killing the survivors at once, so
+  # that they can report (OpenMPI 4.1's mpirun then exits 0 whatever the
+  # ranks did: the ranks' own exit status is what is checked here).
+  start_job OMPI_COMM_WORLD_RANK "$mpirun" -np 3 --oversubscribe --enable-recovery \
+    -x MARK="fault-e2e-$$" -x FUSEBOX_TIMEOUT_S="$timeout_s" \
+    "$perf" "${perf_args[@]}" --backend mpi
+  injected=$(now_ms)
+  kill -KILL "$victim"
+  wait_reports "^fusebox-perf (rank 0)" "^fusebox-perf (rank 2)"
+  check_survivor "^fusebox-perf (rank 0)"
+  check_survivor "^fusebox-perf (rank 2)"
+  wait "$job"
+  job=""
+  ;;
+mpi_kill_abort)
+  start_job OMPI_COMM_WORLD_RANK "$mpirun" -np 3 --oversubscribe \
+    -x MARK="fault-e2e-$$" "$perf" "${perf_args[@]}" --backend mpi
+  injected=$(now_ms)
+  kill -KILL "$victim"
+  wait "$job"
+  rc=$?
+  job=""
+  elapsed=$(($(now_ms) - injected))
+  [ "$rc" -ne 0 ] || fail "mpirun exited 0 after a rank was killed"
+  grep -q "exited on signal 9" "$work/err" || fail "mpirun does not report the killed rank"
+  [ "$elapsed" -le "$deadline_ms" ] || fail "mpirun took ${elapsed} ms to stop the job"
+  echo "FAULT $case_name: mpirun stopped the job after ${elapsed} ms, exit status $rc"
+  ;;
+*)
+  fail "unknown case"
+  ;;
+esac
+echo "PASS [$case_name]"

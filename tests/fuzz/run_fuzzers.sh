@@ -1,0 +1,78 @@
+#!/usr/bin/env bash
+# Builds the libFuzzer targets (tests/fuzz/README.md) with clang in their own
+# build directory and runs each for a bounded time on a copy of its seed
+# corpus (the repository's corpus is never written). Prints one line per
+# target: executions, corpus growth, crash yes/no. A crashing input is kept
+# under $FUZZ_BUILD_DIR/fuzz-run/<target>/ (crash-*, timeout-*, oom-*).
+#
+#   FUSEBOX_FUZZ_SECONDS   seconds per target (default 20)
+#   FUSEBOX_FUZZ_TARGETS   targets to run, space-separated (default: all)
+#   FUZZ_BUILD_DIR         build directory (default build-fuzz)
+#   JOBS                   build parallelism (default 2)
+#
+# Exit status: 0 when no target crashed, 1 when one did, 2 when the targets
+# could not be built.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+SECONDS_PER_TARGET=${FUSEBOX_FUZZ_SECONDS:-20}
+BUILD=${FUZZ_BUILD_DIR:-build-fuzz}
+ALL_TARGETS="plan_parser profile_parser policy_cache_parser cost_model_parser perf_json_parser store_wire"
+TARGETS=${FUSEBOX_FUZZ_TARGETS:-$ALL_TARGETS}
+
+# Longest input per target: a little above the largest seed, so that time
+# goes to inputs of the size that matters rather than to megabytes of JSON.
+max_len() {
+  case "$1" in
+    store_wire) echo 4096 ;;
+    *) echo 8192 ;;
+  esac
+}
+
+fuzzer_runtime=$(clang++ -print-resource-dir 2>/dev/null)/lib/linux/libclang_rt.fuzzer-x86_64.a
+if [[ ! -f "$fuzzer_runtime" ]]; then
+  echo "run_fuzzers: no libFuzzer runtime ($fuzzer_runtime); install clang and libclang-rt-14-dev" >&2
+  exit 2
+fi
+
+start=$(date +%s)
+mkdir -p "$BUILD"
+log="$BUILD/fuzz-build.log"
+# Debug: assertions stay on (no NDEBUG); tests/fuzz/CMakeLists.txt sets -O1.
+if ! cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Debug \
+      -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_C_COMPILER=clang -DFUSEBOX_FUZZ=ON \
+      -DBUILD_TESTING=OFF -DFUSEBOX_WITH_TORCH=OFF -DFUSEBOX_WITH_UCX=OFF \
+      -DFUSEBOX_WITH_MPI=OFF -DFUSEBOX_WITH_NCCL=OFF >"$log" 2>&1 ||
+   ! cmake --build "$BUILD" -j "${JOBS:-2}" --target fuzz_targets >>"$log" 2>&1; then
+  echo "run_fuzzers: building the fuzz targets failed ($log):" >&2
+  tail -n 30 "$log" >&2
+  exit 2
+fi
+echo "fuzz targets built in $(($(date +%s) - start)) s ($BUILD)"
+
+crashed=0
+for t in $TARGETS; do
+  run="$BUILD/fuzz-run/$t"
+  rm -rf "$run"
+  mkdir -p "$run/corpus"
+  cp tests/fuzz/corpus/"$t"/* "$run/corpus/"
+  seeds=$(find "$run/corpus" -type f | wc -l)
+  set +e
+  ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+    "$BUILD/tests/fuzz/fuzz_$t" "$run/corpus" -max_total_time="$SECONDS_PER_TARGET" \
+    -max_len="$(max_len "$t")" -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 \
+    -artifact_prefix="$run/" >"$run/fuzz.log" 2>&1
+  status=$?
+  set -e
+  execs=$(grep -oE "stat::number_of_executed_units: [0-9]+" "$run/fuzz.log" | tail -n 1 | grep -oE "[0-9]+$" || true)
+  corpus=$(find "$run/corpus" -type f | wc -l)
+  if [[ $status -eq 0 ]]; then
+    echo "fuzz $t: ${execs:-?} executions in ${SECONDS_PER_TARGET} s, corpus $seeds -> $corpus inputs, crash: no"
+  else
+    crashed=1
+    artifact=$(find "$run" -maxdepth 1 -type f \( -name 'crash-*' -o -name 'timeout-*' -o -name 'oom-*' -o -name 'leak-*' \) | head -n 1)
+    echo "fuzz $t: ${execs:-?} executions, crash: YES (exit $status; input ${artifact:-not saved}; log $run/fuzz.log)"
+    grep -E "fuzz invariant failed|ERROR: (AddressSanitizer|LeakSanitizer|libFuzzer)|runtime error:|what\(\)" \
+      "$run/fuzz.log" | head -n 5 | sed 's/^/    /'
+  fi
+done
+exit "$crashed"
