@@ -162,7 +162,6 @@ class OnlineTuner {
   int chosen_ = -1;
   std::optional<bucketing::Plan> chosen_plan_;  // the incumbent, seeded into a retune
   CostModel cost_;
-  double predicted_chosen_us_ = 0;
   // Drift monitoring.
   double reference_us_ = 0;
   std::vector<double> window_;

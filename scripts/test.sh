@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs dependencies, builds, and runs the whole test suite (CTest), then
-# the same suite under ASan+UBSan, then the fuzz targets for a short while,
-# and prints each runner's summary. Exit status: the first failing stage's.
+# the same suite under ASan+UBSan and under TSan, then the fuzz targets for a
+# short while, and prints each runner's summary. Exit status: the first failing stage's.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/install-deps.sh
@@ -22,32 +22,60 @@ grep -hE "^=*[ ]*[0-9]+ (passed|failed).* in [0-9.]+s" "$BUILD_DIR"/Testing/Temp
 skipped=$(grep -c -- "\*\*\*Skipped" "$BUILD_DIR/ctest.log" || true)
 echo "skipped (GPU-only or not applicable here): $skipped"
 
-# The same suite built with AddressSanitizer + UndefinedBehaviorSanitizer
-# (LeakSanitizer on; OpenMPI's own never-freed allocations suppressed in
-# tests/sanitizers/lsan.supp). The torch plugin is left out: it is loaded by
-# an uninstrumented Python. FUSEBOX_SANITIZERS=0 skips this stage. The fault
-# injection tests (label "faults": deadlines of a few seconds, three ranks
-# under a launcher) run in the main suite only.
-asan_rc=0
-if [[ "${FUSEBOX_SANITIZERS:-1}" != 0 ]]; then
-  ASAN_DIR=${ASAN_BUILD_DIR:-build-asan}
+# sanitizer_stage NAME DIR FUSEBOX_SANITIZE CTEST_EXCLUDE_LABELS [VAR=VALUE...]:
+# builds the suite in DIR with the sanitizers, runs CTest there (less the
+# excluded labels) with the given environment, prints CTest's summary and,
+# on failure, the sanitizer reports. The torch plugin is left out: it is
+# loaded by an uninstrumented Python. Sets stage_rc.
+sanitizer_stage() {
+  local name=$1 dir=$2 sanitize=$3 exclude=$4
+  shift 4
+  local start=$SECONDS
   echo
-  echo "== ASan+UBSan build ($ASAN_DIR)"
-  cmake -S . -B "$ASAN_DIR" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-    -DFUSEBOX_SANITIZE=address,undefined -DFUSEBOX_WITH_TORCH=OFF >/dev/null
-  cmake --build "$ASAN_DIR" -j "${JOBS:-2}" | tail -n 1
+  echo "== $name build ($dir)"
+  cmake -S . -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+    -DFUSEBOX_SANITIZE="$sanitize" -DFUSEBOX_WITH_TORCH=OFF >/dev/null
+  cmake --build "$dir" -j "${JOBS:-2}" | tail -n 1
   set +e
-  ASAN_OPTIONS=fast_unwind_on_malloc=0 UBSAN_OPTIONS=print_stacktrace=1 \
-  LSAN_OPTIONS="suppressions=$PWD/tests/sanitizers/lsan.supp:print_suppressions=0" \
-    ctest --test-dir "$ASAN_DIR" -j "${JOBS:-2}" --output-on-failure --timeout 600 -LE faults \
-    >"$ASAN_DIR/ctest.log" 2>&1
-  asan_rc=$?
+  env "$@" ctest --test-dir "$dir" -j "${JOBS:-2}" --output-on-failure --timeout 600 \
+    -LE "$exclude" >"$dir/ctest.log" 2>&1
+  stage_rc=$?
   set -e
-  grep -E "tests passed|tests failed|Total Test time|\*\*\*(Failed|Timeout)" "$ASAN_DIR/ctest.log" || true
-  if [[ $asan_rc -ne 0 ]]; then
-    echo "== ASan+UBSan failures (sanitizer reports):"
-    grep -E "ERROR: (Address|Leak)Sanitizer|runtime error:|SUMMARY:" "$ASAN_DIR/ctest.log" | head -40 || true
+  echo "== $name summary (labels not run: $exclude; $((SECONDS - start)) s with the build)"
+  grep -E "tests passed|tests failed|Total Test time|\*\*\*(Failed|Timeout)" "$dir/ctest.log" || true
+  if [[ $stage_rc -ne 0 ]]; then
+    echo "== $name failures (sanitizer reports):"
+    grep -E "ERROR: (Address|Leak)Sanitizer|WARNING: ThreadSanitizer|runtime error:|SUMMARY:" \
+      "$dir/ctest.log" | head -40 || true
   fi
+}
+
+# The same suite under AddressSanitizer + UndefinedBehaviorSanitizer
+# (LeakSanitizer on; OpenMPI's own never-freed allocations suppressed in
+# tests/sanitizers/lsan.supp), then under ThreadSanitizer
+# (tests/sanitizers/tsan.supp; UCX's memory hooks off, they crash under
+# TSan). FUSEBOX_SANITIZERS=0 skips both, =address or =thread runs one.
+# Left out of both: the fault injection tests (deadlines of a few seconds,
+# three ranks under a launcher), which run in the main suite. Left out of
+# TSan: the soak (its 1000 iterations take minutes there) and the tests under
+# mpirun (OpenMPI is not instrumented, and
+# its progress and PMIx threads are reported as races on its own memory).
+asan_rc=0
+tsan_rc=0
+sanitizers=${FUSEBOX_SANITIZERS:-address thread}
+[[ $sanitizers == 1 ]] && sanitizers="address thread"
+[[ $sanitizers == 0 ]] && sanitizers=""
+if [[ $sanitizers == *address* ]]; then
+  sanitizer_stage "ASan+UBSan" "${ASAN_BUILD_DIR:-build-asan}" address,undefined "faults" \
+    ASAN_OPTIONS=fast_unwind_on_malloc=0 UBSAN_OPTIONS=print_stacktrace=1 \
+    LSAN_OPTIONS="suppressions=$PWD/tests/sanitizers/lsan.supp:print_suppressions=0"
+  asan_rc=$stage_rc
+fi
+if [[ $sanitizers == *thread* ]]; then
+  sanitizer_stage "TSan" "${TSAN_BUILD_DIR:-build-tsan}" thread "faults|soak|mpi" \
+    TSAN_OPTIONS="suppressions=$PWD/tests/sanitizers/tsan.supp:second_deadlock_stack=1" \
+    UCX_MEM_EVENTS=no UCX_MEM_MALLOC_HOOKS=no UCX_MEM_MMAP_HOOK_MODE=none
+  tsan_rc=$stage_rc
 fi
 
 # libFuzzer on every parser of untrusted input (tests/fuzz/README.md): clang
@@ -68,7 +96,8 @@ else
 fi
 
 echo
-echo "== summary: main suite exit $rc, ASan+UBSan suite exit $asan_rc, fuzzing exit $fuzz_rc"
+echo "== summary: main suite exit $rc, ASan+UBSan suite exit $asan_rc, TSan suite exit $tsan_rc, fuzzing exit $fuzz_rc"
 if [[ $rc -ne 0 ]]; then exit "$rc"; fi
 if [[ $asan_rc -ne 0 ]]; then exit "$asan_rc"; fi
+if [[ $tsan_rc -ne 0 ]]; then exit "$tsan_rc"; fi
 exit "$fuzz_rc"

@@ -28,7 +28,20 @@
 // Tags: [seq:24][step:12][index:28]. Step 0 is the header round (index =
 // sender rank); later steps are algorithm steps (index = chunk). At any step
 // a rank receives from exactly one peer, so (seq, step, index) is unique per
-// receiver.
+// receiver. The ring's steps reach 2(p-1), hence at most kMaxWorld ranks;
+// the last step number is reserved for failure notices.
+//
+// Note [Failure notices]
+// A rank that gives up on a collective (its deadline passed, or a peer's
+// endpoint failed) sends every peer a FailureNotice before its post-mortem
+// (Note [Timeout post-mortem] in comm/fault.h). Each rank keeps one receive
+// posted for notices (any sender: the tag mask covers the step only), and
+// Progress() fails the running collective, as Aborted, once one has arrived.
+// Without it a rank whose ring neighbour is healthy but itself stuck on a
+// dead rank would wait out its whole deadline, and report long after the
+// ranks that saw the fault, or be named silent by their post-mortems. Ranks
+// aborted by a notice do not send one (their peers have one already). The
+// shared-memory allreduce has its own abandon word (shm_allreduce.h).
 #include "comm/ucx/communicator.h"
 
 #include <sched.h>
@@ -106,12 +119,25 @@ bool SameCall(const Header& a, const Header& b) {
 }
 
 constexpr int kSeqBits = 24, kStepBits = 12, kIndexBits = 28;
+constexpr uint64_t kNoticeStep = (1ull << kStepBits) - 1;  // Note [Failure notices]
+constexpr int kMaxWorld = 2048;  // ring steps 1..2(p-1) stay below kNoticeStep
 
 ucp_tag_t MakeTag(uint64_t seq, uint64_t step, uint64_t index) {
   return ((seq & ((1ull << kSeqBits) - 1)) << (kStepBits + kIndexBits)) |
          ((step & ((1ull << kStepBits) - 1)) << kIndexBits) |
          (index & ((1ull << kIndexBits) - 1));
 }
+
+constexpr uint64_t kNoticeTagMask = ((1ull << kStepBits) - 1) << kIndexBits;
+constexpr uint32_t kNoticeMagic = 0x46425846;  // "FBXF"
+
+// Note [Failure notices]: what a rank that gave up tells its peers.
+struct FailureNotice {
+  uint32_t magic;
+  int32_t sender;
+  uint64_t seq;  // the collective it gave up on
+};
+static_assert(sizeof(FailureNotice) == 16, "FailureNotice is a wire format");
 
 std::string UcsError(ucs_status_t s) { return ucs_status_string(s); }
 
@@ -192,7 +218,13 @@ class UcxCommunicator final : public Communicator {
 
   // --- UCP helpers (progress thread only) ---
   void PostSend(int peer, const void* buf, size_t len, ucp_tag_t tag, Pending* p);
-  void PostRecv(int peer, void* buf, size_t len, ucp_tag_t tag, Pending* p);
+  void PostRecv(int peer, void* buf, size_t len, ucp_tag_t tag, Pending* p,
+                ucp_tag_t tag_mask = ~ucp_tag_t{0});
+  // Note [Failure notices]: tells every reachable peer that this rank gave
+  // up on collective `seq`; bounded in time, never fails.
+  void NotifyPeers(uint64_t seq);
+  // The error for a received notice (Aborted), validated.
+  absl::Status NoticeError() const;
   // Progresses until `p` is done. Fails if the communicator is being
   // destroyed or the endpoint of p's peer reported an error (a peer that has
   // left after its last collective is no error for the others).
@@ -229,6 +261,11 @@ class UcxCommunicator final : public Communicator {
   // Ring staging: `kRingSlots` chunks.
   static constexpr int kRingSlots = 8;
   std::vector<unsigned char> ring_slots_;
+  // Note [Failure notices]: the posted receive for peers' notices, and this
+  // rank's own (it must stay valid while its sends are in flight).
+  FailureNotice notice_in_{};
+  Pending notice_recv_;
+  FailureNotice notice_out_{};
 
   // Shared-memory path (Note [UCX shared-memory allreduce]).
   absl::Status InitSharedMemory(Store& store);
@@ -412,6 +449,10 @@ absl::Status UcxCommunicator::Init(Store& store) {
   header_recvs_.resize(size_);
   header_sends_.resize(size_);
   ring_slots_.resize(options_.chunk_bytes * kRingSlots);
+  if (size_ > 1) {
+    PostRecv(-1, &notice_in_, sizeof(notice_in_), MakeTag(0, kNoticeStep, 0), &notice_recv_,
+             kNoticeTagMask);
+  }
   exec_->self = this;
   thread_ = std::thread([this] { ProgressLoop(); });
   return absl::OkStatus();
@@ -441,6 +482,7 @@ UcxCommunicator::~UcxCommunicator() {
     while (ExecuteNext()) {
     }
   }
+  Release(&notice_recv_, /*is_recv=*/true);
   // Remote keys go before the endpoints they were unpacked on (ucp.h).
   for (ucp_rkey_h& k : shm_rkeys_) {
     if (k != nullptr) ucp_rkey_destroy(k);
@@ -611,6 +653,9 @@ bool UcxCommunicator::ExecuteNext() {
     // A timeout here, a peer's (which abandons the shared-memory allreduce),
     // or an endpoint failure (the peer may have left because of a third
     // rank): find out who is gone.
+    if (absl::IsDeadlineExceeded(s) || absl::IsUnavailable(s)) {
+      NotifyPeers(req.header.seq);  // first, so that peers stop waiting at once
+    }
     if (absl::IsDeadlineExceeded(s) || absl::IsAborted(s) || absl::IsUnavailable(s)) {
       s = WithPostMortem(req.header, s);
     }
@@ -737,7 +782,8 @@ void UcxCommunicator::PostSend(int peer, const void* buf, size_t len,
   }
 }
 
-void UcxCommunicator::PostRecv(int peer, void* buf, size_t len, ucp_tag_t tag, Pending* p) {
+void UcxCommunicator::PostRecv(int peer, void* buf, size_t len, ucp_tag_t tag, Pending* p,
+                               ucp_tag_t tag_mask) {
   ucp_request_param_t param{};
   // Always through the callback, which reports the received length (UCX
   // 1.13 leaves recv_info empty on immediate completion).
@@ -753,7 +799,7 @@ void UcxCommunicator::PostRecv(int peer, void* buf, size_t len, ucp_tag_t tag, P
   param.user_data = p;
   *p = Pending{};
   p->peer = peer;
-  ucs_status_ptr_t r = ucp_tag_recv_nbx(worker_, buf, len, tag, ~ucp_tag_t{0}, &param);
+  ucs_status_ptr_t r = ucp_tag_recv_nbx(worker_, buf, len, tag, tag_mask, &param);
   if (UCS_PTR_IS_ERR(r)) {
     p->done = true;
     p->status = UCS_PTR_STATUS(r);
@@ -775,11 +821,46 @@ absl::Status UcxCommunicator::Progress(int peer) {
   if (abort_.load(std::memory_order_relaxed)) {
     return absl::CancelledError("communicator destroyed while a collective was in flight");
   }
+  if (notice_recv_.done) return NoticeError();
   if ((++deadline_polls_ & 63) == 0 && absl::Now() >= deadline_) {
     return absl::DeadlineExceededError(
         peer >= 0 ? absl::StrCat("still waiting for rank ", peer) : "still waiting");
   }
   return absl::OkStatus();
+}
+
+absl::Status UcxCommunicator::NoticeError() const {
+  const FailureNotice& n = notice_in_;
+  if (notice_recv_.status != UCS_OK || notice_recv_.length != sizeof(n) ||
+      n.magic != kNoticeMagic || n.sender < 0 || n.sender >= size_ || n.sender == rank_) {
+    return absl::AbortedError(absl::StrCat(
+        "received a malformed failure notice (", notice_recv_.length, " bytes, status ",
+        UcsError(notice_recv_.status), "); treating the job as failed"));
+  }
+  return absl::AbortedError(absl::StrCat("rank ", n.sender, " gave up on collective seq=", n.seq,
+                                         " and told the others"));
+}
+
+void UcxCommunicator::NotifyPeers(uint64_t seq) {
+  notice_out_ = FailureNotice{kNoticeMagic, rank_, seq};
+  std::vector<void*> sending;
+  for (int peer = 0; peer < size_; ++peer) {
+    if (peer == rank_ || peer_status_[peer] != UCS_OK) continue;
+    ucp_request_param_t param{};  // no callback: the requests are freed below
+    ucs_status_ptr_t r = ucp_tag_send_nbx(eps_[peer], &notice_out_, sizeof(notice_out_),
+                                          MakeTag(0, kNoticeStep, rank_), &param);
+    if (UCS_PTR_IS_PTR(r)) sending.push_back(r);
+  }
+  // Small messages mostly go out at once; a peer that is gone must not hold
+  // this rank up. Requests still in flight are handed back to UCX, which
+  // completes or (when the endpoints close) cancels them.
+  const absl::Time until = absl::Now() + absl::Milliseconds(100);
+  for (void* r : sending) {
+    while (ucp_request_check_status(r) == UCS_INPROGRESS && absl::Now() < until) {
+      ucp_worker_progress(worker_);
+    }
+    ucp_request_free(r);
+  }
 }
 
 absl::Status UcxCommunicator::WaitFor(Pending* p) {
@@ -1219,6 +1300,11 @@ absl::StatusOr<std::unique_ptr<Communicator>> CreateUcxCommunicator(
   if (options.timeout <= absl::ZeroDuration()) {
     return absl::InvalidArgumentError(absl::StrCat(
         "UCX timeout must be positive, got ", absl::FormatDuration(options.timeout)));
+  }
+  if (size > kMaxWorld) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the UCX communicator supports at most ", kMaxWorld,
+        " ranks (its ring's step numbers must fit its tags), got ", size));
   }
   auto comm = std::make_unique<UcxCommunicator>(options, rank, size, store);
   if (absl::Status s = comm->Init(store); !s.ok()) return s;

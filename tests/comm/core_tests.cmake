@@ -25,7 +25,7 @@ if(FUSEBOX_WITH_UCX)
       add_test(NAME MultiProcess.UcxUnderMpirunNp${_n}
                COMMAND ${MPIEXEC_EXECUTABLE} -n ${_n} --oversubscribe
                        $<TARGET_FILE:comm_multiprocess_test> --backend=ucx)
-      set_tests_properties(MultiProcess.UcxUnderMpirunNp${_n} PROPERTIES TIMEOUT 300 LABELS multiprocess
+      set_tests_properties(MultiProcess.UcxUnderMpirunNp${_n} PROPERTIES TIMEOUT 300 LABELS "multiprocess;mpi"
         ENVIRONMENT "OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1")
     endif()
   endforeach()
