@@ -58,8 +58,8 @@ sanitizer_stage() {
 # Left out of both: the fault injection tests (deadlines of a few seconds,
 # three ranks under a launcher), which run in the main suite. Left out of
 # TSan: the soak (its 1000 iterations take minutes there) and the tests under
-# mpirun (OpenMPI is not instrumented, and
-# its progress and PMIx threads are reported as races on its own memory).
+# mpirun (label mpi: OpenMPI is not instrumented, so TSan cannot see its
+# synchronisation).
 asan_rc=0
 tsan_rc=0
 sanitizers=${FUSEBOX_SANITIZERS:-address thread}
