@@ -50,6 +50,14 @@ absl::Status ValidateRoot(int root, int size) {
   return absl::OkStatus();
 }
 
+absl::Status ValidateCollectiveTimeout(const char* backend, absl::Duration timeout) {
+  if (timeout <= absl::ZeroDuration()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        backend, " timeout must be positive, got ", absl::FormatDuration(timeout)));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status AllReduceSync(Communicator& c, const void* send, void* recv,
                            size_t count, DataType type, ReduceOp op) {
   auto w = c.AllReduce(send, recv, count, type, op);

@@ -17,6 +17,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "comm/types.h"
 #include "comm/work.h"
@@ -83,6 +84,9 @@ class Communicator {
 absl::Status ValidateBuffer(const char* what, const void* p, size_t count,
                             DataType type);
 absl::Status ValidateRoot(int root, int size);
+// A collective timeout (UcxOptions::timeout and its twins) must be positive;
+// `backend` ("UCX", "MPI", "NCCL") names it in the error.
+absl::Status ValidateCollectiveTimeout(const char* backend, absl::Duration timeout);
 
 // Blocking conveniences for tests and tools.
 absl::Status AllReduceSync(Communicator& c, const void* send, void* recv,

@@ -12,6 +12,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "comm/tcp_store_wire.h"
 
 namespace fusebox::comm {
 namespace {
@@ -87,9 +88,10 @@ absl::StatusOr<RendezvousOptions> RendezvousOptionsFromEnv(
     }
   }
   if (std::optional<std::string> v = Lookup(getenv, "FUSEBOX_JOB_TOKEN")) {
-    if (v->size() > 1024) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "FUSEBOX_JOB_TOKEN is ", v->size(), " bytes long; the limit is 1024"));
+    if (v->size() > tcp_store_wire::kMaxTokenBytes) {
+      return absl::InvalidArgumentError(absl::StrCat("FUSEBOX_JOB_TOKEN is ", v->size(),
+                                                     " bytes long; the limit is ",
+                                                     tcp_store_wire::kMaxTokenBytes));
     }
     o.job_token = *v;
   }

@@ -1165,14 +1165,18 @@ class Client final : public Store {
   absl::Status broken_ ABSL_GUARDED_BY(mu_);
 };
 
+// Server and client refuse a job token the HELLO could not carry.
+absl::Status CheckTokenSize(const std::string& token) {
+  if (token.size() <= kMaxTokenBytes) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(
+      "job token of ", token.size(), " bytes exceeds the limit of ", kMaxTokenBytes));
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<TcpStoreServer>> StartTcpStoreServer(
     const TcpStoreServerOptions& options) {
-  if (options.token.size() > kMaxTokenBytes) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "job token of ", options.token.size(), " bytes exceeds the limit of ", kMaxTokenBytes));
-  }
+  if (absl::Status s = CheckTokenSize(options.token); !s.ok()) return s;
   absl::StatusOr<std::unique_ptr<Server>> server = Server::Start(options);
   if (!server.ok()) return server.status();
   return std::unique_ptr<TcpStoreServer>(*std::move(server));
@@ -1185,10 +1189,7 @@ absl::StatusOr<std::unique_ptr<Store>> ConnectTcpStore(
     return absl::InvalidArgumentError(
         absl::StrCat("invalid TCP store address ", where));
   }
-  if (options.token.size() > kMaxTokenBytes) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "job token of ", options.token.size(), " bytes exceeds the limit of ", kMaxTokenBytes));
-  }
+  if (absl::Status s = CheckTokenSize(options.token); !s.ok()) return s;
   const absl::Time deadline = absl::Now() + options.connect_timeout;
   absl::Duration backoff = absl::Milliseconds(10);
   while (true) {

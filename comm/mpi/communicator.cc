@@ -431,10 +431,7 @@ class MpiCommunicator final : public Communicator {
 
 absl::StatusOr<std::unique_ptr<MpiCommunicator>> MpiCommunicator::Create(
     const MpiOptions& options, Store* store) {
-  if (options.timeout <= absl::ZeroDuration()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "MPI timeout must be positive, got ", absl::FormatDuration(options.timeout)));
-  }
+  if (absl::Status s = ValidateCollectiveTimeout("MPI", options.timeout); !s.ok()) return s;
   if (!MpiIsInitialized()) {
     return absl::FailedPreconditionError(
         "the MPI backend needs MPI to be initialised (call InitMpi first) and "

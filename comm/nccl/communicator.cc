@@ -236,10 +236,7 @@ absl::StatusOr<std::unique_ptr<NcclCommunicator>> NcclCommunicator::Create(
     return absl::InvalidArgumentError(
         absl::StrCat("NCCL: rank ", rank, " is out of range for size ", size));
   }
-  if (options.timeout <= absl::ZeroDuration()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "NCCL timeout must be positive, got ", absl::FormatDuration(options.timeout)));
-  }
+  if (absl::Status s = ValidateCollectiveTimeout("NCCL", options.timeout); !s.ok()) return s;
   absl::Status s = CudaAvailable();
   if (!s.ok()) return s;
   int devices = 0;

@@ -1297,10 +1297,7 @@ absl::StatusOr<std::unique_ptr<Communicator>> CreateUcxCommunicator(
     return absl::InvalidArgumentError(absl::StrCat(
         "UCX small_message_bytes must be at most 64 MiB, got ", options.small_message_bytes));
   }
-  if (options.timeout <= absl::ZeroDuration()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "UCX timeout must be positive, got ", absl::FormatDuration(options.timeout)));
-  }
+  if (absl::Status s = ValidateCollectiveTimeout("UCX", options.timeout); !s.ok()) return s;
   if (size > kMaxWorld) {
     return absl::InvalidArgumentError(absl::StrCat(
         "the UCX communicator supports at most ", kMaxWorld,
