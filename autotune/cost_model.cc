@@ -431,6 +431,9 @@ absl::StatusOr<std::vector<AllReduceSample>> ParsePerfAllReduceJson(absl::string
     auto bytes = GetNumber(row, "bytes", where);
     if (!bytes.ok()) return bytes.status();
     if (*bytes < 0 || *bytes > 1e15) return absl::InvalidArgumentError(where + "bytes: out of range");
+    if (*bytes != std::floor(*bytes)) {
+      return absl::InvalidArgumentError(where + "bytes: not a whole number of bytes");
+    }
     double best = std::numeric_limits<double>::infinity();
     for (const char* col : {"oop", "ip"}) {
       auto c = row.find(col);

@@ -79,8 +79,10 @@ if [[ $sanitizers == *thread* ]]; then
 fi
 
 # libFuzzer on every parser of untrusted input (tests/fuzz/README.md): clang
-# builds the targets in build-fuzz and each runs FUSEBOX_FUZZ_SECONDS (20)
-# on a copy of its seed corpus. FUSEBOX_FUZZ=0 skips this stage.
+# builds the targets in build-fuzz and each runs on a copy of its seed corpus,
+# from a fixed seed so that the verdict does not depend on the machine
+# (FUSEBOX_FUZZ_SEED, _RUNS, _SECONDS: run_fuzzers.sh). FUSEBOX_FUZZ=0 skips
+# this stage.
 fuzz_rc=0
 echo
 if [[ "${FUSEBOX_FUZZ:-1}" == 0 ]]; then
@@ -88,7 +90,7 @@ if [[ "${FUSEBOX_FUZZ:-1}" == 0 ]]; then
 elif ! command -v clang++ >/dev/null 2>&1; then
   echo "== libFuzzer: skipped (no clang++; scripts/install-deps.sh installs clang and libclang-rt-14-dev)"
 else
-  echo "== libFuzzer (tests/fuzz, ${FUSEBOX_FUZZ_SECONDS:-20} s per target)"
+  echo "== libFuzzer (tests/fuzz: seed ${FUSEBOX_FUZZ_SEED:-1}, ${FUSEBOX_FUZZ_RUNS:-200000} inputs per target, 0 = unbounded, at most ${FUSEBOX_FUZZ_SECONDS:-45} s each)"
   set +e
   bash tests/fuzz/run_fuzzers.sh
   fuzz_rc=$?

@@ -170,6 +170,11 @@ TEST(CostModelTest, ParsesPerfJsonAndRejectsHostileInput) {
   EXPECT_FALSE(ParsePerfAllReduceJson("not json").ok());
   // Found by tests/fuzz: a mistyped "collective" escaped as an exception.
   EXPECT_FALSE(ParsePerfAllReduceJson(R"({"collective": 5, "nranks": 4, "results": []})").ok());
+  // Found by tests/fuzz in CI: 0.5 bytes truncated to a 0-byte sample.
+  auto fractional = ParsePerfAllReduceJson(
+      R"({"collective": "allreduce", "nranks": 2, "results": [{"bytes": 0.5, "oop": {"time_us": 1}}]})");
+  ASSERT_FALSE(fractional.ok());
+  EXPECT_THAT(fractional.status().message(), HasSubstr("results[0].bytes: not a whole number"));
 }
 
 TEST(CostModelTest, FileRoundTripAndValidation) {

@@ -1,11 +1,21 @@
 #!/usr/bin/env bash
 # Builds the libFuzzer targets (tests/fuzz/README.md) with clang in their own
-# build directory and runs each for a bounded time on a copy of its seed
-# corpus (the repository's corpus is never written). Prints one line per
-# target: executions, corpus growth, crash yes/no. A crashing input is kept
-# under $FUZZ_BUILD_DIR/fuzz-run/<target>/ (crash-*, timeout-*, oom-*).
+# build directory and runs each for a bounded number of inputs on a copy of
+# its seed corpus (the repository's corpus is never written). Prints one line
+# per target: executions, corpus growth, crash yes/no. A crashing input is
+# kept under $FUZZ_BUILD_DIR/fuzz-run/<target>/ (crash-*, timeout-*, oom-*).
 #
-#   FUSEBOX_FUZZ_SECONDS   seconds per target (default 20)
+# By default the run is seeded: the same seed, seed corpus and binary give
+# the same inputs in the same order, so the test command's verdict is the
+# same on every machine (a slower one runs a prefix of the same sequence,
+# cut by the time limit). A random campaign that fails CI on whichever input
+# it happens to reach is a gate that fails at random; campaigns that look
+# for new inputs are run by hand with FUSEBOX_FUZZ_SEED=0 (random) and a
+# longer FUSEBOX_FUZZ_SECONDS, and what they find becomes a crash_* seed.
+#
+#   FUSEBOX_FUZZ_SEED      libFuzzer -seed (default 1; 0 = random)
+#   FUSEBOX_FUZZ_RUNS      inputs per target (default 200000; 0 = no limit)
+#   FUSEBOX_FUZZ_SECONDS   time limit per target (default 45)
 #   FUSEBOX_FUZZ_TARGETS   targets to run, space-separated (default: all)
 #   FUZZ_BUILD_DIR         build directory (default build-fuzz)
 #   JOBS                   build parallelism (default 2)
@@ -14,7 +24,31 @@
 # could not be built.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-SECONDS_PER_TARGET=${FUSEBOX_FUZZ_SECONDS:-20}
+SECONDS_PER_TARGET=${FUSEBOX_FUZZ_SECONDS:-45}
+SEED=${FUSEBOX_FUZZ_SEED:-1}
+RUNS=${FUSEBOX_FUZZ_RUNS:-200000}
+for v in SEED RUNS SECONDS_PER_TARGET; do
+  if [[ ! "${!v}" =~ ^[0-9]+$ ]]; then
+    echo "run_fuzzers: $v must be a non-negative integer, got '${!v}'" >&2
+    exit 2
+  fi
+done
+runs_flag=()
+if [[ "$RUNS" != 0 ]]; then runs_flag=(-runs="$RUNS"); fi
+# What else varies between runs of one seed: libFuzzer re-reads the corpus
+# directory every second (-reload), and address-space layout reaches the
+# targets through pointer-seeded hashing. Both are turned off for a seeded
+# run; three runs of a seed then give the same corpus, file for file.
+seeded=()
+no_aslr=()
+if [[ "$SEED" != 0 ]]; then
+  seeded=(-reload=0)
+  if setarch "$(uname -m)" -R true 2>/dev/null; then
+    no_aslr=(setarch "$(uname -m)" -R)
+  else
+    echo "run_fuzzers: cannot turn address-space randomisation off (setarch -R); the run may vary slightly" >&2
+  fi
+fi
 BUILD=${FUZZ_BUILD_DIR:-build-fuzz}
 ALL_TARGETS="plan_parser profile_parser policy_cache_parser cost_model_parser perf_json_parser store_wire"
 TARGETS=${FUSEBOX_FUZZ_TARGETS:-$ALL_TARGETS}
@@ -56,21 +90,24 @@ for t in $TARGETS; do
   mkdir -p "$run/corpus"
   cp tests/fuzz/corpus/"$t"/* "$run/corpus/"
   seeds=$(find "$run/corpus" -type f | wc -l)
+  t0=$(date +%s)
   set +e
   ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
-    "$BUILD/tests/fuzz/fuzz_$t" "$run/corpus" -max_total_time="$SECONDS_PER_TARGET" \
+    "${no_aslr[@]}" "$BUILD/tests/fuzz/fuzz_$t" "$run/corpus" -seed="$SEED" "${runs_flag[@]}" "${seeded[@]}" \
+    -max_total_time="$SECONDS_PER_TARGET" \
     -max_len="$(max_len "$t")" -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 \
     -artifact_prefix="$run/" >"$run/fuzz.log" 2>&1
   status=$?
   set -e
+  took=$(($(date +%s) - t0))
   execs=$(grep -oE "stat::number_of_executed_units: [0-9]+" "$run/fuzz.log" | tail -n 1 | grep -oE "[0-9]+$" || true)
   corpus=$(find "$run/corpus" -type f | wc -l)
   if [[ $status -eq 0 ]]; then
-    echo "fuzz $t: ${execs:-?} executions in ${SECONDS_PER_TARGET} s, corpus $seeds -> $corpus inputs, crash: no"
+    echo "fuzz $t: ${execs:-?} executions (seed $SEED) in $took s, corpus $seeds -> $corpus inputs, crash: no"
   else
     crashed=1
     artifact=$(find "$run" -maxdepth 1 -type f \( -name 'crash-*' -o -name 'timeout-*' -o -name 'oom-*' -o -name 'leak-*' \) | head -n 1)
-    echo "fuzz $t: ${execs:-?} executions, crash: YES (exit $status; input ${artifact:-not saved}; log $run/fuzz.log)"
+    echo "fuzz $t: ${execs:-?} executions (seed $SEED), crash: YES (exit $status; input ${artifact:-not saved}; log $run/fuzz.log)"
     grep -E "fuzz invariant failed|ERROR: (AddressSanitizer|LeakSanitizer|libFuzzer)|runtime error:|what\(\)" \
       "$run/fuzz.log" | head -n 5 | sed 's/^/    /'
   fi
