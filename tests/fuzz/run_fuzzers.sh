@@ -35,10 +35,15 @@ for v in SEED RUNS SECONDS_PER_TARGET; do
 done
 runs_flag=()
 if [[ "$RUNS" != 0 ]]; then runs_flag=(-runs="$RUNS"); fi
-# What else varies between runs of one seed: libFuzzer re-reads the corpus
-# directory every second (-reload), and address-space layout reaches the
-# targets through pointer-seeded hashing. Both are turned off for a seeded
-# run; three runs of a seed then give the same corpus, file for file.
+# What else varies between runs of one seed, each found by comparing the
+# corpora of two runs: libFuzzer re-reads the corpus directory every second
+# (-reload); and the targets' stack and heap addresses, which reach their
+# behaviour through address-seeded hashing, move with address-space
+# randomisation and with the size of the environment (PWD alone differs
+# between clones). A seeded run therefore runs with -reload=0, without
+# randomisation, and in a fixed environment (env -i below). Two runs of a
+# seed, in clones at different paths and under different environments, then
+# give the same corpus, file for file.
 seeded=()
 no_aslr=()
 if [[ "$SEED" != 0 ]]; then
@@ -72,7 +77,19 @@ start=$(date +%s)
 mkdir -p "$BUILD"
 log="$BUILD/fuzz-build.log"
 # Debug: assertions stay on (no NDEBUG); tests/fuzz/CMakeLists.txt sets -O1.
+# The checkout's path is kept out of the binaries (debug info, __FILE__,
+# UBSan's file names, ASan's per-global module names), so that they are the
+# same wherever the repository was cloned: a path of another length moves
+# every address after it, and addresses reach libFuzzer's mutations through
+# the pointer comparisons it records. ASan's instrumentation of globals goes
+# with it (-asan-globals=0: the parsers' data is on the heap, and the
+# ASan+UBSan stage of the test command, which replays every corpus, keeps
+# it). Five of the six binaries are then byte-identical between clones at
+# different paths; store_wire still differs in a lambda's name in UBSan's
+# type tables (clang 14 does not map it), and its corpus matched anyway.
+prefix_map="-ffile-prefix-map=$PWD/= -fsanitize-undefined-strip-path-components=-2 -mllvm -asan-globals=0"
 if ! cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Debug \
+      -DCMAKE_CXX_FLAGS="$prefix_map" -DCMAKE_C_FLAGS="$prefix_map" \
       -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_C_COMPILER=clang -DFUSEBOX_FUZZ=ON \
       -DBUILD_TESTING=OFF -DFUSEBOX_WITH_TORCH=OFF -DFUSEBOX_WITH_UCX=OFF \
       -DFUSEBOX_WITH_MPI=OFF -DFUSEBOX_WITH_NCCL=OFF >"$log" 2>&1 ||
@@ -83,6 +100,10 @@ if ! cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Debug \
 fi
 echo "fuzz targets built in $(($(date +%s) - start)) s ($BUILD)"
 
+# Stack traces in a crash report need llvm-symbolizer, which Debian keeps
+# off PATH.
+symbolizer=$(command -v llvm-symbolizer || ls /usr/lib/llvm-*/bin/llvm-symbolizer 2>/dev/null | tail -n 1 || true)
+
 crashed=0
 for t in $TARGETS; do
   run="$BUILD/fuzz-run/$t"
@@ -92,7 +113,8 @@ for t in $TARGETS; do
   seeds=$(find "$run/corpus" -type f | wc -l)
   t0=$(date +%s)
   set +e
-  ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+  env -i PATH=/usr/bin:/bin ASAN_SYMBOLIZER_PATH="$symbolizer" ASAN_OPTIONS=detect_leaks=1 \
+    UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
     "${no_aslr[@]}" "$BUILD/tests/fuzz/fuzz_$t" "$run/corpus" -seed="$SEED" "${runs_flag[@]}" "${seeded[@]}" \
     -max_total_time="$SECONDS_PER_TARGET" \
     -max_len="$(max_len "$t")" -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 \
