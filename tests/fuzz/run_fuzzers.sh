@@ -27,12 +27,17 @@ cd "$(dirname "$0")/../.."
 SECONDS_PER_TARGET=${FUSEBOX_FUZZ_SECONDS:-45}
 SEED=${FUSEBOX_FUZZ_SEED:-1}
 RUNS=${FUSEBOX_FUZZ_RUNS:-200000}
-for v in SEED RUNS SECONDS_PER_TARGET; do
-  if [[ ! "${!v}" =~ ^[0-9]+$ ]]; then
-    echo "run_fuzzers: $v must be a non-negative integer, got '${!v}'" >&2
+check_count() {  # name value
+  if [[ ! "$2" =~ ^[0-9]+$ ]]; then
+    echo "run_fuzzers: $1 must be a non-negative integer, got '$2'" >&2
     exit 2
   fi
-done
+}
+check_count FUSEBOX_FUZZ_SEED "$SEED"
+check_count FUSEBOX_FUZZ_RUNS "$RUNS"
+check_count FUSEBOX_FUZZ_SECONDS "$SECONDS_PER_TARGET"
+seed_label=$SEED
+if [[ "$SEED" == 0 ]]; then seed_label=random; fi
 runs_flag=()
 if [[ "$RUNS" != 0 ]]; then runs_flag=(-runs="$RUNS"); fi
 # What else varies between runs of one seed, each found by comparing the
@@ -125,11 +130,11 @@ for t in $TARGETS; do
   execs=$(grep -oE "stat::number_of_executed_units: [0-9]+" "$run/fuzz.log" | tail -n 1 | grep -oE "[0-9]+$" || true)
   corpus=$(find "$run/corpus" -type f | wc -l)
   if [[ $status -eq 0 ]]; then
-    echo "fuzz $t: ${execs:-?} executions (seed $SEED) in $took s, corpus $seeds -> $corpus inputs, crash: no"
+    echo "fuzz $t: ${execs:-?} executions (seed $seed_label) in $took s, corpus $seeds -> $corpus inputs, crash: no"
   else
     crashed=1
     artifact=$(find "$run" -maxdepth 1 -type f \( -name 'crash-*' -o -name 'timeout-*' -o -name 'oom-*' -o -name 'leak-*' \) | head -n 1)
-    echo "fuzz $t: ${execs:-?} executions (seed $SEED), crash: YES (exit $status; input ${artifact:-not saved}; log $run/fuzz.log)"
+    echo "fuzz $t: ${execs:-?} executions (seed $seed_label), crash: YES (exit $status; input ${artifact:-not saved}; log $run/fuzz.log)"
     grep -E "fuzz invariant failed|ERROR: (AddressSanitizer|LeakSanitizer|libFuzzer)|runtime error:|what\(\)" \
       "$run/fuzz.log" | head -n 5 | sed 's/^/    /'
   fi
