@@ -42,8 +42,9 @@ runs_flag=()
 if [[ "$RUNS" != 0 ]]; then runs_flag=(-runs="$RUNS"); fi
 # What else varies between runs of one seed, each found by comparing the
 # corpora of two runs: libFuzzer re-reads the corpus directory every second
-# (-reload); and the targets' stack and heap addresses, which reach their
-# behaviour through address-seeded hashing, move with address-space
+# (-reload); and the targets' stack and heap addresses, which reach the
+# mutations through the pointer comparisons libFuzzer records (and the
+# targets through address-seeded hashing), move with address-space
 # randomisation and with the size of the environment (PWD alone differs
 # between clones). A seeded run therefore runs with -reload=0, without
 # randomisation, and in a fixed environment (env -i below). Two runs of a
@@ -87,7 +88,7 @@ log="$BUILD/fuzz-build.log"
 # same wherever the repository was cloned: a path of another length moves
 # every address after it, and addresses reach libFuzzer's mutations through
 # the pointer comparisons it records. ASan's instrumentation of globals goes
-# with it (-asan-globals=0: the parsers' data is on the heap, and the
+# with it (-asan-globals=0: the parsers keep what they read on the heap, and the
 # ASan+UBSan stage of the test command, which replays every corpus, keeps
 # it). Five of the six binaries are then byte-identical between clones at
 # different paths; store_wire still differs in a lambda's name in UBSan's
@@ -105,8 +106,9 @@ if ! cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Debug \
 fi
 echo "fuzz targets built in $(($(date +%s) - start)) s ($BUILD)"
 
-# Stack traces in a crash report need llvm-symbolizer, which Debian keeps
-# off PATH.
+# Stack traces in a crash report need llvm-symbolizer; the fixed PATH below
+# may not reach it (Debian's unversioned link comes with the llvm package,
+# the binary itself lives in /usr/lib/llvm-N/bin).
 symbolizer=$(command -v llvm-symbolizer || ls /usr/lib/llvm-*/bin/llvm-symbolizer 2>/dev/null | tail -n 1 || true)
 
 crashed=0
