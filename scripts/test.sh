@@ -90,7 +90,7 @@ if [[ "${FUSEBOX_FUZZ:-1}" == 0 ]]; then
 elif ! command -v clang++ >/dev/null 2>&1; then
   echo "== libFuzzer: skipped (no clang++; scripts/install-deps.sh installs clang and libclang-rt-14-dev)"
 else
-  echo "== libFuzzer (tests/fuzz: seed ${FUSEBOX_FUZZ_SEED:-1}, ${FUSEBOX_FUZZ_RUNS:-200000} inputs per target, 0 = unbounded, at most ${FUSEBOX_FUZZ_SECONDS:-45} s each)"
+  echo "== libFuzzer (tests/fuzz)"
   set +e
   bash tests/fuzz/run_fuzzers.sh
   fuzz_rc=$?

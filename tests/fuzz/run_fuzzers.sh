@@ -105,6 +105,9 @@ if ! cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Debug \
   exit 2
 fi
 echo "fuzz targets built in $(($(date +%s) - start)) s ($BUILD)"
+runs_label=$RUNS
+if [[ "$RUNS" == 0 ]]; then runs_label=unbounded; fi
+echo "fuzz settings: seed $seed_label, $runs_label inputs per target, at most $SECONDS_PER_TARGET s each"
 
 # Stack traces in a crash report need llvm-symbolizer; the fixed PATH below
 # may not reach it (Debian's unversioned link comes with the llvm package,
