@@ -47,28 +47,82 @@ Profile ProfileFromMeasurement(const bucketing::GradientLayout& layout, const st
   return p;
 }
 
+std::string CapName(int64_t cap) {
+  return cap % (int64_t{1} << 20) == 0 ? absl::StrCat("ddp-cap", cap >> 20, "mb")
+                                       : absl::StrCat("ddp-cap", cap, "b");
+}
+
+// Splits `v` (concatenated lists of the given sizes) back into lists.
+std::vector<std::vector<double>> Split(const std::vector<double>& v,
+                                       const std::vector<size_t>& sizes) {
+  std::vector<std::vector<double>> out;
+  size_t at = 0;
+  for (size_t n : sizes) {
+    out.emplace_back(v.begin() + at, v.begin() + at + n);
+    at += n;
+  }
+  return out;
+}
+
+// Max-reduces several local lists element-wise across ranks (one collective).
+absl::StatusOr<std::vector<std::vector<double>>> SlowestRank(
+    comm::Communicator& comm, const std::vector<std::vector<double>>& lists) {
+  std::vector<double> v;
+  std::vector<size_t> sizes;
+  for (const auto& l : lists) {
+    v.insert(v.end(), l.begin(), l.end());
+    sizes.push_back(l.size());
+  }
+  if (absl::Status s = MaxAcrossRanks(comm, v); !s.ok()) return s;
+  return Split(v, sizes);
+}
+
 }  // namespace
 
+const char* TunerPhaseName(TunerPhase phase) {
+  switch (phase) {
+    case TunerPhase::kProfiling: return "profiling";
+    case TunerPhase::kScreening: return "screening";
+    case TunerPhase::kVerifying: return "verifying";
+    case TunerPhase::kTuned: return "tuned";
+  }
+  return "unknown";
+}
+
 OnlineTuner::OnlineTuner(comm::Communicator& comm, bucketing::GradientLayout layout,
-                         TunerOptions options)
-    : comm_(comm), layout_(std::move(layout)), options_(std::move(options)) {}
+                         TunerOptions options, absl::Duration timeout)
+    : comm_(comm), layout_(std::move(layout)), options_(std::move(options)), timeout_(timeout) {}
 
 void OnlineTuner::Log(const std::string& line) const {
   if (options_.log && comm_.rank() == 0) options_.log(line);
 }
 
 absl::StatusOr<std::unique_ptr<OnlineTuner>> OnlineTuner::Create(
-    comm::Communicator& comm, bucketing::GradientLayout layout,
-    bucketing::EngineOptions engine_options, TunerOptions options) {
-  if (options.candidates < 1 || options.candidates_when_derived < 0 ||
-      options.warmup_iterations < 0 || options.measure_iterations < 1) {
+    comm::Communicator& comm, bucketing::GradientLayout layout, TunerOptions options,
+    absl::Duration timeout, std::unique_ptr<PolicyCache> owned_cache) {
+  if (options.candidates < 0 || options.candidates_when_derived < 0 ||
+      options.profile_iterations < 1 || options.screening_blocks < 1) {
     return absl::InvalidArgumentError(
-        "tuner: needs candidates >= 1, candidates_when_derived >= 0, warm-up >= 0 and measured "
-        "iterations >= 1");
+        "tuner: needs candidates >= 0, candidates_when_derived >= 0, profile_iterations >= 1 "
+        "and screening_blocks >= 1");
   }
-  if (options.drift_window < 0 || options.drift_windows < 1 || !(options.drift_threshold >= 0)) {
+  const int need = MinimumPairs(options.rule.confidence);
+  if (!(options.rule.confidence > 0.5 && options.rule.confidence < 1) ||
+      !(options.rule.min_effect >= 0 && options.rule.min_effect < 1)) {
     return absl::InvalidArgumentError(
-        "tuner: drift window must be >= 0, windows >= 1 and the threshold >= 0");
+        "tuner: the switch rule needs a confidence in (0.5, 1) and a minimum effect in [0, 1)");
+  }
+  if (options.verify_pairs < need || (options.check_every > 0 && options.check_pairs < need)) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "tuner: verify_pairs (%d) and check_pairs (%d) must be at least %d: fewer pairs cannot "
+        "show %.0f%% confidence",
+        options.verify_pairs, options.check_pairs, need, options.rule.confidence * 100));
+  }
+  if (options.check_every < 0 || options.profile_cap_bytes < 0) {
+    return absl::InvalidArgumentError("tuner: check_every and profile_cap_bytes must be >= 0");
+  }
+  for (int64_t cap : options.ddp_caps) {
+    if (cap <= 0) return absl::InvalidArgumentError("tuner: a DDP cap must be positive");
   }
   if (options.cost_model.has_value()) {
     if (absl::Status s = options.cost_model->Validate(); !s.ok()) return s;
@@ -79,24 +133,34 @@ absl::StatusOr<std::unique_ptr<OnlineTuner>> OnlineTuner::Create(
   if (layout.size() == 0) return absl::InvalidArgumentError("tuner: the layout has no gradients");
   options.planner.sim.world_size = comm.size();
   if (options.ranks_per_node <= 0) options.ranks_per_node = comm.size();
-  std::unique_ptr<OnlineTuner> t(new OnlineTuner(comm, std::move(layout), std::move(options)));
+  if (owned_cache != nullptr) options.cache = owned_cache.get();
+  std::unique_ptr<OnlineTuner> t(
+      new OnlineTuner(comm, std::move(layout), std::move(options), timeout));
+  t->owned_cache_ = std::move(owned_cache);
   t->key_ = CacheKey{ModelSignature(t->layout_), comm.size(), t->options_.ranks_per_node,
                      t->options_.backend, t->options_.network};
   if (absl::Status s = t->key_.Validate(); !s.ok()) {
     return absl::InvalidArgumentError(absl::StrCat("tuner: cache key: ", s.message()));
   }
-  engine_options.record_ready_times = true;
-  t->engine_options_ = engine_options;
+  t->default_ = bucketing::DdpPlan(t->layout_);
+  t->default_.name = "ddp";
+  t->initial_ = t->default_;
+  if (t->options_.profile_cap_bytes > 0) {
+    bucketing::DdpOptions o;
+    o.bucket_cap_bytes = t->options_.profile_cap_bytes;
+    o.first_bucket_bytes = std::min(o.first_bucket_bytes, o.bucket_cap_bytes);
+    t->initial_ = bucketing::DdpPlan(t->layout_, o);
+    t->initial_.name = "profile";
+  }
 
   // Every rank must tune the same model: checked first, so that a rank
-  // whose model differs fails everywhere before any plan is looked at (a
-  // plan that fits rank 0 but not this rank would otherwise fail here only).
+  // whose model differs fails everywhere before any plan is looked at.
   {
     const int64_t mine = static_cast<int64_t>(t->layout_.Hash());
     std::vector<int64_t> all(comm.size(), 0);
     auto work = comm.AllGather(&mine, all.data(), 1, comm::DataType::kInt64);
     if (!work.ok()) return work.status();
-    if (absl::Status s = (*work)->WaitFor(engine_options.timeout); !s.ok()) return s;
+    if (absl::Status s = (*work)->WaitFor(timeout); !s.ok()) return s;
     std::string differ;
     for (int r = 1; r < comm.size(); ++r) {
       if (all[r] != all[0]) absl::StrAppend(&differ, differ.empty() ? "" : ", ", r);
@@ -110,16 +174,16 @@ absl::StatusOr<std::unique_ptr<OnlineTuner>> OnlineTuner::Create(
 
   // Step 1: rank 0 consults the cache; every rank gets its answer.
   std::string message;
-  if (comm.rank() == 0 && t->options_.cache != nullptr && t->options_.cache->enabled()) {
-    if (auto hit = t->options_.cache->Lookup(t->key_, t->layout_)) {
+  PolicyCache* cache = t->options_.cache;
+  if (comm.rank() == 0 && cache != nullptr && cache->enabled()) {
+    if (auto hit = cache->Lookup(t->key_, t->layout_)) {
       message = "H" + SerializeCacheEntry(*hit);
-    } else if (auto near = t->options_.cache->Nearest(t->key_, t->layout_)) {
+    } else if (auto near = cache->Nearest(t->key_, t->layout_)) {
       message = absl::StrCat("N", near->key.world_size, "\n",
                              bucketing::SerializePlan(near->plan, &t->layout_));
     }
   }
-  if (absl::Status s = BroadcastBytes(comm, message, 0, kMaxBroadcastBytes, engine_options.timeout);
-      !s.ok()) {
+  if (absl::Status s = BroadcastBytes(comm, message, 0, kMaxBroadcastBytes, timeout); !s.ok()) {
     return s;
   }
   if (!message.empty() && message[0] == 'H') {
@@ -131,16 +195,17 @@ absl::StatusOr<std::unique_ptr<OnlineTuner>> OnlineTuner::Create(
                        s.message()));
     }
     entry->plan.name = "cached";
-    auto e = bucketing::Engine::Create(comm, t->layout_, entry->plan, engine_options);
-    if (!e.ok()) return e.status();
-    t->engine_ = *std::move(e);
+    t->initial_ = entry->plan;
+    t->chosen_plan_ = entry->plan;
     t->cache_hit_ = true;
     t->phase_ = TunerPhase::kTuned;
-    t->reference_us_ = entry->measured_iteration_us;
-    t->Log(absl::StrFormat("fusebox tuner: cache hit %s: %d buckets, measured %.3f ms when tuned; "
-                           "0 tuning iterations",
+    t->decision_ = "from the policy cache";
+    t->Log(absl::StrFormat("fusebox tuner: cache hit %s: %d buckets, measured %.3f ms when tuned "
+                           "(DDP default %.3f ms); 0 tuning iterations%s",
                            t->key_.FileName(), entry->plan.buckets.size(),
-                           entry->measured_iteration_us / 1e3));
+                           entry->measured_iteration_us / 1e3, entry->ddp_iteration_us / 1e3,
+                           t->options_.check_every > 0 ? "; checked against the default as it runs"
+                                                       : ""));
     return t;
   }
   if (!message.empty() && message[0] == 'N') {
@@ -162,91 +227,242 @@ absl::StatusOr<std::unique_ptr<OnlineTuner>> OnlineTuner::Create(
                            "plan cached for %d ranks",
                            comm.size(), world));
   }
-  if (absl::Status s = t->StartTuning(); !s.ok()) return s;
   return t;
 }
 
-absl::Status OnlineTuner::SwitchTo(Plan plan) {
-  if (engine_ == nullptr) {
-    auto e = bucketing::Engine::Create(comm_, layout_, std::move(plan), engine_options_);
-    if (!e.ok()) return e.status();
-    engine_ = *std::move(e);
+void OnlineTuner::ForceChosen(Plan plan) {
+  chosen_plan_ = std::move(plan);
+  phase_ = TunerPhase::kTuned;
+  control_ = false;
+  control_sample_.reset();
+  since_check_ = 0;
+  check_default_.clear();
+  check_chosen_.clear();
+  forced_ = true;
+}
+
+std::optional<Plan> OnlineTuner::Visit(int candidate) {
+  running_ = candidate;
+  return plans_[candidate];
+}
+
+void OnlineTuner::StartBlock() {
+  block_ = RandomizedBlock(static_cast<int>(plans_.size()),
+                           options_.seed * 1000003 + static_cast<uint64_t>(blocks_started_++),
+                           running_);
+}
+
+absl::StatusOr<std::optional<Plan>> OnlineTuner::OnIterationEnd(const bucketing::IterationStats& last,
+                                                               const Plan& current) {
+  const double sample = last.whole_us();
+  switch (phase_) {
+    case TunerPhase::kProfiling: {
+      ++tuning_iterations_;
+      tuning_samples_.push_back(sample);
+      backward_.push_back(last.backward_us());
+      ready_.push_back(last.ready_us);
+      if (static_cast<int>(backward_.size()) < options_.profile_iterations) return std::nullopt;
+      // The first iteration on a new plan pays for its buffers; the profile
+      // is the median of the others when there are others.
+      const size_t skip = backward_.size() > 1 ? 1 : 0;
+      std::vector<double> v;
+      v.push_back(Median(std::vector<double>(backward_.begin() + skip, backward_.end())));
+      for (int id = 0; id < layout_.size(); ++id) {
+        std::vector<double> r;
+        for (size_t i = skip; i < ready_.size(); ++i) {
+          r.push_back(id < static_cast<int>(ready_[i].size()) ? ready_[i][id] : 0);
+        }
+        v.push_back(Median(std::move(r)));
+      }
+      if (absl::Status s = MaxAcrossRanks(comm_, v); !s.ok()) return s;
+      if (absl::Status s = Search(v[0], std::vector<double>(v.begin() + 1, v.end())); !s.ok()) {
+        return s;
+      }
+      if (plans_.size() == 1) {
+        chosen_ = 0;
+        chosen_plan_ = default_;
+        phase_ = TunerPhase::kTuned;
+        decision_ = "no candidate besides DDP's default";
+        Log("fusebox tuner: no candidate besides DDP's default; keeping it");
+        return std::nullopt;
+      }
+      phase_ = TunerPhase::kScreening;
+      running_ = 0;
+      StartBlock();
+      return Visit(block_.front());
+    }
+    case TunerPhase::kScreening: {
+      ++tuning_iterations_;
+      tuning_samples_.push_back(sample);
+      samples_[running_].push_back(sample);
+      block_.erase(block_.begin());
+      if (block_.empty()) {
+        if (++blocks_done_ >= options_.screening_blocks) return EndScreening();
+        StartBlock();
+      }
+      return Visit(block_.front());
+    }
+    case TunerPhase::kVerifying: {
+      ++tuning_iterations_;
+      tuning_samples_.push_back(sample);
+      (running_ == 0 ? verify_default_ : verify_pick_).push_back(sample);
+      if (static_cast<int>(verify_default_.size()) >= options_.verify_pairs &&
+          static_cast<int>(verify_pick_.size()) >= options_.verify_pairs) {
+        if (absl::Status s = Decide(); !s.ok()) return s;
+        running_ = chosen_;
+        return *chosen_plan_;
+      }
+      return Visit(running_ == 0 ? pick_ : 0);
+    }
+    case TunerPhase::kTuned:
+      if (forced_) {  // ForceChosen: install it now; this sample was the old plan's
+        forced_ = false;
+        return *chosen_plan_;
+      }
+      return Check(sample);
+  }
+  (void)current;
+  return std::nullopt;
+}
+
+absl::StatusOr<std::optional<Plan>> OnlineTuner::EndScreening() {
+  auto slow = SlowestRank(comm_, samples_);
+  if (!slow.ok()) return slow.status();
+  for (size_t i = 0; i < plans_.size(); ++i) {
+    const MedianInterval ci = MedianCI((*slow)[i], options_.rule.confidence);
+    measured_[i].measured_us = ci.median;
+    measured_[i].ci_low_us = ci.low;
+    measured_[i].ci_high_us = ci.high;
+    measured_[i].samples = static_cast<int>((*slow)[i].size());
+    Log(absl::StrFormat("fusebox tuner: %-18s %4d buckets: %9.3f ms [%.3f, %.3f] measured%s",
+                        measured_[i].name, measured_[i].buckets, ci.median / 1e3, ci.low / 1e3,
+                        ci.high / 1e3,
+                        measured_[i].predicted_us > 0
+                            ? absl::StrFormat(", %.3f ms predicted", measured_[i].predicted_us / 1e3)
+                            : ""));
+  }
+  pick_ = 1;
+  for (size_t i = 2; i < plans_.size(); ++i) {
+    if (measured_[i].measured_us < measured_[pick_].measured_us) pick_ = static_cast<int>(i);
+  }
+  if (measured_[pick_].measured_us >= measured_[0].measured_us) {
+    chosen_ = 0;
+    chosen_plan_ = default_;
+    phase_ = TunerPhase::kTuned;
+    decision_ = absl::StrFormat("no candidate was faster than DDP's default in screening (best: %s "
+                                "%.3f ms vs %.3f ms)",
+                                measured_[pick_].name, measured_[pick_].measured_us / 1e3,
+                                measured_[0].measured_us / 1e3);
+    Log(absl::StrCat("fusebox tuner: keeping DDP's default: ", decision_, "; after ",
+                     tuning_iterations_, " tuning iterations"));
+    tuning_cost_us_ = 0;
+    if (absl::Status s = StoreEntry(); !s.ok()) return s;
+    return Visit(0);
+  }
+  phase_ = TunerPhase::kVerifying;
+  Log(absl::StrFormat("fusebox tuner: verifying %s against DDP's default in %d interleaved pairs",
+                      measured_[pick_].name, options_.verify_pairs));
+  // Alternate from whichever of the two did not run last.
+  return Visit(running_ == 0 ? pick_ : 0);
+}
+
+absl::Status OnlineTuner::Decide() {
+  auto slow = SlowestRank(comm_, {verify_default_, verify_pick_, tuning_samples_});
+  if (!slow.ok()) return slow.status();
+  const std::vector<double>& def = (*slow)[0];
+  const std::vector<double>& pick = (*slow)[1];
+  verdict_ = DecideReplace(def, pick, options_.rule);
+  chosen_ = verdict_.replace ? pick_ : 0;
+  chosen_plan_ = plans_[chosen_];
+  phase_ = TunerPhase::kTuned;
+  const double def_median = Median(def);
+  tuning_cost_us_ = 0;
+  for (double t : (*slow)[2]) tuning_cost_us_ += std::max(0.0, t - def_median);
+  decision_ = absl::StrCat(verdict_.replace ? "replaced DDP's default: " : "kept DDP's default: ",
+                           measured_[pick_].name, " ", verdict_.why);
+  Log(absl::StrFormat(
+      "fusebox tuner: %s; %s (%d buckets) %.3f ms vs DDP default %.3f ms in verification; %d "
+      "tuning iterations, %.1f ms slower than the default in all",
+      decision_, measured_[chosen_].name, plans_[chosen_].buckets.size(), Median(pick) / 1e3,
+      def_median / 1e3, tuning_iterations_, tuning_cost_us_ / 1e3));
+  measured_[0].measured_us = def_median;
+  if (chosen_ != 0) measured_[chosen_].measured_us = Median(pick);
+  return StoreEntry();
+}
+
+absl::Status OnlineTuner::StoreEntry() {
+  if (comm_.rank() != 0 || options_.cache == nullptr || !options_.cache->enabled()) {
     return absl::OkStatus();
   }
-  if (plan == engine_->plan()) return absl::OkStatus();
-  return engine_->SetPlan(std::move(plan));
+  CacheEntry entry;
+  entry.key = key_;
+  entry.model = options_.model_label;
+  entry.layout_hash = layout_.Hash();
+  entry.plan = *chosen_plan_;
+  const int c = std::max(chosen_, 0);
+  entry.measured_iteration_us = c < static_cast<int>(measured_.size()) ? measured_[c].measured_us : 0;
+  entry.ddp_iteration_us = measured_.empty() ? 0 : measured_[0].measured_us;
+  entry.predicted_iteration_us = c < static_cast<int>(measured_.size()) ? measured_[c].predicted_us : 0;
+  entry.tuning_iterations = tuning_iterations_;
+  entry.cost_model = absl::StrCat(cost_.Describe(), "; decision: ", decision_);
+  entry.fusebox_version = FUSEBOX_VERSION;
+  entry.created_unix_s = options_.wall_clock_s ? options_.wall_clock_s() : 0;
+  if (absl::Status s = options_.cache->Store(entry); !s.ok()) {
+    Log(absl::StrCat("fusebox tuner: warning: the plan was not cached: ", s.message()));
+  }
+  return absl::OkStatus();
 }
 
-absl::Status OnlineTuner::StartTuning() {
-  phase_ = TunerPhase::kMeasuring;
-  tuning_iterations_ = 0;
-  Plan ddp = bucketing::DdpPlan(layout_);
-  plans_ = {ddp};
-  measured_ = {MeasuredPlan{"ddp", bucketing::PlanHash(ddp), 0, 0}};
-  current_ = 0;
-  steps_ = 0;
-  times_.clear();
-  backward_.clear();
-  ready_.clear();
-  chosen_ = -1;
-  window_.clear();
-  windows_over_ = 0;
-  return SwitchTo(std::move(ddp));
-}
-
-absl::Status OnlineTuner::Finish() {
-  if (absl::Status s = engine_->Finish(); !s.ok()) return s;
-  const bucketing::IterationStats st = engine_->last_stats();
-  if (phase_ == TunerPhase::kTuned) return CheckDrift(st.iteration_us());
-  ++tuning_iterations_;
-  if (++steps_ > options_.warmup_iterations) {
-    times_.push_back(st.iteration_us());
-    if (current_ == 0) {
-      backward_.push_back(st.backward_us());
-      ready_.push_back(st.ready_us);
+absl::StatusOr<std::optional<Plan>> OnlineTuner::Check(double sample) {
+  if (!chosen_plan_.has_value()) return std::nullopt;
+  if (control_) {  // the default just ran as a control: back to the chosen plan
+    control_ = false;
+    control_sample_ = sample;
+    return *chosen_plan_;
+  }
+  if (control_sample_.has_value()) {
+    check_default_.push_back(*control_sample_);
+    check_chosen_.push_back(sample);
+    control_sample_.reset();
+    if (static_cast<int>(check_default_.size()) >= options_.check_pairs) {
+      auto slow = SlowestRank(comm_, {check_default_, check_chosen_});
+      check_default_.clear();
+      check_chosen_.clear();
+      if (!slow.ok()) return slow.status();
+      ++checks_;
+      if (ProvenSlower((*slow)[0], (*slow)[1], options_.rule)) {
+        ++fallbacks_;
+        const Verdict v = DecideReplace((*slow)[0], (*slow)[1], options_.rule);
+        decision_ = absl::StrFormat(
+            "fell back to DDP's default: plan \"%s\" measured slower than it in %d checks (median "
+            "gain %+.1f%%, upper bound %+.1f%%)",
+            chosen_plan_->name, v.pairs, v.gain * 100, v.gain_high * 100);
+        Log(absl::StrCat("fusebox tuner: ", decision_));
+        chosen_plan_ = default_;
+        chosen_ = 0;
+        if (absl::Status s = StoreEntry(); !s.ok()) return s;
+        return default_;
+      }
     }
   }
-  if (steps_ < options_.warmup_iterations + options_.measure_iterations) return absl::OkStatus();
-  return EndOfPlan();
-}
-
-absl::Status OnlineTuner::EndOfPlan() {
-  const int m = static_cast<int>(times_.size());
-  std::vector<double> v = times_;
-  if (current_ == 0) {
-    v.push_back(Median(backward_));
-    for (int id = 0; id < layout_.size(); ++id) {
-      std::vector<double> r;
-      for (const std::vector<double>& it : ready_) r.push_back(id < static_cast<int>(it.size()) ? it[id] : 0);
-      v.push_back(Median(std::move(r)));
-    }
+  if (options_.check_every <= 0 || bucketing::PlanHash(*chosen_plan_) == bucketing::PlanHash(default_)) {
+    return std::nullopt;
   }
-  if (absl::Status s = MaxAcrossRanks(comm_, v); !s.ok()) return s;
-  measured_[current_].measured_us = Median(std::vector<double>(v.begin(), v.begin() + m));
-  Log(absl::StrFormat("fusebox tuner: %-16s %4d buckets: %.3f ms measured%s", measured_[current_].name,
-                      plans_[current_].buckets.size(), measured_[current_].measured_us / 1e3,
-                      measured_[current_].predicted_us > 0
-                          ? absl::StrFormat(", %.3f ms predicted",
-                                            measured_[current_].predicted_us / 1e3)
-                          : ""));
-  if (current_ == 0) {
-    std::vector<double> ready(v.begin() + m + 1, v.end());
-    if (absl::Status s = Search(v[m], ready); !s.ok()) return s;
+  if (++since_check_ >= options_.check_every) {
+    since_check_ = 0;
+    control_ = true;
+    return default_;
   }
-  times_.clear();
-  ++current_;
-  steps_ = 0;
-  if (current_ < static_cast<int>(plans_.size())) return SwitchTo(plans_[current_]);
-  return Conclude();
+  return std::nullopt;
 }
 
 absl::Status OnlineTuner::Search(double backward_us, const std::vector<double>& ready_us) {
-  const absl::Duration timeout = engine_options_.timeout;
   // The cost model: given, or fitted to this communicator (every rank
   // takes part in the measurement and gets the same samples).
+  bool have_model = true;
   if (options_.cost_model.has_value()) {
     cost_ = *options_.cost_model;
-  } else {
+  } else if (options_.candidates > 0 || nearest_plan_.has_value()) {
     // At least 1 MiB even for a small model: below that, latency and
     // noise hide the bandwidth term the fit needs.
     const int64_t cap =
@@ -258,69 +474,75 @@ absl::Status OnlineTuner::Search(double backward_us, const std::vector<double>& 
     auto fitted = FitCostModel(*samples, options_.ranks_per_node,
                                absl::StrCat("measured on ", options_.backend, ", ", comm_.size(),
                                             " ranks, by the online tuner"));
-    if (!fitted.ok()) {
+    if (fitted.ok()) {
+      cost_ = MeasuredAt(*fitted, *samples, comm_.size());
+    } else {
       // Every rank has the same samples (slowest rank), so every rank gets
-      // here: no candidates, and the measured default is kept.
+      // here: the DDP caps are still measured.
       Log(absl::StrCat("fusebox tuner: warning: no cost model fits this communicator's "
                        "allreduce times (",
-                       fitted.status().message(), "); keeping DDP's default plan"));
-      return absl::OkStatus();
+                       fitted.status().message(), "); measuring DDP's caps only"));
+      have_model = false;
     }
-    cost_ = MeasuredAt(*fitted, *samples, comm_.size());
+  } else {
+    have_model = false;
   }
-  // Rank 0 searches and broadcasts the candidates with their hashes.
+  // Rank 0 builds the candidate list and broadcasts it with hashes.
   std::string message;
   if (comm_.rank() == 0) {
+    json list = json::array();
+    absl::flat_hash_set<uint64_t> hashes;
+    auto push = [&](const Plan& plan, const std::string& name, double predicted_us) {
+      if (!hashes.insert(bucketing::PlanHash(plan)).second) return false;
+      list.push_back({{"name", name},
+                      {"hash", absl::StrFormat("%016x", bucketing::PlanHash(plan))},
+                      {"predicted_us", predicted_us},
+                      {"plan", bucketing::SerializePlan(plan, &layout_)}});
+      return true;
+    };
     const Profile profile =
         ProfileFromMeasurement(layout_, options_.model_label, backward_us, ready_us);
-    std::vector<Plan> seeds;
-    if (nearest_plan_.has_value()) seeds.push_back(*nearest_plan_);
-    if (retunes_ > 0 && chosen_plan_.has_value()) {
-      seeds.push_back(*chosen_plan_);
-      seeds.back().name = "previous";
-    }
-    const int want = (derived_ ? options_.candidates_when_derived : options_.candidates) +
-                     static_cast<int>(seeds.size());
-    auto ranked = RankCandidates(profile, cost_, options_.planner, want + 1, seeds);
-    if (!ranked.ok()) return ranked.status();
-    const uint64_t ddp_hash = measured_[0].hash;
-    absl::flat_hash_set<uint64_t> seed_hashes;
-    for (const Plan& s : seeds) seed_hashes.insert(bucketing::PlanHash(s));
-    json list = json::array();
-    auto push = [&](const PlanPrediction& c) {
-      list.push_back({{"name", c.name},
-                      {"hash", absl::StrFormat("%016x", bucketing::PlanHash(c.plan))},
-                      {"predicted_us", c.sim.iteration_us - c.sim.forward_us},
-                      {"plan", bucketing::SerializePlan(c.plan, &layout_)}});
+    auto predict = [&](const Plan& p) {
+      if (!have_model) return 0.0;
+      auto sim = Simulate(profile, p, cost_, options_.planner.sim);
+      return sim.ok() ? sim->iteration_us - sim->forward_us : 0.0;
     };
-    // Seeds first (always measured), then the others in RankCandidates' order.
-    for (const PlanPrediction& c : *ranked) {
-      const uint64_t h = bucketing::PlanHash(c.plan);
-      if (seed_hashes.contains(h) && h != ddp_hash) push(c);
+    push(default_, "ddp", predict(default_));
+    for (int64_t cap : options_.ddp_caps) {
+      bucketing::DdpOptions o;
+      o.bucket_cap_bytes = cap;
+      o.first_bucket_bytes = std::min<int64_t>(o.first_bucket_bytes, cap);
+      Plan p = bucketing::DdpPlan(layout_, o);
+      push(p, CapName(cap), predict(p));
     }
-    for (const PlanPrediction& c : *ranked) {
-      const uint64_t h = bucketing::PlanHash(c.plan);
-      if (static_cast<int>(list.size()) >= want) break;
-      if (h != ddp_hash && !seed_hashes.contains(h)) push(c);
+    if (nearest_plan_.has_value()) push(*nearest_plan_, nearest_plan_->name, predict(*nearest_plan_));
+    const int want = derived_ ? options_.candidates_when_derived : options_.candidates;
+    if (have_model && want > 0) {
+      auto ranked = RankCandidates(profile, cost_, options_.planner, want + 8);
+      if (!ranked.ok()) return ranked.status();
+      int added = 0;
+      for (const PlanPrediction& c : *ranked) {
+        if (added >= want) break;
+        if (push(c.plan, c.name, c.sim.iteration_us - c.sim.forward_us)) ++added;
+      }
     }
-    auto ddp_sim = Simulate(profile, plans_[0], cost_, options_.planner.sim);
-    if (!ddp_sim.ok()) return ddp_sim.status();
-    message = json{{"default_predicted_us", ddp_sim->iteration_us - ddp_sim->forward_us},
-                   {"cost_model", SerializeCostModel(cost_)},
+    message = json{{"cost_model", have_model ? SerializeCostModel(cost_) : std::string()},
                    {"candidates", list}}
                   .dump();
   }
-  if (absl::Status s = BroadcastBytes(comm_, message, 0, kMaxBroadcastBytes, timeout); !s.ok()) {
+  if (absl::Status s = BroadcastBytes(comm_, message, 0, kMaxBroadcastBytes, timeout_); !s.ok()) {
     return s;
   }
   // Every rank (rank 0 too) decodes the same bytes and checks each hash.
-  json j;
+  plans_.clear();
+  measured_.clear();
   try {
-    j = json::parse(message);
-    measured_[0].predicted_us = j.at("default_predicted_us").get<double>();
-    auto cm = ParseCostModel(j.at("cost_model").get<std::string>());
-    if (!cm.ok()) return cm.status();
-    cost_ = *cm;
+    const json j = json::parse(message);
+    if (!j.at("cost_model").get<std::string>().empty()) {
+      auto cm = ParseCostModel(j.at("cost_model").get<std::string>());
+      if (!cm.ok()) return cm.status();
+      cost_ = *cm;
+    }
     for (const json& c : j.at("candidates")) {
       auto plan = bucketing::ParsePlan(c.at("plan").get<std::string>());
       if (!plan.ok()) return plan.status();
@@ -337,78 +559,72 @@ absl::Status OnlineTuner::Search(double backward_us, const std::vector<double>& 
                                                 c.at("hash").get<std::string>()));
       }
       plan->name = c.at("name").get<std::string>();
-      measured_.push_back(MeasuredPlan{plan->name, bucketing::PlanHash(*plan),
-                                       c.at("predicted_us").get<double>(), 0});
+      MeasuredPlan m;
+      m.name = plan->name;
+      m.hash = bucketing::PlanHash(*plan);
+      m.buckets = static_cast<int>(plan->buckets.size());
+      m.predicted_us = c.at("predicted_us").get<double>();
+      measured_.push_back(m);
       plans_.push_back(*std::move(plan));
     }
   } catch (const json::exception& e) {
     return absl::DataLossError(
         absl::StrCat("tuner: malformed candidate list from rank 0: ", e.what()));
   }
-  Log(absl::StrFormat("fusebox tuner: cost model %s; %d candidates to measure",
-                      cost_.Describe(), plans_.size() - 1));
+  if (plans_.empty() || measured_[0].hash != bucketing::PlanHash(default_)) {
+    return absl::DataLossError("tuner: rank 0's candidate list does not start with DDP's default");
+  }
+  samples_.assign(plans_.size(), {});
+  Log(absl::StrFormat("fusebox tuner: %s; %d candidates besides DDP's default, %d screening "
+                      "blocks",
+                      have_model ? cost_.Describe() : std::string("no cost model"),
+                      plans_.size() - 1, options_.screening_blocks));
   return absl::OkStatus();
 }
 
-absl::Status OnlineTuner::Conclude() {
-  // The guard: the default is among the measured plans, so the winner is
-  // never slower than it as measured.
-  int best = 0;
-  for (int i = 1; i < static_cast<int>(measured_.size()); ++i) {
-    if (measured_[i].measured_us < measured_[best].measured_us) best = i;
-  }
-  chosen_ = best;
-  chosen_plan_ = plans_[best];
-  if (absl::Status s = SwitchTo(plans_[best]); !s.ok()) return s;
-  reference_us_ = measured_[best].measured_us;
-  phase_ = TunerPhase::kTuned;
-  Log(absl::StrFormat(
-      "fusebox tuner: chose %s (%d buckets): %.3f ms vs DDP default %.3f ms (%.3fx) after %d "
-      "tuning iterations",
-      measured_[best].name, plans_[best].buckets.size(), measured_[best].measured_us / 1e3,
-      measured_[0].measured_us / 1e3, measured_[0].measured_us / measured_[best].measured_us,
-      tuning_iterations_));
-  if (comm_.rank() == 0 && options_.cache != nullptr && options_.cache->enabled()) {
-    CacheEntry entry;
-    entry.key = key_;
-    entry.model = options_.model_label;
-    entry.layout_hash = layout_.Hash();
-    entry.plan = plans_[best];
-    entry.measured_iteration_us = measured_[best].measured_us;
-    entry.ddp_iteration_us = measured_[0].measured_us;
-    entry.predicted_iteration_us = measured_[best].predicted_us;
-    entry.tuning_iterations = tuning_iterations_;
-    entry.cost_model = cost_.Describe();
-    entry.fusebox_version = FUSEBOX_VERSION;
-    entry.created_unix_s = options_.wall_clock_s ? options_.wall_clock_s() : 0;
-    if (absl::Status s = options_.cache->Store(entry); !s.ok()) {
-      Log(absl::StrCat("fusebox tuner: warning: the plan was not cached: ", s.message()));
-    }
-  }
-  return absl::OkStatus();
+absl::StatusOr<bucketing::Plan> FixedPlan(const std::string& spec,
+                                          const bucketing::GradientLayout& layout) {
+  if (spec == "ddp") return bucketing::DdpPlan(layout);
+  if (spec == "per-tensor") return bucketing::PerTensorPlan(layout);
+  return bucketing::ReadPlanFile(spec, layout);
 }
 
-absl::Status OnlineTuner::CheckDrift(double iteration_us) {
-  if (options_.drift_window <= 0 || reference_us_ <= 0) return absl::OkStatus();
-  window_.push_back(iteration_us);
-  if (static_cast<int>(window_.size()) < options_.drift_window) return absl::OkStatus();
-  std::vector<double> v = {Median(window_)};
-  window_.clear();
-  if (absl::Status s = MaxAcrossRanks(comm_, v); !s.ok()) return s;
-  if (v[0] > reference_us_ * (1 + options_.drift_threshold)) {
-    ++windows_over_;
-  } else {
-    windows_over_ = 0;
+absl::StatusOr<EngineWithPolicy> CreateEngineWithPolicy(comm::Communicator& comm,
+                                                        bucketing::GradientLayout layout,
+                                                        bucketing::EngineOptions engine_options,
+                                                        PlanChoice choice) {
+  EngineWithPolicy out;
+  if (!choice.fixed_plan.empty()) {
+    auto plan = FixedPlan(choice.fixed_plan, layout);
+    if (!plan.ok()) return plan.status();
+    auto e = bucketing::Engine::Create(comm, std::move(layout), *std::move(plan), engine_options);
+    if (!e.ok()) return e.status();
+    out.engine = *std::move(e);
+    return out;
   }
-  if (windows_over_ < options_.drift_windows) return absl::OkStatus();
-  Log(absl::StrFormat("fusebox tuner: drift: %d windows at %.3f ms vs %.3f ms recorded (> +%.0f%%); "
-                      "retuning",
-                      windows_over_, v[0] / 1e3, reference_us_ / 1e3,
-                      options_.drift_threshold * 100));
-  ++retunes_;
-  cache_hit_ = false;
-  if (!chosen_plan_.has_value()) chosen_plan_ = engine_->plan();
-  return StartTuning();
+  std::unique_ptr<PolicyCache> cache;
+  if (!choice.cache_dir.empty()) {
+    PolicyCacheOptions co;
+    co.dir = choice.cache_dir;
+    co.warn = choice.warn;
+    cache = std::make_unique<PolicyCache>(std::move(co));
+  }
+  engine_options.record_ready_times = true;
+  // The tuner alternates candidates: keep their buffers (when they fit) so
+  // that a switch costs what it would in steady state.
+  if (engine_options.retain_plans == 0 && !engine_options.external_buffers) {
+    engine_options.retain_plans = layout.total_bytes() <= (int64_t{512} << 20) ? 8 : 1;
+  }
+  auto tuner = OnlineTuner::Create(comm, layout, std::move(choice.tuner), engine_options.timeout,
+                                   std::move(cache));
+  if (!tuner.ok()) return tuner.status();
+  auto e = bucketing::Engine::Create(comm, std::move(layout), (*tuner)->initial_plan(),
+                                     engine_options);
+  if (!e.ok()) return e.status();
+  out.tuner = tuner->get();
+  out.engine = *std::move(e);
+  out.engine->SetPolicy(*std::move(tuner));
+  return out;
 }
 
 }  // namespace fusebox::autotune

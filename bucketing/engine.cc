@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <optional>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -26,6 +27,7 @@ constexpr absl::Duration kWaitSlice = absl::Milliseconds(20);
 // engine if a collective never completes before it is destroyed.
 struct Engine::Buffers {
   std::vector<char*> data;  // per bucket; nullptr for empty buckets
+  int vote_slots = 0;       // per bucket, after its data
   ~Buffers() {
     for (char* p : data) std::free(p);
   }
@@ -64,6 +66,11 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(comm::Communicator& comm,
         "gradients only",
         comm.backend()));
   }
+  if (options.external_buffers && options.schedule != Schedule::kPlanOrder) {
+    return absl::InvalidArgumentError(
+        "engine: external buffers need the plan-order schedule (votes have no room in the "
+        "caller's buckets)");
+  }
   std::unique_ptr<Engine> engine(new Engine(comm, std::move(layout), std::move(options)));
   if (absl::Status s = engine->Install(std::move(plan)); !s.ok()) return s;
   if (absl::Status s = engine->VerifyAcrossRanks(); !s.ok()) return s;
@@ -95,6 +102,19 @@ absl::Status Engine::Install(Plan plan) {
         absl::StrCat("engine: plan \"", plan.name, "\" does not fit the layout: ", s.message()));
   }
   const int nb = static_cast<int>(plan.buckets.size());
+  if (options_.external_buffers) {
+    std::vector<int> seen(layout_.size(), 0);
+    for (const Bucket& b : plan.buckets) {
+      for (const Slice& s : b.slices) {
+        if (s.offset != 0 || s.count != layout_.tensor(s.tensor).numel || seen[s.tensor]++ > 0) {
+          return absl::InvalidArgumentError(absl::StrFormat(
+              "engine: plan \"%s\" splits tensor %d (\"%s\"); with external buffers every "
+              "tensor lies whole in one bucket",
+              plan.name, s.tensor, layout_.tensor(s.tensor).name));
+        }
+      }
+    }
+  }
   int vote_slots = 0;
   if (options_.schedule == Schedule::kForwardPriority) {
     if (nb > kMaxPriorityBuckets) {
@@ -117,20 +137,40 @@ absl::Status Engine::Install(Plan plan) {
   }
   // The old plan's buffers go first when no collective still holds them,
   // so that a plan swap never needs two sets of fusion buffers (they can be
-  // most of a rank's memory). From here on a failure fails the engine.
-  if (buffers_ != nullptr && buffers_.use_count() == 1) {
+  // most of a rank's memory); or, with options_.retain_plans, they are kept
+  // for a later switch back (a tuner alternating plans pays no fresh
+  // allocation, page faults or backend registration on each switch). From
+  // here on a failure fails the engine.
+  const uint64_t hash = PlanHash(plan);
+  std::shared_ptr<Buffers> reuse;
+  if (buffers_ != nullptr) {
+    if (options_.retain_plans > 0) {
+      retained_.emplace_front(plan_hash_, buffers_);
+    } else if (buffers_.use_count() == 1) {
+      std::fill(storage_.begin(), storage_.end(), nullptr);
+    }
     buffers_.reset();
-    std::fill(storage_.begin(), storage_.end(), nullptr);
   }
-  auto buffers = std::make_shared<Buffers>();
-  buffers->data.assign(nb, nullptr);
+  for (auto it = retained_.begin(); it != retained_.end(); ++it) {
+    if (it->first == hash && it->second->vote_slots == vote_slots) {
+      reuse = it->second;
+      retained_.erase(it);
+      break;
+    }
+  }
+  while (static_cast<int>(retained_.size()) > options_.retain_plans) retained_.pop_back();
+  auto buffers = reuse != nullptr ? reuse : std::make_shared<Buffers>();
+  if (reuse == nullptr) {
+    buffers->vote_slots = vote_slots;
+    buffers->data.assign(nb, nullptr);
+  }
   std::vector<std::vector<Placement>> placements(layout_.size());
   std::vector<int> slices_per_bucket(nb, 0);
   for (int b = 0; b < nb; ++b) {
     const Bucket& bucket = plan.buckets[b];
     const int64_t bytes =
         (bucket.count() + vote_slots) * static_cast<int64_t>(comm::DataTypeSize(bucket.dtype));
-    if (bytes > 0) {
+    if (bytes > 0 && !options_.external_buffers && reuse == nullptr) {
       const size_t rounded = (static_cast<size_t>(bytes) + kBufferAlignment - 1) /
                              kBufferAlignment * kBufferAlignment;
       buffers->data[b] = static_cast<char*>(std::aligned_alloc(kBufferAlignment, rounded));
@@ -160,7 +200,7 @@ absl::Status Engine::Install(Plan plan) {
                     p[0].buffer_offset * comm::DataTypeSize(layout_.tensor(id).dtype);
     }
   }
-  plan_hash_ = PlanHash(plan);
+  plan_hash_ = hash;
   plan_ = std::move(plan);
   placements_ = std::move(placements);
   slices_per_bucket_ = std::move(slices_per_bucket);
@@ -170,6 +210,7 @@ absl::Status Engine::Install(Plan plan) {
   storage_ = std::move(storage);
   marked_.assign(layout_.size(), 0);
   grads_.assign(layout_.size(), nullptr);
+  external_.assign(nb, nullptr);
   pending_slices_.assign(nb, 0);
   state_.assign(nb, BucketState::kFilling);
   launch_us_.assign(nb, 0);
@@ -220,6 +261,16 @@ void Engine::ResetIterationLocked() {
   }
   std::fill(state_.begin(), state_.end(), BucketState::kFilling);
   marked_count_ = 0;
+  std::fill(external_.begin(), external_.end(), nullptr);
+  if (options_.external_buffers) {
+    // Tensors in no bucket (zero elements) can never arrive with one.
+    for (int id = 0; id < layout_.size(); ++id) {
+      if (placements_[id].empty()) {
+        marked_[id] = 1;
+        ++marked_count_;
+      }
+    }
+  }
   next_launch_ = 0;
   launched_count_ = 0;
   votes_.assign(plan_.buckets.size(), {});
@@ -231,12 +282,42 @@ void Engine::ResetIterationLocked() {
   if (options_.record_ready_times) current_.ready_us.assign(layout_.size(), 0.0);
 }
 
-void Engine::StartIteration() {
+void Engine::SetPolicy(std::unique_ptr<PlanPolicy> policy) {
   std::lock_guard<std::mutex> lock(mu_);
+  policy_ = std::move(policy);
+}
+
+absl::Status Engine::StartIteration() {
+  const double now = NowUs();
+  std::optional<IterationStats> last;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!failed_.ok()) return failed_;
+    if (started_) return absl::OkStatus();
+    if (!history_.empty() && history_.back().next_start_us == 0) {
+      history_.back().next_start_us = now;
+      last = history_.back();
+    }
+  }
+  // Outside the lock: the policy may run collectives and SetPlan takes it.
+  if (policy_ != nullptr && last.has_value()) {
+    absl::StatusOr<std::optional<Plan>> next = policy_->OnIterationEnd(*last, plan_);
+    if (!next.ok()) {
+      std::lock_guard<std::mutex> lock(mu_);
+      FailLocked(next.status());
+      return failed_;
+    }
+    if (next->has_value()) {
+      if (absl::Status s = SetPlan(**std::move(next)); !s.ok()) return s;
+    }
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!failed_.ok()) return failed_;
   if (!started_) {
     started_ = true;
-    current_.start_us = NowUs();
+    current_.start_us = now;
   }
+  return absl::OkStatus();
 }
 
 void Engine::FailLocked(absl::Status status) {
@@ -249,7 +330,67 @@ void Engine::FailLocked(absl::Status status) {
   cv_.notify_all();
 }
 
+absl::Status Engine::MarkBucketReady(int bucket, void* data, int64_t numel) {
+  if (!options_.external_buffers) {
+    return absl::FailedPreconditionError(
+        "MarkBucketReady: the engine owns its fusion buffers (EngineOptions::external_buffers "
+        "is off); use MarkReady");
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!failed_.ok()) return failed_;
+  const int nb = static_cast<int>(plan_.buckets.size());
+  if (bucket < 0 || bucket >= nb) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "MarkBucketReady: bucket %d is not in plan \"%s\" (buckets 0..%d)", bucket, plan_.name,
+        nb - 1));
+  }
+  const Bucket& b = plan_.buckets[bucket];
+  if (numel != b.count()) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "MarkBucketReady: bucket %d has %d elements, plan \"%s\" says %d", bucket, numel,
+        plan_.name, b.count()));
+  }
+  if (data == nullptr && numel > 0) {
+    return absl::InvalidArgumentError(absl::StrFormat("MarkBucketReady: bucket %d: null data", bucket));
+  }
+  for (const Slice& s : b.slices) {
+    if (marked_[s.tensor]) {
+      return absl::FailedPreconditionError(absl::StrFormat(
+          "MarkBucketReady: bucket %d was already marked ready in iteration %d", bucket,
+          iteration_));
+    }
+  }
+  const double now = NowUs();
+  if (!started_) {
+    started_ = true;
+    current_.start_us = now;
+  }
+  external_[bucket] = static_cast<char*>(data);
+  for (const Slice& s : b.slices) {
+    marked_[s.tensor] = 1;
+    ++marked_count_;
+    if (options_.record_ready_times) current_.ready_us[s.tensor] = now - current_.start_us;
+    if (timeline_) {
+      timeline_->Instant(layout_.tensor(s.tensor).name, Track::kGradients, now, iteration_, -1,
+                         s.tensor, layout_.bytes(s.tensor));
+    }
+  }
+  pending_slices_[bucket] = 0;
+  state_[bucket] = BucketState::kReady;
+  if (marked_count_ == layout_.size()) {
+    current_.backward_end_us = now;
+    if (timeline_) timeline_->Instant("backward end", Track::kCompute, now, iteration_);
+  }
+  LaunchReadyLocked();
+  return absl::OkStatus();
+}
+
 absl::Status Engine::MarkReady(int id, void* grad, int64_t numel) {
+  if (options_.external_buffers) {
+    return absl::FailedPreconditionError(
+        "MarkReady: the caller owns the buckets (EngineOptions::external_buffers); use "
+        "MarkBucketReady");
+  }
   if (id < 0 || id >= layout_.size()) {
     return absl::InvalidArgumentError(absl::StrFormat(
         "MarkReady: tensor id %d is not in the layout (ids 0..%d)", id, layout_.size() - 1));
@@ -411,11 +552,12 @@ void Engine::Launch(int b) {
     work = comm::Work::Done(absl::OkStatus());  // only zero-size tensors
   } else {
     if (vote_slots_ > 0) WriteVotesLocked(b);
+    char* data = options_.external_buffers ? external_[b] : buffers_->data[b];
     // Issued in launch order under mu_, so concurrent MarkReady calls cannot
     // reorder them (Note [Launch order]). Averaging rides in the backend's
     // last pass over the data (kAvg: the exact sum divided once by the
     // world size, in the element type).
-    auto issued = comm_.AllReduce(buffers_->data[b], buffers_->data[b],
+    auto issued = comm_.AllReduce(data, data,
                                   static_cast<size_t>(count), bucket.dtype,
                                   options_.average ? comm::ReduceOp::kAvg : comm::ReduceOp::kSum);
     if (!issued.ok()) {
@@ -438,6 +580,7 @@ void Engine::Launch(int b) {
 }
 
 void Engine::CopyBack(int b) {
+  if (options_.external_buffers) return;  // reduced in place in the caller's memory
   const Bucket& bucket = plan_.buckets[b];
   const size_t esize = comm::DataTypeSize(bucket.dtype);
   char* buffer = buffers_->data[b];
@@ -499,6 +642,7 @@ void Engine::WorkerLoop() {
           if (--pending_tensor_slices_[s.tensor] == 0) options_.on_tensor_reduced(s.tensor);
         }
       }
+      if (options_.on_bucket_reduced) options_.on_bucket_reduced(next.bucket);
     }
     std::lock_guard<std::mutex> lock(mu_);
     --in_flight_;

@@ -2,8 +2,9 @@
 // fused allreduces that overlap with the rest of backward.
 //
 //   auto engine = Engine::Create(comm, layout, plan, options);   // collective
+//   engine->SetPolicy(std::move(policy));       // optional (policy.h)
 //   for each iteration:
-//     engine->StartIteration();                 // optional: backward starts
+//     engine->StartIteration();                 // the iteration (forward) starts
 //     engine->MarkReady(id, grad, numel);       // any thread, once per tensor
 //     engine->Finish();                         // grads now hold the average
 //
@@ -42,6 +43,11 @@
 // MarkReady copies the gradient in, and completion writes the average back
 // to the caller's buffer, which must stay valid and untouched until
 // Finish() returns.
+// With EngineOptions::external_buffers the engine allocates no fusion
+// buffers: the caller owns each bucket's memory, already packed in the
+// plan's slice order (a DDP bucket that the plan maps 1:1), and hands it
+// over whole with MarkBucketReady. The collective runs in place on it, so
+// nothing is copied in or out; such plans must not split tensors.
 #ifndef FUSEBOX_BUCKETING_ENGINE_H_
 #define FUSEBOX_BUCKETING_ENGINE_H_
 
@@ -60,6 +66,7 @@
 #include "absl/time/time.h"
 #include "bucketing/layout.h"
 #include "bucketing/plan.h"
+#include "bucketing/policy.h"
 #include "bucketing/timeline.h"
 #include "comm/communicator.h"
 #include "comm/work.h"
@@ -99,12 +106,27 @@ struct EngineOptions {
   // MarkReady for a tensor with no slices. Must not block or call into the
   // engine. What a DDP hook completes its per-bucket futures from.
   std::function<void(int id)> on_tensor_reduced;
+  // The caller owns the buckets' memory (Note [Fusion buffers and views]):
+  // gradients arrive by MarkBucketReady only, plans must not split tensors
+  // and the schedule must be kPlanOrder.
+  bool external_buffers = false;
+  // Fusion buffers of up to this many earlier plans are kept for a switch
+  // back (what a tuner alternating candidates wants: no fresh allocation on
+  // each switch); 0 frees them at once.
+  int retain_plans = 0;
+  // Called once per bucket and iteration when its allreduce has completed
+  // and its results are in place (after on_tensor_reduced for its tensors),
+  // on the engine's worker thread. Must not block or call into the engine.
+  std::function<void(int bucket)> on_bucket_reduced;
 };
 
 // One iteration, in microseconds on the engine's clock (NowUs()).
 struct IterationStats {
   int64_t iteration = 0;
   double start_us = 0;         // StartIteration(), else the first MarkReady
+  // The next iteration's StartIteration (0 until it is called): the whole
+  // iteration is start to next start (forward, backward, optimizer, ...).
+  double next_start_us = 0;
   double backward_end_us = 0;  // the last MarkReady
   double finish_us = 0;        // Finish() returned
   double comm_us = 0;          // sum over buckets of launch -> completion
@@ -119,6 +141,8 @@ struct IterationStats {
   double backward_us() const { return backward_end_us - start_us; }
   double exposed_comm_us() const { return finish_us - backward_end_us; }
   double iteration_us() const { return finish_us - start_us; }
+  // Start to next start once known, else start to Finish.
+  double whole_us() const { return next_start_us > 0 ? next_start_us - start_us : iteration_us(); }
 };
 
 class Engine {
@@ -146,8 +170,19 @@ class Engine {
   // zero-size tensors. Stable until SetPlan.
   void* TensorStorage(int id) const;
 
-  // Optional: marks the start of backward for the statistics.
-  void StartIteration();
+  // Attaches the policy consulted between iterations (Note [The loop owns,
+  // the policy advises] in policy.h); null removes it. Not during an
+  // iteration.
+  void SetPolicy(std::unique_ptr<PlanPolicy> policy);
+  PlanPolicy* policy() const { return policy_.get(); }
+
+  // Starts an iteration (call it where the training step starts: forward).
+  // Closes the previous iteration's whole time, consults the policy and
+  // installs the plan it returns (collective when a policy is set: every
+  // rank calls it at the same iteration). Without a call, the first
+  // MarkReady starts the iteration and no policy is consulted. A no-op when
+  // the iteration has already started. Errors: the policy's, or SetPlan's.
+  absl::Status StartIteration();
 
   // Gradient `id` (numel elements at `grad`, the layout's dtype) is ready.
   // Copies it into its bucket(s) on the calling thread and launches every
@@ -156,6 +191,12 @@ class Engine {
   // differs from the layout, a tensor already marked this iteration, a
   // failed engine.
   absl::Status MarkReady(int id, void* grad, int64_t numel);
+
+  // With options.external_buffers: every tensor of `bucket` is ready, packed
+  // in the plan's slice order at `data` (numel elements, the bucket's
+  // dtype). The allreduce runs in place there; `data` must stay valid and
+  // untouched until on_bucket_reduced(bucket). Launches in plan order.
+  absl::Status MarkBucketReady(int bucket, void* data, int64_t numel);
 
   // Returns once every bucket is reduced and copied back, then readies the
   // engine for the next iteration. Deadline: options.timeout; the error
@@ -220,7 +261,9 @@ class Engine {
   std::vector<int> priority_;   // per bucket: its latest-ready tensor id
   int vote_slots_ = 0;          // vote elements after each bucket's data
   std::shared_ptr<Buffers> buffers_;
+  std::deque<std::pair<uint64_t, std::shared_ptr<Buffers>>> retained_;  // by plan hash
   std::vector<void*> storage_;  // per tensor, see TensorStorage
+  std::unique_ptr<PlanPolicy> policy_;
 
   mutable std::mutex mu_;
   std::condition_variable cv_;  // worker queue, bucket completion
@@ -228,6 +271,7 @@ class Engine {
   int64_t iteration_ = 0;
   std::vector<uint8_t> marked_;       // per tensor
   std::vector<void*> grads_;          // per tensor: where to write the result
+  std::vector<char*> external_;       // per bucket: the caller's memory (external_buffers)
   std::vector<int> pending_slices_;   // per bucket
   // Per tensor: slices not yet copied back. Written only by the worker
   // during an iteration (reset under mu_ once every bucket is done).

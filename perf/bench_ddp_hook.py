@@ -1,43 +1,228 @@
 #!/usr/bin/env python3
-"""Benchmark: real PyTorch DDP (gloo, CPU) on 2 ranks in 2 network namespaces
-joined by a veth link shaped with tc tbf: plain DDP (default buckets) vs DDP
-with the fusebox hook (after tuning), on a ResNet-18 (torchvision) with
-OMP_NUM_THREADS=1 per rank, at several link speeds.
+"""Benchmark: real PyTorch DDP (gloo, CPU, 2 ranks) with and without the fusebox hook.
 
-Exposed communication = iteration time - the same model's iteration time
-without communication (both medians of the slowest rank). Needs root (ip
-netns, tc) and build/python (the fusebox.torch module). Everything it
-creates (namespaces fbbenchA/B, their veth pair) is removed on exit, and it
-kills only the processes it started.
+For each setting (a model on a link), every round starts 2 ranks
+(perf/ddp_hook_worker.py) that run five cells, in an order shuffled per round,
+from the same weights on the same data:
 
-    sudo python3 perf/bench_ddp_hook.py [--rates 2gbit,4gbit] [--views 0,1] [--steps 45]
+    ddp25      DDP's default buckets (bucket_cap_mb=25)
+    ddp1       bucket_cap_mb=1      \\
+    ddp5       bucket_cap_mb=5       > the caps users set by hand
+    ddp100     bucket_cap_mb=100    /
+    fusebox    DDP's default + fusebox.torch.register(model), with an empty
+               policy cache each round (so it tunes from scratch every time)
+
+A plain cell's figure is the median of its last --measure steps (the first
+steps are warm-up); fusebox's is the median of the --measure steps after its
+tuning ended. Each step is timed from zero_grad to the end of optimizer.step,
+and the slowest rank's time counts.
+
+Across rounds it reports, per cell: the median of the per-round medians with a
+distribution-free confidence interval (order statistics; with 5 rounds that is
+[min, max], 93.8% coverage: the report states the coverage), the ratio to
+ddp25 and the ratio to the best hand-set cap of the same round (the median of
+per-round ratios, with the same kind of interval). The "best cap" is picked in
+hindsight from four noisy measurements, so it is a baseline biased in the
+caps' favour. Then, for fusebox: its speedups, tuning iterations and cost,
+what it chose each round, and how many rounds it kept a plan slower than
+ddp25 beyond that round's noise (rule: fusebox's median is above ddp25's and
+the interquartile ranges of their measured steps do not overlap).
+
+Models: "transformer", a small causal LM (8000-token vocabulary, d_model 192,
+3 encoder layers, 64 tokens per sample, 4.4M parameters); "cnn", torchvision's
+ResNet-18 with 10 classes on 3x32x32 (11.2M parameters; needs
+python3-torchvision).
+Links: "loopback" (both ranks in this network namespace over 127.0.0.1), or a
+tc rate such as 300mbit or 1gbit: 2 network namespaces (fbbenchA, fbbenchB)
+joined by a veth pair with a tbf qdisc at that rate on both ends (needs root).
+Each rank runs with OMP_NUM_THREADS=1 and torch.set_num_threads(1).
+
+Output, in --outdir/<timestamp>/ (or the --resume directory): rounds/*.json
+(every round's raw result, written as soon as it is done), logs/ (each rank's
+output), summary.json and report.txt (the printed report, with the exact
+command line), both rewritten after every setting. It deletes the namespaces
+it created on exit (also on failure and on SIGINT/SIGTERM/SIGHUP) and kills
+only the rank processes it started.
+
+    sudo /usr/bin/python3 perf/bench_ddp_hook.py --models transformer,cnn \\
+        --links loopback,300mbit,1gbit --rounds 5
 """
 import argparse
 import json
+import math
 import os
+import random
+import re
+import shlex
 import shutil
 import signal
+import socket
+import statistics
 import subprocess
 import sys
 import tempfile
+import time
+import zlib
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+WORKER = os.path.join(REPO, "perf", "ddp_hook_worker.py")
+PYTHON = "/usr/bin/python3"  # Debian's Python, which sees python3-torch
+TORCHVISION_INSTALL = "apt-get install python3-torchvision"
+
+CELLS = ("ddp25", "ddp1", "ddp5", "ddp100", "fusebox")
+CAPS = ("ddp1", "ddp5", "ddp25", "ddp100")
+MODELS = ("transformer", "cnn")
 NS = ("fbbenchA", "fbbenchB")
 DEV = ("fbvethA", "fbvethB")
 ADDR = ("10.231.77.1", "10.231.77.2")
+NS_PORT = 29731  # MASTER_PORT inside the namespaces (plus the round number)
+RATE = re.compile(r"^[0-9]+(\.[0-9]+)?[kmg]?bit$")
+NOISE_RULE = ("fusebox's median > ddp25's median and fusebox's first quartile > ddp25's "
+              "third quartile (over the measured steps of that round)")
 
+
+# ---------------------------------------------------------------- statistics
+
+def median_ci(values, level=0.95):
+    """A distribution-free confidence interval for the median of `values`:
+    [x_(k), x_(n+1-k)] for the largest k whose coverage is at least `level`
+    (with too few values for that: [min, max]). Returns (low, high, coverage)."""
+    xs = sorted(values)
+    n = len(xs)
+
+    def coverage(k):  # P(x_(k) <= median <= x_(n+1-k)) = 1 - 2 P(Binomial(n, 1/2) < k)
+        return 1 - 2 * sum(math.comb(n, i) for i in range(k)) / 2 ** n
+
+    k = 1
+    while k + 1 <= (n + 1) // 2 and coverage(k + 1) >= level:
+        k += 1
+    return xs[k - 1], xs[n - k], coverage(k)
+
+
+def describe(values):
+    """{'median', 'ci': [low, high], 'coverage'} of a list of per-round figures."""
+    low, high, cov = median_ci(values)
+    return {"median": statistics.median(values), "ci": [low, high], "coverage": cov}
+
+
+def analyze(rounds):
+    """The across-round figures of one setting from its rounds' worker results."""
+    cells = {}
+    per_round = {c: [r["cells"][c]["median_ms"] for r in rounds] for c in CELLS}
+    best_cap = [min(r["cells"][c]["median_ms"] for c in CAPS) for r in rounds]
+    for c in CELLS:
+        ms = per_round[c]
+        cells[c] = {
+            "per_round_ms": ms,
+            "ms": describe(ms),
+            "ratio_vs_ddp25": describe([a / b for a, b in zip(ms, per_round["ddp25"])]),
+            "ratio_vs_best_cap": describe([a / b for a, b in zip(ms, best_cap)]),
+        }
+    fb = [r["cells"]["fusebox"] for r in rounds]
+    d25 = [r["cells"]["ddp25"] for r in rounds]
+    slower = [i + 1 for i, (f, d) in enumerate(zip(fb, d25))
+              if f["median_ms"] > d["median_ms"] and f["q1_ms"] > d["q3_ms"]]
+    fusebox = {
+        "speedup_vs_ddp25": describe([d / f for d, f in zip(per_round["ddp25"],
+                                                            per_round["fusebox"])]),
+        "speedup_vs_best_cap": describe([b / f for b, f in zip(best_cap, per_round["fusebox"])]),
+        "best_cap_per_round": [min(CAPS, key=lambda c: r["cells"][c]["median_ms"])
+                               for r in rounds],
+        "tuning_iterations": [f["tuning_iterations"] for f in fb],
+        "tuning_cost_ms": [f["tuning_cost_ms"] for f in fb],
+        "steps_to_tuned": [f["steps_to_tuned"] for f in fb],
+        "chosen": [{"plan": f["plan"], "buckets": f["buckets"], "cache_hit": f["cache_hit"],
+                    "decision": f["decision"]} for f in fb],
+        "rounds_not_tuned_within_budget": [i + 1 for i, f in enumerate(fb)
+                                           if not f["tuning_finished"]],
+        "rounds_slower_than_ddp25_beyond_noise": slower,
+        "noise_rule": NOISE_RULE,
+    }
+    checks = {
+        "all_final_losses_finite": all(r["cells"][c]["loss_finite"] for r in rounds
+                                       for c in CELLS),
+        "max_loss_diff_vs_ddp25": max(r["cells"][c]["loss_max_abs_diff_vs_ddp25"]
+                                      for r in rounds for c in CELLS),
+    }
+    return {"rounds": len(rounds), "cells": cells, "fusebox": fusebox, "checks": checks}
+
+
+def format_setting(setting, result, args):
+    """The report section of one setting (a markdown table and summary lines)."""
+    def ci(d, fmt):
+        return ("[" + fmt + ", " + fmt + "]") % tuple(d["ci"])
+
+    n = result["rounds"]
+    cov = result["cells"]["ddp25"]["ms"]["coverage"]
+    lines = [
+        "## %s" % setting,
+        "%d rounds; per round: median of the slowest rank's last %d of %d steps (plain DDP), "
+        "of %d steps after tuning (fusebox, at most %d steps)" % (
+            n, args.measure, args.steps, args.measure, args.tune_steps),
+        "intervals: order-statistic CI of the median over rounds, %.1f%% coverage" % (100 * cov),
+        "ratios: cell ms / reference ms in the same round (lower is faster); best cap = "
+        "fastest of %s in that round, chosen in hindsight" % "/".join(CAPS),
+        "",
+        "| cell | median ms | CI ms | x ddp25 | CI | x best cap | CI |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for c in CELLS:
+        r = result["cells"][c]
+        lines.append("| %s | %.1f | %s | %.3f | %s | %.3f | %s |" % (
+            c, r["ms"]["median"], ci(r["ms"], "%.1f"),
+            r["ratio_vs_ddp25"]["median"], ci(r["ratio_vs_ddp25"], "%.3f"),
+            r["ratio_vs_best_cap"]["median"], ci(r["ratio_vs_best_cap"], "%.3f")))
+    fb = result["fusebox"]
+    tuning = fb["tuning_iterations"]
+    cost = fb["tuning_cost_ms"]
+    lines += [
+        "",
+        "fusebox speedup (reference ms / fusebox ms, higher is faster): vs ddp25 %.3fx %s, "
+        "vs best cap %.3fx %s" % (
+            fb["speedup_vs_ddp25"]["median"], ci(fb["speedup_vs_ddp25"], "%.3f"),
+            fb["speedup_vs_best_cap"]["median"], ci(fb["speedup_vs_best_cap"], "%.3f")),
+        "fusebox tuning: iterations median %g, max %d; cost ms median %.0f, max %.0f; "
+        "rounds not tuned within %d steps: %s" % (
+            statistics.median(tuning), max(tuning), statistics.median(cost), max(cost),
+            args.tune_steps, ", ".join(map(str, fb["rounds_not_tuned_within_budget"])) or "none"),
+        "best cap per round: %s" % ", ".join(fb["best_cap_per_round"]),
+        "rounds where fusebox kept a plan slower than ddp25 beyond that round's noise: "
+        "%d of %d%s (rule: %s)" % (
+            len(fb["rounds_slower_than_ddp25_beyond_noise"]), n,
+            (" (rounds %s)" % ", ".join(map(str, fb["rounds_slower_than_ddp25_beyond_noise"]))
+             if fb["rounds_slower_than_ddp25_beyond_noise"] else ""), fb["noise_rule"]),
+        "checks: final losses finite in every cell: %s; largest |loss - ddp25 loss| over the "
+        "steps both ran: %g" % (
+            "yes" if result["checks"]["all_final_losses_finite"] else "NO",
+            result["checks"]["max_loss_diff_vs_ddp25"]),
+        "fusebox chose, per round:",
+    ]
+    for i, c in enumerate(fb["chosen"]):
+        lines.append("  round %d: %s (%s buckets%s), %d tuning iterations: %s" % (
+            i + 1, c["plan"], c["buckets"], ", cache hit" if c["cache_hit"] else "",
+            tuning[i], c["decision"]))
+    return "\n".join(lines) + "\n"
+
+
+# ----------------------------------------------------------- network setup
 
 def sh(*cmd, check=True):
     return subprocess.run(cmd, check=check, capture_output=True, text=True)
 
 
+def namespaces_present():
+    listed = sh("ip", "netns", "list", check=False).stdout.split()
+    return [ns for ns in NS if ns in listed]
+
+
 def teardown():
+    """Deletes the namespaces (and with them the veth pair)."""
     for ns in NS:
         sh("ip", "netns", "del", ns, check=False)
 
 
 def setup(rate):
-    teardown()
+    """Two namespaces joined by a veth pair, each end's egress shaped to `rate`."""
     for ns in NS:
         sh("ip", "netns", "add", ns)
     sh("ip", "link", "add", DEV[0], "netns", NS[0], "type", "veth", "peer", "name", DEV[1],
@@ -46,116 +231,269 @@ def setup(rate):
         sh("ip", "-n", ns, "addr", "add", addr + "/24", "dev", dev)
         sh("ip", "-n", ns, "link", "set", dev, "up")
         sh("ip", "-n", ns, "link", "set", "lo", "up")
-        # Egress shaping on both ends: each direction runs at `rate`.
         sh("ip", "netns", "exec", ns, "tc", "qdisc", "add", "dev", dev, "root", "tbf", "rate",
            rate, "burst", "256kb", "latency", "50ms")
 
 
-def run_rate(rate, view, args, tmp):
-    setup(rate)
-    out = os.path.join(tmp, "result-%s-%d.json" % (rate, view))
-    cache = os.path.join(tmp, "cache-%s-%d" % (rate, view))
-    env = dict(os.environ, MASTER_ADDR=ADDR[0], MASTER_PORT="29731", WORLD_SIZE="2",
-               OMP_NUM_THREADS="1", LOCAL_WORLD_SIZE="1",
-               PYTHONPATH=os.path.join(args.build, "python"))
-    procs = []
-    try:
-        for r in range(2):
-            cmd = ["ip", "netns", "exec", NS[r], "env", "RANK=%d" % r,
-                   "GLOO_SOCKET_IFNAME=%s" % DEV[r], "/usr/bin/python3",
-                   os.path.join(REPO, "perf", "ddp_hook_worker.py"), out, str(args.steps),
-                   str(args.measure), str(args.batch), cache, str(view)]
-            procs.append(subprocess.Popen(cmd, env=env, start_new_session=True))
-        for p in procs:
-            if p.wait(timeout=args.timeout) != 0:
-                raise RuntimeError("a rank exited with %d at %s" % (p.returncode, rate))
-    finally:
-        for p in procs:
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+# ------------------------------------------------------------------ rounds
+
+class Rounds:
+    """Starts the ranks of each round and keeps track of them, so that only
+    they are killed when anything goes wrong."""
+
+    def __init__(self, args, outdir):
+        self.args = args
+        self.outdir = outdir
+        self.procs = []
+
+    def kill(self):
+        for p in self.procs:
             if p.poll() is None:
                 os.killpg(p.pid, signal.SIGKILL)
                 p.wait()
-        teardown()
-    with open(out) as f:
-        return json.load(f)
+        self.procs = []
+
+    def run(self, model, link, number, order):
+        """Runs one round; returns the worker's JSON with the round's metadata."""
+        args = self.args
+        tag = "%s-%s-r%d" % (model, link, number)
+        out = os.path.join(self.outdir, "rounds", tag + ".json")
+        batch = args.batch_transformer if model == "transformer" else args.batch_cnn
+        cache = tempfile.mkdtemp(prefix="fusebox-ddp-cache.")  # fresh: tuning from scratch
+        partial = out + ".partial"
+        env = dict(os.environ, WORLD_SIZE="2", OMP_NUM_THREADS="1",
+                   PYTHONPATH=os.path.join(os.path.abspath(args.build), "python"))
+        if link == "loopback":
+            env.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()),
+                       GLOO_SOCKET_IFNAME="lo", LOCAL_WORLD_SIZE="2")
+        else:  # one "host" per namespace
+            env.update(MASTER_ADDR=ADDR[0], MASTER_PORT=str(NS_PORT + number),
+                       LOCAL_WORLD_SIZE="1", LOCAL_RANK="0")
+        logs = []
+        try:
+            for rank in range(2):
+                rank_env = dict(env, RANK=str(rank))
+                cmd = [PYTHON, WORKER, "--out", partial, "--model", model,
+                       "--cells", ",".join(CELLS), "--order", ",".join(order),
+                       "--steps", str(args.steps), "--tune_steps", str(args.tune_steps),
+                       "--measure", str(args.measure), "--batch", str(batch),
+                       "--cache", cache, "--threads", "1"]
+                if link == "loopback":
+                    rank_env["LOCAL_RANK"] = str(rank)
+                else:
+                    rank_env["GLOO_SOCKET_IFNAME"] = DEV[rank]
+                    cmd = ["ip", "netns", "exec", NS[rank]] + cmd
+                log = os.path.join(self.outdir, "logs", "%s-rank%d.log" % (tag, rank))
+                logs.append(log)
+                with open(log, "w") as f:
+                    self.procs.append(subprocess.Popen(cmd, env=rank_env, stdout=f,
+                                                       stderr=subprocess.STDOUT,
+                                                       start_new_session=True))
+            self.wait(tag, logs)
+        finally:
+            self.kill()
+            shutil.rmtree(cache, ignore_errors=True)
+        with open(partial) as f:
+            result = json.load(f)
+        result["round"] = {"model": model, "link": link, "number": number, "order": order,
+                           "batch": batch, "params": round_params(args)}
+        with open(out, "w") as f:
+            json.dump(result, f)
+        os.remove(partial)
+        return result
+
+    def wait(self, tag, logs):
+        """Waits for both ranks; fails at once when one fails or the round
+        takes longer than --timeout."""
+        deadline = time.monotonic() + self.args.timeout
+        while True:
+            codes = [p.poll() for p in self.procs]
+            failed = [(r, c) for r, c in enumerate(codes) if c not in (None, 0)]
+            if failed or time.monotonic() > deadline:
+                why = ("rank %d exited with %d" % failed[0] if failed
+                       else "timed out after %d s" % self.args.timeout)
+                raise RuntimeError("%s: %s\n%s" % (tag, why, log_tails(logs)))
+            if all(c == 0 for c in codes):
+                return
+            time.sleep(0.5)
+
+
+def log_tails(logs, lines=15):
+    parts = []
+    for log in logs:
+        with open(log, errors="replace") as f:
+            parts.append("--- %s (last %d lines)\n%s" % (
+                log, lines, "".join(f.readlines()[-lines:])))
+    return "\n".join(parts)
+
+
+def round_params(args):
+    """What a stored round must match to be reused by --resume."""
+    return {"steps": args.steps, "measure": args.measure, "tune_steps": args.tune_steps,
+            "batch_transformer": args.batch_transformer, "batch_cnn": args.batch_cnn}
+
+
+def load_round(path, args):
+    """A round stored by an earlier run with the same parameters, or None."""
+    if not os.path.exists(path):
+        return None
+    with open(path) as f:
+        result = json.load(f)
+    if result["round"]["params"] != round_params(args):
+        sys.exit("bench_ddp_hook: %s was run with %s, not %s: resume with the same flags or "
+                 "into a new directory" % (path, result["round"]["params"], round_params(args)))
+    return result
+
+
+def cell_order(setting, number):
+    """This round's cell order: shuffled with a seed fixed by setting and round
+    (crc32, not hash(), so that it is the same in every run)."""
+    order = list(CELLS)
+    random.Random(number + zlib.crc32(setting.encode())).shuffle(order)
+    return order
+
+
+# -------------------------------------------------------------------- main
+
+def parse_args():
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--models", default="transformer,cnn",
+                    help="models, comma separated, from: %s (default: %%(default)s)"
+                         % ", ".join(MODELS))
+    ap.add_argument("--links", default="loopback,300mbit,1gbit",
+                    help="links, comma separated: loopback, or a tc rate such as 300mbit or "
+                         "1gbit (namespaces, needs root) (default: %(default)s)")
+    ap.add_argument("--rounds", type=int, default=5,
+                    help="rounds per setting, each with all five cells in a fresh order and "
+                         "fresh ranks (default: %(default)s)")
+    ap.add_argument("--steps", type=int, default=14,
+                    help="steps per plain DDP cell per round (default: %(default)s)")
+    ap.add_argument("--measure", type=int, default=8,
+                    help="steps whose median is a cell's figure: the last of a plain cell, "
+                         "the first after tuning of fusebox (default: %(default)s)")
+    ap.add_argument("--tune_steps", type=int, default=70,
+                    help="most steps of the fusebox cell, tuning included; a round that "
+                         "does not finish tuning in time is reported (default: %(default)s)")
+    ap.add_argument("--batch-transformer", dest="batch_transformer", type=int, default=8,
+                    help="transformer samples per rank per step (default: %(default)s)")
+    ap.add_argument("--batch-cnn", dest="batch_cnn", type=int, default=16,
+                    help="cnn samples per rank per step (default: %(default)s)")
+    ap.add_argument("--build", default=os.path.join(REPO, "build"),
+                    help="the build directory; its python/ holds fusebox.torch "
+                         "(default: the repository's build/)")
+    ap.add_argument("--outdir", default=os.path.join(REPO, "docs", "ddp-hook"),
+                    help="results go into OUTDIR/<timestamp>/ (default: docs/ddp-hook)")
+    ap.add_argument("--resume", metavar="DIR",
+                    help="write into DIR, an earlier run's output directory, instead, reusing "
+                         "its finished rounds (they must have been run with the same --steps, "
+                         "--measure, --tune_steps and batches)")
+    ap.add_argument("--timeout", type=int, default=3600,
+                    help="seconds one round may take before the run fails (default: "
+                         "%(default)s)")
+    args = ap.parse_args()
+    args.models = args.models.split(",")
+    args.links = args.links.split(",")
+    for m in args.models:
+        if m not in MODELS:
+            ap.error("unknown model %r (choose from %s)" % (m, ", ".join(MODELS)))
+    for link in args.links:
+        if link != "loopback" and not RATE.match(link):
+            ap.error("link %r is neither 'loopback' nor a tc rate like 300mbit" % link)
+    if args.rounds < 1:
+        ap.error("--rounds must be at least 1")
+    if not 2 <= args.measure <= args.steps or args.tune_steps < args.measure:
+        ap.error("need 2 <= --measure <= --steps and --measure <= --tune_steps")
+    return args
+
+
+def preflight(args):
+    """Fails at once, with what to do, when the run could not finish."""
+    if any(link != "loopback" for link in args.links):
+        if os.geteuid() != 0:
+            sys.exit("bench_ddp_hook: shaped links need root (ip netns, tc); run it with "
+                     "sudo, or use --links loopback")
+        present = namespaces_present()
+        if present:
+            sys.exit("bench_ddp_hook: network namespace(s) %s exist already (another run, or "
+                     "one that was killed): delete them with 'ip netns del NAME' if they are "
+                     "not in use" % ", ".join(present))
+    if "cnn" in args.models and subprocess.run(
+            [PYTHON, "-c", "import torchvision"], capture_output=True).returncode != 0:
+        sys.exit("bench_ddp_hook: the cnn model needs torchvision: %s" % TORCHVISION_INSTALL)
+    check = subprocess.run([PYTHON, "-c", "import fusebox.torch"], capture_output=True,
+                           text=True, env=dict(os.environ, PYTHONPATH=os.path.join(
+                               os.path.abspath(args.build), "python")))
+    if check.returncode != 0:
+        sys.exit("bench_ddp_hook: cannot import fusebox.torch from %s/python (build it: bash "
+                 "scripts/build.sh):\n%s" % (args.build, check.stderr.strip()))
+
+
+def exit_on_signal(signum, frame):
+    raise SystemExit(128 + signum)
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--build", default=os.path.join(REPO, "build"))
-    ap.add_argument("--rates", default="2gbit,4gbit", help="tc tbf rates, comma separated")
-    ap.add_argument("--steps", type=int, default=45, help="training steps per mode")
-    ap.add_argument("--measure", type=int, default=10, help="last steps whose median is reported")
-    ap.add_argument("--batch", type=int, default=16)
-    ap.add_argument("--views", default="0,1",
-                    help="DDP gradient_as_bucket_view settings to run (both models), comma separated")
-    ap.add_argument("--timeout", type=int, default=1800)
-    ap.add_argument("--table_from", metavar="LOG",
-                    help="print the table from the '# ... done:' lines of an earlier run's output")
-    args = ap.parse_args()
-    if args.table_from:
-        with open(args.table_from) as f:
-            rows = [json.loads(line.split(" done: ", 1)[1]) for line in f if " done: " in line]
-        print_table(rows, args)
-        return
-    if os.geteuid() != 0:
-        sys.exit("bench_ddp_hook: needs root (ip netns, tc)")
-    # The model comes from torchvision (Debian's python3-torchvision; not
-    # needed by the build or the tests, so installed here when missing).
-    if subprocess.run(["/usr/bin/python3", "-c", "import torchvision"],
-                      capture_output=True).returncode != 0:
-        print("# installing python3-torchvision", flush=True)
-        subprocess.run(["apt-get", "install", "-y", "-q", "--no-install-recommends",
-                        "python3-torchvision"], check=False, capture_output=True)
-    if not os.path.exists(os.path.join(args.build, "python", "fusebox", "torch")):
-        sys.exit("bench_ddp_hook: %s/python/fusebox/torch not built (bash scripts/build.sh)"
-                 % args.build)
-    tmp = tempfile.mkdtemp(prefix="fusebox-ddp-bench.")
-    rows = []
+    args = parse_args()
+    preflight(args)
+    command = shlex.join([sys.executable] + sys.argv)
+    outdir = args.resume or os.path.join(args.outdir, time.strftime("%Y%m%d-%H%M%S"))
+    for sub in ("rounds", "logs"):
+        os.makedirs(os.path.join(outdir, sub), exist_ok=True)
+    header = "# %s\n# started %s on %s (%d CPUs); ranks: %s %s\n\n" % (
+        command, time.strftime("%Y-%m-%d %H:%M:%S"), socket.gethostname(), os.cpu_count(),
+        PYTHON, os.path.relpath(WORKER, REPO))
+    print(header, end="", flush=True)
+    summary = {"command": command, "args": vars(args), "settings": {}}
+    report = header
+    rounds = Rounds(args, outdir)
+    for signum in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(signum, exit_on_signal)
     try:
-        for rate in args.rates.split(","):
-            for view in [int(v) for v in args.views.split(",")]:
-                r = run_rate(rate, view, args, tmp)
-                r["rate"], r["view"] = rate, view
-                rows.append(r)
-                print("# %s view %d done: %s" % (rate, view, json.dumps(r)), flush=True)
+        for model in args.models:
+            for link in args.links:
+                setting = "%s/%s" % (model, link)
+                try:
+                    if link != "loopback":
+                        setup(link)
+                    results = []
+                    for number in range(1, args.rounds + 1):
+                        path = os.path.join(outdir, "rounds", "%s-%s-r%d.json"
+                                            % (model, link, number))
+                        result = load_round(path, args)
+                        how = "reused"
+                        if result is None:
+                            result = rounds.run(model, link, number, cell_order(setting, number))
+                            how = "done"
+                        results.append(result)
+                        print("# %s round %d %s: %s" % (setting, number, how, ", ".join(
+                            "%s %.1f ms" % (c, result["cells"][c]["median_ms"])
+                            for c in result["round"]["order"])), flush=True)
+                finally:
+                    if link != "loopback":
+                        teardown()
+                result = analyze(results)
+                section = format_setting(setting, result, args)
+                print("\n" + section, flush=True)
+                report += section + "\n"
+                summary["settings"][setting] = result
+                with open(os.path.join(outdir, "summary.json"), "w") as f:
+                    json.dump(summary, f, indent=1)
+                with open(os.path.join(outdir, "report.txt"), "w") as f:
+                    f.write(report)
+    except RuntimeError as e:
+        sys.exit("bench_ddp_hook: %s" % e)
+    except KeyboardInterrupt:
+        sys.exit("bench_ddp_hook: interrupted (finished rounds are in %s)" % outdir)
     finally:
-        teardown()
-        shutil.rmtree(tmp, ignore_errors=True)
-    print_table(rows, args)
-
-
-def print_table(rows, args):
-    print("## DDP communication hook: ResNet-18 (torchvision), batch %d of 3x32x32, 2 ranks, "
-          "gloo over a tc tbf veth link, OMP_NUM_THREADS=1" % args.batch)
-    print("# medians of the slowest rank over the last %d of %d steps; exposed = iter - compute"
-          % (args.measure, args.steps))
-    print("| link | bucket view | compute ms | DDP iter ms | DDP exposed ms | fusebox iter ms | fusebox exposed ms "
-          "| exposed DDP/fusebox | iter DDP/fusebox | tuning iters | tuning mean ms | plan (buckets) "
-          "| params equal |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
-    for r in rows:
-        de = r["plain_ms"] - r["compute_ms"]
-        fe = r["fused_ms"] - r["compute_ms"]
-        print("| %s | %s | %.1f | %.1f | %.1f | %.1f | %.1f | %s | %.3f | %d | %.1f | %s (%d of %d DDP) | %s |"
-              % (r["rate"], "on" if r["view"] else "off", r["compute_ms"], r["plain_ms"], de, r["fused_ms"], fe,
-                 ("%.2f" % (de / fe)) if fe > 0 else "inf", r["plain_ms"] / r["fused_ms"],
-                 r["tuning_iterations"], r["tuning_mean_ms"], r["plan"], r["buckets"],
-                 r["ddp_buckets"], "yes" if r["params_equal"] else "NO"))
-    print("# one allreduce of all gradients on the link (ms): %s; backward without communication"
-          " (ms): %s" % (", ".join("%s %.1f" % (r["rate"], r["allreduce_all_ms"]) for r in rows
-                                   if r["view"] == rows[0]["view"]),
-                         ", ".join("%.1f" % r["phases_ms"]["compute"][1] for r in rows)))
-    print("# per phase, rank 0 medians (forward / backward / optimizer step, ms): what"
-          " communication costs the computation on this machine")
-    for r in rows:
-        p = r["phases_ms"]
-        print("#   %s view %s: no comm %s | DDP %s | fusebox %s | fusebox engine: last gradient"
-              " to all reduced %.1f ms" % (r["rate"], "on" if r["view"] else "off",
-                                          "/".join(map(str, p["compute"])),
-                                          "/".join(map(str, p["ddp"])),
-                                          "/".join(map(str, p["fusebox"])),
-                                          r["engine_ms"]["exposed_ms"]))
+        rounds.kill()
+    print("# written to %s" % outdir)
 
 
 if __name__ == "__main__":

@@ -37,8 +37,12 @@ ABSL_FLAG(std::string, b, "8", "-b: smallest size in bytes (K/M/G suffixes)");
 ABSL_FLAG(std::string, e, "64M", "-e: largest size in bytes (K/M/G suffixes)");
 ABSL_FLAG(double, f, 2.0, "-f: multiply the size by this factor each step");
 ABSL_FLAG(std::string, i, "0", "-i: add this many bytes each step instead (overrides -f)");
-ABSL_FLAG(int, n, 20, "-n: timed iterations per size");
-ABSL_FLAG(int, w, 5, "-w: warm-up iterations per size");
+ABSL_FLAG(int, n, -1,
+          "-n: timed iterations per size (allreduce; default 20), or rounds of every plan (overlap; "
+          "default 10)");
+ABSL_FLAG(int, w, -1,
+          "-w: warm-up iterations per size (allreduce; default 5), or per visit of a plan after "
+          "switching to it (overlap; default 1)");
 ABSL_FLAG(int, c, 1, "-c: check results (1) or not (0); #wrong must be 0");
 ABSL_FLAG(std::string, d, "float",
           "-d: data type: float, double, half, bfloat16, int32, int64, uint8, or all");
@@ -87,8 +91,13 @@ ABSL_FLAG(std::string, predict_with, "",
           "overlap: a cost-model file (fusebox-tune fit --out) for the pred column, instead of "
           "the model fitted at the start of the run");
 ABSL_FLAG(std::string, network, "local", "overlap: the network label in the tuned plan's cache key");
-ABSL_FLAG(int, tune_candidates, 4, "overlap: plans the tuner measures besides the DDP default");
-ABSL_FLAG(int, tune_measure, 5, "overlap: measured iterations per plan while tuning (after 1 warm-up)");
+ABSL_FLAG(int, tune_candidates, 2,
+          "overlap: the planner's plans the tuner measures besides DDP's default and its caps "
+          "(1, 5, 100 MiB)");
+ABSL_FLAG(int, tune_blocks, 3, "overlap: the tuner's screening blocks (each runs every candidate once)");
+ABSL_FLAG(int, tune_pairs, 8,
+          "overlap: the tuner's verification pairs (default vs pick, interleaved; at least 5 for "
+          "95% confidence)");
 ABSL_FLAG(int, tune_split, 1,
           "overlap: 1 = the tuner may split large gradients (each split one is copied and needs "
           "its own buffer too), 0 = never");
@@ -138,8 +147,8 @@ absl::StatusOr<PerfOptions> OptionsFromFlags() {
   if (o.step_bytes == 0 && o.factor <= 1.0 && o.min_bytes != o.max_bytes) {
     return absl::InvalidArgumentError("-f must be greater than 1 (or give -i)");
   }
-  o.iters = absl::GetFlag(FLAGS_n);
-  o.warmup = absl::GetFlag(FLAGS_w);
+  o.iters = absl::GetFlag(FLAGS_n) == -1 ? 20 : absl::GetFlag(FLAGS_n);
+  o.warmup = absl::GetFlag(FLAGS_w) == -1 ? 5 : absl::GetFlag(FLAGS_w);
   if (o.iters < 1 || o.warmup < 0) return absl::InvalidArgumentError("-n must be >= 1 and -w >= 0");
   o.check = absl::GetFlag(FLAGS_c) != 0;
   o.blocking = absl::GetFlag(FLAGS_z) != 0;
@@ -236,8 +245,9 @@ absl::StatusOr<autotune::Profile> ProfileFromFlag(const std::string& spec) {
 
 absl::StatusOr<OverlapOptions> OverlapOptionsFromFlags() {
   OverlapOptions o;
-  o.iters = absl::GetFlag(FLAGS_n);
-  o.warmup = absl::GetFlag(FLAGS_w);
+  // -1: overlap's own defaults (OverlapOptions).
+  if (absl::GetFlag(FLAGS_n) != -1) o.iters = absl::GetFlag(FLAGS_n);
+  if (absl::GetFlag(FLAGS_w) != -1) o.warmup = absl::GetFlag(FLAGS_w);
   if (o.iters < 1 || o.warmup < 0) return absl::InvalidArgumentError("-n must be >= 1 and -w >= 0");
   const std::string scale = absl::GetFlag(FLAGS_compute_scale);
   if (scale == "auto") {
@@ -288,12 +298,14 @@ absl::StatusOr<OverlapOptions> OverlapOptionsFromFlags() {
     }
   }
   o.tune_candidates = absl::GetFlag(FLAGS_tune_candidates);
-  o.tune_measure = absl::GetFlag(FLAGS_tune_measure);
+  o.tune_blocks = absl::GetFlag(FLAGS_tune_blocks);
+  o.tune_pairs = absl::GetFlag(FLAGS_tune_pairs);
   o.tune_split = absl::GetFlag(FLAGS_tune_split) != 0;
-  if (o.tune_candidates < 1 || o.tune_candidates > 64 || o.tune_measure < 1 ||
-      o.tune_measure > 1000) {
+  if (o.tune_candidates < 0 || o.tune_candidates > 64 || o.tune_blocks < 1 ||
+      o.tune_blocks > 100 || o.tune_pairs < 5 || o.tune_pairs > 1000) {
     return absl::InvalidArgumentError(
-        "--tune_candidates must be in [1, 64] and --tune_measure in [1, 1000]");
+        "--tune_candidates must be in [0, 64], --tune_blocks in [1, 100] and --tune_pairs in "
+        "[5, 1000]");
   }
   return o;
 }
@@ -323,7 +335,9 @@ int OverlapMain(int argc, char** argv) {
       for (const OverlapResult& r : report->results) {
         results.push_back({{"plan", r.plan}, {"buckets", r.buckets},
                            {"plan_hash", absl::StrFormat("%016x", r.plan_hash)},
-                           {"iteration_us", r.iteration_us}, {"backward_us", r.backward_us},
+                           {"iteration_us", r.iteration_us},
+                           {"iteration_ci95_us", {r.iteration_low_us, r.iteration_high_us}},
+                           {"iterations_us", r.iterations_us}, {"backward_us", r.backward_us},
                            {"exposed_us", r.exposed_us}, {"copy_us", r.copy_us},
                            {"bound_us", r.bound_us}, {"compute_us", r.compute_us},
                            {"predicted_us", r.predicted_us}});
@@ -331,6 +345,8 @@ int OverlapMain(int argc, char** argv) {
           results.back()["tuning_iterations"] = r.tuning_iterations;
           results.back()["cache_hit"] = r.cache_hit;
           results.back()["chosen"] = r.chosen;
+          results.back()["decision"] = r.decision;
+          results.back()["tuning_cost_us"] = r.tuning_cost_us;
         }
       }
       nlohmann::json j = {{"tool", "fusebox-perf"}, {"version", FUSEBOX_VERSION},

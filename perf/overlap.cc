@@ -10,6 +10,7 @@
 #include <ctime>
 #include <functional>
 #include <optional>
+#include <set>
 #include <filesystem>
 #include <memory>
 #include <thread>
@@ -21,6 +22,7 @@
 #include "bucketing/engine.h"
 #include "bucketing/plan_io.h"
 #include "bucketing/planners.h"
+#include "autotune/decision.h"
 #include "autotune/measure.h"
 #include "autotune/planner.h"
 #include "autotune/policy_cache.h"
@@ -127,13 +129,17 @@ class Replay {
   // The slowest rank's {iteration, backward, exposed, copy} in us.
   absl::StatusOr<std::vector<double>> Iterate(Engine& engine,
                                               const std::function<absl::Status()>& finish, int it) {
-    Prepare(engine);
     if (absl::Status s = comm::BarrierSync(comm_); !s.ok()) return s;
     const auto t0 = Clock::now();
     const double t0_us = engine.NowUs();
+    // The iteration starts with forward (where a training step starts):
+    // a policy attached to the engine acts here, inside the timed step, and
+    // may install another plan, which moves the fusion buffers: gradients
+    // are pointed at their places after it.
+    if (absl::Status s = engine.StartIteration(); !s.ok()) return s;
+    Prepare(engine);
     SleepUntil(Plus(t0, profile_.forward_us));
     const auto bstart = Clock::now();
-    engine.StartIteration();
     for (int id = 0; id < layout_.size(); ++id) {
       SleepUntil(Plus(bstart, profile_.tensors[id].ready_us));
       if (absl::Status s = engine.MarkReady(id, grads_[id], layout_.tensor(id).numel); !s.ok()) {
@@ -172,7 +178,9 @@ class Replay {
       const int64_t bytes = layout_.bytes(id);
       void* storage = engine.TensorStorage(id);
       if (views_ && storage != nullptr) {
-        std::memset(storage, 0, bytes);  // a computed gradient, in place
+        // A computed gradient, in place: zeroed once per place (a retained
+        // plan's buffers come back to the same places).
+        if (zeroed_.insert(storage).second) std::memset(storage, 0, bytes);
         grads_[id] = storage;
         own_[id].reset();
       } else {
@@ -189,6 +197,7 @@ class Replay {
   std::vector<std::unique_ptr<char[]>> own_;
   std::vector<void*> grads_;
   std::vector<void*> storage_;  // the engine's TensorStorage when last prepared
+  std::set<void*> zeroed_;
 };
 
 }  // namespace
@@ -318,8 +327,12 @@ absl::StatusOr<OverlapReport> RunOverlap(comm::Communicator& comm,
     } else {
       std::fprintf(out, "# pred = autotune::Simulate under the cost model fitted to the sizes above\n");
     }
-    std::fprintf(out, "#\n# %-14s %7s %10s %10s %10s %9s %10s %10s %8s %10s %9s\n", "plan",
-                 "buckets", "iter(ms)", "bwd(ms)", "exposed", "copy(ms)", "bound(ms)",
+    std::fprintf(out,
+                 "# plans measured in %d randomised blocks (each visit: %d warm-up iterations "
+                 "after the switch, then one measured); iter = median [95%% CI]\n",
+                 options.iters, options.warmup);
+    std::fprintf(out, "#\n# %-14s %7s %10s %17s %10s %10s %9s %10s %10s %8s %10s %9s\n", "plan",
+                 "buckets", "iter(ms)", "95% CI", "bwd(ms)", "exposed", "copy(ms)", "bound(ms)",
                  "iter/bound", "iter/cmp", "pred(ms)", "pred/iter");
   }
 
@@ -331,89 +344,132 @@ absl::StatusOr<OverlapReport> RunOverlap(comm::Communicator& comm,
   Replay replay(comm, layout, profile, options.views);
   prctl(PR_SET_TIMERSLACK, 1000UL);  // 1 us wake-up precision for the replay
 
+  // The online tuner first, on its own engine: its iterations and their
+  // cost are reported, and the plan it keeps is then measured like every
+  // other plan (below), not in a slot of its own after its own warm-up.
+  OverlapResult tuned_info;
   for (size_t pi = 0; pi < plans.size(); ++pi) {
-    OverlapResult r;
-    Engine* e = nullptr;
-    std::function<absl::Status()> finish;
-    std::unique_ptr<autotune::OnlineTuner> tuner;
-    if (!plans[pi].has_value()) {
-      // The online tuner: its own engine, its iterations on this replay.
-      engine.reset();  // one set of fusion buffers at a time
-      std::unique_ptr<autotune::PolicyCache> cache;
-      autotune::TunerOptions to;
-      if (!options.cache_dir.empty()) {
-        autotune::PolicyCacheOptions co;
-        co.dir = options.cache_dir;
-        co.warn = [out](const std::string& w) {
-          if (out != nullptr) std::fprintf(out, "# warning: %s\n", w.c_str());
-        };
-        cache = std::make_unique<autotune::PolicyCache>(co);
-        to.cache = cache.get();
+    if (plans[pi].has_value()) continue;
+    autotune::PlanChoice choice;
+    choice.cache_dir = options.cache_dir;
+    choice.warn = [out](const std::string& w) {
+      if (out != nullptr) std::fprintf(out, "# warning: %s\n", w.c_str());
+    };
+    autotune::TunerOptions& to = choice.tuner;
+    to.planner.sim = sim;
+    if (!options.tune_split) to.planner.max_pieces = 1;
+    to.candidates = options.tune_candidates;
+    to.screening_blocks = options.tune_blocks;
+    to.verify_pairs = options.tune_pairs;
+    to.cost_model = cost;
+    to.backend = comm.backend();
+    to.network = options.network;
+    to.ranks_per_node = sim.ranks_per_node;
+    to.model_label = profile.model;
+    to.check_every = 0;  // a benchmark measures the kept plan below; it does not monitor
+    to.log = [out](const std::string& line) {
+      if (out != nullptr) std::fprintf(out, "# %s\n", line.c_str());
+    };
+    to.wall_clock_s = [] { return static_cast<int64_t>(std::time(nullptr)); };
+    bucketing::EngineOptions topts = eopts;
+    topts.record_timeline = false;
+    auto made = autotune::CreateEngineWithPolicy(comm, layout, topts, std::move(choice));
+    if (!made.ok()) return made.status();
+    autotune::OnlineTuner* tuner = made->tuner;
+    constexpr int kMaxTuningIterations = 1000;
+    // One more iteration after the decision: the policy installs the kept
+    // plan at the start of the next one.
+    for (int it = 0; tuner->phase() != autotune::TunerPhase::kTuned; ++it) {
+      if (it == kMaxTuningIterations) {
+        return absl::InternalError("overlap: the tuner did not finish in 1000 iterations");
       }
-      to.planner.sim = sim;
-      if (!options.tune_split) to.planner.max_pieces = 1;
-      to.candidates = options.tune_candidates;
-      to.warmup_iterations = options.tune_warmup;
-      to.measure_iterations = options.tune_measure;
-      to.cost_model = cost;
-      to.backend = comm.backend();
-      to.network = options.network;
-      to.ranks_per_node = sim.ranks_per_node;
-      to.model_label = profile.model;
-      to.drift_window = 0;  // a benchmark measures; it does not monitor
-      to.log = [out](const std::string& line) {
-        if (out != nullptr) std::fprintf(out, "# %s\n", line.c_str());
-      };
-      to.wall_clock_s = [] { return static_cast<int64_t>(std::time(nullptr)); };
-      auto t = autotune::OnlineTuner::Create(comm, layout, eopts, to);
-      if (!t.ok()) return t.status();
-      tuner = *std::move(t);
-      constexpr int kMaxTuningIterations = 1000;
-      for (int it = 0; tuner->phase() != autotune::TunerPhase::kTuned; ++it) {
-        if (it == kMaxTuningIterations) {
-          return absl::InternalError("overlap: the tuner did not finish in 1000 iterations");
-        }
-        auto v = replay.Iterate(tuner->engine(), [&] { return tuner->Finish(); }, it);
-        if (!v.ok()) return v.status();
-      }
-      r.tuning_iterations = tuner->tuning_iterations();
-      r.cache_hit = tuner->cache_hit();
-      r.chosen = tuner->cache_hit() ? "cached" : tuner->measured()[tuner->chosen()].name;
-      e = &tuner->engine();
-      finish = [&] { return tuner->Finish(); };
-      if (auto* tl = e->timeline()) tl->Clear();  // the timeline shows the tuned plan only
-    } else {
-      if (engine == nullptr) {
-        auto created = Engine::Create(comm, layout, *plans[pi], eopts);
-        if (!created.ok()) return created.status();
-        engine = *std::move(created);
-      } else if (absl::Status s = engine->SetPlan(*plans[pi]); !s.ok()) {
-        return s;
-      }
-      e = engine.get();
-      finish = [e] { return e->Finish(); };
+      Engine& te = *made->engine;
+      auto v = replay.Iterate(te, [&te] { return te.Finish(); }, it);
+      if (!v.ok()) return v.status();
     }
-    const Plan& plan = e->plan();
-    const std::string label = plans[pi].has_value() ? plan.name : std::string("tuned");
+    auto v = replay.Iterate(*made->engine, [&made] { return made->engine->Finish(); }, 0);
+    if (!v.ok()) return v.status();
+    tuned_info.tuning_iterations = tuner->tuning_iterations();
+    tuned_info.tuning_cost_us = tuner->tuning_cost_us();
+    tuned_info.cache_hit = tuner->cache_hit();
+    tuned_info.chosen = tuner->cache_hit() ? std::string("cached")
+                                           : tuner->measured()[tuner->chosen()].name;
+    tuned_info.decision = tuner->decision();
+    Plan kept = made->engine->plan();
+    kept.name = "tuned";
+    made->engine.reset();  // one set of fusion buffers at a time
+    plans[pi] = std::move(kept);
+    break;  // one tuner per run: a second "tuned" measures the same plan
+  }
+  for (size_t pi = 0; pi < plans.size(); ++pi) {
+    if (!plans[pi].has_value()) {
+      plans[pi] = *plans[std::find(options.plans.begin(), options.plans.end(), "tuned") -
+                         options.plans.begin()];
+    }
+  }
+
+  // Every plan in randomised blocks (Note [Decisions under noise] in
+  // autotune/decision.h): each round visits every plan once in a fresh
+  // order, each visit runs `warmup` iterations after the switch and then
+  // one measured iteration, so every plan gets the same warm-up and slow
+  // drift of the machine falls on all plans alike.
+  const int np = static_cast<int>(plans.size());
+  std::vector<std::vector<std::vector<double>>> samples(np);  // per plan: iterations x 4
+  auto created = Engine::Create(comm, layout, *plans[0], eopts);
+  if (!created.ok()) return created.status();
+  engine = *std::move(created);
+  int last = -1;
+  for (int round = 0; round < options.iters; ++round) {
+    for (int pi : autotune::RandomizedBlock(np, 7919 + round, last)) {
+      if (absl::Status s = engine->SetPlan(*plans[pi]); !s.ok()) return s;
+      last = pi;
+      Engine* e = engine.get();
+      const bool timed_visit = round + 1 == options.iters;  // the timeline shows the last visit
+      for (int w = 0; w <= options.warmup; ++w) {
+        if (timed_visit && w == options.warmup && e->timeline() != nullptr) e->timeline()->Clear();
+        auto v = replay.Iterate(*e, [e] { return e->Finish(); }, round);
+        if (!v.ok()) return v.status();
+        if (w == options.warmup) samples[pi].push_back(*v);
+      }
+      if (timed_visit && e->timeline() != nullptr) {
+        const std::string label = plans[pi]->name;
+        const std::string path = absl::StrFormat("%s/%s-%s-rank%d.json", options.timeline_dir,
+                                                 profile.model, FileLabel(label), comm.rank());
+        if (absl::Status s = e->timeline()->WriteChromeTrace(
+                path, comm.rank(), absl::StrFormat("rank %d, plan %s", comm.rank(), label));
+            !s.ok()) {
+          return s;
+        }
+        e->timeline()->Clear();
+      }
+    }
+  }
+
+  for (int pi = 0; pi < np; ++pi) {
+    OverlapResult r;
+    const Plan& plan = *plans[pi];
+    const std::string label = options.plans[pi] == "tuned" ? std::string("tuned") : plan.name;
+    if (label == "tuned") r = tuned_info;
     if (!options.save_plans_dir.empty() && comm.rank() == 0) {
       const std::string path = absl::StrFormat("%s/%s-%s.json", options.save_plans_dir,
                                                profile.model, FileLabel(label));
       if (absl::Status s = bucketing::WritePlanFile(path, plan, &layout); !s.ok()) return s;
     }
     std::vector<double> iter, bwd, exposed, copy;
-    for (int it = 0; it < options.warmup + options.iters; ++it) {
-      auto v = replay.Iterate(*e, finish, it);
-      if (!v.ok()) return v.status();
-      if (it < options.warmup) continue;
-      iter.push_back((*v)[0]);
-      bwd.push_back((*v)[1]);
-      exposed.push_back((*v)[2]);
-      copy.push_back((*v)[3]);
+    for (const std::vector<double>& v : samples[pi]) {
+      iter.push_back(v[0]);
+      bwd.push_back(v[1]);
+      exposed.push_back(v[2]);
+      copy.push_back(v[3]);
     }
+    const autotune::MedianInterval ci = autotune::MedianCI(iter, 0.95);
     r.plan = label;
     r.buckets = static_cast<int>(plan.buckets.size());
     r.plan_hash = bucketing::PlanHash(plan);
-    r.iteration_us = Median(iter);
+    r.iteration_us = ci.median;
+    r.iteration_low_us = ci.low;
+    r.iteration_high_us = ci.high;
+    r.iterations_us = iter;
     r.backward_us = Median(bwd);
     r.exposed_us = Median(exposed);
     r.copy_us = Median(copy);
@@ -428,26 +484,21 @@ absl::StatusOr<OverlapReport> RunOverlap(comm::Communicator& comm,
       r.predicted_us = r.compute_us;
     }
     if (out != nullptr) {
-      std::fprintf(out, "  %-14s %7d %10.2f %10.2f %10.2f %9.2f %10.2f %10.3f %8.3f %10.2f %9.3f\n",
-                   r.plan.c_str(), r.buckets, r.iteration_us / 1e3, r.backward_us / 1e3,
-                   r.exposed_us / 1e3, r.copy_us / 1e3, r.bound_us / 1e3,
+      std::fprintf(out,
+                   "  %-14s %7d %10.2f %17s %10.2f %10.2f %9.2f %10.2f %10.3f %8.3f %10.2f %9.3f\n",
+                   r.plan.c_str(), r.buckets, r.iteration_us / 1e3,
+                   absl::StrFormat("[%.2f, %.2f]", ci.low / 1e3, ci.high / 1e3).c_str(),
+                   r.backward_us / 1e3, r.exposed_us / 1e3, r.copy_us / 1e3, r.bound_us / 1e3,
                    r.iteration_us / r.bound_us, r.iteration_us / r.compute_us,
                    r.predicted_us / 1e3, r.predicted_us / r.iteration_us);
       if (r.tuning_iterations >= 0) {
-        std::fprintf(out, "#   tuned: %d tuning iterations (%s), chose %s\n", r.tuning_iterations,
-                     r.cache_hit ? "policy-cache hit" : "searched and measured", r.chosen.c_str());
+        std::fprintf(out,
+                     "#   tuned: %d tuning iterations (%s, %.1f ms slower than DDP's default in "
+                     "all), kept %s: %s\n",
+                     r.tuning_iterations, r.cache_hit ? "policy-cache hit" : "searched and measured",
+                     r.tuning_cost_us / 1e3, r.chosen.c_str(), r.decision.c_str());
       }
       std::fflush(out);
-    }
-    if (auto* tl = e->timeline()) {
-      const std::string path = absl::StrFormat("%s/%s-%s-rank%d.json", options.timeline_dir,
-                                               profile.model, FileLabel(label), comm.rank());
-      if (absl::Status s = tl->WriteChromeTrace(
-              path, comm.rank(), absl::StrFormat("rank %d, plan %s", comm.rank(), label));
-          !s.ok()) {
-        return s;
-      }
-      tl->Clear();
     }
     report.results.push_back(std::move(r));
   }

@@ -18,8 +18,10 @@
 namespace fusebox::perf {
 
 struct OverlapOptions {
+  // Rounds: each visits every plan once in a random order (randomised
+  // blocks), `warmup` iterations after the switch, then one measured.
   int iters = 10;
-  int warmup = 2;
+  int warmup = 1;
   // Multiplies the profile's compute times; <= 0 picks the scale at which
   // backward takes as long as one allreduce of all gradients.
   double compute_scale = 1.0;
@@ -46,9 +48,9 @@ struct OverlapOptions {
   // network label and ranks_per_node.
   std::string cache_dir;
   std::string network = "local";
-  int tune_candidates = 4;
-  int tune_warmup = 1;
-  int tune_measure = 5;
+  int tune_candidates = 2;   // the planner's plans besides DDP's default and caps
+  int tune_blocks = 3;       // screening blocks (autotune/tuner.h)
+  int tune_pairs = 8;        // verification pairs
   // Let the tuner split large gradients. A split gradient is copied in and
   // out of its buckets (it has no single place to live in), which costs
   // memory for its own buffer as well.
@@ -74,6 +76,8 @@ struct OverlapResult {
   uint64_t plan_hash = 0;
   // Medians over iterations of the slowest rank's figure, microseconds.
   double iteration_us = 0;
+  double iteration_low_us = 0, iteration_high_us = 0;  // 95% CI of that median
+  std::vector<double> iterations_us;                    // every measured iteration
   double backward_us = 0;  // measured end of the replayed backward
   double exposed_us = 0;   // iteration end - backward end
   double copy_us = 0;      // copy in + copy back (0 with views)
@@ -85,8 +89,10 @@ struct OverlapResult {
   // The "tuned" plan only: iterations the tuner spent (0 on a cache hit),
   // whether the cache had it, and which candidate won.
   int tuning_iterations = -1;
+  double tuning_cost_us = 0;  // time spent beyond DDP's default while tuning
   bool cache_hit = false;
   std::string chosen;
+  std::string decision;
 };
 
 struct OverlapReport {

@@ -40,37 +40,39 @@ class FuseboxCommHook final : public ::c10d::CommHookInterface {
 
 }  // namespace
 
-absl::StatusOr<bucketing::Plan> FixedPlan(const std::string& spec,
-                                          const bucketing::GradientLayout& layout) {
-  if (spec == "ddp") return bucketing::DdpPlan(layout);
-  if (spec == "per-tensor") return bucketing::PerTensorPlan(layout);
-  return bucketing::ReadPlanFile(spec, layout);
-}
-
 const char* HookPhaseName(HookPhase phase) {
   switch (phase) {
     case HookPhase::kLearning: return "learning";
-    case HookPhase::kMeasuring: return "measuring";
+    case HookPhase::kProfiling: return "profiling";
+    case HookPhase::kScreening: return "screening";
+    case HookPhase::kVerifying: return "verifying";
     case HookPhase::kTuned: return "tuned";
     case HookPhase::kFixed: return "fixed";
   }
   return "unknown";
 }
 
-HookState::HookState(std::shared_ptr<comm::Communicator> comm, ProcessGroupCommunicator* pg_comm,
-                     HookOptions options)
-    : comm_owner_(std::move(comm)),
+HookState::HookState(::c10d::Reducer* reducer, std::vector<at::Tensor> params,
+                     std::vector<std::string> names, std::shared_ptr<comm::Communicator> comm,
+                     ProcessGroupCommunicator* pg_comm, HookOptions options)
+    : reducer_(reducer),
+      params_(std::move(params)),
+      names_(std::move(names)),
+      comm_owner_(std::move(comm)),
       comm_(*comm_owner_),
       pg_comm_(pg_comm),
       options_(std::move(options)) {
-  if (!options_.cache_dir.empty() && options_.fixed_plan.empty()) {
-    autotune::PolicyCacheOptions cache_options;
-    cache_options.dir = options_.cache_dir;
-    cache_options.warn = options_.log;
-    cache_ = std::make_unique<autotune::PolicyCache>(std::move(cache_options));
+  for (size_t i = 0; i < params_.size(); ++i) {
+    param_index_[params_[i].unsafeGetTensorImpl()] = static_cast<int>(i);
   }
-  options_.engine.on_tensor_reduced = [this](int id) { OnTensorReduced(id); };
-  options_.tuner.cache = cache_.get();
+  options_.engine.external_buffers = true;
+  options_.engine.schedule = bucketing::Schedule::kPlanOrder;
+  options_.engine.on_tensor_reduced = nullptr;
+  options_.engine.on_bucket_reduced = [this](int b) { OnBucketReduced(b); };
+  // DDP buckets hold whole parameters: no plan may split one.
+  options_.tuner.planner.max_pieces = 1;
+  // Ready times are known per DDP bucket: profile with small ones.
+  if (options_.tuner.profile_cap_bytes == 0) options_.tuner.profile_cap_bytes = int64_t{1} << 20;
   if (!options_.tuner.log) options_.tuner.log = options_.log;
   if (options_.tuner.backend == "unknown") options_.tuner.backend = comm_.backend();
 }
@@ -81,22 +83,15 @@ void HookState::Log(const std::string& line) const {
   if (options_.log) options_.log(line);
 }
 
-bucketing::Engine* HookState::engine() const {
-  if (tuner_) return &tuner_->engine();
-  return fixed_.get();
-}
-
-void HookState::OnTensorReduced(int id) {
+void HookState::OnBucketReduced(int bucket) {
   FuturePtr future;
   at::Tensor buffer;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (id < 0 || id >= static_cast<int>(futures_.size()) || !futures_[id]) return;
-    future = std::move(futures_[id]);
-    buffer = std::move(buffers_[id]);
+    if (bucket < 0 || bucket >= static_cast<int>(futures_.size()) || !futures_[bucket]) return;
+    future = std::move(futures_[bucket]);
+    buffer = std::move(buffers_[bucket]);
     if (++reduced_ == static_cast<int>(futures_.size()) && pg_comm_ != nullptr) {
-      // Every bucket of the engine iteration is reduced: every AllReduce it
-      // issued is in the log, and the tuner's own have not started.
       last_counts_ = pg_comm_->AllReduceCountsSince(calls_mark_);
     }
   }
@@ -116,80 +111,96 @@ void HookState::FailPending(const absl::Status& status) {
   for (const FuturePtr& f : pending) SetError(f, status);
 }
 
+absl::StatusOr<std::vector<int>> HookState::BucketParams(::c10d::GradBucket& bucket) const {
+  std::vector<int> out;
+  for (const at::Tensor& p : bucket.getParameters()) {
+    auto it = param_index_.find(p.unsafeGetTensorImpl());
+    if (it == param_index_.end()) {
+      return absl::FailedPreconditionError(
+          "a DDP bucket holds a parameter that is not among the model's parameters given at "
+          "registration");
+    }
+    out.push_back(it->second);
+  }
+  return out;
+}
+
 absl::Status HookState::StartEngine() {
   std::vector<bucketing::TensorSpec> specs;
-  for (size_t i = 0; i < layout_.size(); ++i) {
-    specs.push_back(bucketing::TensorSpec{absl::StrCat("ddp_bucket_", i), layout_[i].first,
-                                          layout_[i].second, comm::MemoryKind::kHost});
+  for (int p : order_) {
+    absl::StatusOr<comm::DataType> type = FromScalarType(params_[p].scalar_type());
+    if (!type.ok()) return type.status();
+    specs.push_back(bucketing::TensorSpec{names_[p], params_[p].numel(), *type,
+                                          comm::MemoryKind::kHost});
   }
   absl::StatusOr<bucketing::GradientLayout> layout =
       bucketing::GradientLayout::Create(std::move(specs));
   if (!layout.ok()) return layout.status();
-  std::unique_ptr<autotune::OnlineTuner> tuner;
-  std::unique_ptr<bucketing::Engine> fixed;
-  if (options_.fixed_plan.empty()) {
-    absl::StatusOr<std::unique_ptr<autotune::OnlineTuner>> t =
-        autotune::OnlineTuner::Create(comm_, *layout, options_.engine, options_.tuner);
-    if (!t.ok()) return t.status();
-    tuner = std::move(*t);
-  } else {
-    absl::StatusOr<bucketing::Plan> plan = FixedPlan(options_.fixed_plan, *layout);
-    if (!plan.ok()) return plan.status();
-    absl::StatusOr<std::unique_ptr<bucketing::Engine>> e =
-        bucketing::Engine::Create(comm_, *layout, *std::move(plan), options_.engine);
-    if (!e.ok()) return e.status();
-    fixed = std::move(*e);
-  }
+  autotune::PlanChoice choice;
+  choice.fixed_plan = options_.fixed_plan;
+  choice.cache_dir = options_.cache_dir;
+  choice.tuner = options_.tuner;
+  choice.warn = options_.log;
+  absl::StatusOr<autotune::EngineWithPolicy> made =
+      autotune::CreateEngineWithPolicy(comm_, *std::move(layout), options_.engine, choice);
+  if (!made.ok()) return made.status();
   std::lock_guard<std::mutex> lock(mu_);
-  tuner_ = std::move(tuner);
-  fixed_ = std::move(fixed);
+  engine_ = std::move(made->engine);
+  tuner_ = made->tuner;
   return absl::OkStatus();
 }
 
-absl::Status HookState::BeginIteration(const at::Tensor& first) {
-  seen_.clear();
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    ++iterations_;
+absl::Status HookState::InstallPlan() {
+  const bucketing::Plan& plan = engine_->plan();
+  if (engine_->plan_hash() == installed_hash_) return absl::OkStatus();
+  std::vector<std::vector<size_t>> indices;
+  for (const bucketing::Bucket& b : plan.buckets) {
+    std::vector<size_t> bucket;
+    for (const bucketing::Slice& s : b.slices) bucket.push_back(static_cast<size_t>(order_[s.tensor]));
+    indices.push_back(std::move(bucket));
   }
-  absl::StatusOr<comm::DataType> type = FromScalarType(first.scalar_type());
-  const bool matches = !layout_.empty() && type.ok() && layout_[0].first == first.numel() &&
-                       layout_[0].second == *type;
-  if (!matches) {
-    if (engine() != nullptr) {
-      Log("fusebox DDP hook: DDP's buckets changed; relearning the layout");
-      std::lock_guard<std::mutex> lock(mu_);
-      tuner_.reset();
-      fixed_.reset();
-    }
-    engine_mode_ = false;
-    std::lock_guard<std::mutex> lock(mu_);
-    ++passthrough_;
+  try {
+    reducer_->initialize_buckets(std::move(indices));
+  } catch (const std::exception& e) {
+    return absl::InternalError(
+        absl::StrCat("DDP refused the bucket assignment of plan \"", plan.name, "\": ", e.what()));
+  }
+  installed_hash_ = engine_->plan_hash();
+  ++installs_;
+  std::lock_guard<std::mutex> lock(mu_);
+  futures_.assign(plan.buckets.size(), FuturePtr());
+  buffers_.assign(plan.buckets.size(), at::Tensor());
+  return absl::OkStatus();
+}
+
+absl::Status HookState::OnForwardStart() {
+  if (!failed_.ok()) return failed_;
+  absl::Status s;
+  if (engine_ == nullptr) {
+    if (!start_engine_) return absl::OkStatus();  // still learning
+    s = StartEngine();
+  } else if (marked_ == 0) {
+    // A forward with no backward since the last one (evaluation with grad
+    // enabled, or gradient accumulation without sync): the step goes on.
     return absl::OkStatus();
+  } else {
+    // DDP waited for every bucket's future before the optimizer ran, so
+    // this returns at once; it closes the engine's iteration.
+    s = engine_->Finish();
   }
-  if (engine() == nullptr) {
-    if (absl::Status s = StartEngine(); !s.ok()) return s;
+  if (s.ok()) s = engine_->StartIteration();
+  if (s.ok()) s = InstallPlan();
+  if (s.ok()) {
+    std::lock_guard<std::mutex> lock(mu_);
+    reduced_ = 0;
+    calls_mark_ = pg_comm_ != nullptr ? pg_comm_->allreduce_calls() : 0;
   }
-  engine_mode_ = true;
-  std::lock_guard<std::mutex> lock(mu_);
-  futures_.assign(layout_.size(), FuturePtr());
-  buffers_.assign(layout_.size(), at::Tensor());
-  reduced_ = 0;
-  calls_mark_ = pg_comm_ != nullptr ? pg_comm_->allreduce_calls() : 0;
-  return absl::OkStatus();
-}
-
-absl::Status HookState::FinishEngine() {
-  absl::Status s = tuner_ ? tuner_->Finish() : fixed_->Finish();
-  if (!s.ok()) return s;
-  std::lock_guard<std::mutex> lock(mu_);
-  for (size_t i = 0; i < futures_.size(); ++i) {
-    if (futures_[i]) {
-      return absl::InternalError(absl::StrFormat(
-          "DDP bucket %d was not reported reduced although the iteration finished", i));
-    }
+  marked_ = 0;
+  if (!s.ok()) {
+    failed_ = s;
+    FailPending(s);
   }
-  return absl::OkStatus();
+  return s;
 }
 
 absl::Status HookState::CheckBucketAcrossRanks(size_t index,
@@ -241,7 +252,11 @@ FuturePtr HookState::RunHook(::c10d::GradBucket& bucket) {
   absl::StatusOr<comm::DataType> type = FromScalarType(buffer.scalar_type());
   if (!type.ok()) return fail(type.status());
   if (index == 0) {
-    if (absl::Status s = BeginIteration(buffer); !s.ok()) return fail(s);
+    seen_.clear();
+    seen_params_.clear();
+    std::lock_guard<std::mutex> lock(mu_);
+    ++iterations_;
+    if (engine_ == nullptr) ++passthrough_;
   } else if (seen_.size() != index) {
     return fail(absl::InternalError(absl::StrFormat(
         "DDP handed bucket %d after %d buckets of this iteration (expected bucket order)", index,
@@ -249,11 +264,18 @@ FuturePtr HookState::RunHook(::c10d::GradBucket& bucket) {
   }
   seen_.emplace_back(buffer.numel(), *type);
 
-  if (!engine_mode_) {
-    // Pass-through: DDP's own allreduce, averaged (Note [DDP buckets as
-    // fusebox tensors]), after checking that every rank has this bucket.
+  if (engine_ == nullptr) {
+    // Learning (Note [DDP buckets are the plan's buckets]): DDP's own
+    // allreduce, averaged, after checking that every rank has this bucket.
     if (absl::Status s = CheckBucketAcrossRanks(index, seen_.back()); !s.ok()) return fail(s);
-    if (last) layout_ = seen_;
+    absl::StatusOr<std::vector<int>> params = BucketParams(bucket);
+    if (!params.ok()) return fail(params.status());
+    seen_params_.insert(seen_params_.end(), params->begin(), params->end());
+    if (last && ++learned_iterations_ >= 2 && seen_params_.size() == params_.size()) {
+      // DDP rebuilt its buckets in ready order for its second iteration.
+      order_ = seen_params_;
+      start_engine_ = true;
+    }
     absl::StatusOr<std::shared_ptr<comm::Work>> work = comm_.AllReduce(
         buffer.data_ptr(), buffer.data_ptr(), buffer.numel(), *type, comm::ReduceOp::kAvg);
     if (!work.ok()) return fail(work.status());
@@ -267,80 +289,97 @@ FuturePtr HookState::RunHook(::c10d::GradBucket& bucket) {
     return future;
   }
 
-  if (index >= layout_.size() || layout_[index] != seen_.back() ||
-      (last && index + 1 != layout_.size())) {
-    return fail(absl::FailedPreconditionError(absl::StrFormat(
-        "DDP's bucket %d (%d elements) does not match the layout fusebox is running (%d buckets"
-        "%s); DDP changed its buckets in the middle of an iteration",
-        index, buffer.numel(), layout_.size(),
-        index < layout_.size() ? absl::StrFormat(", bucket %d has %d elements", index,
-                                                 layout_[index].first)
-                               : "")));
-  }
   {
     std::lock_guard<std::mutex> lock(mu_);
+    if (index >= futures_.size()) {
+      return fail(absl::FailedPreconditionError(absl::StrFormat(
+          "DDP handed bucket %d but plan \"%s\" installed in it has %d buckets (was the DDP "
+          "model called without its forward pre-hook?)",
+          index, engine_->plan().name, futures_.size())));
+    }
     futures_[index] = future;
     buffers_[index] = buffer;
   }
-  if (absl::Status s = engine()->MarkReady(static_cast<int>(index), buffer.data_ptr(),
-                                           buffer.numel());
+  ++marked_;
+  if (absl::Status s = engine_->MarkBucketReady(static_cast<int>(index), buffer.data_ptr(),
+                                                buffer.numel());
       !s.ok()) {
     return fail(s);
   }
-  if (last) {
-    if (absl::Status s = FinishEngine(); !s.ok()) return fail(s);
-  }
   return future;
+}
+
+absl::Status HookState::ForcePlan(const std::string& spec) {
+  if (tuner_ == nullptr) return absl::FailedPreconditionError("no tuner is running");
+  absl::StatusOr<bucketing::Plan> plan = FixedPlan(spec, engine_->layout());
+  if (!plan.ok()) return plan.status();
+  plan->name = absl::StrCat("forced-", spec);
+  tuner_->ForceChosen(*std::move(plan));
+  return absl::OkStatus();
 }
 
 HookSnapshot HookState::Snapshot() const {
   HookSnapshot snap;
   std::lock_guard<std::mutex> lock(mu_);
-  for (const auto& [numel, type] : layout_) snap.layout.push_back(numel);
+  for (int p : order_) {
+    snap.layout.push_back(params_[p].numel());
+    snap.names.push_back(names_[p]);
+  }
   snap.iterations = iterations_;
   snap.passthrough_iterations = passthrough_;
+  snap.plan_installs = installs_;
   snap.last_allreduce_counts = last_counts_;
   snap.backend = comm_.backend();
-  const bucketing::Engine* e = tuner_ ? &tuner_->engine() : fixed_.get();
-  if (e != nullptr) {
-    snap.plan = e->plan();
-    snap.stats = e->stats();
+  if (engine_ != nullptr) {
+    snap.plan = engine_->plan();
+    snap.stats = engine_->stats();
+    snap.phase = HookPhase::kFixed;
   }
-  if (tuner_) {
-    snap.phase = tuner_->phase() == autotune::TunerPhase::kTuned ? HookPhase::kTuned
-                                                                 : HookPhase::kMeasuring;
+  if (tuner_ != nullptr) {
+    switch (tuner_->phase()) {
+      case autotune::TunerPhase::kProfiling: snap.phase = HookPhase::kProfiling; break;
+      case autotune::TunerPhase::kScreening: snap.phase = HookPhase::kScreening; break;
+      case autotune::TunerPhase::kVerifying: snap.phase = HookPhase::kVerifying; break;
+      case autotune::TunerPhase::kTuned: snap.phase = HookPhase::kTuned; break;
+    }
     snap.cache_hit = tuner_->cache_hit();
     snap.derived_from_cache = tuner_->derived_from_cache();
     snap.tuning_iterations = tuner_->tuning_iterations();
-    snap.retunes = tuner_->retunes();
+    snap.tuning_cost_ms = tuner_->tuning_cost_us() / 1e3;
+    snap.checks = tuner_->checks();
+    snap.fallbacks = tuner_->fallbacks();
+    snap.decision = tuner_->decision();
     snap.measured = tuner_->measured();
     snap.chosen = tuner_->chosen();
     snap.cache_key = tuner_->key().FileName();
-  } else if (fixed_) {
-    snap.phase = HookPhase::kFixed;
   }
   return snap;
 }
 
 absl::Status HookState::WriteTimeline(const std::string& path) const {
   std::lock_guard<std::mutex> lock(mu_);
-  bucketing::Engine* e = tuner_ ? &tuner_->engine() : fixed_.get();
-  if (e == nullptr) {
+  if (engine_ == nullptr) {
     return absl::FailedPreconditionError("no engine iteration has run yet (the hook is learning "
-                                         "DDP's bucket layout)");
+                                         "DDP's gradient order)");
   }
-  if (e->timeline() == nullptr) {
+  if (engine_->timeline() == nullptr) {
     return absl::FailedPreconditionError("the timeline was not enabled at registration");
   }
-  return e->timeline()->WriteChromeTrace(path, comm_.rank(),
-                                         absl::StrCat("rank ", comm_.rank()));
+  return engine_->timeline()->WriteChromeTrace(path, comm_.rank(),
+                                               absl::StrCat("rank ", comm_.rank()));
 }
 
-absl::StatusOr<std::shared_ptr<HookState>> RegisterCommHook(::c10d::Reducer& reducer,
-                                                            std::shared_ptr<comm::Communicator> comm,
-                                                            ProcessGroupCommunicator* pg_comm,
-                                                            HookOptions options) {
-  auto state = std::make_shared<HookState>(std::move(comm), pg_comm, std::move(options));
+absl::StatusOr<std::shared_ptr<HookState>> RegisterCommHook(
+    ::c10d::Reducer& reducer, std::vector<at::Tensor> params, std::vector<std::string> names,
+    std::shared_ptr<comm::Communicator> comm, ProcessGroupCommunicator* pg_comm,
+    HookOptions options) {
+  if (params.empty() || names.size() != params.size()) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "the hook needs DDP's parameters and one name each (got %d parameters, %d names)",
+        params.size(), names.size()));
+  }
+  auto state = std::make_shared<HookState>(&reducer, std::move(params), std::move(names),
+                                           std::move(comm), pg_comm, std::move(options));
   try {
     reducer.register_comm_hook(std::make_unique<FuseboxCommHook>(state));
   } catch (const std::exception& e) {

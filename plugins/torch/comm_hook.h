@@ -1,32 +1,33 @@
-// The fusebox DDP communication hook: DDP's gradient buckets go through the
-// fusebox engine, under a plan the online tuner chose (or the policy cache
-// remembered) for this model and cluster size.
+// The fusebox DDP communication hook: the plan fusebox chooses (tuned
+// online, or remembered by the policy cache) becomes DDP's own bucket
+// assignment, and each DDP bucket is reduced in place.
 //
-//   auto state = fusebox::torch_plugin::RegisterCommHook(reducer, comm, options);
-//   // train as usual; state->Snapshot() tells what the hook did.
+//   auto state = fusebox::torch_plugin::RegisterCommHook(reducer, params, comm, pg, options);
+//   // each step: state->OnForwardStart() (a forward pre-hook), then backward
 //
-// Note [DDP buckets as fusebox tensors]
-// DDP decides its own buckets and hands the hook one flat buffer per bucket,
-// in bucket order, once every gradient in it is ready. fusebox treats each
-// DDP bucket as one tensor of its layout, so its plan coalesces small DDP
-// buckets (set DDP's bucket_cap_mb small to let fusebox decide the whole
-// layout) and splits large ones. DDP changes its buckets after the first
-// iteration (torch 1.13: one bucket holding every gradient, then buckets
-// rebuilt in ready order), so the hook learns the layout as it goes:
-// * an iteration whose first bucket does not match the known layout runs
-//   "pass-through": each DDP bucket is checked to be the same on every rank
-//   (a small AllGather: ranks whose buckets differ fail before any gradient
-//   is reduced), then averaged by one AllReduce of its own (what DDP does
-//   without a hook), and its bucket sizes become the known layout;
-// * the next iteration whose first bucket matches runs through the engine:
-//   the tuner is created there (collective: every rank is at the same
-//   bucket of the same iteration, since DDP keeps buckets identical across
-//   ranks), and each later bucket is checked against the layout; a layout
-//   that changes in the middle of an iteration fails it on every rank.
-// Each DDP bucket's future completes when its last slice is reduced and
-// copied back into DDP's buffer (EngineOptions::on_tensor_reduced); the
-// last bucket flushes: it calls Finish (and with it one tuning step), so
-// every future is complete, or failed with the reason, when it returns.
+// Note [DDP buckets are the plan's buckets]
+// A fusebox plan over the model's parameters (in gradient-ready order, no
+// tensor split) is exactly a DDP bucket assignment. So the hook does not
+// copy DDP's buckets into buffers of its own: it installs the plan in DDP
+// (Reducer::initialize_buckets, between iterations, when no backward is in
+// flight) and reduces each bucket DDP hands it in place, through the
+// engine with caller-owned buffers (EngineOptions::external_buffers). Every
+// candidate the tuner measures, DDP's hand-set caps included, therefore
+// runs exactly as DDP would run it, and the one that wins is what DDP runs
+// from then on. The autograd thread never waits in the hook: each bucket's
+// future completes when its allreduce does, and DDP waits for them as it
+// waits for its own.
+// * Learning: DDP's first iteration has one bucket, and DDP rebuilds its
+//   buckets in gradient-ready order for the second. Until the ready order is
+//   known, each bucket is checked to be the same on every rank (a small
+//   AllGather: ranks whose buckets differ fail before anything is reduced)
+//   and averaged by one AllReduce, as DDP would. The second iteration's
+//   buckets give the ready order.
+// * At the next forward start the engine is made (the one factory,
+//   autotune::CreateEngineWithPolicy) on the layout of parameters in ready
+//   order; its plan goes into DDP. Every forward start then closes the
+//   previous iteration (whole: forward to forward), lets the policy act,
+//   and installs a new plan in DDP when it changed.
 #ifndef FUSEBOX_PLUGINS_TORCH_COMM_HOOK_H_
 #define FUSEBOX_PLUGINS_TORCH_COMM_HOOK_H_
 
@@ -37,9 +38,9 @@
 #include <string>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "autotune/policy_cache.h"
 #include "autotune/tuner.h"
 #include "bucketing/engine.h"
 #include "comm/communicator.h"
@@ -54,37 +55,37 @@ namespace fusebox::torch_plugin {
 class ProcessGroupCommunicator;
 
 struct HookOptions {
-  // Empty: tune online (cache first). Otherwise a fixed baseline plan by
-  // name ("ddp", "per-tensor", "horovod", ...; autotune::BaselineNames) and
-  // no tuning.
+  // Empty: tune online (cache first). Otherwise a fixed plan by name
+  // ("ddp", "per-tensor") or a plan file for the parameter layout.
   std::string fixed_plan;
-  // Policy cache directory; empty: no cache.
-  std::string cache_dir;
+  std::string cache_dir;               // policy cache directory; empty: no cache
   autotune::TunerOptions tuner;        // cache and log are filled in here
-  bucketing::EngineOptions engine;     // on_tensor_reduced is the hook's
+  bucketing::EngineOptions engine;     // external buffers and callbacks are the hook's
   // Receives warnings and progress lines (rank 0's tuner lines); may be empty.
   std::function<void(const std::string&)> log;
 };
 
-// The plan a fixed `spec` names: "ddp" (DDP's 25 MiB buckets),
-// "per-tensor", or a plan file (bucketing/plan_io.h) made for `layout`.
-absl::StatusOr<bucketing::Plan> FixedPlan(const std::string& spec,
-                                          const bucketing::GradientLayout& layout);
+using autotune::FixedPlan;
 
-enum class HookPhase { kLearning, kMeasuring, kTuned, kFixed };
+enum class HookPhase { kLearning, kProfiling, kScreening, kVerifying, kTuned, kFixed };
 const char* HookPhaseName(HookPhase phase);
 
 // A copy of what the hook knows, for the Python handle and tests.
 struct HookSnapshot {
   HookPhase phase = HookPhase::kLearning;
-  std::vector<int64_t> layout;          // elements per DDP bucket (known layout)
-  std::optional<bucketing::Plan> plan;  // the engine's plan, once there is one
+  std::vector<int64_t> layout;          // elements per parameter, in ready order
+  std::vector<std::string> names;       // parameter names, in ready order
+  std::optional<bucketing::Plan> plan;  // the plan DDP runs, once there is one
   bool cache_hit = false;
   bool derived_from_cache = false;
   int tuning_iterations = 0;
-  int retunes = 0;
+  double tuning_cost_ms = 0;
+  int checks = 0;
+  int fallbacks = 0;
+  std::string decision;
   int64_t iterations = 0;               // backward passes seen
   int64_t passthrough_iterations = 0;
+  int64_t plan_installs = 0;            // times a plan was installed in DDP
   std::vector<autotune::MeasuredPlan> measured;
   int chosen = -1;
   std::string cache_key;
@@ -98,67 +99,79 @@ struct HookSnapshot {
 
 class HookState {
  public:
-  // The state owns the communicator: DDP's reducer keeps the state (and so
-  // the communicator) alive as long as the hook can run. `pg_comm` is the
-  // same object when it is a process group, else null.
-  HookState(std::shared_ptr<comm::Communicator> comm, ProcessGroupCommunicator* pg_comm,
-            HookOptions options);
-  const comm::Communicator& comm() const { return *comm_owner_; }
+  // The state owns the communicator. `params` are DDP's reducer parameters
+  // (DistributedDataParallel._build_params_for_reducer order) and `names`
+  // theirs; `reducer` must outlive the state (the Python handle keeps the
+  // DDP model alive).
+  HookState(::c10d::Reducer* reducer, std::vector<at::Tensor> params,
+            std::vector<std::string> names, std::shared_ptr<comm::Communicator> comm,
+            ProcessGroupCommunicator* pg_comm, HookOptions options);
   ~HookState();
+  const comm::Communicator& comm() const { return *comm_owner_; }
 
   // CommHookInterface::runHook. Never throws: errors fail the future.
   c10::intrusive_ptr<c10::ivalue::Future> RunHook(::c10d::GradBucket& bucket);
 
+  // From a forward pre-hook on the DDP module (with grad enabled): the
+  // training step starts. Collective once the engine exists (every rank
+  // steps together, as DDP requires). Errors are sticky.
+  absl::Status OnForwardStart();
+
   HookSnapshot Snapshot() const;
-  // Writes the engine's timeline (chrome://tracing JSON); requires
-  // options.engine.record_timeline.
   absl::Status WriteTimeline(const std::string& path) const;
+  // Test hook: make the tuner adopt `spec` (FixedPlan) as its chosen plan.
+  absl::Status ForcePlan(const std::string& spec);
 
  private:
-  absl::Status BeginIteration(const at::Tensor& first);
-  // Blocking: the same bucket (index, size, dtype) on every rank, else an
-  // error naming the ranks that differ.
   absl::Status CheckBucketAcrossRanks(size_t index,
                                       const std::pair<int64_t, comm::DataType>& bucket);
   absl::Status StartEngine();
-  bucketing::Engine* engine() const;
-  absl::Status FinishEngine();
-  void OnTensorReduced(int id);
+  absl::Status InstallPlan();
+  absl::StatusOr<std::vector<int>> BucketParams(::c10d::GradBucket& bucket) const;
+  void OnBucketReduced(int bucket);
   void FailPending(const absl::Status& status);
   void Log(const std::string& line) const;
 
+  ::c10d::Reducer* const reducer_;
+  const std::vector<at::Tensor> params_;
+  const std::vector<std::string> names_;
+  absl::flat_hash_map<const void*, int> param_index_;  // TensorImpl -> index in params_
   const std::shared_ptr<comm::Communicator> comm_owner_;
   comm::Communicator& comm_;
   ProcessGroupCommunicator* const pg_comm_;  // may be null
   HookOptions options_;
-  std::unique_ptr<autotune::PolicyCache> cache_;
 
-  // Touched by the autograd thread only (RunHook runs under DDP's lock).
-  std::vector<std::pair<int64_t, comm::DataType>> layout_;  // known
-  std::vector<std::pair<int64_t, comm::DataType>> seen_;    // this iteration
-  bool engine_mode_ = false;
-  int64_t calls_mark_ = 0;
-  std::unique_ptr<autotune::OnlineTuner> tuner_;
-  std::unique_ptr<bucketing::Engine> fixed_;
-  absl::Status failed_;  // sticky: an engine error ends the hook's service
+  // Touched by the autograd thread and the forward pre-hook (never at once:
+  // DDP runs them in sequence).
+  std::vector<std::pair<int64_t, comm::DataType>> seen_;  // this iteration's buckets
+  std::vector<int> seen_params_;   // this iteration's parameters, in bucket order
+  int learned_iterations_ = 0;
+  std::vector<int> order_;         // ready position -> parameter index (learned)
+  bool start_engine_ = false;      // the order is known: make the engine at the next forward
+  std::unique_ptr<bucketing::Engine> engine_;
+  autotune::OnlineTuner* tuner_ = nullptr;  // owned by engine_
+  uint64_t installed_hash_ = 0;
+  int marked_ = 0;                 // buckets handed to the engine this iteration
+  int64_t installs_ = 0;
+  absl::Status failed_;            // sticky
 
-  // Shared with the engine's worker (on_tensor_reduced).
+  // Shared with the engine's worker (on_bucket_reduced).
   mutable std::mutex mu_;
   std::vector<c10::intrusive_ptr<c10::ivalue::Future>> futures_;
   std::vector<at::Tensor> buffers_;
   int reduced_ = 0;
+  int64_t calls_mark_ = 0;
   std::vector<int64_t> last_counts_;
   int64_t iterations_ = 0;
   int64_t passthrough_ = 0;
 };
 
-// Registers the hook on `reducer` (DDP's; one hook per reducer, as DDP
-// requires) and returns the state it shares with the caller.
+// Registers the hook on `reducer` (one hook per reducer, as DDP requires).
 // FailedPrecondition when the reducer already has a hook.
-absl::StatusOr<std::shared_ptr<HookState>> RegisterCommHook(::c10d::Reducer& reducer,
-                                                            std::shared_ptr<comm::Communicator> comm,
-                                                            ProcessGroupCommunicator* pg_comm,
-                                                            HookOptions options);
+absl::StatusOr<std::shared_ptr<HookState>> RegisterCommHook(
+    ::c10d::Reducer& reducer, std::vector<at::Tensor> params, std::vector<std::string> names,
+    std::shared_ptr<comm::Communicator> comm, ProcessGroupCommunicator* pg_comm,
+    HookOptions options);
 
 }  // namespace fusebox::torch_plugin
 

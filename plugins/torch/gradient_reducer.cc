@@ -80,13 +80,6 @@ absl::StatusOr<std::unique_ptr<GradientReducer>> GradientReducer::Create(
   }
   std::unique_ptr<GradientReducer> r(
       new GradientReducer(comm, std::move(params), std::move(options)));
-  if (!r->options_.cache_dir.empty() && r->options_.fixed_plan.empty()) {
-    autotune::PolicyCacheOptions cache_options;
-    cache_options.dir = r->options_.cache_dir;
-    cache_options.warn = r->options_.log;
-    r->cache_ = std::make_unique<autotune::PolicyCache>(std::move(cache_options));
-  }
-  r->options_.tuner.cache = r->cache_.get();
   if (!r->options_.tuner.log) r->options_.tuner.log = r->options_.log;
   if (r->options_.tuner.backend == "unknown") r->options_.tuner.backend = comm.backend();
   r->marked_.assign(r->params_.size(), 0);
@@ -109,10 +102,7 @@ GradientReducer::~GradientReducer() {
   for (const auto& h : hooks_) h->accumulator->del_post_hook(h->key);
 }
 
-bucketing::Engine* GradientReducer::engine() const {
-  if (tuner_) return &tuner_->engine();
-  return fixed_.get();
-}
+bucketing::Engine* GradientReducer::engine() const { return engine_.get(); }
 
 void GradientReducer::OnGradReady(int param) {
   bucketing::Engine* e = nullptr;
@@ -161,18 +151,17 @@ absl::Status GradientReducer::StartEngine() {
   absl::StatusOr<bucketing::GradientLayout> layout =
       bucketing::GradientLayout::Create(std::move(specs));
   if (!layout.ok()) return layout.status();
-  if (options_.fixed_plan.empty()) {
-    auto t = autotune::OnlineTuner::Create(comm_, *layout, options_.engine, options_.tuner);
-    if (!t.ok()) return t.status();
-    tuner_ = std::move(*t);
-    return absl::OkStatus();
-  }
-  absl::StatusOr<bucketing::Plan> plan = FixedPlan(options_.fixed_plan, *layout);
-  if (!plan.ok()) return plan.status();
-  auto e = bucketing::Engine::Create(comm_, *layout, *std::move(plan), options_.engine);
-  if (!e.ok()) return e.status();
-  fixed_ = std::move(*e);
-  return absl::OkStatus();
+  autotune::PlanChoice choice;
+  choice.fixed_plan = options_.fixed_plan;
+  choice.cache_dir = options_.cache_dir;
+  choice.tuner = options_.tuner;
+  choice.warn = options_.log;
+  auto made = autotune::CreateEngineWithPolicy(comm_, *std::move(layout), options_.engine, choice);
+  if (!made.ok()) return made.status();
+  engine_ = std::move(made->engine);
+  tuner_ = made->tuner;
+  // The first engine iteration starts now (one Finish() to the next).
+  return engine_->StartIteration();
 }
 
 absl::Status GradientReducer::FinishLearning() {
@@ -253,7 +242,9 @@ absl::Status GradientReducer::Finish() {
       if (!p.grad().defined()) p.mutable_grad() = at::zeros_like(p);
       s = engine()->MarkReady(position_[i], p.grad().data_ptr(), p.grad().numel());
     }
-    if (s.ok()) s = tuner_ ? tuner_->Finish() : fixed_->Finish();
+    if (s.ok()) s = engine_->Finish();
+    // The next step starts now: the policy acts between the two.
+    if (s.ok()) s = engine_->StartIteration();
   }
   std::lock_guard<std::mutex> lock(mu_);
   std::fill(marked_.begin(), marked_.end(), 0);
@@ -263,8 +254,8 @@ absl::Status GradientReducer::Finish() {
 }
 
 std::string GradientReducer::phase() const {
-  if (tuner_) return tuner_->phase() == autotune::TunerPhase::kTuned ? "tuned" : "measuring";
-  return fixed_ ? "fixed" : "learning";
+  if (tuner_) return autotune::TunerPhaseName(tuner_->phase());
+  return engine_ ? "fixed" : "learning";
 }
 
 bool GradientReducer::cache_hit() const { return tuner_ && tuner_->cache_hit(); }

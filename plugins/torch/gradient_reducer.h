@@ -20,7 +20,9 @@
 // iteration records it while nothing is reduced; its Finish() takes rank
 // 0's order (and checks that every rank has the same parameters), averages
 // every gradient at once, and creates the tuner on the learned layout.
-// Later iterations overlap reduction with backward. A parameter that gets no
+// Later iterations overlap reduction with backward. An iteration, for the
+// statistics and the tuner, is one Finish() to the next: the whole step
+// (optimizer, forward and backward). A parameter that gets no
 // gradient in an iteration is reduced as zeros in Finish(), as DDP does with
 // find_unused_parameters, so every rank issues the same collectives.
 #ifndef FUSEBOX_PLUGINS_TORCH_GRADIENT_REDUCER_H_
@@ -73,7 +75,8 @@ class GradientReducer {
   // are sticky.
   absl::Status Finish();
 
-  // "learning" (first iteration), "measuring", "tuned" or "fixed".
+  // "learning" (first iteration), "profiling", "screening", "verifying",
+  // "tuned" or "fixed".
   std::string phase() const;
   int64_t iterations() const { return iterations_; }
   bool cache_hit() const;
@@ -94,7 +97,6 @@ class GradientReducer {
   comm::Communicator& comm_;
   const std::vector<at::Tensor> params_;
   GradientReducerOptions options_;
-  std::unique_ptr<autotune::PolicyCache> cache_;
   std::vector<std::unique_ptr<Hooked>> hooks_;
 
   std::mutex mu_;  // guards what hooks touch (backward may run on several threads)
@@ -104,8 +106,8 @@ class GradientReducer {
   std::vector<uint8_t> marked_;  // this iteration, per parameter
   absl::Status failed_;
   int64_t iterations_ = 0;
-  std::unique_ptr<autotune::OnlineTuner> tuner_;
-  std::unique_ptr<bucketing::Engine> fixed_;
+  std::unique_ptr<bucketing::Engine> engine_;  // owns the tuner (its policy)
+  autotune::OnlineTuner* tuner_ = nullptr;
 };
 
 }  // namespace fusebox::torch_plugin

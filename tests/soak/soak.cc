@@ -216,7 +216,7 @@ absl::Status Soak::Backward(int64_t it) {
                            static_cast<uint64_t>(comm_.rank())}));
   std::shuffle(order_.begin(), order_.end(), rng);
 
-  engine.StartIteration();
+  if (absl::Status s = engine.StartIteration(); !s.ok()) return s;
   std::atomic<size_t> next{0};
   std::mutex mu;
   absl::Status marking;

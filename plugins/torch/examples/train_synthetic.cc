@@ -30,7 +30,8 @@ ABSL_FLAG(double, lr, 0.1, "SGD learning rate (momentum 0.9)");
 ABSL_FLAG(std::string, cache_dir, "", "policy cache directory (empty: no cache)");
 ABSL_FLAG(std::string, plan, "", "fixed plan (ddp or per-tensor) instead of tuning");
 ABSL_FLAG(std::string, backend, "ucx", "fusebox communicator backend");
-ABSL_FLAG(int, measure_iterations, 3, "tuning: measured iterations per plan");
+ABSL_FLAG(int, screening_blocks, 2, "tuning: randomised blocks over the candidates");
+ABSL_FLAG(int, verify_pairs, 6, "tuning: interleaved pairs of the default and the best candidate");
 ABSL_FLAG(int, candidates, 2, "tuning: plans measured besides DDP's default");
 
 namespace {
@@ -74,8 +75,8 @@ int Run(int* argc, char*** argv) {
   options.cache_dir = absl::GetFlag(FLAGS_cache_dir);
   options.fixed_plan = absl::GetFlag(FLAGS_plan);
   options.tuner.candidates = absl::GetFlag(FLAGS_candidates);
-  options.tuner.measure_iterations = absl::GetFlag(FLAGS_measure_iterations);
-  options.tuner.drift_window = 0;
+  options.tuner.screening_blocks = absl::GetFlag(FLAGS_screening_blocks);
+  options.tuner.verify_pairs = absl::GetFlag(FLAGS_verify_pairs);
   options.log = [rank](const std::string& line) {
     if (rank == 0) std::fprintf(stderr, "%s\n", line.c_str());
   };

@@ -66,7 +66,12 @@ py::dict SnapshotToDict(const HookSnapshot& s) {
   d["cache_hit"] = s.cache_hit;
   d["derived_from_cache"] = s.derived_from_cache;
   d["tuning_iterations"] = s.tuning_iterations;
-  d["retunes"] = s.retunes;
+  d["names"] = s.names;
+  d["tuning_cost_ms"] = s.tuning_cost_ms;
+  d["checks"] = s.checks;
+  d["fallbacks"] = s.fallbacks;
+  d["decision"] = s.decision;
+  d["plan_installs"] = s.plan_installs;
   d["iterations"] = s.iterations;
   d["passthrough_iterations"] = s.passthrough_iterations;
   d["cache_key"] = s.cache_key;
@@ -77,6 +82,8 @@ py::dict SnapshotToDict(const HookSnapshot& s) {
     py::dict e;
     e["name"] = m.name;
     e["measured_ms"] = m.measured_us / 1e3;
+    e["ci95_ms"] = py::make_tuple(m.ci_low_us / 1e3, m.ci_high_us / 1e3);
+    e["buckets"] = m.buckets;
     e["predicted_ms"] = m.predicted_us / 1e3;
     measured.append(e);
   }
@@ -86,7 +93,7 @@ py::dict SnapshotToDict(const HookSnapshot& s) {
   for (const bucketing::IterationStats& st : s.stats) {
     py::dict e;
     e["iteration"] = st.iteration;
-    e["iteration_ms"] = st.iteration_us() / 1e3;
+    e["iteration_ms"] = st.whole_us() / 1e3;  // forward start to the next forward start
     e["backward_ms"] = st.backward_us() / 1e3;
     e["exposed_ms"] = st.exposed_comm_us() / 1e3;
     e["comm_ms"] = st.comm_us / 1e3;
@@ -131,7 +138,8 @@ MakeCommunicator(py::object group_obj, py::object store_obj, const py::dict& o) 
 }
 
 std::unique_ptr<Hook> Register(py::object reducer_obj, py::object group_obj, py::dict o,
-                               py::object store_obj) {
+                               py::object store_obj, std::vector<at::Tensor> params,
+                               std::vector<std::string> names) {
   auto reducer = reducer_obj.cast<std::shared_ptr<::c10d::Reducer>>();
   auto made = MakeCommunicator(group_obj, store_obj, o);
   if (!made.ok()) Throw(made.status());
@@ -144,10 +152,12 @@ std::unique_ptr<Hook> Register(py::object reducer_obj, py::object group_obj, py:
   options.tuner.ranks_per_node = o["ranks_per_node"].cast<int>();
   options.tuner.model_label = o["model_label"].cast<std::string>();
   options.tuner.candidates = o["candidates"].cast<int>();
-  options.tuner.candidates_when_derived = std::min(options.tuner.candidates, 2);
-  options.tuner.warmup_iterations = o["warmup_iterations"].cast<int>();
-  options.tuner.measure_iterations = o["measure_iterations"].cast<int>();
-  options.tuner.drift_window = o["drift_window"].cast<int>();
+  options.tuner.candidates_when_derived = std::min(options.tuner.candidates, 1);
+  options.tuner.screening_blocks = o["screening_blocks"].cast<int>();
+  options.tuner.verify_pairs = o["verify_pairs"].cast<int>();
+  options.tuner.check_every = o["check_every"].cast<int>();
+  options.tuner.check_pairs = o["check_pairs"].cast<int>();
+  options.tuner.rule.min_effect = o["min_effect"].cast<double>();
   options.tuner.wall_clock_s = [] { return absl::ToUnixSeconds(absl::Now()); };
   options.engine.max_in_flight = o["max_in_flight"].cast<int>();
   options.engine.timeout = absl::Seconds(o["timeout_s"].cast<double>());
@@ -161,7 +171,8 @@ std::unique_ptr<Hook> Register(py::object reducer_obj, py::object group_obj, py:
     }
   };
   absl::StatusOr<std::shared_ptr<HookState>> state =
-      RegisterCommHook(*reducer, comm, pg_comm, std::move(options));
+      RegisterCommHook(*reducer, std::move(params), std::move(names), comm, pg_comm,
+                       std::move(options));
   if (!state.ok()) Throw(state.status());
   return std::make_unique<Hook>(*std::move(state));
 }
@@ -180,8 +191,22 @@ PYBIND11_MODULE(_C, m) {
              absl::Status s = h.state().WriteTimeline(path);
              if (!s.ok()) fusebox::torch_plugin::Throw(s);
            })
+      .def("on_forward_start",
+           [](Hook& h) {
+             absl::Status s;
+             {
+               py::gil_scoped_release release;  // collective: may wait for the other ranks
+               s = h.state().OnForwardStart();
+             }
+             if (!s.ok()) fusebox::torch_plugin::Throw(s);
+           })
+      .def("_force_plan",
+           [](Hook& h, const std::string& spec) {
+             absl::Status s = h.state().ForcePlan(spec);
+             if (!s.ok()) fusebox::torch_plugin::Throw(s);
+           })
       .def_property_readonly("rank", &Hook::rank)
       .def_property_readonly("world_size", &Hook::size);
   m.def("_register", &fusebox::torch_plugin::Register, py::arg("reducer"), py::arg("group"),
-        py::arg("options"), py::arg("store") = py::none());
+        py::arg("options"), py::arg("store"), py::arg("params"), py::arg("names"));
 }

@@ -1,16 +1,18 @@
 """fusebox as a PyTorch DDP communication hook: one line in a training script.
 
-    model = torch.nn.parallel.DistributedDataParallel(net, bucket_cap_mb=1)
+    model = torch.nn.parallel.DistributedDataParallel(net)
     handle = fusebox.torch.register(model)   # every rank, before the first backward
     ...train as usual...
     print(handle.state, handle.plan["bucket_elements"], handle.stats()[-1])
 
-The hook learns DDP's bucket layout in the first iterations (DDP rebuilds its
-buckets after the first one), then tunes the bucket plan online for this model
-and world size (or applies the plan the policy cache remembers), and reduces
-every later iteration through the fusebox engine. Small DDP buckets are
-coalesced and large ones split: set ``bucket_cap_mb`` small to let fusebox
-decide the whole layout. Results match plain DDP's (bit for bit on two ranks).
+The hook learns the order in which gradients become ready from DDP's first two
+iterations, then chooses DDP's buckets: it measures DDP's default (25 MiB), the
+caps users set by hand (1, 5, 100 MiB) and the planner's best plans in whole
+iterations, interleaved, and replaces the default only when a candidate is
+faster with 95% confidence (or applies the plan the policy cache remembers).
+The chosen plan is installed as DDP's own bucket assignment and each bucket is
+reduced in place, so nothing is copied. Results match plain DDP's (bit for bit
+on two ranks).
 """
 import os
 
@@ -71,10 +73,17 @@ class Handle:
         return self.snapshot()["last_allreduce_counts"]
 
     def stats(self):
-        """Per fused iteration: iteration_ms (first DDP bucket ready to all
-        reduced), backward_ms, exposed_ms (communication left after the last
-        bucket was ready), comm_ms, copy_in_ms, copy_back_ms, buckets."""
+        """Per iteration under fusebox: iteration_ms (the whole step: one
+        forward start to the next), backward_ms (forward start to the last
+        bucket ready), exposed_ms (communication left after it), comm_ms,
+        buckets."""
         return self.snapshot()["stats"]
+
+    @property
+    def decision(self):
+        """Why the plan in use was kept (the tuner's verdict, with its
+        confidence bound), or '' while tuning."""
+        return self.snapshot()["decision"]
 
     def write_timeline(self, path):
         """Writes this rank's timeline (chrome://tracing JSON); needs
@@ -90,8 +99,9 @@ def _group_ranks(group):
 
 def register(ddp_model, *, cache_dir=None, plan=None, communicator="process_group",
              process_group=None, network="local",
-             ranks_per_node=None, candidates=4, warmup_iterations=1, measure_iterations=5,
-             drift_window=50, max_in_flight=4, timeout_s=300.0, timeline=False, verbose=False):
+             ranks_per_node=None, candidates=2, screening_blocks=3, verify_pairs=8,
+             min_effect=0.02, check_every=25, check_pairs=8, max_in_flight=4, timeout_s=300.0,
+             timeline=False, verbose=False):
     """Registers the fusebox communication hook on a DistributedDataParallel model.
 
     Call it on every rank, after constructing DDP and before the first backward.
@@ -110,9 +120,17 @@ def register(ddp_model, *, cache_dir=None, plan=None, communicator="process_grou
         one group).
     network: names the network in the cache key (e.g. "ib-400g", "25gbe").
     ranks_per_node: default $LOCAL_WORLD_SIZE, else all ranks on one node.
-    candidates, warmup_iterations, measure_iterations: tuning effort (plans
-        measured besides DDP's default; iterations per plan).
-    drift_window: iterations per drift check (0: never retune).
+    candidates: the planner's plans measured besides DDP's default and its
+        hand-set caps (1, 5, 100 MiB).
+    screening_blocks: randomised blocks that run every candidate once.
+    verify_pairs: interleaved pairs of the default and the best candidate
+        (at least 5): the default is replaced only when the candidate is
+        faster with 95% confidence and by more than min_effect (a fraction of
+        the iteration time).
+    check_every, check_pairs: after the decision, one iteration of DDP's
+        default every check_every iterations (0: never); a window of
+        check_pairs pairs that proves the kept plan slower makes the hook
+        fall back to the default by itself.
     max_in_flight: fused allreduces in flight at once.
     timeout_s: the longest wait for any one iteration's communication, for the rendezvous, and
         for each collective (a stuck one fails naming the rank it waited for).
@@ -129,11 +147,14 @@ def register(ddp_model, *, cache_dir=None, plan=None, communicator="process_grou
         raise RuntimeError("fusebox.torch.register: torch.distributed is not initialized")
     if plan is not None and not isinstance(plan, (str, os.PathLike)):
         raise TypeError("plan must be None, 'ddp', 'per-tensor' or a plan file path")
-    for name, value, low in (("candidates", candidates, 0), ("warmup_iterations", warmup_iterations, 0),
-                             ("measure_iterations", measure_iterations, 1),
-                             ("drift_window", drift_window, 0), ("max_in_flight", max_in_flight, 1)):
+    for name, value, low in (("candidates", candidates, 0),
+                             ("screening_blocks", screening_blocks, 1),
+                             ("verify_pairs", verify_pairs, 5), ("check_every", check_every, 0),
+                             ("check_pairs", check_pairs, 5), ("max_in_flight", max_in_flight, 1)):
         if not isinstance(value, int) or isinstance(value, bool) or value < low:
             raise ValueError("%s must be an integer >= %d, got %r" % (name, low, value))
+    if not (isinstance(min_effect, (int, float)) and 0 <= min_effect < 1):
+        raise ValueError("min_effect must be in [0, 1), got %r" % (min_effect,))
     if not (isinstance(timeout_s, (int, float)) and 0 < timeout_s <= 86400):
         raise ValueError("timeout_s must be in (0, 86400], got %r" % (timeout_s,))
     if cache_dir is None:
@@ -170,9 +191,11 @@ def register(ddp_model, *, cache_dir=None, plan=None, communicator="process_grou
         "ranks_per_node": int(ranks_per_node),
         "model_label": type(ddp_model.module).__name__,
         "candidates": candidates,
-        "warmup_iterations": warmup_iterations,
-        "measure_iterations": measure_iterations,
-        "drift_window": drift_window,
+        "screening_blocks": screening_blocks,
+        "verify_pairs": verify_pairs,
+        "min_effect": float(min_effect),
+        "check_every": check_every,
+        "check_pairs": check_pairs,
         "max_in_flight": max_in_flight,
         "timeout_s": float(timeout_s),
         "timeline": bool(timeline),
@@ -180,7 +203,34 @@ def register(ddp_model, *, cache_dir=None, plan=None, communicator="process_grou
         "communicator": communicator,
         "local_rank": int(os.environ.get("LOCAL_RANK", "0")),
     }
-    hook = _C._register(ddp_model.reducer, group, options, store)
+    names, params = _reducer_parameters(ddp_model)
+    hook = _C._register(ddp_model.reducer, group, options, store, params, names)
     handle = Handle(hook, group)
+    handle._ddp = ddp_model  # the hook installs plans in DDP's reducer: keep it alive
+
+    def forward_start(module, inputs):
+        # The training step starts here: the hook closes the last one and may
+        # install another plan in DDP before DDP's forward runs.
+        if torch.is_grad_enabled() and module.require_backward_grad_sync:
+            hook.on_forward_start()
+
+    handle._pre_hook = ddp_model.register_forward_pre_hook(forward_start)
     ddp_model._fusebox_handle = handle
     return handle
+
+
+def _reducer_parameters(ddp_model):
+    """DDP's reducer parameters, in its order, with their names: what
+    DistributedDataParallel._build_params_for_reducer lists (parameters that
+    require grad, not ignored, each once)."""
+    ignore = getattr(ddp_model, "parameters_to_ignore", ())
+    seen, names, params = set(), [], []
+    for module_name, module in ddp_model.module.named_modules():
+        for param_name, param in module.named_parameters(recurse=False):
+            full = "%s.%s" % (module_name, param_name) if module_name else param_name
+            if not param.requires_grad or full in ignore or param in seen:
+                continue
+            seen.add(param)
+            names.append(full)
+            params.append(param)
+    return names, params

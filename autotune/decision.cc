@@ -1,0 +1,129 @@
+#include "autotune/decision.h"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <random>
+
+#include "absl/strings/str_format.h"
+
+namespace fusebox::autotune {
+
+double BinomialHalfCdf(int n, int k) {
+  if (k < 0) return 0;
+  if (k >= n) return 1;
+  // Sum of C(n, i) / 2^n in log space (n stays small, but be safe).
+  double total = 0;
+  for (int i = 0; i <= k; ++i) {
+    total += std::exp(std::lgamma(n + 1.0) - std::lgamma(i + 1.0) - std::lgamma(n - i + 1.0) -
+                      n * std::log(2.0));
+  }
+  return std::min(total, 1.0);
+}
+
+namespace {
+
+// The largest k (1-based) with P(Binomial(n, 1/2) <= k - 1) <= alpha, or 0
+// when even k = 1 is too wide for alpha.
+int LowerRank(int n, double alpha) {
+  int k = 0;
+  while (k + 1 <= n && BinomialHalfCdf(n, k) <= alpha) ++k;
+  return k;
+}
+
+double MedianOfSorted(const std::vector<double>& v) {
+  const size_t n = v.size();
+  return n % 2 == 1 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+}  // namespace
+
+MedianInterval MedianCI(std::vector<double> values, double confidence) {
+  MedianInterval out;
+  if (values.empty()) return out;
+  std::sort(values.begin(), values.end());
+  const int n = static_cast<int>(values.size());
+  out.median = MedianOfSorted(values);
+  const int k = LowerRank(n, (1 - confidence) / 2);
+  out.exact = k >= 1;
+  const int i = std::max(k, 1);
+  out.low = values[i - 1];
+  out.high = values[n - i];
+  return out;
+}
+
+double MedianLowerBound(std::vector<double> values, double confidence) {
+  if (values.empty()) return 0;
+  std::sort(values.begin(), values.end());
+  const int k = std::max(LowerRank(static_cast<int>(values.size()), 1 - confidence), 1);
+  return values[k - 1];
+}
+
+double MedianUpperBound(std::vector<double> values, double confidence) {
+  if (values.empty()) return 0;
+  std::sort(values.begin(), values.end());
+  const int n = static_cast<int>(values.size());
+  const int k = std::max(LowerRank(n, 1 - confidence), 1);
+  return values[n - k];
+}
+
+int MinimumPairs(double confidence) {
+  int n = 1;
+  while (BinomialHalfCdf(n, 0) > 1 - confidence && n < 64) ++n;
+  return n;
+}
+
+std::vector<int> RandomizedBlock(int k, uint64_t seed, int avoid_first) {
+  std::vector<int> order(std::max(k, 0));
+  std::iota(order.begin(), order.end(), 0);
+  std::mt19937_64 rng(seed);
+  std::shuffle(order.begin(), order.end(), rng);
+  if (k > 1 && order[0] == avoid_first) std::swap(order[0], order[1 + rng() % (k - 1)]);
+  return order;
+}
+
+std::vector<double> RelativeGains(const std::vector<double>& a, const std::vector<double>& b) {
+  std::vector<double> g;
+  for (size_t i = 0; i < std::min(a.size(), b.size()); ++i) {
+    if (a[i] > 0) g.push_back((a[i] - b[i]) / a[i]);
+  }
+  return g;
+}
+
+Verdict DecideReplace(const std::vector<double>& baseline, const std::vector<double>& candidate,
+                      const SwitchRule& rule) {
+  Verdict v;
+  const std::vector<double> g = RelativeGains(baseline, candidate);
+  v.pairs = static_cast<int>(g.size());
+  if (g.empty()) {
+    v.why = "no paired measurements";
+    return v;
+  }
+  std::vector<double> sorted = g;
+  std::sort(sorted.begin(), sorted.end());
+  v.gain = MedianOfSorted(sorted);
+  v.gain_low = MedianLowerBound(g, rule.confidence);
+  v.gain_high = MedianUpperBound(g, rule.confidence);
+  const int need = MinimumPairs(rule.confidence);
+  if (v.pairs < need) {
+    v.why = absl::StrFormat("%d pairs cannot show %.0f%% confidence (%d needed)", v.pairs,
+                            rule.confidence * 100, need);
+    return v;
+  }
+  v.replace = v.gain_low > rule.min_effect;
+  v.why = absl::StrFormat(
+      "median gain %+.1f%% over %d interleaved pairs, %.0f%% lower bound %+.1f%% %s the "
+      "minimum effect %.1f%%",
+      v.gain * 100, v.pairs, rule.confidence * 100, v.gain_low * 100,
+      v.replace ? "above" : "not above", rule.min_effect * 100);
+  return v;
+}
+
+bool ProvenSlower(const std::vector<double>& baseline, const std::vector<double>& chosen,
+                  const SwitchRule& rule) {
+  const std::vector<double> g = RelativeGains(baseline, chosen);
+  if (static_cast<int>(g.size()) < MinimumPairs(rule.confidence)) return false;
+  return MedianUpperBound(g, rule.confidence) < -rule.min_effect;
+}
+
+}  // namespace fusebox::autotune
