@@ -119,8 +119,8 @@ def main():
             j = os.path.join(raw, "overlap-%s-%dhosts.json" % (rate, h))
             r.run(emu + ["--hosts", str(h), "--rate", rate, "--", perf, "overlap", "--profile",
                          args.profile, "--compute_scale", "auto", "--plans",
-                         "ddp,horovod,mg-wfbp,tuned", "--tune_candidates", "2", "--tune_measure",
-                         "3", "-n", "5", "-w", "1", "--cache_dir", cache, "--network",
+                         "ddp,horovod,mg-wfbp,tuned", "--tune_candidates", "2", "--tune_blocks",
+                         "2", "--tune_pairs", "5", "-n", "5", "-w", "1", "--cache_dir", cache, "--network",
                          "emu-" + rate, "--predict_with", models[rate], "--json", j],
                   log="raw/overlap-%s-%dhosts.txt" % (rate, h))
             with open(j) as f:

@@ -83,10 +83,10 @@ def train(sc, rank, hooked):
     model = DDP(make_model(sc, rank), **ddp_kwargs(sc, rank))
     handle = None
     if hooked:
-        handle = fusebox.torch.register(model, cache_dir=sc["cache_dir"], candidates=2,
+        handle = fusebox.torch.register(model, cache_dir=sc["cache_dir"], candidates=1,
                                         communicator=sc.get("communicator", "process_group"),
-                                        warmup_iterations=1, measure_iterations=2,
-                                        drift_window=0, timeout_s=60)
+                                        screening_blocks=1, verify_pairs=5, check_every=0,
+                                        timeout_s=60)
     opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
     loss_fn = nn.CrossEntropyLoss()
     counts = []

@@ -66,10 +66,13 @@ def launch(tmp, world, scenarios, tag):
 
 
 TINY = 0.0005  # MiB: DDP puts (about) one parameter in each bucket
+# Learning (2) + profiling (3) + one screening block of at most 5
+# candidates + 5 verification pairs, and a few steps on the kept plan.
+STEPS = 26
 
 
 def scenario(name, model, cache, **kw):
-    sc = dict(name=name, model=model, cache_dir=cache, steps=16, bucket_cap_mb=TINY)
+    sc = dict(name=name, model=model, cache_dir=cache, steps=STEPS, bucket_cap_mb=TINY)
     sc.update(kw)
     return sc
 
@@ -118,9 +121,9 @@ def test_two_ranks_match_plain_ddp_bit_for_bit_while_tuning(first_run, name):
         assert res["bitwise"], "%s rank %d: max relative difference %g" % (name, res["rank"], res["max_rel"])
         assert res["phase"] == "tuned", res["phase"]
         assert not res["cache_hit"]
-        assert 0 < res["tuning_iterations"] <= 16
-        assert res["passthrough"] >= 1  # DDP's layout is learned first
-        assert res["fused_iterations"] >= 16 - 2 - 1
+        assert 0 < res["tuning_iterations"] <= STEPS - 3
+        assert res["passthrough"] == 2  # DDP's ready order is learned first
+        assert res["fused_iterations"] >= STEPS - 2 - 1
     # Every rank runs the same plan.
     assert len({json.dumps(r["plan"]) for r in per_rank}) == 1
 
@@ -133,8 +136,8 @@ def test_tuned_plan_is_what_the_process_group_carries(first_run, name):
         # The last step ran on the chosen plan: its allreduce calls, in
         # issue order, are exactly the plan's buckets.
         assert res["counts_per_step"][-1] == plan["bucket_elements"]
-        # Tiny DDP buckets: fusebox's layout has one entry per DDP bucket,
-        # and the plan covers every element of them.
+        # fusebox's layout has one entry per parameter, and the plan (DDP's
+        # buckets, installed by the hook) covers every element of them.
         assert len(res["layout"]) >= 3
         assert sum(plan["bucket_elements"]) == sum(res["layout"])
         # The learning iterations issued one call per DDP bucket instead.
@@ -240,7 +243,7 @@ try:
 except RuntimeError as e:
     print("OTHER_HOOK", e)
 try:
-    fusebox.torch.register(DDP(torch.nn.Linear(4, 4)), cache_dir=False, measure_iterations=0)
+    fusebox.torch.register(DDP(torch.nn.Linear(4, 4)), cache_dir=False, verify_pairs=2)
 except ValueError as e:
     print("BAD_ARG", e)
 for c in ("nccl", "bogus"):
@@ -262,7 +265,7 @@ def test_bad_use_is_refused_with_a_clear_error(tmp):
     assert "NOT_DDP fusebox.torch.register expects a torch.nn.parallel.DistributedDataParallel model, got Linear" in out
     assert "TWICE" in out and "already has the fusebox hook" in out
     assert "OTHER_HOOK" in out and "DDP refused the fusebox hook" in out
-    assert "BAD_ARG measure_iterations must be an integer >= 1" in out
+    assert "BAD_ARG verify_pairs must be an integer >= 5" in out
     assert "BAD_COMM communicator='nccl' is not available yet" in out
     assert "BAD_COMM communicator must be 'process_group' or 'ucx', got 'bogus'" in out
     assert "STATE learning" in out
