@@ -247,9 +247,14 @@ std::optional<Plan> OnlineTuner::Visit(int candidate) {
 }
 
 void OnlineTuner::StartBlock() {
-  block_ = RandomizedBlock(static_cast<int>(plans_.size()),
-                           options_.seed * 1000003 + static_cast<uint64_t>(blocks_started_++),
-                           running_);
+  const uint64_t seed = options_.seed * 1000003 + static_cast<uint64_t>(blocks_started_++);
+  warming_ = options_.warmup_block && blocks_started_ == 1 && plans_.size() > 1;
+  if (warming_) {  // every candidate but the default, which profiling ran
+    block_ = RandomizedBlock(static_cast<int>(plans_.size()) - 1, seed, running_ - 1);
+    for (int& c : block_) ++c;
+    return;
+  }
+  block_ = RandomizedBlock(static_cast<int>(plans_.size()), seed, running_);
 }
 
 absl::StatusOr<std::optional<Plan>> OnlineTuner::OnIterationEnd(const bucketing::IterationStats& last,
@@ -294,10 +299,10 @@ absl::StatusOr<std::optional<Plan>> OnlineTuner::OnIterationEnd(const bucketing:
     case TunerPhase::kScreening: {
       ++tuning_iterations_;
       tuning_samples_.push_back(sample);
-      samples_[running_].push_back(sample);
+      if (!warming_) samples_[running_].push_back(sample);
       block_.erase(block_.begin());
       if (block_.empty()) {
-        if (++blocks_done_ >= options_.screening_blocks) return EndScreening();
+        if (!warming_ && ++blocks_done_ >= options_.screening_blocks) return EndScreening();
         StartBlock();
       }
       return Visit(block_.front());

@@ -24,9 +24,10 @@
 //    `candidates` plans; and, for a world size not yet cached, the plan of
 //    the nearest cached size. Duplicates (same hash) are measured once.
 //    Rank 0 broadcasts the list with hashes; every rank checks each hash.
-// 3. Screening: `screening_blocks` randomised blocks over the candidates,
-//    one whole iteration per visit (Note [Decisions under noise] in
-//    decision.h). The lowest median is the pick.
+// 3. Screening: an unmeasured warm-up block (every candidate but the
+//    default once), then `screening_blocks` randomised blocks over the
+//    candidates, one whole iteration per visit (Note [Decisions under
+//    noise] in decision.h). The lowest median is the pick.
 // 4. Verification: `verify_pairs` alternating pairs of the default and the
 //    pick; the pick replaces the default only when it is faster with the
 //    rule's confidence and by more than its minimum effect. Otherwise the
@@ -76,7 +77,12 @@ struct TunerOptions {
   // default: where ready times are known per bucket only (the DDP hook),
   // small buckets give the search a finer profile. 0: the default.
   int64_t profile_cap_bytes = 0;
-  int screening_blocks = 3;
+  // Screening starts with one unmeasured visit of every candidate but the
+  // default (which profiling already ran): each candidate's first run on
+  // fresh buffers (allocation, page faults, backend registration) is then
+  // excluded alike, so every measured visit is a switch between warm plans.
+  bool warmup_block = true;
+  int screening_blocks = 2;
   int verify_pairs = 8;
   SwitchRule rule;
   // After the decision: one default iteration every `check_every` (0: never
@@ -191,6 +197,7 @@ class OnlineTuner final : public bucketing::PlanPolicy {
   std::vector<int> block_;       // visits left in this block
   int blocks_done_ = 0;
   int blocks_started_ = 0;
+  bool warming_ = false;         // in the unmeasured warm-up block
   int pick_ = 0;                 // screening's pick
   std::vector<double> verify_default_, verify_pick_;  // local, paired
   int chosen_ = -1;

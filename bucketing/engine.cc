@@ -316,6 +316,7 @@ absl::Status Engine::StartIteration() {
   if (!started_) {
     started_ = true;
     current_.start_us = now;
+    if (timeline_) timeline_->Instant("step start", Track::kCompute, now, iteration_);
   }
   return absl::OkStatus();
 }

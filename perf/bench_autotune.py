@@ -1,28 +1,56 @@
 #!/usr/bin/env python3
 """The autotuner benchmark of issue 4: simulated at scale, then measured on this machine.
 
-1. Simulated: `fusebox-tune sweep` over every shipped profile x presets (nvlink-h100, ib-400g,
-   25gbe) x world sizes (8, 64, 512, 4096): the tuned plan's predicted iteration time, its ratio
-   to the lower bound and to the best any finer plan reaches, next to per-tensor, DDP default,
-   Horovod default, HCCL default and MG-WFBP.
-2. Measured: for each model and world size (2 and 4 local ranks, UCX) one run of
+Part 1, simulated (skipped with --skip_sweep):
 
-     fusebox-run -n N -- fusebox-perf overlap --profile MODEL --compute_scale auto
-         --plans per-tensor,ddp,horovod,hccl,mg-wfbp,tuned --cache_dir OUT/cache ...
+  fusebox-tune sweep --presets PRESETS --worlds WORLDS
 
-   (every plan side by side in one run; 'tuned' is the online tuner: it measures DDP's default
-   and the best predicted candidates in real iterations and keeps the fastest), then a second
-   run of `--plans ddp,tuned` with the same cache, which must hit it and spend zero tuning
-   iterations. Reported: each plan's iteration time, DDP/tuned, best baseline/tuned, tuning
-   iterations of both runs, and the simulator's prediction error per plan (its validation).
+  every shipped profile x network preset x world size: the tuned plan's predicted iteration
+  time next to per-tensor, DDP default, Horovod default, HCCL default and MG-WFBP.
 
-Runs that would not fit in memory are skipped and said so (as bench_overlap.py does).
-Exit status: 0 when every run succeeded, 1 otherwise. Standard library only.
+Part 2, measured (fusebox-perf overlap on local ranks, UCX backend). For each model in
+--models and rank count in --ranks:
+
+  a. one calibration run, `--compute_scale auto --plans ddp -n 1 -w 0`, which only reads the
+     scale s1 at which backward takes as long as one allreduce of all gradients
+     (r = t(all) / T_backward = 1);
+  b. for each compute ratio r in --ratios, at the explicit scale s1 / r (a larger r means
+     less compute, so communication is harder to hide), in a fresh policy cache:
+
+       fusebox-run -n N -- fusebox-perf overlap --profile MODEL --compute_scale s1/r
+           --plans per-tensor,ddp,ddp-cap1mb,ddp-cap5mb,ddp-cap100mb,horovod,mg-wfbp,tuned
+           -n ROUNDS -w WARMUP --cache_dir OUT/cache/CELL --json ...
+
+     Every plan is measured in ROUNDS randomised blocks (each visit: WARMUP iterations after
+     the switch, then one measured); 'tuned' is the online tuner, which tunes first on its
+     own engine, after which the plan it kept is measured interleaved with the others;
+  c. the same scale and cache again with `--plans ddp,tuned`: the tuner must hit the cache
+     and spend 0 tuning iterations (it is judged on the workload it was tuned on).
+
+Report, per (model, ranks, ratio): each plan's median iteration time and its 95% CI; tuned
+vs DDP's default (ratio of medians, and whether the CIs separate); tuned vs the best
+non-tuned plan of the same run (ratio, CI overlap); tuned vs the lower bound; tuning
+iterations and cost; the plan the tuner kept and its decision; the cache-hit run. Then a
+summary over all cells and the simulator's validation: predicted vs measured iteration time
+and exposed communication (iteration - compute) per plan.
+
+Everything goes to --out (default build/bench-autotune/<timestamp>/): each run's log and
+JSON, report.txt (the command line at the top), summary.json. --docs DIR copies those
+(not the policy caches) to DIR as well, to be committed.
+
+Runs whose buffers would not fit in memory are skipped and said so (as in bench_overlap.py).
+Exit status: 0 when every run succeeded and every cache check passed, 1 otherwise, 2 on
+usage errors or missing binaries. Standard library only.
 """
 
 import argparse
+import datetime
 import json
 import os
+import platform
+import re
+import shlex
+import shutil
 import statistics
 import subprocess
 import sys
@@ -30,134 +58,524 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from bench_overlap import MEASURE_CAP, MODEL_BYTES, MODELS, REPO, mem_available, run  # noqa: E402
 
-BASELINES = ["per-tensor", "ddp", "horovod", "hccl", "mg-wfbp"]
+DEFAULT_MODELS = ["resnet50", "vit_b16"]
+PLANS = ["per-tensor", "ddp", "ddp-cap1mb", "ddp-cap5mb", "ddp-cap100mb", "horovod", "mg-wfbp",
+         "tuned"]
+MIN_ROUNDS = 5
+
+
+# ---------------------------------------------------------------------------------------------
+# Small helpers
+
+
+def csv_list(text):
+    return [x.strip() for x in text.split(",") if x.strip()]
+
+
+def positive_floats(text):
+    try:
+        values = [float(x) for x in csv_list(text)]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated numbers, got {text!r}")
+    if not values or any(not v > 0 for v in values):
+        raise argparse.ArgumentTypeError(f"expected positive numbers, got {text!r}")
+    return values
+
+
+def positive_ints(text):
+    try:
+        values = [int(x) for x in csv_list(text)]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}")
+    if not values or any(v < 1 for v in values):
+        raise argparse.ArgumentTypeError(f"expected integers >= 1, got {text!r}")
+    return values
+
+
+def rounds_arg(text):
+    n = int(text)
+    if n < MIN_ROUNDS:
+        raise argparse.ArgumentTypeError(f"at least {MIN_ROUNDS} rounds (a 95% CI of the median "
+                                         f"needs them), got {n}")
+    return n
+
+
+def label(model):
+    """A model name (or a profile path) usable in file names."""
+    base = os.path.splitext(os.path.basename(model))[0]
+    return re.sub(r"[^A-Za-z0-9_.-]", "_", base)
+
+
+def ms(us):
+    return f"{us / 1e3:.2f}"
+
+
+def ci_ms(r):
+    low, high = r["iteration_ci95_us"]
+    return f"[{low / 1e3:.2f}, {high / 1e3:.2f}]"
+
+
+def cis_overlap(a, b):
+    """Whether two plans' 95% CIs of the median overlap."""
+    return a["iteration_ci95_us"][0] <= b["iteration_ci95_us"][1] and \
+        b["iteration_ci95_us"][0] <= a["iteration_ci95_us"][1]
+
+
+def compare(tuned, other):
+    """'slower' / 'faster' when tuned's CI lies wholly above / below other's, else 'overlap'."""
+    if tuned["iteration_ci95_us"][0] > other["iteration_ci95_us"][1]:
+        return "slower"
+    if tuned["iteration_ci95_us"][1] < other["iteration_ci95_us"][0]:
+        return "faster"
+    return "overlap"
+
+
+def table(header, rows):
+    """A markdown table, columns as wide as their widest cell; numbers right-aligned."""
+    widths = [max(len(str(c)) for c in col) for col in zip(header, *rows)]
+
+    def line(cells):
+        out = []
+        for c, w in zip(cells, widths):
+            c = str(c)
+            numeric = re.fullmatch(r"[-+\[\]0-9., %x]+", c) is not None
+            out.append(c.rjust(w) if numeric else c.ljust(w))
+        return "| " + " | ".join(out) + " |"
+
+    return "\n".join([line(header), "|" + "|".join("-" * (w + 2) for w in widths) + "|"] +
+                     [line(r) for r in rows])
+
+
+def git_state():
+    """The checkout's commit and whether it has local changes (read-only git commands)."""
+    try:
+        head = subprocess.run(["git", "-C", REPO, "rev-parse", "--short", "HEAD"],
+                              capture_output=True, text=True, timeout=30).stdout.strip()
+        dirty = subprocess.run(["git", "-C", REPO, "status", "--porcelain", "--untracked-files=no"],
+                               capture_output=True, text=True, timeout=30).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+    return f"{head or 'unknown'}{' (with local changes)' if dirty else ''}"
+
+
+class Report:
+    """Lines printed to stdout and kept for report.txt."""
+
+    def __init__(self):
+        self.lines = []
+
+    def __call__(self, text=""):
+        print(text, flush=True)
+        self.lines.extend(str(text).split("\n"))
+
+    def write(self, path):
+        with open(path, "w") as f:
+            f.write("\n".join(self.lines) + "\n")
+
+
+def note(text):
+    """Progress, on stderr (not part of the report)."""
+    print(f"bench_autotune: {text}", file=sys.stderr, flush=True)
+
+
+# ---------------------------------------------------------------------------------------------
+# Runs
+
+
+class Runner:
+    def __init__(self, args, bins):
+        self.args = args
+        self.bins = bins
+        self.failed = []   # "what (why)"
+        self.skipped = []
+
+    def command(self, cmd, name):
+        """Runs cmd, its output to OUT/name.log. Returns (rc, stdout), rc None on timeout."""
+        log = os.path.join(self.args.out, name + ".log")
+        note(f"{name}: running (log {log})")
+        try:
+            rc, out, secs = run(cmd, log, self.args.timeout)
+        except subprocess.TimeoutExpired:
+            with open(log, "a") as f:
+                f.write(f"\n# bench_autotune: timed out after {self.args.timeout} s\n")
+            self.failed.append(f"{name} (timed out after {self.args.timeout} s)")
+            return None, ""
+        note(f"{name}: exit {rc} after {secs:.0f} s")
+        if rc != 0:
+            self.failed.append(f"{name} (exit {rc}; see {name}.log)")
+        return rc, out
+
+    def overlap(self, model, ranks, name, scale, plans, rounds, warmup, cache=None, split=True):
+        """One fusebox-perf overlap run; returns its JSON report, or None when it failed."""
+        js = os.path.join(self.args.out, name + ".json")
+        cmd = [self.bins["run"], "-n", str(ranks), "--", self.bins["perf"], "overlap",
+               "--profile", model, "--plans", ",".join(plans), "--compute_scale", str(scale),
+               "-n", str(rounds), "-w", str(warmup), "--json", js, "--progress", "0"]
+        if cache is not None:
+            cmd += ["--cache_dir", cache, "--tune_split", "1" if split else "0"]
+            for flag in ("tune_candidates", "tune_blocks", "tune_pairs"):
+                if getattr(self.args, flag) is not None:
+                    cmd += [f"--{flag}", str(getattr(self.args, flag))]
+        if os.path.exists(js):
+            os.remove(js)
+        rc, _ = self.command(cmd, name)
+        if rc != 0:
+            return None
+        try:
+            with open(js) as f:
+                rep = json.load(f)
+        except (OSError, ValueError) as e:
+            self.failed.append(f"{name} (exit 0 but no readable JSON: {e})")
+            return None
+        rep["results_by_plan"] = {r["plan"]: r for r in rep["results"]}
+        missing = [p for p in plans if p not in rep["results_by_plan"]]
+        if missing:
+            self.failed.append(f"{name} (no result for {', '.join(missing)})")
+            return None
+        return rep
+
+
+def measure_cell(runner, model, ranks, ratio, s1, split):
+    """Part 2 b and c for one (model, ranks, ratio). Returns the cell's dict, or None."""
+    args = runner.args
+    tag = f"{label(model)}-np{ranks}-r{ratio:g}"
+    scale = s1 / ratio
+    cache = os.path.join(args.out, "cache", tag)
+    os.makedirs(cache, exist_ok=True)
+    first = runner.overlap(model, ranks, tag, f"{scale:.6g}", PLANS, args.rounds, args.warmup,
+                           cache, split)
+    if first is None:
+        return None
+    second = runner.overlap(model, ranks, tag + "-cached", f"{scale:.6g}", ["ddp", "tuned"],
+                            args.rounds, args.warmup, cache, split)
+    return {"model": model, "ranks": ranks, "ratio": ratio, "scale": float(f"{scale:.6g}"),
+            "first": first, "second": second}
+
+
+# ---------------------------------------------------------------------------------------------
+# Analysis
+
+
+def analyse(cell):
+    """The comparisons the report prints for one cell."""
+    by = cell["first"]["results_by_plan"]
+    tuned, ddp = by["tuned"], by["ddp"]
+    others = [by[p] for p in PLANS if p != "tuned"]
+    best = min(others, key=lambda r: r["iteration_us"])
+    rep = cell["first"]
+    a = {
+        "actual_ratio": rep["comm"]["t_total_us"] / rep["backward_us"],
+        "tuned_over_ddp": tuned["iteration_us"] / ddp["iteration_us"],
+        "vs_ddp": compare(tuned, ddp),
+        "best": best["plan"],
+        "tuned_over_best": tuned["iteration_us"] / best["iteration_us"],
+        "best_overlap": cis_overlap(tuned, best),
+        "within_best_ci": best["iteration_ci95_us"][0] <= tuned["iteration_us"]
+                          <= best["iteration_ci95_us"][1],
+        "tuned_over_bound": tuned["iteration_us"] / tuned["bound_us"],
+        "tuning_iterations": tuned.get("tuning_iterations"),
+        "tuning_cost_ms": tuned.get("tuning_cost_us", 0) / 1e3,
+        "chosen": tuned.get("chosen", "?"),
+        "decision": tuned.get("decision", ""),
+        "cache_ok": False,
+    }
+    second = cell["second"]
+    if second is not None:
+        t2, d2 = second["results_by_plan"]["tuned"], second["results_by_plan"]["ddp"]
+        a["cache_ok"] = bool(t2.get("cache_hit")) and t2.get("tuning_iterations") == 0
+        a["second"] = {
+            "cache_hit": bool(t2.get("cache_hit")),
+            "tuning_iterations": t2.get("tuning_iterations"),
+            "same_plan": t2.get("plan_hash") == tuned.get("plan_hash"),
+            "tuned": t2, "ddp": d2,
+            "tuned_over_ddp": t2["iteration_us"] / d2["iteration_us"],
+            "vs_ddp": compare(t2, d2),
+        }
+    return a
+
+
+def describe_vs(v):
+    return {"slower": "tuned slower beyond the CIs", "faster": "tuned faster beyond the CIs",
+            "overlap": "CIs overlap"}[v]
+
+
+def report_cell(rpt, cell, a):
+    rep = cell["first"]
+    by = rep["results_by_plan"]
+    rpt(f"\n### {cell['model']}, {cell['ranks']} ranks, r = t(all)/T_backward = {cell['ratio']:g}"
+        f" (compute scale {cell['scale']:.4g}; measured in this run: r = "
+        f"{a['actual_ratio']:.2f}, t(all) = {ms(rep['comm']['t_total_us'])} ms, backward "
+        f"{ms(rep['backward_us'])} ms)")
+    if abs(a["actual_ratio"] / cell["ratio"] - 1) > 0.25:
+        rpt(f"# note: this run's t(all) puts r at {a['actual_ratio']:.2f}, not "
+            f"{cell['ratio']:g}: t(all) measured here differs from the calibration run's by more "
+            f"than 25%")
+    rows = []
+    for p in PLANS:
+        r = by[p]
+        rows.append([p, r["buckets"], ms(r["iteration_us"]), ci_ms(r),
+                     f"{r['iteration_us'] / r['bound_us']:.3f}",
+                     f"{r['iteration_us'] / by['ddp']['iteration_us']:.3f}"])
+    rpt(table(["plan", "buckets", "median ms", "95% CI ms", "iter/bound", "iter/ddp"], rows))
+    tuned = by["tuned"]
+    rpt(f"- tuned / DDP default: {a['tuned_over_ddp']:.3f} ({describe_vs(a['vs_ddp'])})")
+    rpt(f"- tuned / best non-tuned ({a['best']}, {ms(by[a['best']]['iteration_us'])} ms "
+        f"{ci_ms(by[a['best']])}): {a['tuned_over_best']:.3f}; CIs overlap: "
+        f"{'yes' if a['best_overlap'] else 'no'}; tuned median inside its CI: "
+        f"{'yes' if a['within_best_ci'] else 'no'}")
+    rpt(f"- tuned / lower bound: {a['tuned_over_bound']:.3f} (bound {ms(tuned['bound_us'])} ms)")
+    rpt(f"- tuning: {a['tuning_iterations']} iterations, cost {a['tuning_cost_ms']:.1f} ms "
+        f"(beyond DDP's default); kept: {a['chosen']}")
+    rpt(f"- decision: {a['decision'] or '(none given)'}")
+    s = a.get("second")
+    if s is None:
+        rpt("- cache-hit run (ddp,tuned): FAILED, see the log")
+    else:
+        verdict = "OK" if a["cache_ok"] else "CHECK FAILED (expected a hit with 0 iterations)"
+        rpt(f"- cache-hit run (ddp,tuned): {'hit' if s['cache_hit'] else 'MISS'}, "
+            f"{s['tuning_iterations']} tuning iterations, same plan as above: "
+            f"{'yes' if s['same_plan'] else 'NO'} -> {verdict}; tuned "
+            f"{ms(s['tuned']['iteration_us'])} {ci_ms(s['tuned'])} vs ddp "
+            f"{ms(s['ddp']['iteration_us'])} {ci_ms(s['ddp'])} ms, "
+            f"tuned/ddp {s['tuned_over_ddp']:.3f} ({describe_vs(s['vs_ddp'])})")
+
+
+def report_summary(rpt, cells):
+    rpt("\n## Summary over all cells (first runs; medians of the slowest rank)")
+    rows = []
+    for cell, a in cells:
+        by = cell["first"]["results_by_plan"]
+        s = a.get("second")
+        rows.append([cell["model"], cell["ranks"], f"{cell['ratio']:g}",
+                     ms(by["ddp"]["iteration_us"]),
+                     f"{a['best']} {ms(by[a['best']]['iteration_us'])}",
+                     ms(by["tuned"]["iteration_us"]), f"{a['tuned_over_ddp']:.3f}",
+                     a["vs_ddp"], f"{a['tuned_over_best']:.3f}",
+                     "yes" if a["best_overlap"] else "no", f"{a['tuned_over_bound']:.3f}",
+                     a["tuning_iterations"], f"{a['tuning_cost_ms']:.1f}", a["chosen"],
+                     "failed" if s is None else
+                     f"{'hit' if s['cache_hit'] else 'MISS'}, {s['tuning_iterations']} its"])
+    rpt(table(["model", "ranks", "r", "ddp ms", "best non-tuned ms", "tuned ms", "tuned/ddp",
+               "vs ddp CI", "tuned/best", "CI overlap", "tuned/bound", "tune its",
+               "tune cost ms", "kept", "cache-hit run"], rows))
+    n = len(cells)
+    slower = sum(a["vs_ddp"] == "slower" for _, a in cells)
+    faster = sum(a["vs_ddp"] == "faster" for _, a in cells)
+    within = sum(a["within_best_ci"] for _, a in cells)
+    overl = sum(a["best_overlap"] for _, a in cells)
+    cache_ok = sum(a["cache_ok"] for _, a in cells)
+    rpt(f"- tuned vs DDP default: slower beyond the CIs (tuned CI low > ddp CI high) in "
+        f"{slower}/{n} cells, faster beyond the CIs in {faster}/{n}, CIs overlap in "
+        f"{n - slower - faster}/{n}; tuned/ddp median over cells "
+        f"{statistics.median(a['tuned_over_ddp'] for _, a in cells):.3f}")
+    rpt(f"- tuned vs best non-tuned plan of the same run: tuned median inside that plan's CI in "
+        f"{within}/{n} cells, CIs overlap in {overl}/{n}; tuned/best median over cells "
+        f"{statistics.median(a['tuned_over_best'] for _, a in cells):.3f}, max "
+        f"{max(a['tuned_over_best'] for _, a in cells):.3f}")
+    rpt(f"- tuned / lower bound: median over cells "
+        f"{statistics.median(a['tuned_over_bound'] for _, a in cells):.3f}")
+    its = statistics.median(a["tuning_iterations"] or 0 for _, a in cells)
+    rpt(f"- tuning iterations: median {its:g}; cache-hit runs with a hit and 0 tuning "
+        f"iterations: {cache_ok}/{n}")
+
+
+def report_validation(rpt, cells):
+    rpt("\n## Simulator validation: predicted vs measured, first runs")
+    rpt("# iteration error = (pred - meas) / meas; exposed = iteration - compute (forward + "
+        "backward of the replay),\n# exposed error = (exposed_pred - exposed_meas) / "
+        "exposed_meas, shown only where exposed_meas > 0")
+    rows, it_err, ex_err, ex_abs = [], [], [], []
+    for cell, _ in cells:
+        for r in cell["first"]["results"]:
+            pred, meas, comp = r.get("predicted_us", 0), r["iteration_us"], r["compute_us"]
+            if not pred > 0:
+                continue
+            e = (pred - meas) / meas
+            it_err.append(abs(e))
+            ex_meas, ex_pred = meas - comp, pred - comp
+            ex_abs.append(abs(ex_pred - ex_meas))
+            if ex_meas > 0:
+                ee = (ex_pred - ex_meas) / ex_meas
+                ex_err.append(abs(ee))
+                ee_txt = f"{100 * ee:+.1f}%"
+            else:
+                ee_txt = "n/a"
+            rows.append([cell["model"], cell["ranks"], f"{cell['ratio']:g}", r["plan"], ms(pred),
+                         ms(meas), f"{100 * e:+.1f}%", ms(ex_pred), ms(ex_meas), ee_txt])
+    if not rows:
+        rpt("# no predictions (the cost-model fit failed in every run)")
+        return
+    rpt(table(["model", "ranks", "r", "plan", "pred ms", "meas ms", "iter error",
+               "exp pred ms", "exp meas ms", "exp error"], rows))
+    rpt(f"# |iteration error|: median {100 * statistics.median(it_err):.1f}%, max "
+        f"{100 * max(it_err):.1f}% over {len(it_err)} plan runs")
+    rpt(f"# |exposed_pred - exposed_meas|: median {ms(statistics.median(ex_abs))} ms, max "
+        f"{ms(max(ex_abs))} ms over {len(ex_abs)} plan runs")
+    if ex_err:
+        rpt(f"# |exposed error|: median {100 * statistics.median(ex_err):.1f}%, max "
+            f"{100 * max(ex_err):.1f}% over {len(ex_err)} plan runs with exposed_meas > 0")
+
+
+# ---------------------------------------------------------------------------------------------
+
+
+def parse_args():
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--build", default=os.path.join(REPO, "build"),
+                    help="build directory holding tools/fusebox-run, perf/fusebox-perf and "
+                         "tools/fusebox-tune (default: %(default)s)")
+    ap.add_argument("--out", default=None,
+                    help="directory for every log, JSON and report.txt (default: "
+                         "build/bench-autotune/<timestamp>/)")
+    ap.add_argument("--docs", default=None, metavar="DIR",
+                    help="also copy the logs, JSON files and report.txt (not the policy caches) "
+                         "to DIR, e.g. to commit them")
+    ap.add_argument("--models", type=csv_list, default=DEFAULT_MODELS,
+                    help=f"comma-separated profiles: shipped models ({', '.join(MODELS)}) or "
+                         f"profile files (default: {','.join(DEFAULT_MODELS)})")
+    ap.add_argument("--ranks", type=positive_ints, default=[2],
+                    help="comma-separated local rank counts (default: 2)")
+    ap.add_argument("--ratios", type=positive_floats, default=[0.5, 1.0, 2.0],
+                    help="comma-separated compute ratios r = t(all)/T_backward; compute scale = "
+                         "s1 / r, s1 from the calibration run (default: 0.5,1,2)")
+    ap.add_argument("-n", "--rounds", type=rounds_arg, default=7,
+                    help=f"fusebox-perf -n: randomised rounds, each measuring every plan once "
+                         f"(default: %(default)s, at least {MIN_ROUNDS})")
+    ap.add_argument("-w", "--warmup", type=int, default=1,
+                    help="fusebox-perf -w: warm-up iterations per visit of a plan "
+                         "(default: %(default)s)")
+    ap.add_argument("--tune_candidates", type=int, default=None,
+                    help="passed to fusebox-perf when given (default: fusebox-perf's own)")
+    ap.add_argument("--tune_blocks", type=int, default=None,
+                    help="passed to fusebox-perf when given (default: fusebox-perf's own)")
+    ap.add_argument("--tune_pairs", type=int, default=None,
+                    help="passed to fusebox-perf when given (default: fusebox-perf's own)")
+    ap.add_argument("--skip_sweep", action="store_true",
+                    help="skip part 1 (the simulated fusebox-tune sweep)")
+    ap.add_argument("--sweep_presets", default="nvlink-h100,ib-400g,25gbe",
+                    help="part 1: fusebox-tune sweep --presets (default: %(default)s)")
+    ap.add_argument("--sweep_worlds", default="8,64,512,4096",
+                    help="part 1: fusebox-tune sweep --worlds (default: %(default)s)")
+    ap.add_argument("--timeout", type=int, default=1800,
+                    help="seconds one run may take (default: %(default)s)")
+    args = ap.parse_args()
+    if args.warmup < 0:
+        ap.error("-w must be >= 0")
+    if not args.models:
+        ap.error("--models: no model given")
+    if args.out is None:
+        stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
+        args.out = os.path.join(REPO, "build", "bench-autotune", stamp)
+    args.out = os.path.abspath(args.out)
+    return args
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--build", default=os.path.join(REPO, "build"))
-    ap.add_argument("--out", default=os.path.join(REPO, "build", "bench-autotune"))
-    ap.add_argument("--models", default=",".join(MODELS))
-    ap.add_argument("--ranks", default="2,4")
-    ap.add_argument("-n", "--iters", type=int, default=7)
-    ap.add_argument("-w", "--warmup", type=int, default=1)
-    ap.add_argument("--skip_sweep", action="store_true")
-    ap.add_argument("--timeout", type=int, default=1800, help="per run, seconds")
-    args = ap.parse_args()
-
-    run_bin = os.path.join(args.build, "tools", "fusebox-run")
-    perf_bin = os.path.join(args.build, "perf", "fusebox-perf")
-    tune_bin = os.path.join(args.build, "tools", "fusebox-tune")
-    for b in (run_bin, perf_bin, tune_bin):
-        if not os.access(b, os.X_OK):
-            print(f"bench_autotune: {b} is missing; build first (bash scripts/build.sh)",
-                  file=sys.stderr)
-            return 2
+    args = parse_args()
+    bins = {"run": os.path.join(args.build, "tools", "fusebox-run"),
+            "perf": os.path.join(args.build, "perf", "fusebox-perf"),
+            "tune": os.path.join(args.build, "tools", "fusebox-tune")}
+    needed = ["run", "perf"] + ([] if args.skip_sweep else ["tune"])
+    missing = [bins[b] for b in needed if not os.access(bins[b], os.X_OK)]
+    if missing:
+        for b in missing:
+            print(f"bench_autotune: {b} is missing or not executable", file=sys.stderr)
+        print("bench_autotune: build first (bash scripts/build.sh), or point --build at a build "
+              "directory", file=sys.stderr)
+        return 2
     os.makedirs(args.out, exist_ok=True)
-    cache = os.path.join(args.out, "cache")
-    failed, skipped = [], []
+    runner = Runner(args, bins)
+    rpt = Report()
+
+    rpt("$ " + shlex.join(["python3"] + sys.argv))
+    rpt(f"# in {os.getcwd()}; repository {REPO} at {git_state()}")
+    rpt(f"# {datetime.datetime.now().isoformat(timespec='seconds')}, host {platform.node()}, "
+        f"{os.cpu_count()} CPUs, load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}, "
+        f"MemAvailable {mem_available() / 2**30:.1f} GiB")
+    rpt(f"# results in {args.out}")
 
     if not args.skip_sweep:
-        cmd = [tune_bin, "sweep", "--presets", "nvlink-h100,ib-400g,25gbe",
-               "--worlds", "8,64,512,4096"]
-        rc, out, _ = run(cmd, os.path.join(args.out, "sweep.log"), args.timeout)
-        print("## Simulated (fusebox-tune sweep)\n$ " + " ".join(cmd[1:]))
-        sys.stdout.write(out)
-        if rc != 0:
-            failed.append(f"sweep (exit {rc})")
+        cmd = [bins["tune"], "sweep", "--presets", args.sweep_presets, "--worlds",
+               args.sweep_worlds]
+        _, out = runner.command(cmd, "sweep")
+        rpt("\n## Part 1: simulated (fusebox-tune sweep)\n$ fusebox-tune " +
+            shlex.join(cmd[1:]))
+        rpt(out.rstrip("\n"))
+        rpt("# (part 1 is autotune::Simulate's prediction under the presets, not a measurement)")
 
-    def overlap(model, n, plans, tag, split):
-        js = os.path.join(args.out, f"{model}-np{n}{tag}.json")
-        cmd = [run_bin, "-n", str(n), "--", perf_bin, "overlap", "--profile", model,
-               "--plans", plans, "--compute_scale", "auto", "-n", str(args.iters),
-               "-w", str(args.warmup), "--cache_dir", cache, "--json", js, "--progress", "0",
-               "--tune_split", "1" if split else "0"]
-        rc, out, _ = run(cmd, os.path.join(args.out, f"{model}-np{n}{tag}.log"), args.timeout)
-        sys.stdout.write(out)
-        sys.stdout.flush()
-        if rc != 0:
-            failed.append(f"{model} np{n}{tag} (exit {rc})")
-            return None
-        with open(js) as f:
-            return json.load(f)
-
-    rows = []
-    print("\n## Measured (fusebox-perf overlap, UCX, local ranks)")
-    for model in [m for m in args.models.split(",") if m]:
-        for n in [int(r) for r in args.ranks.split(",") if r]:
-            need = n * (MODEL_BYTES.get(model, 0) + MEASURE_CAP)
+    rpt("\n## Part 2: measured (fusebox-perf overlap, UCX, local ranks)")
+    rpt(f"# plans {','.join(PLANS)}; {args.rounds} randomised rounds, {args.warmup} warm-up "
+        f"iteration(s) per visit; times are medians of the slowest rank with 95% CIs of the "
+        f"median; r = t(all)/T_backward (larger r: less compute to hide communication behind)")
+    cells = []
+    for model in args.models:
+        for ranks in args.ranks:
+            mbytes = MODEL_BYTES.get(model, 0)
+            need = ranks * (mbytes + MEASURE_CAP)
             avail = mem_available()
             if avail and need > 0.8 * avail:
-                skipped.append(f"{model} on {n} ranks: needs ~{need / 2**30:.1f} GiB, "
-                               f"{avail / 2**30:.1f} GiB available")
+                runner.skipped.append(f"{model} on {ranks} ranks: needs ~{need / 2**30:.1f} GiB, "
+                                      f"{avail / 2**30:.1f} GiB available")
                 continue
-            # A split gradient also needs its own buffer: allow splits only where
+            # A split gradient needs a buffer of its own: the tuner may split only where
             # that fits too.
-            split = not avail or n * (2 * MODEL_BYTES.get(model, 0) + MEASURE_CAP) <= 0.8 * avail
+            split = not avail or ranks * (2 * mbytes + MEASURE_CAP) <= 0.8 * avail
             if not split:
-                skipped.append(f"{model} on {n} ranks: tuned without splitting (memory)")
-            first = overlap(model, n, ",".join(BASELINES + ["tuned"]), "", split)
-            if first is None:
+                runner.skipped.append(f"{model} on {ranks} ranks: tuned without splitting "
+                                      f"(memory)")
+            cal = runner.overlap(model, ranks, f"{label(model)}-np{ranks}-calibrate", "auto",
+                                 ["ddp"], 1, 0)
+            if cal is None:
                 continue
-            second = overlap(model, n, "ddp,tuned", "-cached", split)
-            rows.append((model, n, first, second))
+            s1 = cal["compute_scale"]
+            rpt(f"# {model}, {ranks} ranks: calibration (--compute_scale auto) s1 = {s1:.4g} "
+                f"(t(all) {ms(cal['comm']['t_total_us'])} ms); scales: " +
+                ", ".join(f"r={r:g}: {s1 / r:.4g}" for r in args.ratios))
+            for ratio in args.ratios:
+                cell = measure_cell(runner, model, ranks, ratio, s1, split)
+                if cell is not None:
+                    cells.append((cell, analyse(cell)))
+                    report_cell(rpt, *cells[-1])
 
-    print("\n## Tuned vs baselines, measured in the same run (medians of the slowest rank, ms)")
-    hdr = (f"| {'model':<10} | {'ranks':>5} | " + " | ".join(f"{p:>10}" for p in BASELINES) +
-           f" | {'tuned':>8} | {'ddp/tuned':>9} | {'ddp/bound':>9} | {'best/tuned':>10} | "
-           f"{'tune its':>8} | {'2nd run':>12} |")
-    print(hdr)
-    print("|" + "|".join("-" * len(c) for c in hdr.split("|")[1:-1]) + "|")
-    speedups, vs_best, errors, ceilings = [], [], [], []
-    for model, n, first, second in rows:
-        by = {r["plan"]: r for r in first["results"]}
-        tuned = by["tuned"]["iteration_us"]
-        best = min(by[p]["iteration_us"] for p in BASELINES if p in by)
-        speedups.append(by["ddp"]["iteration_us"] / tuned)
-        vs_best.append(best / tuned)
-        second_txt = "failed"
-        if second is not None:
-            s = {r["plan"]: r for r in second["results"]}["tuned"]
-            second_txt = (f"{s['tuning_iterations']} its" +
-                          (", hit" if s.get("cache_hit") else ", MISS"))
-        print(f"| {model:<10} | {n:>5} | " +
-              " | ".join(f"{by[p]['iteration_us'] / 1e3:>10.2f}" for p in BASELINES) +
-              f" | {tuned / 1e3:>8.2f} | {speedups[-1]:>9.3f} | "
-              f"{by['ddp']['iteration_us'] / by['ddp']['bound_us']:>9.3f} | {vs_best[-1]:>10.3f} | "
-              f"{by['tuned']['tuning_iterations']:>8} | {second_txt:>12} |")
-        ceilings.append(by["ddp"]["iteration_us"] / by["ddp"]["bound_us"])
-        for r in first["results"]:
-            if r.get("predicted_us", 0) > 0:
-                errors.append((model, n, r["plan"], r["predicted_us"], r["iteration_us"]))
-    if speedups:
-        print(f"# DDP default / tuned: mean {statistics.mean(speedups):.3f} (target >= 1.15); "
-              f"DDP default / lower bound, the most any plan could gain: mean "
-              f"{statistics.mean(ceilings):.3f}; best baseline / tuned: min {min(vs_best):.3f}, "
-              f"median {statistics.median(vs_best):.3f} (target: not below noise)")
+    if cells:
+        report_summary(rpt, cells)
+        report_validation(rpt, cells)
+    else:
+        rpt("\n# no cell was measured")
+    for s in runner.skipped:
+        rpt(f"# skipped: {s}")
+    for f in runner.failed:
+        rpt(f"# FAILED: {f}")
+    for cell, a in cells:
+        if cell["second"] is not None and not a["cache_ok"]:
+            rpt(f"# CHECK FAILED: {cell['model']} np{cell['ranks']} r={cell['ratio']:g}: the "
+                f"second run was not a cache hit with 0 tuning iterations")
 
-    print("\n## Simulator validation: predicted vs measured iteration time (same runs)")
-    hdr = f"| {'model':<10} | {'ranks':>5} | {'plan':<10} | {'pred ms':>9} | {'meas ms':>9} | {'error':>7} |"
-    print(hdr)
-    print("|" + "|".join("-" * len(c) for c in hdr.split("|")[1:-1]) + "|")
-    rel = []
-    for model, n, plan, pred, meas in errors:
-        e = (pred - meas) / meas
-        rel.append(abs(e))
-        print(f"| {model:<10} | {n:>5} | {plan:<10} | {pred / 1e3:>9.2f} | {meas / 1e3:>9.2f} | "
-              f"{100 * e:>+6.1f}% |")
-    if rel:
-        print(f"# |pred - meas| / meas: median {100 * statistics.median(rel):.1f}%, "
-              f"max {100 * max(rel):.1f}% over {len(rel)} plan runs")
-    for s in skipped:
-        print(f"# skipped: {s}")
-    for f in failed:
-        print(f"# FAILED: {f}")
-    with open(os.path.join(args.out, "autotune.json"), "w") as f:
-        json.dump({"runs": [{"model": m, "ranks": n, "first": a, "second": b}
-                            for m, n, a, b in rows], "skipped": skipped, "failed": failed}, f,
-                  indent=1)
-    return 1 if failed else 0
+    summary = {"command": ["python3"] + sys.argv, "out": args.out, "skipped": runner.skipped,
+               "failed": runner.failed, "cells": []}
+    for cell, a in cells:
+        entry = {k: cell[k] for k in ("model", "ranks", "ratio", "scale")}
+        entry.update({k: v for k, v in a.items() if k != "second"})
+        if "second" in a:
+            entry["second"] = {k: v for k, v in a["second"].items() if k not in ("tuned", "ddp")}
+        summary["cells"].append(entry)
+    with open(os.path.join(args.out, "summary.json"), "w") as f:
+        json.dump(summary, f, indent=1)
+    rpt.write(os.path.join(args.out, "report.txt"))
+
+    if args.docs:
+        os.makedirs(args.docs, exist_ok=True)
+        copied = 0
+        for name in sorted(os.listdir(args.out)):
+            path = os.path.join(args.out, name)
+            if os.path.isfile(path) and name.endswith((".log", ".json", ".txt")):
+                shutil.copy2(path, os.path.join(args.docs, name))
+                copied += 1
+        note(f"copied {copied} files to {os.path.abspath(args.docs)}")
+
+    ok = not runner.failed and all(a["cache_ok"] for _, a in cells)
+    return 0 if ok else 1
 
 
 if __name__ == "__main__":

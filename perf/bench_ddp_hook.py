@@ -436,6 +436,9 @@ def preflight(args):
 
 
 def exit_on_signal(signum, frame):
+    """SIGTERM/SIGHUP: unwind, so that the ranks are killed and the namespaces deleted."""
+    print("bench_ddp_hook: %s: stopping (finished rounds are kept)" % signal.Signals(signum).name,
+          file=sys.stderr, flush=True)
     raise SystemExit(128 + signum)
 
 

@@ -29,6 +29,7 @@ Rank 0 writes one JSON object to --out:
      "tuning_cost_ms", "decision", "plan", "buckets", "cache_hit", ...}}}
 """
 import argparse
+import gc
 import json
 import math
 import os
@@ -260,6 +261,10 @@ def main():
     raw = {}
     for cell in args.order:
         raw[cell] = run_cell(cell, args, rank)
+        # Free the cell's model now (fusebox's handle and its DDP model refer
+        # to each other, so only the collector frees them): not during a later
+        # cell's timed steps, and not at exit after the process group is gone.
+        gc.collect()
     cells = {cell: summarize(cell, raw[cell], args) for cell in args.order}
     if "ddp25" in raw:
         for cell in args.order:

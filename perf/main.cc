@@ -94,7 +94,8 @@ ABSL_FLAG(std::string, network, "local", "overlap: the network label in the tune
 ABSL_FLAG(int, tune_candidates, 2,
           "overlap: the planner's plans the tuner measures besides DDP's default and its caps "
           "(1, 5, 100 MiB)");
-ABSL_FLAG(int, tune_blocks, 3, "overlap: the tuner's screening blocks (each runs every candidate once)");
+ABSL_FLAG(int, tune_blocks, 2,
+          "overlap: the tuner's screening blocks after its warm-up block (each runs every candidate once)");
 ABSL_FLAG(int, tune_pairs, 8,
           "overlap: the tuner's verification pairs (default vs pick, interleaved; at least 5 for "
           "95% confidence)");

@@ -17,6 +17,7 @@
 #include <utility>
 
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "bucketing/engine.h"
@@ -102,6 +103,20 @@ absl::StatusOr<Plan> MakePlan(const std::string& spec, const GradientLayout& lay
                               const autotune::Profile& profile, const autotune::CostModel* cost,
                               const autotune::SimOptions& sim) {
   if (absl::EndsWith(spec, ".json")) return bucketing::ReadPlanFile(spec, layout);
+  // DDP with a hand-set cap ("ddp-cap1mb"): what users run instead of 25 MiB.
+  if (absl::StartsWith(spec, "ddp-cap") && absl::EndsWith(spec, "mb")) {
+    double mb = 0;
+    if (!absl::SimpleAtod(spec.substr(7, spec.size() - 9), &mb) || !(mb > 0) || mb > 1e6) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "plan \"", spec, "\": expected ddp-cap<MiB>mb with a positive size, e.g. ddp-cap1mb"));
+    }
+    bucketing::DdpOptions o;
+    o.bucket_cap_bytes = std::max<int64_t>(1, static_cast<int64_t>(mb * (1 << 20)));
+    o.first_bucket_bytes = std::min(o.first_bucket_bytes, o.bucket_cap_bytes);
+    Plan p = bucketing::DdpPlan(layout, o);
+    p.name = spec;
+    return p;
+  }
   if (spec == "mg-wfbp" && cost == nullptr) {
     return absl::FailedPreconditionError(
         "plan mg-wfbp needs a cost model, and the allreduce times measured here did not fit one");
@@ -114,7 +129,8 @@ absl::StatusOr<Plan> MakePlan(const std::string& spec, const GradientLayout& lay
   }
   return absl::InvalidArgumentError(absl::StrCat(
       "unknown plan \"", spec,
-      "\": expected per-tensor, ddp, horovod, hccl, mg-wfbp, tuned or a .json plan file"));
+      "\": expected per-tensor, ddp, ddp-cap<MiB>mb, horovod, hccl, mg-wfbp, tuned or a .json plan "
+      "file"));
 }
 
 // One rank's replay of the profile: gradient buffers (views into the

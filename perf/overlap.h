@@ -49,7 +49,7 @@ struct OverlapOptions {
   std::string cache_dir;
   std::string network = "local";
   int tune_candidates = 2;   // the planner's plans besides DDP's default and caps
-  int tune_blocks = 3;       // screening blocks (autotune/tuner.h)
+  int tune_blocks = 2;       // screening blocks after the warm-up block (autotune/tuner.h)
   int tune_pairs = 8;        // verification pairs
   // Let the tuner split large gradients. A split gradient is copied in and
   // out of its buckets (it has no single place to live in), which costs

@@ -6,9 +6,12 @@
 #  2. the autotuner on the bundled ResNet-50 profile: offline under the 25 GbE
 #     preset at 64 ranks (plan vs DDP/Horovod/HCCL/MG-WFBP and the lower
 #     bound), then online on 2 local ranks: the replayed backward, tuned in
-#     real iterations against DDP's and Horovod's defaults, the plan cached in
-#     build/demo-cache (a second run hits it: 0 tuning iterations) and a
-#     Chrome timeline of the tuned plan in build/demo-timeline.
+#     real iterations, then measured in randomised blocks beside DDP's
+#     default, DDP at hand-set caps and Horovod's default, the plan cached in
+#     build/demo-cache (a second run on the same workload hits it: 0 tuning
+#     iterations) and a Chrome timeline of the tuned plan in
+#     build/demo-timeline. The compute scale is fixed (0.5), so that both runs
+#     replay the same workload.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/install-deps.sh
@@ -24,7 +27,8 @@ echo "== ResNet-50 backward replayed on 2 ranks, tuned online and cached (fusebo
 for run in first second; do
   echo "-- $run run (cache: $BUILD_DIR/demo-cache)"
   "$BUILD_DIR/tools/fusebox-run" -n 2 --output plain -- "$BUILD_DIR/perf/fusebox-perf" overlap \
-    --profile resnet50 --compute_scale auto -n 10 -w 2 --plans ddp,horovod,tuned \
+    --profile resnet50 --compute_scale 0.5 -n 7 -w 1 \
+    --plans ddp,ddp-cap1mb,ddp-cap5mb,ddp-cap100mb,horovod,tuned \
     --cache_dir "$BUILD_DIR/demo-cache" --timeline "$BUILD_DIR/demo-timeline"
 done
 echo "# timelines (open in Perfetto or chrome://tracing): $BUILD_DIR/demo-timeline/resnet50-tuned-rank*.json"

@@ -100,9 +100,11 @@ TunerOptions Options(PolicyCache* cache) {
 }
 
 // The most iterations a tuning may take with `o` and `candidates` plans
-// (the default included): profiling, screening, verification.
+// (the default included): profiling, the warm-up block, screening,
+// verification.
 int Budget(const TunerOptions& o, int candidates) {
-  return o.profile_iterations + o.screening_blocks * candidates + 2 * o.verify_pairs;
+  return o.profile_iterations + (o.warmup_block ? candidates - 1 : 0) +
+         o.screening_blocks * candidates + 2 * o.verify_pairs;
 }
 
 // One replayed iteration: gradients marked in layout order with a short
@@ -208,7 +210,7 @@ TEST(OnlineTunerTest, TunesWithinBudgetCachesAndHitsWithZeroIterations) {
     EXPECT_EQ(first.measured[i].samples, o.screening_blocks) << first.measured[i].name;
   }
   const int k = static_cast<int>(first.measured.size());
-  EXPECT_GE(first.tuning_iterations, o.profile_iterations + o.screening_blocks * k);
+  EXPECT_GE(first.tuning_iterations, o.profile_iterations + (k - 1) + o.screening_blocks * k);
   EXPECT_LE(first.tuning_iterations, Budget(o, k));
   ASSERT_GE(first.chosen, 0);
   // One entry in the cache, for this key.
@@ -233,17 +235,19 @@ TEST(OnlineTunerTest, NewWorldSizeIsSeededFromTheNearestCachedOne) {
   EXPECT_FALSE(three.cache_hit);
   EXPECT_TRUE(three.derived);
   ASSERT_GE(three.measured.size(), 2u);
-  if (two.chosen == 0) {
-    // The 2-rank winner was DDP's default itself: the seed is the default,
-    // measured first anyway.
-    EXPECT_EQ(three.measured[0].hash, two.measured[0].hash);
-  } else {
-    EXPECT_EQ(three.measured[1].name, "cached-w2");
-    EXPECT_EQ(three.measured[1].hash, two.measured[two.chosen].hash);
-  }
-  // Seed + candidates_when_derived (1), fewer than a full search.
-  EXPECT_LE(three.measured.size(), 3u);
-  EXPECT_LT(three.tuning_iterations, two.tuning_iterations);
+  // The 2-rank winner is among the 3-rank candidates (under its own name,
+  // or under a DDP cap's or the default's when it is one of those).
+  bool seeded = false;
+  for (const MeasuredPlan& m : three.measured) seeded |= m.hash == two.measured[two.chosen].hash;
+  EXPECT_TRUE(seeded);
+  // Fewer of the planner's plans than a full search: candidates_when_derived.
+  auto planner_plans = [](const RunResult& r) {
+    int n = 0;
+    for (const MeasuredPlan& m : r.measured) n += m.name.rfind("tuned", 0) == 0;
+    return n;
+  };
+  EXPECT_LE(planner_plans(three), o.candidates_when_derived);
+  EXPECT_LE(planner_plans(two), o.candidates);
   RunResult again = TuneRun(3, dir.path(), o, 0);
   EXPECT_TRUE(again.cache_hit);
 }

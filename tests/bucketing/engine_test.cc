@@ -146,6 +146,27 @@ std::vector<Plan> BaselinePlans(const GradientLayout& layout) {
   return plans;
 }
 
+// Marks every gradient ready with this rank's exact data (in place where
+// the engine offers a view), finishes, and checks every result.
+void MarkAllAndFinish(Engine& engine, int rank, int world, int it) {
+  const GradientLayout& layout = engine.layout();
+  std::vector<std::vector<unsigned char>> grads(layout.size());
+  std::vector<void*> where(layout.size());
+  for (int id = 0; id < layout.size(); ++id) {
+    const TensorSpec& t = layout.tensor(id);
+    grads[id].assign(t.numel * comm::DataTypeSize(t.dtype) + 1, 0);
+    where[id] = engine.TensorStorage(id) != nullptr ? engine.TensorStorage(id) : grads[id].data();
+    FillInput(where[id], t.numel, t.dtype, comm::ReduceOp::kSum, rank, Seed(it, id));
+    ASSERT_TRUE(engine.MarkReady(id, where[id], t.numel).ok());
+  }
+  ASSERT_TRUE(engine.Finish().ok());
+  for (int id = 0; id < layout.size(); ++id) {
+    const TensorSpec& t = layout.tensor(id);
+    std::vector<unsigned char> want = Expected(t, world, Seed(it, id));
+    EXPECT_EQ(CountMismatches(where[id], want.data(), t.numel, t.dtype), 0u) << "tensor " << id;
+  }
+}
+
 class EngineWorldTest : public ::testing::TestWithParam<std::tuple<int, Schedule>> {};
 
 TEST_P(EngineWorldTest, MatchesReferenceForEveryBaselinePlanAndSwap) {
@@ -304,6 +325,145 @@ TEST(EngineTest, TensorReducedCallbackFiresOnceWithTheResultInPlace) {
         EXPECT_EQ(correct[id].load(), iteration + 1) << "tensor " << id;
       }
     }
+  });
+}
+
+TEST(EngineTest, CallerOwnedBucketsAreReducedInPlaceBitForBit) {
+  // EngineOptions::external_buffers (a DDP bucket that the plan maps 1:1):
+  // each bucket arrives whole, packed in slice order, and is averaged in
+  // place; results equal the reference, and each bucket is reported once.
+  const GradientLayout layout = RandomLayout(11, 12, 3000, 20000, /*mixed=*/true);
+  RunRanks(3, [&](int rank, comm::Communicator& comm) {
+    EngineOptions options;
+    options.external_buffers = true;
+    std::vector<std::atomic<int>> reported(64);
+    options.on_bucket_reduced = [&](int b) { reported[b].fetch_add(1); };
+    auto engine = Engine::Create(comm, layout, DdpPlan(layout, DdpOptions{2048, 8192}), options);
+    ASSERT_TRUE(engine.ok()) << engine.status();
+    for (int it = 0; it < 3; ++it) {
+      if (it == 2) {  // a plan swap, as the tuner makes between iterations
+        ASSERT_TRUE((*engine)->SetPlan(PerTensorPlan(layout)).ok());
+        for (auto& r : reported) r = 0;
+      }
+      const Plan& plan = (*engine)->plan();
+      ASSERT_TRUE((*engine)->StartIteration().ok());
+      std::vector<std::vector<unsigned char>> buckets(plan.buckets.size());
+      for (size_t b = 0; b < plan.buckets.size(); ++b) {
+        const size_t esize = comm::DataTypeSize(plan.buckets[b].dtype);
+        buckets[b].assign(plan.buckets[b].count() * esize + 1, 0);
+        int64_t at = 0;
+        for (const Slice& sl : plan.buckets[b].slices) {
+          FillInput(buckets[b].data() + at * esize, sl.count, plan.buckets[b].dtype,
+                    comm::ReduceOp::kSum, rank, Seed(it, sl.tensor));
+          at += sl.count;
+        }
+        absl::Status s = (*engine)->MarkBucketReady(static_cast<int>(b), buckets[b].data(),
+                                                    plan.buckets[b].count());
+        ASSERT_TRUE(s.ok()) << s;
+      }
+      ASSERT_TRUE((*engine)->Finish().ok());
+      for (size_t b = 0; b < plan.buckets.size(); ++b) {
+        EXPECT_EQ(reported[b].load(), it == 2 ? 1 : it + 1) << "bucket " << b;
+        const size_t esize = comm::DataTypeSize(plan.buckets[b].dtype);
+        int64_t at = 0;
+        for (const Slice& sl : plan.buckets[b].slices) {
+          std::vector<unsigned char> want = Expected(layout.tensor(sl.tensor), 3, Seed(it, sl.tensor));
+          EXPECT_EQ(CountMismatches(buckets[b].data() + at * esize, want.data(), sl.count,
+                                    plan.buckets[b].dtype),
+                    0u)
+              << "rank " << rank << " iteration " << it << " tensor " << sl.tensor;
+          at += sl.count;
+        }
+      }
+    }
+  });
+}
+
+TEST(EngineTest, CallerOwnedBucketsRefuseMisuse) {
+  const GradientLayout layout = MakeLayout({100, 200, 300});
+  RunRanks(1, [&](int, comm::Communicator& comm) {
+    EngineOptions options;
+    options.external_buffers = true;
+    // A plan that splits a tensor has no single place in a caller's bucket.
+    auto split = Engine::Create(comm, layout, *FixedSizePlan(layout, 250 * 4), options);
+    ASSERT_FALSE(split.ok());
+    EXPECT_THAT(split.status().message(), HasSubstr("splits tensor"));
+    EngineOptions priority = options;
+    priority.schedule = Schedule::kForwardPriority;
+    EXPECT_FALSE(Engine::Create(comm, layout, PerTensorPlan(layout), priority).ok());
+    auto engine = Engine::Create(comm, layout, PerTensorPlan(layout), options);
+    ASSERT_TRUE(engine.ok()) << engine.status();
+    std::vector<float> data(300);
+    EXPECT_THAT((*engine)->MarkReady(0, data.data(), 100).message(), HasSubstr("MarkBucketReady"));
+    EXPECT_THAT((*engine)->MarkBucketReady(0, data.data(), 99).message(), HasSubstr("100"));
+    EXPECT_THAT((*engine)->MarkBucketReady(3, data.data(), 1).message(), HasSubstr("not in plan"));
+    ASSERT_TRUE((*engine)->MarkBucketReady(0, data.data(), 100).ok());
+    EXPECT_THAT((*engine)->MarkBucketReady(0, data.data(), 100).message(),
+                HasSubstr("already marked"));
+  });
+}
+
+// A policy that records what the engine tells it and asks for the
+// per-tensor plan after the second iteration.
+class RecordingPolicy : public PlanPolicy {
+ public:
+  explicit RecordingPolicy(std::vector<IterationStats>* seen) : seen_(seen) {}
+  absl::StatusOr<std::optional<Plan>> OnIterationEnd(const IterationStats& last,
+                                                     const Plan& current) override {
+    seen_->push_back(last);
+    if (seen_->size() == 2) {
+      Plan p = PerTensorPlan(MakeLayout({300, 500, 700}));
+      p.name = "from-policy";
+      return p;
+    }
+    return std::optional<Plan>();
+  }
+
+ private:
+  std::vector<IterationStats>* seen_;
+};
+
+TEST(EngineTest, PolicyIsConsultedBetweenIterationsWithWholeStepTimes) {
+  const GradientLayout layout = MakeLayout({300, 500, 700});
+  RunRanks(2, [&](int rank, comm::Communicator& comm) {
+    auto engine = Engine::Create(comm, layout, DdpPlan(layout), {});
+    ASSERT_TRUE(engine.ok()) << engine.status();
+    std::vector<IterationStats> seen;
+    (*engine)->SetPolicy(std::make_unique<RecordingPolicy>(&seen));
+    for (int it = 0; it < 4; ++it) {
+      ASSERT_TRUE((*engine)->StartIteration().ok());
+      // "Forward": 20 ms before any gradient, then an "optimizer" of 10 ms
+      // after Finish: both inside the whole step, outside StartIteration's
+      // backward-only figures.
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      MarkAllAndFinish(**engine, rank, 2, it);
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    ASSERT_EQ(seen.size(), 3u);  // after iterations 0, 1, 2 (each at the next start)
+    for (const IterationStats& st : seen) {
+      EXPECT_GT(st.next_start_us, 0);
+      EXPECT_GE(st.whole_us(), 30000);
+      EXPECT_GE(st.whole_us() - st.iteration_us(), 10000);  // the optimizer's part
+    }
+    EXPECT_EQ((*engine)->plan().name, "from-policy");
+  });
+}
+
+TEST(EngineTest, RetainedPlanBuffersComeBackOnASwitchBack) {
+  const GradientLayout layout = MakeLayout({300, 500, 700});
+  RunRanks(2, [&](int rank, comm::Communicator& comm) {
+    EngineOptions options;
+    options.retain_plans = 2;
+    auto engine = Engine::Create(comm, layout, DdpPlan(layout), options);
+    ASSERT_TRUE(engine.ok()) << engine.status();
+    void* first = (*engine)->TensorStorage(1);
+    ASSERT_NE(first, nullptr);
+    MarkAllAndFinish(**engine, rank, 2, 0);
+    ASSERT_TRUE((*engine)->SetPlan(PerTensorPlan(layout)).ok());
+    MarkAllAndFinish(**engine, rank, 2, 1);
+    ASSERT_TRUE((*engine)->SetPlan(DdpPlan(layout)).ok());
+    EXPECT_EQ((*engine)->TensorStorage(1), first);
+    MarkAllAndFinish(**engine, rank, 2, 2);  // still exact on the reused buffers
   });
 }
 

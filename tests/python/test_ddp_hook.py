@@ -66,9 +66,10 @@ def launch(tmp, world, scenarios, tag):
 
 
 TINY = 0.0005  # MiB: DDP puts (about) one parameter in each bucket
-# Learning (2) + profiling (3) + one screening block of at most 5
-# candidates + 5 verification pairs, and a few steps on the kept plan.
-STEPS = 26
+# Learning (2) + profiling (3) + a warm-up visit and one screening block of
+# at most 5 candidates + 5 verification pairs, and a few steps on the kept
+# plan.
+STEPS = 30
 
 
 def scenario(name, model, cache, **kw):
@@ -269,3 +270,70 @@ def test_bad_use_is_refused_with_a_clear_error(tmp):
     assert "BAD_COMM communicator='nccl' is not available yet" in out
     assert "BAD_COMM communicator must be 'process_group' or 'ucx', got 'bogus'" in out
     assert "STATE learning" in out
+
+
+TIMING = r'''
+import json, os, sys, time, torch, torch.distributed as dist
+import fusebox.torch
+from torch.nn.parallel import DistributedDataParallel as DDP
+rank = int(os.environ["RANK"])
+dist.init_process_group("gloo")
+torch.manual_seed(0)
+SLEEP_S = {"forward": 0.03, "optimizer": 0.02}
+class Sleepy(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a, self.b = torch.nn.Linear(64, 64), torch.nn.Linear(64, 8)
+    def forward(self, x):
+        time.sleep(SLEEP_S["forward"])
+        return self.b(torch.relu(self.a(x)))
+model = DDP(Sleepy())
+handle = fusebox.torch.register(model, cache_dir=False, candidates=0, screening_blocks=1,
+                                verify_pairs=5, check_every=2, check_pairs=5, timeout_s=60)
+opt = torch.optim.SGD(model.parameters(), lr=0.01)
+forced_at, rolled_back_at = None, None
+for step in range(80):
+    x = torch.randn(16, 64)
+    opt.zero_grad()
+    # The forced plan is the bad one: its steps take 60 ms longer.
+    if (handle.plan or {}).get("name", "").startswith("forced"):
+        time.sleep(0.06)
+    model(x).sum().backward()
+    time.sleep(SLEEP_S["optimizer"])
+    opt.step()
+    if forced_at is None and handle.state == "tuned":
+        handle._hook._force_plan("per-tensor")
+        forced_at = step
+    elif forced_at is not None and rolled_back_at is None and handle.snapshot()["fallbacks"]:
+        rolled_back_at = step
+snap = handle.snapshot()
+print("RESULT", json.dumps({"rank": rank, "iteration_ms": [s["iteration_ms"] for s in snap["stats"]],
+      "forced_at": forced_at, "rolled_back_at": rolled_back_at, "decision": snap["decision"],
+      "final_plan": snap["plan"]["name"], "installs": snap["plan_installs"]}))
+'''
+
+
+def test_steps_are_timed_whole_and_a_bad_plan_is_rolled_back():
+    """The hook times forward start to forward start (a model whose forward
+    sleeps 30 ms and an optimizer step after 20 ms of sleep: every step
+    measures >= 50 ms), and a plan forced in after tuning that makes steps
+    60 ms slower is detected by the checks and replaced by DDP's default
+    within the stated window ((check_every + 1) x check_pairs steps, plus
+    the step that installs it)."""
+    env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()),
+               WORLD_SIZE="2", OMP_NUM_THREADS="1", PYTHONPATH=PYDIR)
+    procs = [subprocess.Popen([sys.executable, "-c", TIMING], env=dict(env, RANK=str(r)),
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+             for r in range(2)]
+    outs = [p.communicate(timeout=LAUNCH_TIMEOUT_S)[0] for p in procs]
+    for p, out in zip(procs, outs):
+        assert p.returncode == 0, out[-3000:]
+    for out in outs:
+        res = json.loads(out.split("RESULT ", 1)[1].splitlines()[0])
+        assert res["iteration_ms"], res
+        assert min(res["iteration_ms"]) >= 50.0, res["iteration_ms"]
+        assert res["forced_at"] is not None, res
+        assert res["rolled_back_at"] is not None, res
+        assert res["rolled_back_at"] - res["forced_at"] <= (2 + 1) * 5 + 2, res
+        assert "fell back to DDP's default" in res["decision"], res["decision"]
+        assert res["final_plan"] == "ddp", res

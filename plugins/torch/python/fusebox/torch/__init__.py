@@ -99,7 +99,7 @@ def _group_ranks(group):
 
 def register(ddp_model, *, cache_dir=None, plan=None, communicator="process_group",
              process_group=None, network="local",
-             ranks_per_node=None, candidates=2, screening_blocks=3, verify_pairs=8,
+             ranks_per_node=None, candidates=2, screening_blocks=2, verify_pairs=8,
              min_effect=0.02, check_every=25, check_pairs=8, max_in_flight=4, timeout_s=300.0,
              timeline=False, verbose=False):
     """Registers the fusebox communication hook on a DistributedDataParallel model.
@@ -122,7 +122,8 @@ def register(ddp_model, *, cache_dir=None, plan=None, communicator="process_grou
     ranks_per_node: default $LOCAL_WORLD_SIZE, else all ranks on one node.
     candidates: the planner's plans measured besides DDP's default and its
         hand-set caps (1, 5, 100 MiB).
-    screening_blocks: randomised blocks that run every candidate once.
+    screening_blocks: randomised blocks that run every candidate once (after
+        one unmeasured warm-up visit of each).
     verify_pairs: interleaved pairs of the default and the best candidate
         (at least 5): the default is replaced only when the candidate is
         faster with 95% confidence and by more than min_effect (a fraction of
