@@ -92,7 +92,7 @@ struct TunerOptions {
   uint64_t seed = 1;  // the blocks' random order (identical on every rank)
   // The cost model; when absent it is fitted to allreduces measured on the
   // communicator (sizes up to calibration_max_bytes; 0: the gradients'
-  // total, at most 256 MiB).
+  // total, at most 32 MiB).
   std::optional<CostModel> cost_model;
   int64_t calibration_max_bytes = 0;
   // The cache (not owned; may be null) and the key's fields besides the

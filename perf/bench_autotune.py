@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The autotuner benchmark of issue 4: simulated at scale, then measured on this machine.
+"""The autotuner benchmark: simulated at scale, then measured on this machine.
 
 Part 1, simulated (skipped with --skip_sweep):
 

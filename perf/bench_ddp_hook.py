@@ -2,20 +2,26 @@
 """Benchmark: real PyTorch DDP (gloo, CPU, 2 ranks) with and without the fusebox hook.
 
 For each setting (a model on a link), every round starts 2 ranks
-(perf/ddp_hook_worker.py) that run five cells, in an order shuffled per round,
-from the same weights on the same data:
+(perf/ddp_hook_worker.py). First fusebox tunes, as a user would run it:
+DDP's defaults + fusebox.torch.register(model), an empty policy cache, step
+after step until its tuning is over. Then five DDP models train side by side
+from the fusebox model's state at that point:
 
     ddp25      DDP's default buckets (bucket_cap_mb=25)
     ddp1       bucket_cap_mb=1      \\
     ddp5       bucket_cap_mb=5       > the caps users set by hand
     ddp100     bucket_cap_mb=100    /
-    fusebox    DDP's default + fusebox.torch.register(model), with an empty
-               policy cache each round (so it tunes from scratch every time)
+    fusebox    the tuned model, its hook in place
 
-A plain cell's figure is the median of its last --measure steps (the first
-steps are warm-up); fusebox's is the median of the --measure steps after its
-tuning ended. Each step is timed from zero_grad to the end of optimizer.step,
-and the slowest rank's time counts.
+in blocks of one step of every cell, in a fresh random order per block, on
+the same batch; the first blocks are warm-up. Interleaving step by step puts
+the machine's slow spells (minutes long on shared machines) on every cell
+alike, and each block is a paired comparison. Every step is timed from before
+zero_grad to the end of optimizer.step (three phases: forward, backward with
+DDP's wait for its buckets, optimizer), and the slowest rank's time counts.
+Since every cell starts from the same state on the same batches, their losses
+must agree (bit for bit on 2 ranks): a check that fusebox changes when and how
+gradients are reduced, not what.
 
 Across rounds it reports, per cell: the median of the per-round medians with a
 distribution-free confidence interval (order statistics; with 5 rounds that is
@@ -28,10 +34,17 @@ what it chose each round, and how many rounds it kept a plan slower than
 ddp25 beyond that round's noise (rule: fusebox's median is above ddp25's and
 the interquartile ranges of their measured steps do not overlap).
 
-Models: "transformer", a small causal LM (8000-token vocabulary, d_model 192,
-3 encoder layers, 64 tokens per sample, 4.4M parameters); "cnn", torchvision's
-ResNet-18 with 10 classes on 3x32x32 (11.2M parameters; needs
-python3-torchvision).
+Models: "transformer", a small causal LM (8000-token vocabulary, d_model 128,
+2 encoder layers, 64 tokens per sample, 2.45M parameters, 9.8 MB of
+gradients, about 0.4 s per step at batch 4 on one thread here); "cnn",
+torchvision's ResNet-18 with 10 classes on 3x32x32 (11.2M parameters, 44.7 MB,
+about 0.14 s per step at batch 32; needs python3-torchvision). Communication is
+comparable to compute for the transformer near 300 Mbit and for the CNN near
+4 Gbit: run each model on its own links, e.g.
+
+    sudo /usr/bin/python3 perf/bench_ddp_hook.py --models transformer --links loopback,300mbit,1gbit
+    sudo /usr/bin/python3 perf/bench_ddp_hook.py --models cnn --links loopback,1gbit,4gbit
+
 Links: "loopback" (both ranks in this network namespace over 127.0.0.1), or a
 tc rate such as 300mbit or 1gbit: 2 network namespaces (fbbenchA, fbbenchB)
 joined by a veth pair with a tbf qdisc at that rate on both ends (needs root).
@@ -44,7 +57,7 @@ command line), both rewritten after every setting. It deletes the namespaces
 it created on exit (also on failure and on SIGINT/SIGTERM/SIGHUP) and kills
 only the rank processes it started.
 
-    sudo /usr/bin/python3 perf/bench_ddp_hook.py --models transformer,cnn \\
+    sudo /usr/bin/python3 perf/bench_ddp_hook.py --models transformer \\
         --links loopback,300mbit,1gbit --rounds 5
 """
 import argparse
@@ -99,6 +112,9 @@ def median_ci(values, level=0.95):
     return xs[k - 1], xs[n - k], coverage(k)
 
 
+PHASES = ("forward", "backward", "optimizer")
+
+
 def describe(values):
     """{'median', 'ci': [low, high], 'coverage'} of a list of per-round figures."""
     low, high, cov = median_ci(values)
@@ -115,16 +131,21 @@ def analyze(rounds):
         cells[c] = {
             "per_round_ms": ms,
             "ms": describe(ms),
-            "ratio_vs_ddp25": describe([a / b for a, b in zip(ms, per_round["ddp25"])]),
+            # Paired within each round: the median over blocks of this cell's
+            # step / ddp25's step of the same block.
+            "ratio_vs_ddp25": describe([r["cells"][c]["paired_ratio_vs_ddp25"] for r in rounds]),
             "ratio_vs_best_cap": describe([a / b for a, b in zip(ms, best_cap)]),
+            # Where the step's time goes: medians over rounds of each phase.
+            "phases_ms": {ph: statistics.median(r["cells"][c]["phases_ms"][ph] for r in rounds)
+                          for ph in PHASES},
         }
     fb = [r["cells"]["fusebox"] for r in rounds]
     d25 = [r["cells"]["ddp25"] for r in rounds]
     slower = [i + 1 for i, (f, d) in enumerate(zip(fb, d25))
               if f["median_ms"] > d["median_ms"] and f["q1_ms"] > d["q3_ms"]]
     fusebox = {
-        "speedup_vs_ddp25": describe([d / f for d, f in zip(per_round["ddp25"],
-                                                            per_round["fusebox"])]),
+        "speedup_vs_ddp25": describe([1 / r["cells"]["fusebox"]["paired_ratio_vs_ddp25"]
+                                      for r in rounds]),
         "speedup_vs_best_cap": describe([b / f for b, f in zip(best_cap, per_round["fusebox"])]),
         "best_cap_per_round": [min(CAPS, key=lambda c: r["cells"][c]["median_ms"])
                                for r in rounds],
@@ -156,12 +177,14 @@ def format_setting(setting, result, args):
     cov = result["cells"]["ddp25"]["ms"]["coverage"]
     lines = [
         "## %s" % setting,
-        "%d rounds; per round: median of the slowest rank's last %d of %d steps (plain DDP), "
-        "of %d steps after tuning (fusebox, at most %d steps)" % (
-            n, args.measure, args.steps, args.measure, args.tune_steps),
+        "%d rounds; per round: fusebox tunes from an empty cache (at most %d steps), then %d "
+        "blocks of one step of every cell in a random order, the last %d measured; a cell's "
+        "figure is the median of the slowest rank's measured steps" % (
+            n, args.tune_steps, args.steps, args.measure),
         "intervals: order-statistic CI of the median over rounds, %.1f%% coverage" % (100 * cov),
-        "ratios: cell ms / reference ms in the same round (lower is faster); best cap = "
-        "fastest of %s in that round, chosen in hindsight" % "/".join(CAPS),
+        "x ddp25: the median over blocks of cell step / ddp25 step in the same block (paired; "
+        "lower is faster); x best cap: cell ms / the fastest of %s in that round, chosen in "
+        "hindsight" % "/".join(CAPS),
         "",
         "| cell | median ms | CI ms | x ddp25 | CI | x best cap | CI |",
         "|---|---|---|---|---|---|---|",
@@ -172,6 +195,18 @@ def format_setting(setting, result, args):
             c, r["ms"]["median"], ci(r["ms"], "%.1f"),
             r["ratio_vs_ddp25"]["median"], ci(r["ratio_vs_ddp25"], "%.3f"),
             r["ratio_vs_best_cap"]["median"], ci(r["ratio_vs_best_cap"], "%.3f")))
+    lines += [
+        "",
+        "where a step's time goes (ms; medians over rounds of each phase's median; forward "
+        "includes zero_grad and the hook's step start, backward DDP's wait for its buckets):",
+        "",
+        "| cell | forward | backward | optimizer |",
+        "|---|---|---|---|",
+    ]
+    for c in CELLS:
+        ph = result["cells"][c]["phases_ms"]
+        lines.append("| %s | %.1f | %.1f | %.1f |" % (c, ph["forward"], ph["backward"],
+                                                    ph["optimizer"]))
     fb = result["fusebox"]
     tuning = fb["tuning_iterations"]
     cost = fb["tuning_cost_ms"]
@@ -192,15 +227,17 @@ def format_setting(setting, result, args):
             (" (rounds %s)" % ", ".join(map(str, fb["rounds_slower_than_ddp25_beyond_noise"]))
              if fb["rounds_slower_than_ddp25_beyond_noise"] else ""), fb["noise_rule"]),
         "checks: final losses finite in every cell: %s; largest |loss - ddp25 loss| over the "
-        "steps both ran: %g" % (
+        "measured blocks (every cell starts from the same state and sees the same batches): "
+        "%g" % (
             "yes" if result["checks"]["all_final_losses_finite"] else "NO",
             result["checks"]["max_loss_diff_vs_ddp25"]),
         "fusebox chose, per round:",
     ]
     for i, c in enumerate(fb["chosen"]):
-        lines.append("  round %d: %s (%s buckets%s), %d tuning iterations: %s" % (
-            i + 1, c["plan"], c["buckets"], ", cache hit" if c["cache_hit"] else "",
-            tuning[i], c["decision"]))
+        lines.append("  round %d: %s (%s buckets%s), %d tuning iterations, tuned after %s "
+                     "steps: %s" % (
+                         i + 1, c["plan"], c["buckets"], ", cache hit" if c["cache_hit"] else "",
+                         tuning[i], fb["steps_to_tuned"][i], c["decision"]))
     return "\n".join(lines) + "\n"
 
 
@@ -280,7 +317,7 @@ class Rounds:
             for rank in range(2):
                 rank_env = dict(env, RANK=str(rank))
                 cmd = [PYTHON, WORKER, "--out", partial, "--model", model,
-                       "--cells", ",".join(CELLS), "--order", ",".join(order),
+                       "--order", ",".join(order),
                        "--steps", str(args.steps), "--tune_steps", str(args.tune_steps),
                        "--measure", str(args.measure), "--batch", str(batch),
                        "--cache", cache, "--threads", "1"]
@@ -373,17 +410,19 @@ def parse_args():
     ap.add_argument("--rounds", type=int, default=5,
                     help="rounds per setting, each with all five cells in a fresh order and "
                          "fresh ranks (default: %(default)s)")
-    ap.add_argument("--steps", type=int, default=14,
-                    help="steps per plain DDP cell per round (default: %(default)s)")
+    ap.add_argument("--steps", type=int, default=10,
+                    help="blocks per round, side by side: one step of every cell each, in a "
+                         "fresh random order (default: %(default)s)")
     ap.add_argument("--measure", type=int, default=8,
-                    help="steps whose median is a cell's figure: the last of a plain cell, "
-                         "the first after tuning of fusebox (default: %(default)s)")
+                    help="measured blocks: the last of --steps; the first are warm-up "
+                         "(default: %(default)s)")
     ap.add_argument("--tune_steps", type=int, default=70,
-                    help="most steps of the fusebox cell, tuning included; a round that "
-                         "does not finish tuning in time is reported (default: %(default)s)")
-    ap.add_argument("--batch-transformer", dest="batch_transformer", type=int, default=8,
+                    help="most steps fusebox may take to tune, before the blocks; a round "
+                         "that does not finish tuning in time is reported (default: "
+                         "%(default)s)")
+    ap.add_argument("--batch-transformer", dest="batch_transformer", type=int, default=4,
                     help="transformer samples per rank per step (default: %(default)s)")
-    ap.add_argument("--batch-cnn", dest="batch_cnn", type=int, default=16,
+    ap.add_argument("--batch-cnn", dest="batch_cnn", type=int, default=32,
                     help="cnn samples per rank per step (default: %(default)s)")
     ap.add_argument("--build", default=os.path.join(REPO, "build"),
                     help="the build directory; its python/ holds fusebox.torch "
@@ -393,7 +432,8 @@ def parse_args():
     ap.add_argument("--resume", metavar="DIR",
                     help="write into DIR, an earlier run's output directory, instead, reusing "
                          "its finished rounds (they must have been run with the same --steps, "
-                         "--measure, --tune_steps and batches)")
+                         "--measure, --tune_steps and batches); report.txt and summary.json "
+                         "are rewritten for the settings of this invocation")
     ap.add_argument("--timeout", type=int, default=3600,
                     help="seconds one round may take before the run fails (default: "
                          "%(default)s)")
@@ -408,8 +448,8 @@ def parse_args():
             ap.error("link %r is neither 'loopback' nor a tc rate like 300mbit" % link)
     if args.rounds < 1:
         ap.error("--rounds must be at least 1")
-    if not 2 <= args.measure <= args.steps or args.tune_steps < args.measure:
-        ap.error("need 2 <= --measure <= --steps and --measure <= --tune_steps")
+    if not 2 <= args.measure <= args.steps or args.tune_steps < 1:
+        ap.error("need 2 <= --measure <= --steps and --tune_steps >= 1")
     return args
 
 

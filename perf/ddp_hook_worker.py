@@ -1,41 +1,53 @@
-"""One rank of perf/bench_ddp_hook.py: one round of interleaved DDP cells.
+"""One rank of perf/bench_ddp_hook.py: one round, all five cells side by side.
 
 Started by the benchmark (inside a network namespace for a shaped link), with
 RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT and GLOO_SOCKET_IFNAME set. It joins
-one gloo process group and runs the cells in the order given, in this one
-process, each from a fresh model with the same weights (torch.manual_seed(0))
-and the same data per step:
+one gloo process group and runs two phases:
 
-    ddp25                 DistributedDataParallel(model), DDP's default 25 MiB buckets
-    ddp1, ddp5, ddp100    DistributedDataParallel(model, bucket_cap_mb=1 / 5 / 100)
-    fusebox               DistributedDataParallel(model) + fusebox.torch.register(model)
+1. Tuning, as a user would see it: DistributedDataParallel(model) +
+   fusebox.torch.register(model) with an empty policy cache trains step after
+   step until the hook reports that tuning is over (phase 'tuned' or 'fixed'),
+   at most --tune_steps steps. Its steps, decision and cost are recorded.
+2. Side by side: five DDP models live at once, every one starting from the
+   fusebox model's weights and optimizer state at the end of phase 1:
+
+       ddp25                 DistributedDataParallel(model), DDP's default 25 MiB buckets
+       ddp1, ddp5, ddp100    DistributedDataParallel(model, bucket_cap_mb=1 / 5 / 100)
+       fusebox               the tuned model of phase 1, its hook in place
+
+   --steps blocks, each running one step of every cell in a fresh random
+   order (the same on every rank) on the same batch; the first
+   --steps - --measure blocks are warm-up (DDP's own first iterations, when it
+   rebuilds its buckets). Interleaving step by step puts the machine's slow
+   spells (minutes long on these shared machines) on every cell alike, and
+   each block gives a paired comparison. Because every cell starts from the
+   same state and sees the same batches, their losses must agree: 2 ranks
+   give bit-identical averages whatever the bucketing.
 
 A step is timed from before zero_grad (forward start) to the end of
-optimizer.step (time.perf_counter). The figures kept are the slowest rank's
-(per-step maximum over ranks). A plain cell runs --steps steps and reports the
-median of the last --measure; the first steps are warm-up. The fusebox cell
-trains until the hook reports that tuning is over (phase 'tuned' or 'fixed'),
-then --measure more steps, at most --tune_steps in all, and reports the median
-of those steps.
-
-After every step, outside the timed interval, the ranks agree on whether to go
-on with one one-element allreduce. Every cell does it, so the cells stay
-comparable, and ranks can never disagree on the number of steps.
+optimizer.step (time.perf_counter), in three phases (forward with zero_grad,
+backward with DDP's wait for its buckets, optimizer). The figures kept are the
+slowest rank's (per-step maximum over ranks). In phase 2 the fusebox hook's
+own step timing spans the other cells' steps, so its periodic check (one step
+of DDP's default every 25) may run in a measured step: that is its real cost.
 
 Rank 0 writes one JSON object to --out:
-    {"meta": {...}, "cells": {cell: {"median_ms", "steps_ms", "measured_ms",
-     "q1_ms", "q3_ms", "final_loss", "loss_finite", "loss_max_abs_diff_vs_ddp25",
-     ... and for fusebox: "tuning_finished", "steps_to_tuned", "tuning_iterations",
-     "tuning_cost_ms", "decision", "plan", "buckets", "cache_hit", ...}}}
+    {"meta": {...}, "cells": {cell: {"median_ms", "q1_ms", "q3_ms", "measured_ms",
+     "paired_ratio_vs_ddp25", "phases_ms", "final_loss", "loss_finite",
+     "loss_max_abs_diff_vs_ddp25", ... and for fusebox: "tuning_finished",
+     "steps_to_tuned", "tuning_steps_ms", "tuning_iterations", "tuning_cost_ms",
+     "decision", "plan", "buckets", "cache_hit", "measured_plans"}}}
 """
 import argparse
 import gc
 import json
 import math
 import os
+import random
 import statistics
 import sys
 import time
+import zlib
 
 import torch
 import torch.distributed as dist
@@ -47,12 +59,15 @@ MODELS = ("transformer", "cnn")
 TORCHVISION_HINT = ("the cnn model needs torchvision: apt-get install python3-torchvision "
                     "(Debian's package, for /usr/bin/python3)")
 
-VOCAB, D_MODEL, HEADS, FF, LAYERS, SEQ = 8000, 192, 4, 768, 3, 64
+# 2.45 M parameters (9.8 MB of fp32 gradients): about 0.4 s per step on one
+# thread of these machines at batch 4, so that a 300 Mbit link makes
+# communication comparable to compute.
+VOCAB, D_MODEL, HEADS, FF, LAYERS, SEQ = 8000, 128, 4, 512, 2, 64
 CLASSES, IMAGE = 10, 32
 
 
 class SmallLM(nn.Module):
-    """A small causal language model: embedding, 3 transformer encoder layers
+    """A small causal language model: embedding, 2 transformer encoder layers
     under a causal mask, and a projection back onto the vocabulary."""
 
     def __init__(self):
@@ -117,93 +132,99 @@ def quartiles(values):
     return q1, median, q3
 
 
-def run_cell(cell, args, rank):
-    """Trains one cell from a fresh model; returns this rank's step times and
-    losses, and for fusebox the hook's snapshot and when tuning ended."""
-    model = make_model(args.model)
-    if CELLS[cell] is None:
-        ddp = DDP(model)
-    else:
-        ddp = DDP(model, bucket_cap_mb=CELLS[cell])
-    handle = None
-    if cell == "fusebox":
-        import fusebox.torch  # checked in main()
-        handle = fusebox.torch.register(ddp, cache_dir=args.cache, verbose=False)
-    opt = torch.optim.SGD(ddp.parameters(), lr=0.01, momentum=0.9)
-    times, losses = [], []
-    tuned_at = None  # steps run when this rank's hook first reported tuning over
-    step = 0
-    while True:
+def timed_step(ddp, opt, args, x, y):
+    """One training step; returns ([forward, backward, optimizer] ms, loss)."""
+    t0 = time.perf_counter()
+    opt.zero_grad()
+    loss = loss_of(args.model, ddp(x), y)
+    t1 = time.perf_counter()
+    loss.backward()  # DDP waits here for every bucket's allreduce
+    t2 = time.perf_counter()
+    opt.step()
+    t3 = time.perf_counter()
+    return [(t1 - t0) * 1e3, (t2 - t1) * 1e3, (t3 - t2) * 1e3], loss.item()
+
+
+def make_optimizer(ddp):
+    return torch.optim.SGD(ddp.parameters(), lr=0.01, momentum=0.9)
+
+
+def tune(args, rank):
+    """Phase 1: the fusebox model trains until its hook has tuned. Returns
+    (ddp, optimizer, handle, this rank's step times, steps to tuned)."""
+    import fusebox.torch  # checked in main()
+    ddp = DDP(make_model(args.model))
+    handle = fusebox.torch.register(ddp, cache_dir=args.cache, verbose=False)
+    opt = make_optimizer(ddp)
+    times, tuned_at = [], None
+    for step in range(args.tune_steps):
         x, y = make_batch(args.model, rank, step, args.batch)
-        t0 = time.perf_counter()
-        opt.zero_grad()
-        loss = loss_of(args.model, ddp(x), y)
-        loss.backward()
-        opt.step()
-        times.append((time.perf_counter() - t0) * 1e3)
-        losses.append(loss.item())
-        step += 1
-        if handle is None:
-            done = step >= args.steps
-        else:
-            if tuned_at is None and handle.snapshot()["phase"] in ("tuned", "fixed"):
-                tuned_at = step
-            done = step >= args.tune_steps or (
-                tuned_at is not None and step >= tuned_at + args.measure)
-        if all_agree(done):
+        phases, _ = timed_step(ddp, opt, args, x, y)
+        times.append(sum(phases))
+        if tuned_at is None and handle.snapshot()["phase"] in ("tuned", "fixed"):
+            tuned_at = step + 1
+        if all_agree(tuned_at is not None):
             break
-    result = {"times": times, "losses": losses}
-    if handle is not None:
-        result["snapshot"] = handle.snapshot()
-        # The step count at which every rank's hook had finished tuning.
-        agreed = slowest([math.inf if tuned_at is None else tuned_at])[0]
-        result["tuned_at"] = None if math.isinf(agreed) else int(agreed)
-    return result
+    agreed = slowest([math.inf if tuned_at is None else tuned_at])[0]
+    return ddp, opt, handle, times, (None if math.isinf(agreed) else int(agreed))
 
 
-def summarize(cell, raw, args):
-    """The slowest rank's figures for one cell (every rank calls this: it
-    runs collectives)."""
-    steps_ms = slowest(raw["times"])
-    tuned_at = raw.get("tuned_at")
-    # fusebox: the --measure steps after tuning; when --tune_steps cut them
-    # short, the last --measure steps (flagged by "tuning_finished").
-    finished = tuned_at is not None and tuned_at + args.measure <= len(steps_ms)
-    if finished:
-        measured = steps_ms[tuned_at:tuned_at + args.measure]
-    else:
-        measured = steps_ms[-args.measure:]
-    q1, median, q3 = quartiles(measured)
+def side_by_side(args, rank, fused, fused_opt):
+    """Phase 2: every cell, one step each per block in a random order.
+    Returns {cell: {"phases": [...], "losses": [...]}} of the measured blocks
+    (this rank's figures)."""
+    state = fused.module.state_dict()
+    opt_state = fused_opt.state_dict()
+    models = {}
+    for cell, cap in CELLS.items():
+        if cell == "fusebox":
+            models[cell] = (fused, fused_opt)
+            continue
+        model = make_model(args.model)
+        model.load_state_dict(state)
+        ddp = DDP(model) if cap is None else DDP(model, bucket_cap_mb=cap)
+        opt = make_optimizer(ddp)
+        opt.load_state_dict(opt_state)
+        models[cell] = (ddp, opt)
+    seed = zlib.crc32(",".join(args.order).encode())
+    warmup = args.steps - args.measure
+    out = {cell: {"phases": [], "losses": []} for cell in CELLS}
+    for block in range(args.steps):
+        order = list(args.order) if block == 0 else random.Random(seed + block).sample(
+            list(CELLS), len(CELLS))
+        x, y = make_batch(args.model, rank, 1_000_000 + block, args.batch)
+        for cell in order:
+            ddp, opt = models[cell]
+            phases, loss = timed_step(ddp, opt, args, x, y)
+            if block >= warmup:
+                out[cell]["phases"].append(phases)
+                out[cell]["losses"].append(loss)
+    return out
+
+
+def summarize(cell, raw, reference):
+    """The slowest rank's figures for one cell in phase 2 (every rank calls
+    this: it runs collectives). `reference` is ddp25's summary, or None."""
+    per_phase = [slowest([p[i] for p in raw["phases"]]) for i in range(3)]
+    steps_ms = slowest([sum(p) for p in raw["phases"]])
+    q1, median, q3 = quartiles(steps_ms)
     final = raw["losses"][-1]
     out = {
-        "median_ms": median, "q1_ms": q1, "q3_ms": q3,
-        "measured_ms": measured, "steps_ms": steps_ms, "steps": len(steps_ms),
+        "median_ms": median, "q1_ms": q1, "q3_ms": q3, "measured_ms": steps_ms,
+        "phases_ms": {name: statistics.median(v)
+                      for name, v in zip(("forward", "backward", "optimizer"), per_phase)},
         "final_loss": final, "loss_finite": all_agree(math.isfinite(final)),
     }
-    if cell == "fusebox":
-        snap = raw["snapshot"]
-        plan = snap["plan"]
-        out.update({
-            "tuning_finished": finished,
-            "steps_to_tuned": tuned_at,
-            "phase": snap["phase"],
-            "tuning_iterations": snap["tuning_iterations"],
-            "tuning_cost_ms": snap["tuning_cost_ms"],
-            "passthrough_iterations": snap["passthrough_iterations"],
-            "decision": snap["decision"],
-            "plan": plan["name"] if plan else None,
-            "buckets": len(plan["bucket_elements"]) if plan else None,
-            "cache_hit": snap["cache_hit"],
-            "measured_plans": snap["measured"],
-        })
+    if reference is not None:
+        out["paired_ratio_vs_ddp25"] = statistics.median(
+            a / b for a, b in zip(steps_ms, reference["measured_ms"]))
     return out
 
 
 def loss_diff(losses, reference):
-    """Largest |loss - reference loss| over the steps both ran, maximum over
+    """Largest |loss - reference loss| over the measured blocks, maximum over
     ranks (0.0 means the same losses bit for bit)."""
-    common = min(len(losses), len(reference))
-    diff = max((abs(a - b) for a, b in zip(losses[:common], reference[:common])), default=0.0)
+    diff = max((abs(a - b) for a, b in zip(losses, reference)), default=0.0)
     return slowest([diff])[0]
 
 
@@ -214,34 +235,28 @@ def parse_args(argv=None):
     ap.add_argument("--model", choices=MODELS, required=True,
                     help="transformer: small causal LM, batch x %d tokens; cnn: torchvision "
                          "ResNet-18 (10 classes), batch x 3 x %d x %d" % (SEQ, IMAGE, IMAGE))
-    ap.add_argument("--cells", default=",".join(CELLS),
-                    help="cells to run, comma separated, from: %s" % ", ".join(CELLS))
-    ap.add_argument("--order", default=None,
-                    help="the order of the cells in this round (a permutation of --cells; "
-                         "default: --cells as given)")
-    ap.add_argument("--steps", type=int, default=14, help="steps per plain DDP cell")
+    ap.add_argument("--order", default=",".join(CELLS),
+                    help="the cells' order in the first block (a permutation of %s); it also "
+                         "seeds the later blocks' orders" % ", ".join(CELLS))
+    ap.add_argument("--steps", type=int, default=10,
+                    help="blocks of phase 2 (one step of every cell each)")
     ap.add_argument("--tune_steps", type=int, default=70,
-                    help="most steps of the fusebox cell (tuning plus --measure)")
+                    help="most steps of phase 1 (the fusebox model tuning)")
     ap.add_argument("--measure", type=int, default=8,
-                    help="steps whose median is reported: the last of a plain cell, the first "
-                         "after tuning of the fusebox cell")
+                    help="measured blocks: the last of --steps (the others are warm-up)")
     ap.add_argument("--batch", type=int, default=8, help="samples per rank per step")
     ap.add_argument("--cache", default=None,
                     help="fusebox's policy cache directory (give an empty one for an honest "
                          "first-run tuning); required with the fusebox cell")
     ap.add_argument("--threads", type=int, default=1, help="torch intra-op threads per rank")
     args = ap.parse_args(argv)
-    cells = args.cells.split(",")
-    order = args.order.split(",") if args.order else cells
-    unknown = [c for c in cells if c not in CELLS]
-    if unknown:
-        ap.error("unknown cell(s): %s" % ", ".join(unknown))
-    if sorted(order) != sorted(cells) or len(set(cells)) != len(cells):
-        ap.error("--order must name each cell of --cells once")
+    order = args.order.split(",")
+    if sorted(order) != sorted(CELLS):
+        ap.error("--order must name each of %s once" % ", ".join(CELLS))
     if not 2 <= args.measure <= args.steps:
         ap.error("need 2 <= --measure <= --steps")
-    if "fusebox" in cells and (args.cache is None or args.tune_steps < args.measure):
-        ap.error("the fusebox cell needs --cache and --tune_steps >= --measure")
+    if args.cache is None or args.tune_steps < 1:
+        ap.error("phase 1 needs --cache and --tune_steps >= 1")
     args.order = order
     return args
 
@@ -253,34 +268,51 @@ def main():
             import torchvision  # noqa: F401
         except ImportError:
             sys.exit("ddp_hook_worker: " + TORCHVISION_HINT)
-    if "fusebox" in args.order:
-        import fusebox.torch  # noqa: F401  (fail before joining the group)
+    import fusebox.torch  # noqa: F401  (fail before joining the group)
     torch.set_num_threads(args.threads)
     rank = int(os.environ["RANK"])
     dist.init_process_group("gloo")
-    raw = {}
-    for cell in args.order:
-        raw[cell] = run_cell(cell, args, rank)
-        # Free the cell's model now (fusebox's handle and its DDP model refer
-        # to each other, so only the collector frees them): not during a later
-        # cell's timed steps, and not at exit after the process group is gone.
-        gc.collect()
-    cells = {cell: summarize(cell, raw[cell], args) for cell in args.order}
-    if "ddp25" in raw:
-        for cell in args.order:
-            cells[cell]["loss_max_abs_diff_vs_ddp25"] = loss_diff(raw[cell]["losses"],
-                                                                  raw["ddp25"]["losses"])
+    fused, fused_opt, handle, tune_times, tuned_at = tune(args, rank)
+    snap = handle.snapshot()
+    raw = side_by_side(args, rank, fused, fused_opt)
+    cells = {"ddp25": summarize("ddp25", raw["ddp25"], None)}
+    for cell in CELLS:
+        if cell != "ddp25":
+            cells[cell] = summarize(cell, raw[cell], cells["ddp25"])
+    cells["ddp25"]["paired_ratio_vs_ddp25"] = 1.0
+    for cell in CELLS:
+        cells[cell]["loss_max_abs_diff_vs_ddp25"] = loss_diff(raw[cell]["losses"],
+                                                              raw["ddp25"]["losses"])
+    plan = snap["plan"]
+    cells["fusebox"].update({
+        "tuning_finished": tuned_at is not None,
+        "steps_to_tuned": tuned_at,
+        "tuning_steps_ms": slowest(tune_times),
+        "phase": snap["phase"],
+        "tuning_iterations": snap["tuning_iterations"],
+        "tuning_cost_ms": snap["tuning_cost_ms"],
+        "passthrough_iterations": snap["passthrough_iterations"],
+        "decision": snap["decision"],
+        "plan": plan["name"] if plan else None,
+        "buckets": len(plan["bucket_elements"]) if plan else None,
+        "cache_hit": snap["cache_hit"],
+        "measured_plans": snap["measured"],
+    })
     if rank == 0:
         meta = {
-            "model": args.model, "order": args.order, "steps": args.steps,
-            "tune_steps": args.tune_steps, "measure": args.measure, "batch": args.batch,
-            "threads": args.threads, "world_size": dist.get_world_size(),
+            "model": args.model, "order": args.order, "blocks": args.steps,
+            "measured_blocks": args.measure, "tune_steps": args.tune_steps,
+            "batch": args.batch, "threads": args.threads, "world_size": dist.get_world_size(),
             "parameters": sum(p.numel() for p in make_model(args.model).parameters()),
             "torch": torch.__version__,
         }
         with open(args.out, "w") as f:
             json.dump({"meta": meta, "cells": cells}, f)
     dist.barrier()
+    # Free the models while the process group still exists (the hook's
+    # process group and threads go with them), not at interpreter exit.
+    del raw, fused, fused_opt, handle
+    gc.collect()
     dist.destroy_process_group()
 
 

@@ -101,8 +101,10 @@ class HookState {
  public:
   // The state owns the communicator. `params` are DDP's reducer parameters
   // (DistributedDataParallel._build_params_for_reducer order) and `names`
-  // theirs; `reducer` must outlive the state (the Python handle keeps the
-  // DDP model alive).
+  // theirs. `reducer` is used only from OnForwardStart, which DDP's own
+  // forward pre-hook calls, so the reducer is alive whenever it runs (the
+  // handle holds no reference to the DDP model: no cycle keeps DDP, its
+  // process group and their threads alive until interpreter exit).
   HookState(::c10d::Reducer* reducer, std::vector<at::Tensor> params,
             std::vector<std::string> names, std::shared_ptr<comm::Communicator> comm,
             ProcessGroupCommunicator* pg_comm, HookOptions options);

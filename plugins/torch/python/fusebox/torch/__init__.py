@@ -207,7 +207,6 @@ def register(ddp_model, *, cache_dir=None, plan=None, communicator="process_grou
     names, params = _reducer_parameters(ddp_model)
     hook = _C._register(ddp_model.reducer, group, options, store, params, names)
     handle = Handle(hook, group)
-    handle._ddp = ddp_model  # the hook installs plans in DDP's reducer: keep it alive
 
     def forward_start(module, inputs):
         # The training step starts here: the hook closes the last one and may
