@@ -250,11 +250,20 @@ std::optional<Plan> OnlineTuner::Visit(int candidate) {
 
 void OnlineTuner::StartBlock() {
   const uint64_t seed = options_.seed * 1000003 + static_cast<uint64_t>(blocks_started_++);
-  warming_ = options_.warmup_block && blocks_started_ == 1 && plans_.size() > 1;
-  if (warming_) {  // every candidate but the default, which profiling ran
-    block_ = RandomizedBlock(static_cast<int>(plans_.size()) - 1, seed, running_ - 1);
-    for (int& c : block_) ++c;
-    return;
+  warming_ = options_.warmup_block && blocks_started_ == 1;
+  if (warming_) {
+    // Every candidate but the plan profiling ran (already warm): DDP's
+    // default, or the profile cap's plan when it is a candidate too.
+    std::vector<int> cold;
+    for (int c = 0; c < static_cast<int>(plans_.size()); ++c) {
+      if (measured_[c].hash != bucketing::PlanHash(initial_)) cold.push_back(c);
+    }
+    block_.clear();
+    for (int i : RandomizedBlock(static_cast<int>(cold.size()), seed, -1)) {
+      block_.push_back(cold[i]);
+    }
+    if (!block_.empty()) return;
+    warming_ = false;
   }
   block_ = RandomizedBlock(static_cast<int>(plans_.size()), seed, running_);
 }

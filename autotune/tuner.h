@@ -78,7 +78,7 @@ struct TunerOptions {
   // small buckets give the search a finer profile. 0: the default.
   int64_t profile_cap_bytes = 0;
   // Screening starts with one unmeasured visit of every candidate but the
-  // default (which profiling already ran): each candidate's first run on
+  // plan profiling ran (already warm): each candidate's first run on
   // fresh buffers (allocation, page faults, backend registration) is then
   // excluded alike, so every measured visit is a switch between warm plans.
   bool warmup_block = true;
