@@ -195,7 +195,7 @@ absl::Status Engine::Install(Plan plan) {
   std::vector<void*> storage(layout_.size(), nullptr);
   for (int id = 0; id < layout_.size(); ++id) {
     const auto& p = placements[id];
-    if (layout_.tensor(id).numel > 0 && p.size() == 1) {
+    if (layout_.tensor(id).numel > 0 && p.size() == 1 && buffers->data[p[0].bucket] != nullptr) {
       storage[id] = buffers->data[p[0].bucket] +
                     p[0].buffer_offset * comm::DataTypeSize(layout_.tensor(id).dtype);
     }

@@ -340,6 +340,8 @@ TEST(EngineTest, CallerOwnedBucketsAreReducedInPlaceBitForBit) {
     options.on_bucket_reduced = [&](int b) { reported[b].fetch_add(1); };
     auto engine = Engine::Create(comm, layout, DdpPlan(layout, DdpOptions{2048, 8192}), options);
     ASSERT_TRUE(engine.ok()) << engine.status();
+    // The engine owns no buffers: no tensor has a place of its own there.
+    for (int id = 0; id < layout.size(); ++id) EXPECT_EQ((*engine)->TensorStorage(id), nullptr);
     for (int it = 0; it < 3; ++it) {
       if (it == 2) {  // a plan swap, as the tuner makes between iterations
         ASSERT_TRUE((*engine)->SetPlan(PerTensorPlan(layout)).ok());
