@@ -300,7 +300,10 @@ absl::StatusOr<std::optional<Plan>> OnlineTuner::OnIterationEnd(const bucketing:
         phase_ = TunerPhase::kTuned;
         decision_ = "no candidate besides DDP's default";
         Log("fusebox tuner: no candidate besides DDP's default; keeping it");
-        return std::nullopt;
+        if (absl::Status s = StoreEntry(); !s.ok()) return s;
+        // Profiling may have run another plan (the hook's 1 MiB buckets).
+        if (bucketing::PlanHash(current) == bucketing::PlanHash(default_)) return std::nullopt;
+        return default_;
       }
       phase_ = TunerPhase::kScreening;
       running_ = 0;
@@ -337,7 +340,6 @@ absl::StatusOr<std::optional<Plan>> OnlineTuner::OnIterationEnd(const bucketing:
       }
       return Check(sample);
   }
-  (void)current;
   return std::nullopt;
 }
 

@@ -551,6 +551,9 @@ void Engine::Launch(int b) {
   std::shared_ptr<comm::Work> work;
   if (count == 0) {
     work = comm::Work::Done(absl::OkStatus());  // only zero-size tensors
+    if (options_.external_buffers && options_.on_bucket_reduced) {
+      options_.on_bucket_reduced(b, absl::OkStatus());
+    }
   } else {
     if (vote_slots_ > 0) WriteVotesLocked(b);
     char* data = options_.external_buffers ? external_[b] : buffers_->data[b];
@@ -568,6 +571,9 @@ void Engine::Launch(int b) {
     }
     work = *std::move(issued);
     work->OnComplete([keep = buffers_](const absl::Status&) {});
+    if (options_.external_buffers && options_.on_bucket_reduced) {
+      work->OnComplete([done = options_.on_bucket_reduced, b](const absl::Status& s) { done(b, s); });
+    }
   }
   state_[b] = BucketState::kLaunched;
   while (next_launch_ < nb && (state_[next_launch_] == BucketState::kLaunched ||
@@ -643,7 +649,6 @@ void Engine::WorkerLoop() {
           if (--pending_tensor_slices_[s.tensor] == 0) options_.on_tensor_reduced(s.tensor);
         }
       }
-      if (options_.on_bucket_reduced) options_.on_bucket_reduced(next.bucket);
     }
     std::lock_guard<std::mutex> lock(mu_);
     --in_flight_;

@@ -114,10 +114,13 @@ struct EngineOptions {
   // back (what a tuner alternating candidates wants: no fresh allocation on
   // each switch); 0 frees them at once.
   int retain_plans = 0;
-  // Called once per bucket and iteration when its allreduce has completed
-  // and its results are in place (after on_tensor_reduced for its tensors),
-  // on the engine's worker thread. Must not block or call into the engine.
-  std::function<void(int bucket)> on_bucket_reduced;
+  // With external_buffers: called once per bucket and iteration when its
+  // allreduce has completed, with the collective's status (results are in
+  // place when it is OK), on the thread that completes the collective (the
+  // backend's), the moment it completes: a DDP hook completes the bucket's
+  // future from here with no further thread hop. Must not block or call
+  // into the engine.
+  std::function<void(int bucket, const absl::Status& status)> on_bucket_reduced;
 };
 
 // One iteration, in microseconds on the engine's clock (NowUs()).
@@ -195,7 +198,7 @@ class Engine {
   // With options.external_buffers: every tensor of `bucket` is ready, packed
   // in the plan's slice order at `data` (numel elements, the bucket's
   // dtype). The allreduce runs in place there; `data` must stay valid and
-  // untouched until on_bucket_reduced(bucket). Launches in plan order.
+  // untouched until on_bucket_reduced(bucket, ...). Launches in plan order.
   absl::Status MarkBucketReady(int bucket, void* data, int64_t numel);
 
   // Returns once every bucket is reduced and copied back, then readies the

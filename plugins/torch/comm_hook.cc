@@ -68,7 +68,14 @@ HookState::HookState(::c10d::Reducer* reducer, std::vector<at::Tensor> params,
   options_.engine.external_buffers = true;
   options_.engine.schedule = bucketing::Schedule::kPlanOrder;
   options_.engine.on_tensor_reduced = nullptr;
-  options_.engine.on_bucket_reduced = [this](int b) { OnBucketReduced(b); };
+  options_.engine.on_bucket_reduced = [this](int b, const absl::Status& s) {
+    OnBucketReduced(b, s);
+  };
+  // DDP's own arithmetic: each bucket divided by the world size on the
+  // autograd thread, then summed (bit for bit what DDP computes without a
+  // hook, at any world size; and no division after the allreduce, on the
+  // critical path of the last bucket).
+  options_.engine.average = false;
   // DDP buckets hold whole parameters: no plan may split one.
   options_.tuner.planner.max_pieces = 1;
   // Ready times are known per DDP bucket: profile with small ones.
@@ -83,7 +90,7 @@ void HookState::Log(const std::string& line) const {
   if (options_.log) options_.log(line);
 }
 
-void HookState::OnBucketReduced(int bucket) {
+void HookState::OnBucketReduced(int bucket, const absl::Status& status) {
   FuturePtr future;
   at::Tensor buffer;
   {
@@ -96,7 +103,11 @@ void HookState::OnBucketReduced(int bucket) {
     }
   }
   // Outside the lock: completion runs the future's callbacks inline.
-  future->markCompleted(c10::IValue(std::move(buffer)));
+  if (status.ok()) {
+    future->markCompleted(c10::IValue(std::move(buffer)));
+  } else {
+    SetError(future, status);  // DDP's wait for this bucket fails instead of hanging
+  }
 }
 
 void HookState::FailPending(const absl::Status& status) {
@@ -175,6 +186,7 @@ absl::Status HookState::InstallPlan() {
 
 absl::Status HookState::OnForwardStart() {
   if (!failed_.ok()) return failed_;
+  std::lock_guard<std::mutex> step(step_mu_);
   absl::Status s;
   if (engine_ == nullptr) {
     if (!start_engine_) return absl::OkStatus();  // still learning
@@ -276,8 +288,9 @@ FuturePtr HookState::RunHook(::c10d::GradBucket& bucket) {
       order_ = seen_params_;
       start_engine_ = true;
     }
+    buffer.div_(comm_.size());  // as DDP does: divide, then sum
     absl::StatusOr<std::shared_ptr<comm::Work>> work = comm_.AllReduce(
-        buffer.data_ptr(), buffer.data_ptr(), buffer.numel(), *type, comm::ReduceOp::kAvg);
+        buffer.data_ptr(), buffer.data_ptr(), buffer.numel(), *type, comm::ReduceOp::kSum);
     if (!work.ok()) return fail(work.status());
     (*work)->OnComplete([future, buffer](const absl::Status& s) {
       if (s.ok()) {
@@ -301,6 +314,7 @@ FuturePtr HookState::RunHook(::c10d::GradBucket& bucket) {
     buffers_[index] = buffer;
   }
   ++marked_;
+  buffer.div_(comm_.size());  // then summed by the engine (see the constructor)
   if (absl::Status s = engine_->MarkBucketReady(static_cast<int>(index), buffer.data_ptr(),
                                                 buffer.numel());
       !s.ok()) {
@@ -310,6 +324,7 @@ FuturePtr HookState::RunHook(::c10d::GradBucket& bucket) {
 }
 
 absl::Status HookState::ForcePlan(const std::string& spec) {
+  std::lock_guard<std::mutex> step(step_mu_);
   if (tuner_ == nullptr) return absl::FailedPreconditionError("no tuner is running");
   absl::StatusOr<bucketing::Plan> plan = FixedPlan(spec, engine_->layout());
   if (!plan.ok()) return plan.status();
@@ -320,6 +335,7 @@ absl::Status HookState::ForcePlan(const std::string& spec) {
 
 HookSnapshot HookState::Snapshot() const {
   HookSnapshot snap;
+  std::lock_guard<std::mutex> step(step_mu_);
   std::lock_guard<std::mutex> lock(mu_);
   for (int p : order_) {
     snap.layout.push_back(params_[p].numel());
@@ -357,6 +373,7 @@ HookSnapshot HookState::Snapshot() const {
 }
 
 absl::Status HookState::WriteTimeline(const std::string& path) const {
+  std::lock_guard<std::mutex> step(step_mu_);
   std::lock_guard<std::mutex> lock(mu_);
   if (engine_ == nullptr) {
     return absl::FailedPreconditionError("no engine iteration has run yet (the hook is learning "

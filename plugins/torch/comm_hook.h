@@ -130,7 +130,7 @@ class HookState {
   absl::Status StartEngine();
   absl::Status InstallPlan();
   absl::StatusOr<std::vector<int>> BucketParams(::c10d::GradBucket& bucket) const;
-  void OnBucketReduced(int bucket);
+  void OnBucketReduced(int bucket, const absl::Status& status);
   void FailPending(const absl::Status& status);
   void Log(const std::string& line) const;
 
@@ -157,7 +157,12 @@ class HookState {
   int64_t installs_ = 0;
   absl::Status failed_;            // sticky
 
-  // Shared with the engine's worker (on_bucket_reduced).
+  // Held while the engine steps between iterations (Finish, the policy,
+  // SetPlan) and by Snapshot/WriteTimeline, so that a snapshot taken on
+  // another thread never reads the tuner or the plan mid-change. Never
+  // taken by the engine's worker (Finish waits for it).
+  mutable std::mutex step_mu_;
+  // Shared with the completion callbacks (on_bucket_reduced).
   mutable std::mutex mu_;
   std::vector<c10::intrusive_ptr<c10::ivalue::Future>> futures_;
   std::vector<at::Tensor> buffers_;

@@ -327,6 +327,21 @@ TEST(OnlineTunerTest, CalibratesTheCostModelWhenNoneIsGiven) {
   EXPECT_GT(r.measured[1].predicted_us, 0);
 }
 
+TEST(OnlineTunerTest, ARunWithNothingToMeasureStillCachesTheDefault) {
+  // No planner plans and no caps: the default is the only candidate; the
+  // decision is still remembered, so the next run spends nothing.
+  TempDir dir;
+  TunerOptions o = Options(nullptr);
+  o.candidates = 0;
+  o.ddp_caps.clear();
+  RunResult first = TuneRun(2, dir.path(), o, 0);
+  EXPECT_EQ(first.measured.size(), 1u);
+  EXPECT_EQ(first.tuning_iterations, o.profile_iterations);
+  RunResult second = TuneRun(2, dir.path(), o, 0);
+  EXPECT_TRUE(second.cache_hit);
+  EXPECT_EQ(second.tuning_iterations, 0);
+}
+
 TEST(OnlineTunerTest, RanksWithDifferentModelsFailOnEveryRank) {
   std::vector<absl::Status> status(2);
   RunRanks(2, [&](int rank, comm::Communicator& comm) {

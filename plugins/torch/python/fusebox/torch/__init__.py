@@ -42,19 +42,22 @@ class Handle:
 
     @property
     def state(self):
-        """'learning' (DDP's bucket layout not known yet: plain allreduce per
-        DDP bucket), 'measuring' (tuning), 'tuned', or 'fixed' (plan=...)."""
+        """'learning' (the gradient ready order not known yet: plain allreduce
+        per DDP bucket), 'profiling', 'screening', 'verifying' (tuning),
+        'tuned', or 'fixed' (plan=...)."""
         return self.snapshot()["phase"]
 
     @property
     def plan(self):
-        """The plan in use: {'name', 'buckets': [[(ddp_bucket, offset, count)...]...],
+        """The plan DDP runs (its bucket assignment): {'name', 'buckets':
+        [[(parameter position in ready order, offset, count)...]...],
         'bucket_elements', 'hash'}, or None while learning."""
         return self.snapshot()["plan"]
 
     @property
     def layout(self):
-        """Elements per DDP bucket, as fusebox sees them."""
+        """Elements per parameter, in the order their gradients become ready
+        (see snapshot()["names"]); empty while learning."""
         return self.snapshot()["layout"]
 
     @property
