@@ -177,8 +177,8 @@ absl::Status HookState::InstallPlan() {
         absl::StrCat("DDP refused the bucket assignment of plan \"", plan.name, "\": ", e.what()));
   }
   installed_hash_ = engine_->plan_hash();
-  ++installs_;
   std::lock_guard<std::mutex> lock(mu_);
+  ++installs_;
   futures_.assign(plan.buckets.size(), FuturePtr());
   buffers_.assign(plan.buckets.size(), at::Tensor());
   return absl::OkStatus();
@@ -285,6 +285,7 @@ FuturePtr HookState::RunHook(::c10d::GradBucket& bucket) {
     seen_params_.insert(seen_params_.end(), params->begin(), params->end());
     if (last && ++learned_iterations_ >= 2 && seen_params_.size() == params_.size()) {
       // DDP rebuilt its buckets in ready order for its second iteration.
+      std::lock_guard<std::mutex> lock(mu_);
       order_ = seen_params_;
       start_engine_ = true;
     }
@@ -335,17 +336,11 @@ absl::Status HookState::ForcePlan(const std::string& spec) {
 
 HookSnapshot HookState::Snapshot() const {
   HookSnapshot snap;
+  // The engine and the tuner change only under step_mu_ (their accessors
+  // take the engine's own lock). mu_ is taken last and alone: completion
+  // callbacks take it inside the engine's lock, so holding it while
+  // calling into the engine could deadlock.
   std::lock_guard<std::mutex> step(step_mu_);
-  std::lock_guard<std::mutex> lock(mu_);
-  for (int p : order_) {
-    snap.layout.push_back(params_[p].numel());
-    snap.names.push_back(names_[p]);
-  }
-  snap.iterations = iterations_;
-  snap.passthrough_iterations = passthrough_;
-  snap.plan_installs = installs_;
-  snap.last_allreduce_counts = last_counts_;
-  snap.backend = comm_.backend();
   if (engine_ != nullptr) {
     snap.plan = engine_->plan();
     snap.stats = engine_->stats();
@@ -369,12 +364,21 @@ HookSnapshot HookState::Snapshot() const {
     snap.chosen = tuner_->chosen();
     snap.cache_key = tuner_->key().FileName();
   }
+  snap.backend = comm_.backend();
+  std::lock_guard<std::mutex> lock(mu_);
+  for (int p : order_) {
+    snap.layout.push_back(params_[p].numel());
+    snap.names.push_back(names_[p]);
+  }
+  snap.iterations = iterations_;
+  snap.passthrough_iterations = passthrough_;
+  snap.plan_installs = installs_;
+  snap.last_allreduce_counts = last_counts_;
   return snap;
 }
 
 absl::Status HookState::WriteTimeline(const std::string& path) const {
   std::lock_guard<std::mutex> step(step_mu_);
-  std::lock_guard<std::mutex> lock(mu_);
   if (engine_ == nullptr) {
     return absl::FailedPreconditionError("no engine iteration has run yet (the hook is learning "
                                          "DDP's gradient order)");

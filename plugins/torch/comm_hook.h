@@ -148,21 +148,24 @@ class HookState {
   std::vector<std::pair<int64_t, comm::DataType>> seen_;  // this iteration's buckets
   std::vector<int> seen_params_;   // this iteration's parameters, in bucket order
   int learned_iterations_ = 0;
-  std::vector<int> order_;         // ready position -> parameter index (learned)
+  std::vector<int> order_;         // ready position -> parameter index (learned; mu_)
   bool start_engine_ = false;      // the order is known: make the engine at the next forward
   std::unique_ptr<bucketing::Engine> engine_;
   autotune::OnlineTuner* tuner_ = nullptr;  // owned by engine_
   uint64_t installed_hash_ = 0;
   int marked_ = 0;                 // buckets handed to the engine this iteration
-  int64_t installs_ = 0;
+  int64_t installs_ = 0;           // guarded by mu_
   absl::Status failed_;            // sticky
 
   // Held while the engine steps between iterations (Finish, the policy,
   // SetPlan) and by Snapshot/WriteTimeline, so that a snapshot taken on
   // another thread never reads the tuner or the plan mid-change. Never
-  // taken by the engine's worker (Finish waits for it).
+  // taken by completion callbacks (Finish waits for them). Order: step_mu_,
+  // then the engine's lock; mu_ is never held while calling the engine.
   mutable std::mutex step_mu_;
-  // Shared with the completion callbacks (on_bucket_reduced).
+  // Shared with the completion callbacks (on_bucket_reduced), which run
+  // inside the engine's lock; guards what they touch and what Snapshot
+  // reads besides the engine and the tuner (order_, the counters).
   mutable std::mutex mu_;
   std::vector<c10::intrusive_ptr<c10::ivalue::Future>> futures_;
   std::vector<at::Tensor> buffers_;
