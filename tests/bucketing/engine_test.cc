@@ -395,15 +395,20 @@ TEST(EngineTest, CallerOwnedBucketsRefuseMisuse) {
     EngineOptions priority = options;
     priority.schedule = Schedule::kForwardPriority;
     EXPECT_FALSE(Engine::Create(comm, layout, PerTensorPlan(layout), priority).ok());
+    // The buckets' memory outlives the engine (the collective runs in it).
+    std::vector<float> data(300);
     auto engine = Engine::Create(comm, layout, PerTensorPlan(layout), options);
     ASSERT_TRUE(engine.ok()) << engine.status();
-    std::vector<float> data(300);
     EXPECT_THAT((*engine)->MarkReady(0, data.data(), 100).message(), HasSubstr("MarkBucketReady"));
     EXPECT_THAT((*engine)->MarkBucketReady(0, data.data(), 99).message(), HasSubstr("100"));
     EXPECT_THAT((*engine)->MarkBucketReady(3, data.data(), 1).message(), HasSubstr("not in plan"));
     ASSERT_TRUE((*engine)->MarkBucketReady(0, data.data(), 100).ok());
     EXPECT_THAT((*engine)->MarkBucketReady(0, data.data(), 100).message(),
                 HasSubstr("already marked"));
+    ASSERT_TRUE((*engine)->MarkBucketReady(1, data.data() + 100, 200).ok());
+    std::vector<float> third(300);
+    ASSERT_TRUE((*engine)->MarkBucketReady(2, third.data(), 300).ok());
+    EXPECT_TRUE((*engine)->Finish().ok());
   });
 }
 
