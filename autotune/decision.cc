@@ -12,11 +12,15 @@ namespace fusebox::autotune {
 double BinomialHalfCdf(int n, int k) {
   if (k < 0) return 0;
   if (k >= n) return 1;
-  // Sum of C(n, i) / 2^n in log space (n stays small, but be safe).
+  // Sum of C(n, i) / 2^n, the coefficients built up in log space (no
+  // overflow for large n; and no lgamma, which writes the global signgam
+  // and so races between threads).
   double total = 0;
+  double log_c = 0;  // log C(n, i)
+  const double log_2n = n * std::log(2.0);
   for (int i = 0; i <= k; ++i) {
-    total += std::exp(std::lgamma(n + 1.0) - std::lgamma(i + 1.0) - std::lgamma(n - i + 1.0) -
-                      n * std::log(2.0));
+    total += std::exp(log_c - log_2n);
+    log_c += std::log(static_cast<double>(n - i)) - std::log(static_cast<double>(i + 1));
   }
   return std::min(total, 1.0);
 }
