@@ -72,7 +72,7 @@ struct SimResult {
 absl::StatusOr<SimResult> Simulate(const Profile& profile, const bucketing::Plan& plan,
                                    const CostModel& cost, const SimOptions& options);
 
-// ANCHORS.md's lower bound on one iteration under `cost`:
+// docs/model.md's lower bound on one iteration under `cost`:
 // forward + max(T_b + t(s_last), T_first + t(G)).
 double LowerBoundUs(const Profile& profile, const CostModel& cost, const SimOptions& options);
 

@@ -607,17 +607,14 @@ absl::StatusOr<bucketing::Plan> FixedPlan(const std::string& spec,
   return bucketing::ReadPlanFile(spec, layout);
 }
 
-absl::StatusOr<EngineWithPolicy> CreateEngineWithPolicy(comm::Communicator& comm,
-                                                        bucketing::GradientLayout layout,
-                                                        bucketing::EngineOptions engine_options,
-                                                        PlanChoice choice) {
-  EngineWithPolicy out;
+absl::StatusOr<PlanAndPolicy> CreatePlanPolicy(comm::Communicator& comm,
+                                               const bucketing::GradientLayout& layout,
+                                               absl::Duration timeout, PlanChoice choice) {
+  PlanAndPolicy out;
   if (!choice.fixed_plan.empty()) {
     auto plan = FixedPlan(choice.fixed_plan, layout);
     if (!plan.ok()) return plan.status();
-    auto e = bucketing::Engine::Create(comm, std::move(layout), *std::move(plan), engine_options);
-    if (!e.ok()) return e.status();
-    out.engine = *std::move(e);
+    out.initial = *std::move(plan);
     return out;
   }
   std::unique_ptr<PolicyCache> cache;
@@ -627,21 +624,36 @@ absl::StatusOr<EngineWithPolicy> CreateEngineWithPolicy(comm::Communicator& comm
     co.warn = choice.warn;
     cache = std::make_unique<PolicyCache>(std::move(co));
   }
-  engine_options.record_ready_times = true;
-  // The tuner alternates candidates: keep their buffers (when they fit) so
-  // that a switch costs what it would in steady state.
-  if (engine_options.retain_plans == 0 && !engine_options.external_buffers) {
-    engine_options.retain_plans = layout.total_bytes() <= (int64_t{512} << 20) ? 8 : 1;
-  }
-  auto tuner = OnlineTuner::Create(comm, layout, std::move(choice.tuner), engine_options.timeout,
+  auto tuner = OnlineTuner::Create(comm, layout, std::move(choice.tuner), timeout,
                                    std::move(cache));
   if (!tuner.ok()) return tuner.status();
-  auto e = bucketing::Engine::Create(comm, std::move(layout), (*tuner)->initial_plan(),
+  out.initial = (*tuner)->initial_plan();
+  out.tuner = *std::move(tuner);
+  return out;
+}
+
+absl::StatusOr<EngineWithPolicy> CreateEngineWithPolicy(comm::Communicator& comm,
+                                                        bucketing::GradientLayout layout,
+                                                        bucketing::EngineOptions engine_options,
+                                                        PlanChoice choice) {
+  const bool tuning = choice.fixed_plan.empty();
+  if (tuning) {
+    engine_options.record_ready_times = true;
+    // The tuner alternates candidates: keep their buffers (when they fit) so
+    // that a switch costs what it would in steady state.
+    if (engine_options.retain_plans == 0 && !engine_options.external_buffers) {
+      engine_options.retain_plans = layout.total_bytes() <= (int64_t{512} << 20) ? 8 : 1;
+    }
+  }
+  auto made = CreatePlanPolicy(comm, layout, engine_options.timeout, std::move(choice));
+  if (!made.ok()) return made.status();
+  auto e = bucketing::Engine::Create(comm, std::move(layout), std::move(made->initial),
                                      engine_options);
   if (!e.ok()) return e.status();
-  out.tuner = tuner->get();
+  EngineWithPolicy out;
+  out.tuner = made->tuner.get();
   out.engine = *std::move(e);
-  out.engine->SetPolicy(*std::move(tuner));
+  if (made->tuner != nullptr) out.engine->SetPolicy(std::move(made->tuner));
   return out;
 }
 

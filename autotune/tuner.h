@@ -229,6 +229,19 @@ struct PlanChoice {
   std::function<void(const std::string&)> warn;
 };
 
+// The plan to start with and the policy that may replace it (null for a
+// fixed plan): what a loop that executes plans itself (the DDP hook's native
+// path, where DDP reduces) needs.
+struct PlanAndPolicy {
+  bucketing::Plan initial;
+  std::unique_ptr<OnlineTuner> tuner;
+};
+
+// The cache and the policy of `choice` for `layout`. Collective.
+absl::StatusOr<PlanAndPolicy> CreatePlanPolicy(comm::Communicator& comm,
+                                               const bucketing::GradientLayout& layout,
+                                               absl::Duration timeout, PlanChoice choice);
+
 struct EngineWithPolicy {
   std::unique_ptr<bucketing::Engine> engine;
   OnlineTuner* tuner = nullptr;  // owned by the engine; null for a fixed plan

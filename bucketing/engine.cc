@@ -37,7 +37,8 @@ Engine::Engine(comm::Communicator& comm, GradientLayout layout, EngineOptions op
     : comm_(comm),
       layout_(std::move(layout)),
       options_(std::move(options)),
-      epoch_(std::chrono::steady_clock::now()) {
+      epoch_(std::chrono::steady_clock::now()),
+      epoch_ns_(std::chrono::duration_cast<std::chrono::nanoseconds>(epoch_.time_since_epoch()).count()) {
   if (options_.record_timeline) {
     timeline_ = std::make_unique<Timeline>(options_.max_timeline_events);
   }
@@ -549,6 +550,7 @@ void Engine::Launch(int b) {
   const Bucket& bucket = plan_.buckets[b];
   const int64_t count = bucket.count() + vote_slots_;
   std::shared_ptr<comm::Work> work;
+  std::shared_ptr<std::atomic<bool>> reported;
   if (count == 0) {
     work = comm::Work::Done(absl::OkStatus());  // only zero-size tensors
     if (options_.external_buffers && options_.on_bucket_reduced) {
@@ -572,7 +574,14 @@ void Engine::Launch(int b) {
     work = *std::move(issued);
     work->OnComplete([keep = buffers_](const absl::Status&) {});
     if (options_.external_buffers && options_.on_bucket_reduced) {
-      work->OnComplete([done = options_.on_bucket_reduced, b](const absl::Status& s) { done(b, s); });
+      // The worker waits for this to have run before it counts the bucket
+      // done, so every report precedes Finish()'s return (a Work runs its
+      // callbacks just after it reports done).
+      reported = std::make_shared<std::atomic<bool>>(false);
+      work->OnComplete([done = options_.on_bucket_reduced, b, reported](const absl::Status& s) {
+        done(b, s);
+        reported->store(true, std::memory_order_release);
+      });
     }
   }
   state_[b] = BucketState::kLaunched;
@@ -582,7 +591,7 @@ void Engine::Launch(int b) {
   }
   launch_us_[b] = NowUs();
   current_.launch_order.push_back(b);
-  launched_.push_back(Launched{b, launched_count_++, std::move(work)});
+  launched_.push_back(Launched{b, launched_count_++, std::move(work), std::move(reported)});
   ++in_flight_;
 }
 
@@ -635,6 +644,9 @@ void Engine::WorkerLoop() {
         break;
       }
     }
+    if (next.reported != nullptr && next.work->Test()) {
+      while (!next.reported->load(std::memory_order_acquire)) std::this_thread::yield();
+    }
     const double complete_us = NowUs();
     double back_us = 0;
     std::vector<uint8_t> votes;
@@ -661,7 +673,26 @@ void Engine::WorkerLoop() {
     const int64_t bytes = bucket.count() * static_cast<int64_t>(comm::DataTypeSize(bucket.dtype));
     current_.comm_us += complete_us - launch_us_[next.bucket];
     current_.copy_back_us += back_us;
+    // Launch-to-start: how long the bucket waited for the backend to begin
+    // executing it (backends that mark starts; comm/work.h).
+    // The part not spent queueing behind the previous collective (the
+    // backend runs them in issue order) is the executor's reaction: from
+    // the later of the launch and the previous completion to the start.
+    double start_us = -1;
+    if (const int64_t started = next.work->started_ns(); started > 0) {
+      start_us = static_cast<double>(started - epoch_ns_) / 1e3;
+      const double ready_us =
+          std::max(launch_us_[next.bucket],
+                   static_cast<double>(previous_completed_ns_ - epoch_ns_) / 1e3);
+      current_.start_delay_us.push_back(std::max(0.0, start_us - launch_us_[next.bucket]));
+      current_.start_reaction_us.push_back(std::max(0.0, start_us - ready_us));
+    }
+    previous_completed_ns_ = next.work->completed_ns();
     if (timeline_) {
+      if (start_us > launch_us_[next.bucket]) {
+        timeline_->Span("waits to start", Track::kAllReduce, launch_us_[next.bucket],
+                        start_us - launch_us_[next.bucket], iteration_, next.bucket, -1, bytes);
+      }
       timeline_->Span(absl::StrCat("bucket ", next.bucket), Track::kAllReduce,
                       launch_us_[next.bucket], complete_us - launch_us_[next.bucket], iteration_,
                       next.bucket, -1, bytes);

@@ -51,6 +51,7 @@
 #ifndef FUSEBOX_BUCKETING_ENGINE_H_
 #define FUSEBOX_BUCKETING_ENGINE_H_
 
+#include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
@@ -118,8 +119,8 @@ struct EngineOptions {
   // allreduce has completed, with the collective's status (results are in
   // place when it is OK), on the thread that completes the collective (the
   // backend's), the moment it completes: a DDP hook completes the bucket's
-  // future from here with no further thread hop. Must not block or call
-  // into the engine.
+  // future from here with no further thread hop. Every call has returned
+  // before Finish() does. Must not block or call into the engine.
   std::function<void(int bucket, const absl::Status& status)> on_bucket_reduced;
 };
 
@@ -141,6 +142,13 @@ struct IterationStats {
   // called, microseconds after start_us (so 0 for the first gradient when
   // StartIteration was not called).
   std::vector<double> ready_us;
+  // Per launched bucket, in completion order: launch to the backend starting
+  // it (comm::Work::started_ns), for backends that mark starts.
+  std::vector<double> start_delay_us;
+  // The same less the time spent queueing behind the previous collective:
+  // from the later of the launch and that collective's completion to the
+  // start (the executor's reaction: a wake-up, a hand-off).
+  std::vector<double> start_reaction_us;
   double backward_us() const { return backward_end_us - start_us; }
   double exposed_comm_us() const { return finish_us - backward_end_us; }
   double iteration_us() const { return finish_us - start_us; }
@@ -233,6 +241,8 @@ class Engine {
     int bucket;
     int index;  // k: this iteration's k-th launch
     std::shared_ptr<comm::Work> work;
+    // Set once on_bucket_reduced has returned for it (external buffers).
+    std::shared_ptr<std::atomic<bool>> reported;
   };
   struct Buffers;  // fusion buffers, shared with in-flight collectives
 
@@ -254,6 +264,8 @@ class Engine {
   const GradientLayout layout_;
   const EngineOptions options_;
   const std::chrono::steady_clock::time_point epoch_;
+  const int64_t epoch_ns_;  // epoch_ as comm::Work::SteadyNowNs() counts
+  int64_t previous_completed_ns_ = 0;  // worker only: the last collective's completion
   std::unique_ptr<Timeline> timeline_;
 
   // Fixed per plan (changed only by SetPlan while idle).

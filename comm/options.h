@@ -38,6 +38,12 @@ struct UcxOptions {
   // UCX configuration overrides applied with ucp_config_modify, e.g.
   // {"TLS", "tcp,cma"}; UCX_* environment variables still apply underneath.
   std::vector<std::pair<std::string, std::string>> ucx_config;
+  // Note [Progress without sleeping] (comm/ucx/communicator.cc): how long
+  // the progress thread keeps looking for the next collective (yielding the
+  // core on every look) after the queue runs empty, before it blocks until
+  // an issue wakes it. A collective issued within this window starts with no
+  // wake-up at all; a longer window costs an otherwise idle core's time.
+  absl::Duration progress_spin = absl::Microseconds(50);
   // Ask UCX to report failed peers (UCP_ERR_HANDLING_MODE_PEER): a collective
   // waiting on a rank that died then fails with Unavailable instead of
   // waiting for the caller's deadline. UCX 1.13 supports this only over TCP,

@@ -82,6 +82,31 @@ absl::StatusOr<RendezvousOptions> RendezvousOptionsFromEnv(
     if (!port.ok()) return port.status();
     o.master_port = *port;
   }
+  // Note [Whose port]: fusebox's store has variables of its own, so that
+  // MASTER_ADDR/MASTER_PORT stay free for the job's own rendezvous (torch's
+  // env:// binds MASTER_PORT on rank 0). fusebox-run sets both. Under
+  // torchrun's agent store (TORCHELASTIC_USE_AGENT_STORE), torch's store
+  // already holds MASTER_PORT: rank 0 hosts fusebox's on the next port.
+  const std::optional<std::string> store_addr = Lookup(getenv, "FUSEBOX_STORE_ADDR");
+  const std::optional<std::string> store_port = Lookup(getenv, "FUSEBOX_STORE_PORT");
+  if (store_addr.has_value()) {
+    if (store_addr->empty()) return BadVar("FUSEBOX_STORE_ADDR", *store_addr, "is empty");
+    o.master_addr = *store_addr;
+  }
+  if (store_port.has_value()) {
+    absl::StatusOr<int> port =
+        ParseIntVar("FUSEBOX_STORE_PORT", *store_port, 1, 65535, "[1, 65535]");
+    if (!port.ok()) return port.status();
+    o.master_port = *port;
+  } else if (std::optional<std::string> v = Lookup(getenv, "TORCHELASTIC_USE_AGENT_STORE");
+             v.has_value() && (*v == "True" || *v == "true" || *v == "1")) {
+    if (o.master_port >= 65535) {
+      return BadVar("MASTER_PORT", absl::StrCat(o.master_port),
+                    "leaves no next port for fusebox's store under torchrun's agent store "
+                    "(set FUSEBOX_STORE_PORT)");
+    }
+    o.master_port += 1;
+  }
   if (std::optional<std::string> v = Lookup(getenv, "FUSEBOX_AGENT_STORE")) {
     if (!absl::SimpleAtob(*v, &o.agent_store)) {
       return BadVar("FUSEBOX_AGENT_STORE", *v, "is not a boolean (0 or 1)");

@@ -32,7 +32,9 @@ struct RendezvousOptions {
 };
 
 // Reads RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT,
-// FUSEBOX_AGENT_STORE, FUSEBOX_RENDEZVOUS_TIMEOUT_S (seconds) and
+// FUSEBOX_STORE_ADDR and FUSEBOX_STORE_PORT (which win over MASTER_*: Note
+// [Whose port] in rendezvous.cc; under torchrun's agent store without them,
+// MASTER_PORT + 1), FUSEBOX_AGENT_STORE, FUSEBOX_RENDEZVOUS_TIMEOUT_S (seconds) and
 // FUSEBOX_JOB_TOKEN (at most 1024 bytes) through
 // `getenv` (pass ::getenv at an edge; tests pass a map). Errors name the
 // variable and the bad value. Returns NotFound if RANK or WORLD_SIZE is unset.

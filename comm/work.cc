@@ -62,6 +62,7 @@ absl::Status Work::status() const {
 }
 
 void Work::Complete(absl::Status status) {
+  completed_ns_.store(SteadyNowNs(), std::memory_order_release);
   std::vector<std::function<void(const absl::Status&)>> callbacks;
   {
     std::lock_guard<std::mutex> lock(mu_);

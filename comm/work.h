@@ -3,6 +3,8 @@
 #define FUSEBOX_COMM_WORK_H_
 
 #include <atomic>
+#include <chrono>
+#include <cstdint>
 #include <condition_variable>
 #include <functional>
 #include <memory>
@@ -58,6 +60,25 @@ class Work {
   // thread. The driver must be safe to call after the backend is gone.
   void SetDriver(std::function<bool()> driver) { driver_ = std::move(driver); }
 
+  // Launch-to-start: when the Work was issued (made) and when the backend
+  // began executing it (MarkStarted; steady clock, ns since its epoch; 0
+  // until then, and for backends that do not say). The difference is what a
+  // collective waited for an executor: queueing behind earlier collectives,
+  // and a sleeping progress thread's wake-up.
+  int64_t issued_ns() const { return issued_ns_; }
+  int64_t started_ns() const { return started_ns_.load(std::memory_order_acquire); }
+  // Backend side: the collective starts executing now. Once.
+  void MarkStarted() { started_ns_.store(SteadyNowNs(), std::memory_order_release); }
+  // When Complete() was called (0 before): with the previous collective's,
+  // it splits launch-to-start into queueing behind earlier collectives and
+  // the executor's own reaction.
+  int64_t completed_ns() const { return completed_ns_.load(std::memory_order_acquire); }
+  static int64_t SteadyNowNs() {
+    return std::chrono::duration_cast<std::chrono::nanoseconds>(
+               std::chrono::steady_clock::now().time_since_epoch())
+        .count();
+  }
+
   // A Work that completes when all of `parts` have; its status is the first
   // error among them, or OK.
   static std::shared_ptr<Work> All(std::vector<std::shared_ptr<Work>> parts);
@@ -67,6 +88,9 @@ class Work {
 
  private:
   std::atomic<bool> done_{false};
+  const int64_t issued_ns_ = SteadyNowNs();
+  std::atomic<int64_t> started_ns_{0};
+  std::atomic<int64_t> completed_ns_{0};
   std::function<bool()> driver_;  // set before sharing; immutable after
   std::atomic<int> sleepers_{0};  // threads blocked on cv_
   mutable std::mutex mu_;

@@ -86,6 +86,13 @@ class AllReduceRow {
   const size_t count_;
 };
 
+// Launch-to-start is measured for single non-blocking calls only: in a
+// blocking loop the caller executes its own collective, and a multi-tensor
+// call is several.
+bool LaunchColumns(const PerfOptions& o) {
+  return o.launch_samples > 0 && !o.blocking && o.tensors <= 1;
+}
+
 absl::Status WaitOn(absl::StatusOr<std::shared_ptr<Work>> w) {
   if (!w.ok()) return w.status();
   return (*w)->Wait();
@@ -97,16 +104,17 @@ void PrintAllReduceHeader(std::FILE* out, const PerfOptions& o) {
   if (out == nullptr) return;
   const char* left = o.tensors > 1 ? "separate calls" : "out-of-place";
   const char* right = o.tensors > 1 ? "fused buffer" : "in-place";
+  const bool launch = LaunchColumns(o);
   std::fprintf(out, "#\n");
   std::fprintf(out, "# %10s %12s %8s %6s %7s %30s   %30s%s\n", "", "", "", "", "",
-               left, right, o.tensors > 1 ? "  speedup" : "");
+               left, right, o.tensors > 1 ? "  speedup" : launch ? "  launch-to-start" : "");
   std::fprintf(out, "# %10s %12s %8s %6s %7s %9s %7s %7s %6s  %9s %7s %7s %6s%s\n", "size",
                "count", "type", "redop", o.tensors > 1 ? "tensors" : "root", "time", "algbw",
                "busbw", "#wrong", "time", "algbw", "busbw", "#wrong",
-               o.tensors > 1 ? "  sep/fused" : "");
-  std::fprintf(out, "# %10s %12s %8s %6s %7s %9s %7s %7s %6s  %9s %7s %7s %6s\n", "(B)",
+               o.tensors > 1 ? "  sep/fused" : launch ? "      p50     p99" : "");
+  std::fprintf(out, "# %10s %12s %8s %6s %7s %9s %7s %7s %6s  %9s %7s %7s %6s%s\n", "(B)",
                "(elements)", "", "", "", "(us)", "(GB/s)", "(GB/s)", "", "(us)", "(GB/s)",
-               "(GB/s)", "");
+               "(GB/s)", "", launch ? "     (us)    (us)" : "");
 }
 
 absl::StatusOr<AllReduceSummary> RunAllReduce(Context& ctx, const PerfOptions& o,
@@ -141,6 +149,7 @@ absl::StatusOr<AllReduceSummary> RunAllReduce(Context& ctx, const PerfOptions& o
                                {"type", std::string(comm::DataTypeName(type))},
                                {"redop", std::string(comm::ReduceOpName(op))}};
         Timing left, right;
+        std::string launch_cols;
         if (o.tensors <= 1) {
           Column oop{[&] { return comm.AllReduce(a, b, count, type, op); },
                      [&] {
@@ -165,6 +174,23 @@ absl::StatusOr<AllReduceSummary> RunAllReduce(Context& ctx, const PerfOptions& o
           right = *r;
           jrow["oop"] = ToJson(left);
           jrow["ip"] = ToJson(right);
+          if (LaunchColumns(o)) {
+            // After a pause longer than any progress spin: the communicator
+            // is idle, as it is when backward hands it the first bucket.
+            auto d = ctx.LaunchToStart(ip.issue, o.launch_samples, absl::Milliseconds(1));
+            if (!d.ok()) return d.status();
+            double p50 = -1, p99 = -1;
+            if (d->has_value()) {
+              auto m50 = ctx.Mean(key + "/launch50", (*d)->p50_us);
+              if (!m50.ok()) return m50.status();
+              auto m99 = ctx.Mean(key + "/launch99", (*d)->p99_us);
+              if (!m99.ok()) return m99.status();
+              p50 = *m50;
+              p99 = *m99;
+              jrow["launch_us"] = {{"p50", p50}, {"p99", p99}, {"samples", o.launch_samples}};
+            }
+            launch_cols = p50 < 0 ? "       n/a     n/a" : absl::StrFormat("  %7.1f %7.1f", p50, p99);
+          }
         } else {
           // K equal tensors laid out in `a` (as gradients would be). Separate:
           // one in-place AllReduce per tensor, issued back to back. Fused:
@@ -218,6 +244,8 @@ absl::StatusOr<AllReduceSummary> RunAllReduce(Context& ctx, const PerfOptions& o
           std::string extra;
           if (o.tensors > 1) {
             extra = absl::StrFormat("  %9.2fx", right.time_us > 0 ? left.time_us / right.time_us : 0);
+          } else {
+            extra = launch_cols;
           }
           std::fprintf(out, "  %10zu %12zu %8s %6s %7d %s  %s%s\n", bytes, count,
                        std::string(comm::DataTypeName(type)).c_str(),

@@ -4,11 +4,13 @@
 #include <chrono>
 #include <cstdio>
 #include <string>
+#include <thread>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/time/clock.h"
 
 namespace fusebox::perf {
 
@@ -56,6 +58,30 @@ absl::StatusOr<double> Context::Time(
   }
   const auto t1 = std::chrono::steady_clock::now();
   return std::chrono::duration<double, std::micro>(t1 - t0).count() / std::max(1, iters);
+}
+
+absl::StatusOr<std::optional<Context::LaunchDelay>> Context::LaunchToStart(
+    const std::function<absl::StatusOr<std::shared_ptr<comm::Work>>()>& issue, int samples,
+    absl::Duration idle) {
+  std::vector<double> us;
+  bool marked = true;
+  for (int i = 0; i < samples; ++i) {
+    if (absl::Status s = comm::BarrierSync(comm_); !s.ok()) return s;
+    absl::SleepFor(idle);
+    auto w = issue();
+    if (!w.ok()) return w.status();
+    while (!(*w)->Test()) std::this_thread::yield();
+    if (absl::Status s = (*w)->status(); !s.ok()) return s;
+    const int64_t start = (*w)->started_ns();
+    if (start == 0) marked = false;
+    us.push_back(static_cast<double>(start - (*w)->issued_ns()) / 1e3);
+  }
+  if (!marked || us.empty()) return std::optional<LaunchDelay>();
+  std::sort(us.begin(), us.end());
+  LaunchDelay d;
+  d.p50_us = us[us.size() / 2];
+  d.p99_us = us[std::min(us.size() - 1, static_cast<size_t>(0.99 * us.size()))];
+  return std::optional<LaunchDelay>(d);
 }
 
 absl::StatusOr<double> Context::Mean(absl::string_view key, double value) {

@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -34,6 +35,9 @@ struct PerfOptions {
   std::vector<comm::DataType> types = {comm::DataType::kFloat32};  // -d
   std::vector<comm::ReduceOp> ops = {comm::ReduceOp::kSum};          // -o
   int tensors = 1;           // --tensors: K tensors per call (multi-tensor mode)
+  // --launch: samples of launch-to-start per size (non-blocking, one tensor;
+  // 0: not measured).
+  int launch_samples = 20;
   std::string json_path;     // --json (written by rank 0)
   bool progress = false;     // progress line on stderr (rank 0, terminals only)
 };
@@ -68,6 +72,19 @@ class Context {
   absl::StatusOr<double> Time(
       const std::function<absl::StatusOr<std::shared_ptr<comm::Work>>()>& issue,
       int iters, int warmup, bool blocking);
+
+  // Launch-to-start of non-blocking calls issued to an idle communicator:
+  // `samples` times, a barrier, a pause of `idle`, one call, then polled
+  // with Test() (never driven) until done; each sample is the Work's
+  // started_ns - issued_ns. Returns this rank's median and 99th percentile
+  // in microseconds, or nullopt when the backend does not mark starts.
+  struct LaunchDelay {
+    double p50_us = 0;
+    double p99_us = 0;
+  };
+  absl::StatusOr<std::optional<LaunchDelay>> LaunchToStart(
+      const std::function<absl::StatusOr<std::shared_ptr<comm::Work>>()>& issue, int samples,
+      absl::Duration idle);
 
   // Mean of `value` across ranks (through the store; `key` must be unique
   // within the run and the same on every rank).

@@ -22,6 +22,7 @@
 #include "absl/strings/str_split.h"
 #include "comm/backends.h"
 #include "fusebox/config.h"
+#include "tools/cli.h"
 #include "perf/allreduce.h"
 #include "perf/harness.h"
 #include "perf/overlap.h"
@@ -52,6 +53,12 @@ ABSL_FLAG(std::string, backend, "ucx", "communication backend: ucx, mpi or nccl"
 ABSL_FLAG(std::string, json, "", "also write the results as JSON to this file (rank 0)");
 ABSL_FLAG(int, tensors, 1,
           "multi-tensor mode: K tensors per call, issued one by one vs fused into one buffer");
+ABSL_FLAG(int, launch, 20,
+          "launch-to-start samples per size: non-blocking calls issued to an idle "
+          "communicator, timed from issue until the backend starts executing them (0: off)");
+ABSL_FLAG(double, ucx_spin_us, 50,
+          "ucx backend: microseconds the progress thread keeps looking for work before it "
+          "blocks until woken");
 ABSL_FLAG(std::string, ucx_tls, "",
           "UCX transports for the ucx backend (as UCX_TLS; default: $UCX_TLS, else "
           "sysv,cma,self,tcp with the shared-memory allreduce)");
@@ -107,6 +114,8 @@ namespace fusebox::perf {
 namespace {
 
 constexpr char kUsage[] =
+    "runs an allreduce sweep or replays a model's backward through the bucketing engine.\n"
+    "\n"
     "fusebox-perf allreduce [flags]\n"
     "fusebox-perf overlap [--profile resnet50] [--plans per-tensor,ddp,horovod,hccl,mg-wfbp,tuned,plan.json]\n"
     "                     [--cache_dir DIR] [--network NAME]\n"
@@ -126,7 +135,7 @@ constexpr char kUsage[] =
     "overlap replays a model's backward (sleeping to each gradient's ready time, as\n"
     "the CPU idles while a GPU computes) and reduces the gradients through the\n"
     "bucketing engine, once per plan; it reports iteration time, exposed\n"
-    "communication and the ratio to the lower bound of ANCHORS.md:\n"
+    "communication and the ratio to the lower bound of docs/model.md:\n"
     "\n"
     "  fusebox-run -n 2 -- fusebox-perf overlap --profile bert_large --compute_scale auto -n 5";
 
@@ -155,6 +164,10 @@ absl::StatusOr<PerfOptions> OptionsFromFlags() {
   o.blocking = absl::GetFlag(FLAGS_z) != 0;
   o.tensors = absl::GetFlag(FLAGS_tensors);
   if (o.tensors < 1 || o.tensors > 4096) return absl::InvalidArgumentError("--tensors must be in [1, 4096]");
+  o.launch_samples = absl::GetFlag(FLAGS_launch);
+  if (o.launch_samples < 0 || o.launch_samples > 100000) {
+    return absl::InvalidArgumentError("--launch must be in [0, 100000]");
+  }
   o.json_path = absl::GetFlag(FLAGS_json);
   o.types.clear();
   o.ops.clear();
@@ -192,6 +205,12 @@ absl::StatusOr<comm::BackendOptions> BackendOptionsFromFlags() {
   if (!small.ok()) return small.status();
   b.ucx.chunk_bytes = *chunk;
   b.ucx.small_message_bytes = *small;
+  const double spin_us = absl::GetFlag(FLAGS_ucx_spin_us);
+  if (!(spin_us >= 0 && spin_us <= 1e6)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--ucx_spin_us must be in [0, 1e6] microseconds, got ", spin_us));
+  }
+  b.ucx.progress_spin = absl::Microseconds(spin_us);
   if (absl::Status s = comm::CollectiveTimeoutFromEnv(::getenv, &b); !s.ok()) return s;
   const double timeout_s = absl::GetFlag(FLAGS_timeout_s);
   if (!(timeout_s >= 0 && timeout_s <= 1e7)) {
@@ -208,7 +227,12 @@ absl::StatusOr<comm::BackendOptions> BackendOptionsFromFlags() {
 }
 
 int Fail(const absl::Status& s, int rank) {
-  std::fprintf(stderr, "fusebox-perf (rank %d): %s\n", rank, std::string(s.message()).c_str());
+  // Before the rendezvous there is no rank to name.
+  if (rank < 0) {
+    std::fprintf(stderr, "fusebox-perf: %s\n", std::string(s.message()).c_str());
+  } else {
+    std::fprintf(stderr, "fusebox-perf (rank %d): %s\n", rank, std::string(s.message()).c_str());
+  }
   return 1;
 }
 
@@ -340,6 +364,9 @@ int OverlapMain(int argc, char** argv) {
                            {"iteration_ci95_us", {r.iteration_low_us, r.iteration_high_us}},
                            {"iterations_us", r.iterations_us}, {"backward_us", r.backward_us},
                            {"exposed_us", r.exposed_us}, {"copy_us", r.copy_us},
+                           {"start_p50_us", r.start_p50_us}, {"start_p99_us", r.start_p99_us},
+                           {"reaction_p50_us", r.reaction_p50_us},
+                           {"reaction_p99_us", r.reaction_p99_us},
                            {"bound_us", r.bound_us}, {"compute_us", r.compute_us},
                            {"predicted_us", r.predicted_us}});
         if (r.tuning_iterations >= 0) {
@@ -373,8 +400,8 @@ int OverlapMain(int argc, char** argv) {
 }
 
 int Main(int argc, char** argv) {
-  absl::SetProgramUsageMessage(kUsage);
-  std::vector<char*> positional = absl::ParseCommandLine(argc, argv);
+  std::vector<char*> positional =
+      tools::ParseToolCommandLine(argc, argv, "fusebox-perf", kUsage, "perf/");
   const std::string command = positional.size() == 2 ? positional[1] : "";
   if (command != "allreduce" && command != "overlap") {
     std::fprintf(stderr, "%s\n\nusage: fusebox-perf allreduce|overlap [flags]  (--help for the flags)\n",

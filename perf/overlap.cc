@@ -175,10 +175,18 @@ class Replay {
     std::vector<double> v = {end, bend - profile_.forward_us, end - bend,
                              st.copy_in_us + st.copy_back_us};
     if (absl::Status s = MaxAcrossRanks(comm_, v); !s.ok()) return s;
+    last_start_delays_ = st.start_delay_us;
+    last_reactions_ = st.start_reaction_us;
     return v;
   }
 
+  // This rank's launch-to-start of every bucket of the last Iterate.
+  const std::vector<double>& last_start_delays() const { return last_start_delays_; }
+  const std::vector<double>& last_reactions() const { return last_reactions_; }
+
  private:
+  std::vector<double> last_start_delays_;
+  std::vector<double> last_reactions_;
   // Points each gradient at its place in the fusion buffers (views) or at
   // its own buffer; redone whenever those places move (a new engine or
   // plan; compared by address, since a new engine may reuse a freed one's).
@@ -336,7 +344,7 @@ absl::StatusOr<OverlapReport> RunOverlap(comm::Communicator& comm,
                  report.comm.total_measured ? "measured" : "fitted", report.comm.t_last_us / 1e3,
                  report.copy_gbps);
     std::fprintf(out, "# lower bound = forward + max(T_b + t(last), T_first + t(all)) "
-                      "(ANCHORS.md); times are medians over iterations of the slowest rank;\n");
+                      "(docs/model.md); times are medians over iterations of the slowest rank;\n");
     if (options.predict_with.has_value()) {
       std::fprintf(out, "# pred = autotune::Simulate under the given cost model: %s\n",
                    options.predict_with->Describe().c_str());
@@ -347,9 +355,13 @@ absl::StatusOr<OverlapReport> RunOverlap(comm::Communicator& comm,
                  "# plans measured in %d randomised blocks (each visit: %d warm-up iterations "
                  "after the switch, then one measured); iter = median [95%% CI]\n",
                  options.iters, options.warmup);
-    std::fprintf(out, "#\n# %-14s %7s %10s %17s %10s %10s %9s %10s %10s %8s %10s %9s\n", "plan",
-                 "buckets", "iter(ms)", "95% CI", "bwd(ms)", "exposed", "copy(ms)", "bound(ms)",
-                 "iter/bound", "iter/cmp", "pred(ms)", "pred/iter");
+    std::fprintf(out,
+                 "# start p50/p99 = launch-to-start of every bucket (us), less the time it "
+                 "queued behind the previous bucket's allreduce: the executor's reaction\n");
+    std::fprintf(out, "#\n# %-14s %7s %10s %17s %10s %10s %9s %10s %10s %8s %10s %9s %17s\n",
+                 "plan", "buckets", "iter(ms)", "95% CI", "bwd(ms)", "exposed", "copy(ms)",
+                 "bound(ms)", "iter/bound", "iter/cmp", "pred(ms)", "pred/iter",
+                 "start p50/p99(us)");
   }
 
   bucketing::EngineOptions eopts;
@@ -431,6 +443,8 @@ absl::StatusOr<OverlapReport> RunOverlap(comm::Communicator& comm,
   // drift of the machine falls on all plans alike.
   const int np = static_cast<int>(plans.size());
   std::vector<std::vector<std::vector<double>>> samples(np);  // per plan: iterations x 4
+  std::vector<std::vector<double>> delays(np);  // per plan: this rank's launch-to-start, us
+  std::vector<std::vector<double>> reactions(np);  // the same less queueing
   auto created = Engine::Create(comm, layout, *plans[0], eopts);
   if (!created.ok()) return created.status();
   engine = *std::move(created);
@@ -445,7 +459,13 @@ absl::StatusOr<OverlapReport> RunOverlap(comm::Communicator& comm,
         if (timed_visit && w == options.warmup && e->timeline() != nullptr) e->timeline()->Clear();
         auto v = replay.Iterate(*e, [e] { return e->Finish(); }, round);
         if (!v.ok()) return v.status();
-        if (w == options.warmup) samples[pi].push_back(*v);
+        if (w == options.warmup) {
+          samples[pi].push_back(*v);
+          const std::vector<double>& d = replay.last_start_delays();
+          delays[pi].insert(delays[pi].end(), d.begin(), d.end());
+          const std::vector<double>& a = replay.last_reactions();
+          reactions[pi].insert(reactions[pi].end(), a.begin(), a.end());
+        }
       }
       if (timed_visit && e->timeline() != nullptr) {
         const std::string label = plans[pi]->name;
@@ -489,6 +509,24 @@ absl::StatusOr<OverlapReport> RunOverlap(comm::Communicator& comm,
     r.backward_us = Median(bwd);
     r.exposed_us = Median(exposed);
     r.copy_us = Median(copy);
+    {
+      // Over every bucket of the measured iterations, the worst rank's
+      // median and 99th percentile (-1: the backend does not mark starts).
+      auto quantiles = [](std::vector<double>& d) {
+        std::sort(d.begin(), d.end());
+        if (d.empty()) return std::pair<double, double>(-1, -1);
+        return std::pair<double, double>(
+            d[d.size() / 2], d[std::min(d.size() - 1, static_cast<size_t>(0.99 * d.size()))]);
+      };
+      const auto [d50, d99] = quantiles(delays[pi]);
+      const auto [a50, a99] = quantiles(reactions[pi]);
+      std::vector<double> q = {d50, d99, a50, a99};
+      if (absl::Status s = MaxAcrossRanks(comm, q); !s.ok()) return s;
+      r.start_p50_us = q[0];
+      r.start_p99_us = q[1];
+      r.reaction_p50_us = q[2];
+      r.reaction_p99_us = q[3];
+    }
     r.compute_us = profile.forward_us + profile.backward_us;
     r.bound_us = LowerBoundUs(profile.forward_us, profile.backward_us,
                               profile.tensors.front().ready_us, report.comm.t_last_us,
@@ -501,12 +539,16 @@ absl::StatusOr<OverlapReport> RunOverlap(comm::Communicator& comm,
     }
     if (out != nullptr) {
       std::fprintf(out,
-                   "  %-14s %7d %10.2f %17s %10.2f %10.2f %9.2f %10.2f %10.3f %8.3f %10.2f %9.3f\n",
+                   "  %-14s %7d %10.2f %17s %10.2f %10.2f %9.2f %10.2f %10.3f %8.3f %10.2f %9.3f "
+                   "%17s\n",
                    r.plan.c_str(), r.buckets, r.iteration_us / 1e3,
                    absl::StrFormat("[%.2f, %.2f]", ci.low / 1e3, ci.high / 1e3).c_str(),
                    r.backward_us / 1e3, r.exposed_us / 1e3, r.copy_us / 1e3, r.bound_us / 1e3,
                    r.iteration_us / r.bound_us, r.iteration_us / r.compute_us,
-                   r.predicted_us / 1e3, r.predicted_us / r.iteration_us);
+                   r.predicted_us / 1e3, r.predicted_us / r.iteration_us,
+                   r.reaction_p50_us < 0 ? "n/a"
+                                         : absl::StrFormat("%.1f / %.1f", r.reaction_p50_us,
+                                                           r.reaction_p99_us).c_str());
       if (r.tuning_iterations >= 0) {
         std::fprintf(out,
                      "#   tuned: %d tuning iterations (%s, %.1f ms slower than DDP's default in "

@@ -81,11 +81,16 @@ struct OverlapResult {
   double backward_us = 0;  // measured end of the replayed backward
   double exposed_us = 0;   // iteration end - backward end
   double copy_us = 0;      // copy in + copy back (0 with views)
-  double bound_us = 0;     // ANCHORS.md lower bound under CommModel
+  double bound_us = 0;     // docs/model.md lower bound under CommModel
   double compute_us = 0;   // forward + backward of the replay
   // autotune::Simulate's iteration time under the cost model fitted to this
   // communicator (0 when the fit failed).
   double predicted_us = 0;
+  // Launch-to-start of the buckets (median, 99th percentile; worst rank; -1
+  // when the backend does not mark starts), and the same less queueing
+  // behind the previous bucket (IterationStats::start_reaction_us).
+  double start_p50_us = -1, start_p99_us = -1;
+  double reaction_p50_us = -1, reaction_p99_us = -1;
   // The "tuned" plan only: iterations the tuner spent (0 on a cache hit),
   // whether the cache had it, and which candidate won.
   int tuning_iterations = -1;
@@ -113,7 +118,7 @@ absl::StatusOr<OverlapReport> RunOverlap(comm::Communicator& comm,
                                          const autotune::Profile& profile,
                                          const OverlapOptions& options, std::FILE* out);
 
-// The ANCHORS.md lower bound on one iteration: forward + max(T_b + t(s_last),
+// The docs/model.md lower bound on one iteration: forward + max(T_b + t(s_last),
 // T_first + t(G)).
 double LowerBoundUs(double forward_us, double backward_us, double first_ready_us,
                     double t_last_us, double t_total_us);

@@ -19,8 +19,10 @@
 //   sends SIGTERM (or the forwarded signal) to every rank's group, then
 //   SIGKILL once --grace has passed; a second signal escalates at once.
 
+#include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <netinet/in.h>
 #include <poll.h>
 #include <sched.h>
 #include <signal.h>
@@ -28,6 +30,7 @@
 #include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/signalfd.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/types.h>
@@ -90,6 +93,26 @@ std::string ErrnoText(absl::string_view what, int err) {
 }
 
 using fusebox::comm::UniqueFd;
+
+// A TCP port that is free on `bind_addr` now (bound to port 0 and
+// released): where the command's own rendezvous (torch's env://) listens.
+absl::StatusOr<int> FreePort(const std::string& bind_addr) {
+  UniqueFd fd(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  if (!fd.valid()) return absl::InternalError(absl::StrCat("socket: ", strerror(errno)));
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = 0;
+  if (::inet_pton(AF_INET, bind_addr.c_str(), &addr.sin_addr) != 1) {
+    addr.sin_addr.s_addr = htonl(INADDR_ANY);
+  }
+  socklen_t len = sizeof(addr);
+  if (::bind(fd.get(), reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 ||
+      ::getsockname(fd.get(), reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
+    return absl::InternalError(absl::StrCat("cannot find a free port on ", bind_addr,
+                                            " for MASTER_PORT: ", strerror(errno)));
+  }
+  return static_cast<int>(ntohs(addr.sin_port));
+}
 
 absl::Status MakePipe(UniqueFd& read_end, UniqueFd& write_end) {
   int fds[2];
@@ -187,6 +210,7 @@ class Launcher {
   UniqueFd dev_null_;
   std::unique_ptr<comm::TcpStoreServer> store_;
   int store_port_ = 0;
+  int torch_port_ = 0;  // MASTER_PORT for the command's own rendezvous
   std::vector<std::string> base_env_;
   bool target_broken_[3] = {false, false, false};
 
@@ -281,6 +305,19 @@ absl::Status Launcher::SetUp() {
     }
   }
 
+  if (options_.nnodes > 1) {
+    // Every node must give its ranks the same MASTER_PORT: the next one.
+    if (options_.master_port >= 65535) {
+      return absl::InvalidArgumentError(
+          "--master-port must be below 65535 with --nnodes > 1 (the command's own rendezvous "
+          "gets --master-port + 1)");
+    }
+    torch_port_ = options_.master_port + 1;
+  } else {
+    absl::StatusOr<int> port = FreePort(StoreBindAddress(options_.master_addr));
+    if (!port.ok()) return port.status();
+    torch_port_ = *port;
+  }
   if (options_.node_rank != 0) {
     // Node 0's launcher hosts the store; this node's ranks connect to it.
     store_port_ = options_.master_port;
@@ -314,7 +351,7 @@ absl::Status Launcher::SetUp() {
 absl::Status Launcher::StartRank(int rank) {
   // Everything the child needs is built here, before fork.
   std::vector<std::string> env =
-      BuildRankEnvironment(base_env_, options_, rank, store_port_);
+      BuildRankEnvironment(base_env_, options_, rank, store_port_, torch_port_);
   std::vector<char*> envp;
   for (std::string& e : env) envp.push_back(e.data());
   envp.push_back(nullptr);

@@ -35,6 +35,7 @@
 #include "bucketing/file_io.h"
 #include "bucketing/plan_io.h"
 #include "fusebox/config.h"
+#include "tools/cli.h"
 
 ABSL_FLAG(std::string, profile, "resnet50",
           "model name (resnet50, bert_large, gpt2_small, gpt2_xl, vit_b16, ...) or a profile "
@@ -87,7 +88,7 @@ constexpr int kExitUsage = 2;
 constexpr size_t kMaxInputBytes = size_t{64} << 20;
 
 constexpr char kUsage[] =
-    "fusebox-tune: searches the bucket plan that hides allreduce best behind backward.\n"
+    "searches the bucket plan that hides allreduce best behind backward.\n"
     "\n"
     "  fusebox-tune [offline] --profile MODEL|FILE (--preset P | --cost_model F | --fit J,...)\n"
     "               --world N [--ranks_per_node R] [--out plan.json] [--describe]\n"
@@ -187,6 +188,9 @@ absl::StatusOr<PlannerOptions> PlannerOptionsFromFlags(int world) {
 double Ms(double us) { return us / 1e3; }
 
 int Offline() {
+  if (const int world = absl::GetFlag(FLAGS_world); world < 1 || world > (1 << 24)) {
+    return UsageError(absl::StrCat("--world must be in [1, 16777216], got ", world));
+  }
   auto profile = LoadProfileSpec(absl::GetFlag(FLAGS_profile));
   if (!profile.ok()) return Fail(profile.status());
   auto cost = CostModelFromFlags();
@@ -288,7 +292,7 @@ int Sweep() {
     return UsageError("sweep needs --profiles, --presets and --worlds");
   }
   std::printf("# fusebox-tune sweep: simulated iteration time of the tuned plan vs the lower bound "
-              "(ANCHORS.md) and each baseline's time / tuned time (> 1: tuned is faster)\n");
+              "(docs/model.md) and each baseline's time / tuned time (> 1: tuned is faster)\n");
   std::printf("# fine = the optimum over plans cut 8x finer (up to 64 pieces per gradient, 256 KiB "
               "atoms): what any plan can reach; t/fine = 1 means none beats tuned\n");
   std::printf("# %-11s %-12s %6s %10s %10s %8s %7s %10s %8s %8s %8s %8s %8s\n", "model", "preset",
@@ -442,8 +446,8 @@ int Fit() {
 }
 
 int Main(int argc, char** argv) {
-  absl::SetProgramUsageMessage(kUsage);
-  std::vector<char*> args = absl::ParseCommandLine(argc, argv);
+  std::vector<char*> args = ParseToolCommandLine(argc, argv, "fusebox-tune", kUsage,
+                                                  "tools/fusebox_tune");
   if (args.size() > 2) return UsageError("one command at most: offline, sweep, scale or fit");
   const std::string command = args.size() == 2 ? args[1] : "offline";
   if (command == "offline") return Offline();

@@ -255,8 +255,13 @@ Starts N local ranks of COMMAND (like torchrun --standalone or mpirun on one
 host). The launcher hosts the rendezvous TCP store itself and gives every rank:
   RANK, LOCAL_RANK            0..N-1
   WORLD_SIZE, LOCAL_WORLD_SIZE N
-  MASTER_ADDR, MASTER_PORT    where the hosted store listens
+  FUSEBOX_STORE_ADDR, FUSEBOX_STORE_PORT
+                              where the hosted store listens (fusebox's tools
+                              and libraries rendezvous there)
   FUSEBOX_AGENT_STORE=1       the store is hosted by the launcher, not rank 0
+  MASTER_ADDR, MASTER_PORT    a port left free for the command's own
+                              rendezvous: torch.distributed's env:// (rank 0
+                              binds it); with --nnodes > 1, --master-port + 1
 Options end at "--" or at the first argument that is not an option, so the
 command's own flags are passed through untouched.
 
@@ -333,15 +338,17 @@ int GlobalRank(const LaunchOptions& options, int local_rank) {
 
 std::vector<std::string> BuildRankEnvironment(
     absl::Span<const std::string> base, const LaunchOptions& options, int rank,
-    int store_port) {
+    int store_port, int torch_port) {
   std::vector<std::pair<std::string, std::string>> overrides = options.env;
   overrides.emplace_back("RANK", absl::StrCat(GlobalRank(options, rank)));
   overrides.emplace_back("WORLD_SIZE", absl::StrCat(options.nnodes * options.nproc));
   overrides.emplace_back("LOCAL_RANK", absl::StrCat(rank));
   overrides.emplace_back("LOCAL_WORLD_SIZE", absl::StrCat(options.nproc));
-  overrides.emplace_back("MASTER_ADDR", options.master_addr);
-  overrides.emplace_back("MASTER_PORT", absl::StrCat(store_port));
+  overrides.emplace_back("FUSEBOX_STORE_ADDR", options.master_addr);
+  overrides.emplace_back("FUSEBOX_STORE_PORT", absl::StrCat(store_port));
   overrides.emplace_back("FUSEBOX_AGENT_STORE", "1");
+  overrides.emplace_back("MASTER_ADDR", options.master_addr);
+  overrides.emplace_back("MASTER_PORT", absl::StrCat(torch_port));
 
   // Later overrides win; each name is emitted once, base order first.
   absl::flat_hash_set<std::string> overridden;

@@ -91,12 +91,14 @@ int GlobalRank(const LaunchOptions& options, int local_rank);
 // The environment ("K=V" strings) of local rank `rank`: `base` (usually the
 // launcher's own environment) with options.env applied on top and then the
 // launcher's variables (RANK = GlobalRank, WORLD_SIZE = nnodes * nproc,
-// LOCAL_RANK, LOCAL_WORLD_SIZE = nproc, MASTER_ADDR, MASTER_PORT =
-// `store_port`, FUSEBOX_AGENT_STORE=1). Every variable appears once. Entries
-// of `base` without '=' are dropped.
+// LOCAL_RANK, LOCAL_WORLD_SIZE = nproc; FUSEBOX_STORE_ADDR and
+// FUSEBOX_STORE_PORT = `store_port`, where fusebox's store listens, with
+// FUSEBOX_AGENT_STORE=1; MASTER_ADDR and MASTER_PORT = `torch_port`, left
+// free for the job's own rendezvous, such as torch.distributed's env://).
+// Every variable appears once. Entries of `base` without '=' are dropped.
 std::vector<std::string> BuildRankEnvironment(
     absl::Span<const std::string> base, const LaunchOptions& options, int rank,
-    int store_port);
+    int store_port, int torch_port);
 
 // The address the hosted store binds to: loopback when ranks reach it over
 // loopback (the usual single-host case, so the store is not exposed to the

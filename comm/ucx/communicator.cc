@@ -287,18 +287,16 @@ class UcxCommunicator final : public Communicator {
   // Collectives run one at a time, in issue order, on whichever thread holds
   // exec_->mu: the progress thread, or a caller blocked in Work::Wait() (the
   // Work's driver), which then runs the queue head itself instead of waiting
-  // for a hand-off: the progress thread sleeps when idle, so a caller that
-  // issues and waits usually executes its own collective at once, while a
-  // caller that does not wait has it run by the progress thread. Everything
-  // that touches the UCP worker or algorithm state happens under exec_->mu.
+  // for a hand-off: a caller that issues and waits executes its own
+  // collective when the progress thread has not already taken it, while a
+  // caller that does not wait has it run by the progress thread (Note
+  // [Progress without sleeping]). Everything that touches the UCP worker or
+  // algorithm state happens under exec_->mu.
   // The state is shared with the drivers so that a driver outliving the
   // communicator finds `self` null instead of a dangling pointer.
   struct ExecState {
     std::mutex mu;
     UcxCommunicator* self = nullptr;  // null once the communicator is gone
-    // When a waiting caller last offered to drive (steady clock, ns): the
-    // progress thread stays out of its way meanwhile.
-    std::atomic<int64_t> last_drive_ns{0};
   };
   std::shared_ptr<ExecState> exec_ = std::make_shared<ExecState>();
 
@@ -308,6 +306,7 @@ class UcxCommunicator final : public Communicator {
   uint64_t next_seq_ = 0;      // guarded by mu_
   bool stopping_ = false;      // guarded by mu_
   bool thread_sleeping_ = false;  // guarded by mu_: progress thread in cv_.wait
+  std::atomic<size_t> queued_{0};  // queue_.size(), for the spinning thread
   std::atomic<bool> abort_{false};
   // Set once a collective has failed: every later call is refused
   // synchronously with failure_ (guarded by failure_mu_).
@@ -571,7 +570,6 @@ std::shared_ptr<Work> UcxCommunicator::Enqueue(Kind kind, const void* send,
   r.recv = recv;
   r.work = std::make_shared<Work>();
   r.work->SetDriver([exec = exec_] {
-    exec->last_drive_ns.store(SteadyNanos(), std::memory_order_relaxed);
     std::unique_lock<std::mutex> lock(exec->mu, std::try_to_lock);
     return lock.owns_lock() && exec->self != nullptr && exec->self->ExecuteNext();
   });
@@ -581,9 +579,11 @@ std::shared_ptr<Work> UcxCommunicator::Enqueue(Kind kind, const void* send,
     std::lock_guard<std::mutex> lock(mu_);
     r.header.seq = next_seq_++;
     queue_.push_back(std::move(r));
+    queued_.store(queue_.size(), std::memory_order_release);
     wake = thread_sleeping_;
   }
-  if (wake) cv_.notify_one();  // a hot progress thread sees the queue itself
+  // Note [Progress without sleeping]: a spinning thread sees queued_ itself.
+  if (wake) cv_.notify_one();
   return w;
 }
 
@@ -591,45 +591,51 @@ std::shared_ptr<Work> UcxCommunicator::Enqueue(Kind kind, const void* send,
 // Progress thread.
 
 void UcxCommunicator::ProgressLoop() {
-  // Note [Who executes a collective]: while recently busy this thread naps in
-  // short timed waits that no Enqueue pays to interrupt, so a caller that
-  // issues and then waits runs its collective itself with no hand-off; work
-  // that nobody waits for starts within one nap. After a longer idle spell it
-  // sleeps until an Enqueue wakes it (an idle communicator costs nothing).
-  constexpr auto kNap = std::chrono::microseconds(100);
-  constexpr auto kDeepAfter = std::chrono::milliseconds(20);
-  auto idle_since = std::chrono::steady_clock::now();
+  // Note [Progress without sleeping]
+  // A collective nobody waits for (a gradient bucket launched from backward)
+  // is executed by this thread, so the time from its issue to its first byte
+  // moving is this thread's reaction time. The loop therefore never naps on
+  // a timer: after the queue runs empty it keeps looking for
+  // options_.progress_spin (yielding the core on each look, so compute and
+  // peers sharing the core are not starved), then blocks on cv_ until an
+  // Enqueue wakes it; Enqueue notifies whenever the thread is blocked, so a
+  // collective issued to an idle communicator waits one futex wake-up, and
+  // one issued within the spin window none. A caller blocked in Wait() may
+  // execute the queue head itself (Note [Who executes a collective]); then
+  // this thread waits for it on exec_->mu instead of napping, and takes
+  // whatever is left the moment the caller lets go.
+  // Sharing cores with compute (the design decision): the thread is not
+  // bound and runs at normal priority; it never busy-waits for long (the
+  // spin yields, and a collective's own waits poll with sched_yield when
+  // ranks outnumber cores), so training's compute threads keep their cores
+  // and the thread competes for one only while a collective is in flight. A
+  // blocking caller executes its collective itself (polling in the caller,
+  // as MPI does), which is what keeps small blocking collectives fast when
+  // every core is busy: no thread has to be scheduled for them.
+  const int64_t spin_ns = absl::ToInt64Nanoseconds(options_.progress_spin);
   for (;;) {
     {
       std::unique_lock<std::mutex> lock(mu_);
       if (queue_.empty() && !stopping_) {
-        if (std::chrono::steady_clock::now() - idle_since < kDeepAfter) {
-          cv_.wait_for(lock, kNap);
-        } else {
+        lock.unlock();
+        const int64_t until = SteadyNanos() + spin_ns;
+        while (queued_.load(std::memory_order_acquire) == 0 && SteadyNanos() < until) {
+          std::this_thread::yield();
+        }
+        lock.lock();
+        if (queue_.empty() && !stopping_) {
           thread_sleeping_ = true;
           cv_.wait(lock, [&] { return !queue_.empty() || stopping_; });
           thread_sleeping_ = false;
-          if (!stopping_) {
-            // Woken by an Enqueue: let a caller about to Wait() go first.
-            lock.unlock();
-            std::this_thread::sleep_for(std::chrono::microseconds(50));
-            lock.lock();
-          }
         }
       }
       if (queue_.empty()) {
         if (stopping_) return;  // drained
-        continue;               // nothing yet, or a waiting caller ran it
-      }
-      if (!stopping_ &&
-          SteadyNanos() - exec_->last_drive_ns.load(std::memory_order_relaxed) < 200000) {
-        cv_.wait_for(lock, kNap);  // a caller is driving: stay out of its way
         continue;
       }
     }
-    std::lock_guard<std::mutex> exec(exec_->mu);
+    std::lock_guard<std::mutex> exec(exec_->mu);  // behind a driving caller, if any
     ExecuteNext();
-    idle_since = std::chrono::steady_clock::now();
   }
 }
 
@@ -640,7 +646,9 @@ bool UcxCommunicator::ExecuteNext() {
     if (queue_.empty()) return false;
     req = std::move(queue_.front());
     queue_.pop_front();
+    queued_.store(queue_.size(), std::memory_order_release);
   }
+  req.work->MarkStarted();
   absl::Status s;
   if (abort_.load(std::memory_order_relaxed)) {
     s = absl::CancelledError("communicator destroyed before the collective ran");

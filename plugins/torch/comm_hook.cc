@@ -1,5 +1,6 @@
 #include "plugins/torch/comm_hook.h"
 
+#include <algorithm>
 #include <exception>
 #include <stdexcept>
 #include <utility>
@@ -78,8 +79,17 @@ HookState::HookState(::c10d::Reducer* reducer, std::vector<at::Tensor> params,
   options_.engine.average = false;
   // DDP buckets hold whole parameters: no plan may split one.
   options_.tuner.planner.max_pieces = 1;
-  // Ready times are known per DDP bucket: profile with small ones.
-  if (options_.tuner.profile_cap_bytes == 0) options_.tuner.profile_cap_bytes = int64_t{1} << 20;
+  // Through the hook, ready times are known per DDP bucket: profile with
+  // small ones. The native path times each gradient and profiles on DDP's
+  // default.
+  if (!options_.native && options_.tuner.profile_cap_bytes == 0) {
+    options_.tuner.profile_cap_bytes = int64_t{1} << 20;
+  }
+  if (options_.native) {
+    grad_us_.assign(params_.size(), -1.0);
+    for (size_t i = 0; i < params_.size(); ++i) hooked_.push_back(static_cast<int>(i));
+    hooks_version_ = 1;
+  }
   if (!options_.tuner.log) options_.tuner.log = options_.log;
   if (options_.tuner.backend == "unknown") options_.tuner.backend = comm_.backend();
 }
@@ -136,24 +146,32 @@ absl::StatusOr<std::vector<int>> HookState::BucketParams(::c10d::GradBucket& buc
   return out;
 }
 
-absl::Status HookState::StartEngine() {
+absl::StatusOr<bucketing::GradientLayout> HookState::LayoutInOrder(
+    const std::vector<int>& order) const {
   std::vector<bucketing::TensorSpec> specs;
-  for (int p : order_) {
+  for (int p : order) {
     absl::StatusOr<comm::DataType> type = FromScalarType(params_[p].scalar_type());
     if (!type.ok()) return type.status();
     specs.push_back(bucketing::TensorSpec{names_[p], params_[p].numel(), *type,
                                           comm::MemoryKind::kHost});
   }
-  absl::StatusOr<bucketing::GradientLayout> layout =
-      bucketing::GradientLayout::Create(std::move(specs));
-  if (!layout.ok()) return layout.status();
+  return bucketing::GradientLayout::Create(std::move(specs));
+}
+
+autotune::PlanChoice HookState::Choice() const {
   autotune::PlanChoice choice;
   choice.fixed_plan = options_.fixed_plan;
   choice.cache_dir = options_.cache_dir;
   choice.tuner = options_.tuner;
   choice.warn = options_.log;
+  return choice;
+}
+
+absl::Status HookState::StartEngine() {
+  absl::StatusOr<bucketing::GradientLayout> layout = LayoutInOrder(order_);
+  if (!layout.ok()) return layout.status();
   absl::StatusOr<autotune::EngineWithPolicy> made =
-      autotune::CreateEngineWithPolicy(comm_, *std::move(layout), options_.engine, choice);
+      autotune::CreateEngineWithPolicy(comm_, *std::move(layout), options_.engine, Choice());
   if (!made.ok()) return made.status();
   std::lock_guard<std::mutex> lock(mu_);
   engine_ = std::move(made->engine);
@@ -187,6 +205,11 @@ absl::Status HookState::InstallPlan() {
 absl::Status HookState::OnForwardStart() {
   if (!failed_.ok()) return failed_;
   std::lock_guard<std::mutex> step(step_mu_);
+  if (options_.native) {
+    absl::Status s = OnForwardStartNative();
+    if (!s.ok()) failed_ = s;
+    return s;
+  }
   absl::Status s;
   if (engine_ == nullptr) {
     if (!start_engine_) return absl::OkStatus();  // still learning
@@ -213,6 +236,192 @@ absl::Status HookState::OnForwardStart() {
     FailPending(s);
   }
   return s;
+}
+
+double HookState::NowUs() const {
+  return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - epoch_)
+      .count();
+}
+
+void HookState::OnGradReady(int param) {
+  const double now = NowUs();
+  std::lock_guard<std::mutex> lock(mu_);
+  if (param < 0 || param >= static_cast<int>(grad_us_.size()) || grad_us_[param] >= 0) return;
+  grad_us_[param] = now;
+  grad_order_.push_back(param);
+}
+
+std::pair<int64_t, std::vector<int>> HookState::GradHooks() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return {hooks_version_, hooked_};
+}
+
+absl::Status HookState::VerifyPlanAcrossRanks(const bucketing::Plan& plan) {
+  // What Engine::SetPlan checks: every rank is about to give DDP the same
+  // buckets (DDP itself would hang or fail inside gloo on a mismatch).
+  const int n = comm_.size();
+  const int64_t mine = static_cast<int64_t>(bucketing::PlanHash(plan));
+  std::vector<int64_t> all(n, 0);
+  absl::StatusOr<std::shared_ptr<comm::Work>> work =
+      comm_.AllGather(&mine, all.data(), 1, comm::DataType::kInt64);
+  if (!work.ok()) return work.status();
+  if (absl::Status s = (*work)->WaitFor(options_.engine.timeout); !s.ok()) return s;
+  std::vector<int> differ;
+  for (int r = 0; r < n; ++r) {
+    if (all[r] != mine) differ.push_back(r);
+  }
+  if (differ.empty()) return absl::OkStatus();
+  return absl::InternalError(absl::StrFormat(
+      "ranks disagree on the plan to install in DDP (\"%s\", %d buckets, on rank %d); ranks %s "
+      "have another",
+      plan.name, plan.buckets.size(), comm_.rank(), absl::StrJoin(differ, ",")));
+}
+
+absl::Status HookState::InstallNativePlan(bucketing::Plan plan) {
+  const uint64_t hash = bucketing::PlanHash(plan);
+  if (hash == plan_hash_ && !plan_.buckets.empty()) {
+    plan_.name = plan.name;
+    return absl::OkStatus();
+  }
+  std::vector<std::vector<size_t>> indices;
+  for (const bucketing::Bucket& b : plan.buckets) {
+    std::vector<size_t> bucket;
+    for (const bucketing::Slice& s : b.slices) {
+      if (s.offset != 0 || s.count != layout_->tensor(s.tensor).numel) {
+        return absl::InternalError(absl::StrFormat(
+            "plan \"%s\" splits parameter %s; DDP buckets hold whole parameters", plan.name,
+            layout_->tensor(s.tensor).name));
+      }
+      bucket.push_back(static_cast<size_t>(order_[s.tensor]));
+    }
+    indices.push_back(std::move(bucket));
+  }
+  if (absl::Status s = VerifyPlanAcrossRanks(plan); !s.ok()) return s;
+  try {
+    reducer_->initialize_buckets(std::move(indices));
+  } catch (const std::exception& e) {
+    return absl::InternalError(
+        absl::StrCat("DDP refused the bucket assignment of plan \"", plan.name, "\": ", e.what()));
+  }
+  plan_ = std::move(plan);
+  plan_hash_ = hash;
+  std::lock_guard<std::mutex> lock(mu_);
+  ++installs_;
+  return absl::OkStatus();
+}
+
+absl::Status HookState::StartPolicy() {
+  // Rank 0's order, as DDP itself rebuilds its buckets from rank 0's.
+  std::vector<int64_t> order(order_.begin(), order_.end());
+  absl::StatusOr<std::shared_ptr<comm::Work>> work =
+      comm_.Broadcast(order.data(), order.size(), comm::DataType::kInt64, 0);
+  if (!work.ok()) return work.status();
+  if (absl::Status s = (*work)->WaitFor(options_.engine.timeout); !s.ok()) return s;
+  std::vector<bool> seen(params_.size(), false);
+  for (int64_t p : order) {
+    if (p < 0 || p >= static_cast<int64_t>(params_.size()) || seen[p]) {
+      return absl::InternalError("rank 0's gradient ready order is not a permutation of the "
+                                 "parameters (do all ranks build the same model?)");
+    }
+    seen[p] = true;
+  }
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    order_.assign(order.begin(), order.end());
+  }
+  absl::StatusOr<bucketing::GradientLayout> layout = LayoutInOrder(order_);
+  if (!layout.ok()) return layout.status();
+  layout_ = *std::move(layout);
+  absl::StatusOr<autotune::PlanAndPolicy> made =
+      autotune::CreatePlanPolicy(comm_, *layout_, options_.engine.timeout, Choice());
+  if (!made.ok()) return made.status();
+  policy_ = std::move(made->tuner);
+  tuner_ = policy_.get();
+  bucketing::Plan initial = std::move(made->initial);
+  return InstallNativePlan(std::move(initial));
+}
+
+absl::Status HookState::OnForwardStartNative() {
+  const double now = NowUs();
+  std::vector<int> fired;
+  std::vector<double> at;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    fired.swap(grad_order_);
+    at.swap(grad_us_);
+    grad_us_.assign(params_.size(), -1.0);
+    if (!fired.empty()) {
+      ++iterations_;
+      if (policy_ == nullptr && layout_ == std::nullopt) ++passthrough_;
+    }
+  }
+  if (fired.empty()) {
+    // The first step, or a forward with no backward since the last one
+    // (evaluation with grad enabled): the step goes on.
+    if (layout_ == std::nullopt) return absl::OkStatus();
+    if (start_us_ > 0) return absl::OkStatus();
+    start_us_ = now;
+    return absl::OkStatus();
+  }
+  if (layout_ == std::nullopt) {
+    // Learning: DDP rebuilds its buckets in ready order at its second
+    // forward; fusebox installs its own from the third on, so that the
+    // rebuild never replaces them.
+    if (++learned_iterations_ < 2) return absl::OkStatus();
+    std::vector<bool> seen(params_.size(), false);
+    std::vector<int> order = fired;
+    for (int p : fired) seen[p] = true;
+    for (size_t p = 0; p < params_.size(); ++p) {  // unused ones: last, as DDP places them
+      if (!seen[p]) order.push_back(static_cast<int>(p));
+    }
+    {
+      std::lock_guard<std::mutex> lock(mu_);  // Snapshot reads order_ under mu_
+      order_ = std::move(order);
+    }
+    if (absl::Status s = StartPolicy(); !s.ok()) return s;
+    start_us_ = now;
+  } else {
+    bucketing::IterationStats st;
+    st.iteration = history_.empty() ? 0 : history_.back().iteration + 1;
+    st.start_us = start_us_;
+    st.next_start_us = now;
+    st.buckets = static_cast<int>(plan_.buckets.size());
+    st.ready_us.assign(order_.size(), 0.0);
+    double last = start_us_;
+    for (size_t pos = 0; pos < order_.size(); ++pos) {
+      const double t = at[order_[pos]];
+      if (t < 0) continue;
+      st.ready_us[pos] = t - start_us_;
+      last = std::max(last, t);
+    }
+    st.backward_end_us = last;
+    st.finish_us = last;  // DDP's own wait is not seen here: exposed_comm_us() is 0
+    if (policy_ != nullptr) {
+      absl::StatusOr<std::optional<bucketing::Plan>> next = policy_->OnIterationEnd(st, plan_);
+      if (!next.ok()) return next.status();
+      if (next->has_value()) {
+        if (absl::Status s = InstallNativePlan(**std::move(next)); !s.ok()) return s;
+      }
+    }
+    history_.push_back(std::move(st));
+    while (history_.size() > options_.engine.stats_history) history_.pop_front();
+    start_us_ = now;
+  }
+  // Every gradient is timed while the order or the tuner's profile is being
+  // learned; afterwards only the first and the last to become ready.
+  std::vector<int> want;
+  if (tuner_ != nullptr && tuner_->phase() == autotune::TunerPhase::kProfiling) {
+    want = order_;
+  } else {
+    want = {order_.front(), order_.back()};
+    if (want[0] == want[1]) want.pop_back();
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  if (want != hooked_) {
+    hooked_ = std::move(want);
+    ++hooks_version_;
+  }
+  return absl::OkStatus();
 }
 
 absl::Status HookState::CheckBucketAcrossRanks(size_t index,
@@ -327,7 +536,8 @@ FuturePtr HookState::RunHook(::c10d::GradBucket& bucket) {
 absl::Status HookState::ForcePlan(const std::string& spec) {
   std::lock_guard<std::mutex> step(step_mu_);
   if (tuner_ == nullptr) return absl::FailedPreconditionError("no tuner is running");
-  absl::StatusOr<bucketing::Plan> plan = FixedPlan(spec, engine_->layout());
+  absl::StatusOr<bucketing::Plan> plan =
+      FixedPlan(spec, engine_ != nullptr ? engine_->layout() : *layout_);
   if (!plan.ok()) return plan.status();
   plan->name = absl::StrCat("forced-", spec);
   tuner_->ForceChosen(*std::move(plan));
@@ -344,6 +554,10 @@ HookSnapshot HookState::Snapshot() const {
   if (engine_ != nullptr) {
     snap.plan = engine_->plan();
     snap.stats = engine_->stats();
+    snap.phase = HookPhase::kFixed;
+  } else if (layout_ != std::nullopt) {
+    snap.plan = plan_;
+    snap.stats.assign(history_.begin(), history_.end());
     snap.phase = HookPhase::kFixed;
   }
   if (tuner_ != nullptr) {
@@ -379,6 +593,11 @@ HookSnapshot HookState::Snapshot() const {
 
 absl::Status HookState::WriteTimeline(const std::string& path) const {
   std::lock_guard<std::mutex> step(step_mu_);
+  if (options_.native) {
+    return absl::FailedPreconditionError(
+        "communicator='ddp' runs DDP's own reduction and records no per-bucket timeline; "
+        "register with communicator='process_group' or 'ucx' for one");
+  }
   if (engine_ == nullptr) {
     return absl::FailedPreconditionError("no engine iteration has run yet (the hook is learning "
                                          "DDP's gradient order)");
@@ -388,6 +607,19 @@ absl::Status HookState::WriteTimeline(const std::string& path) const {
   }
   return engine_->timeline()->WriteChromeTrace(path, comm_.rank(),
                                                absl::StrCat("rank ", comm_.rank()));
+}
+
+absl::StatusOr<std::shared_ptr<HookState>> RegisterDdpBuckets(
+    ::c10d::Reducer& reducer, std::vector<at::Tensor> params, std::vector<std::string> names,
+    std::shared_ptr<comm::Communicator> comm, HookOptions options) {
+  if (params.empty() || names.size() != params.size()) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "fusebox needs DDP's parameters and one name each (got %d parameters, %d names)",
+        params.size(), names.size()));
+  }
+  options.native = true;
+  return std::make_shared<HookState>(&reducer, std::move(params), std::move(names),
+                                     std::move(comm), nullptr, std::move(options));
 }
 
 absl::StatusOr<std::shared_ptr<HookState>> RegisterCommHook(

@@ -1,9 +1,29 @@
-// The fusebox DDP communication hook: the plan fusebox chooses (tuned
-// online, or remembered by the policy cache) becomes DDP's own bucket
-// assignment, and each DDP bucket is reduced in place.
+// fusebox in DDP: the plan fusebox chooses (tuned online, or remembered by
+// the policy cache) becomes DDP's own bucket assignment. Two data paths:
+// * DDP's own (HookOptions::native, RegisterDdpBuckets): no communication
+//   hook at all. DDP reduces its buckets through its process group exactly
+//   as it does without fusebox; fusebox learns the gradient ready order and
+//   times from tensor hooks that exist only while it needs them, times whole
+//   steps from a forward pre-hook, and installs its plan between steps.
+//   Nothing runs per bucket, so a plan costs what plain DDP with those
+//   buckets costs (Note [Why no hook by default]).
+// * A communication hook (RegisterCommHook): each DDP bucket is reduced in
+//   place through a fusebox communicator (UCX, or a separate process group).
 //
 //   auto state = fusebox::torch_plugin::RegisterCommHook(reducer, params, comm, pg, options);
 //   // each step: state->OnForwardStart() (a forward pre-hook), then backward
+//
+// Note [Why no hook by default]
+// With a communication hook registered, DDP 1.13 copies each gradient into
+// its bucket and leaves the division by the world size to the hook (without
+// one it fuses the division into that copy: one pass instead of two), and
+// every bucket's future crosses into the hook and back. Measured on a CNN
+// over gloo on one host, the hook path running DDP's own plan costs 4-6% of
+// the step (docs/ddp-hook/). Where fusebox reduces through the process
+// group anyway, nothing justifies that: the native path has DDP do exactly
+// what it does without fusebox, on fusebox's buckets. The hook remains the
+// way to reduce through another communicator (UCX), where the
+// communicator's speed can pay for it.
 //
 // Note [DDP buckets are the plan's buckets]
 // A fusebox plan over the model's parameters (in gradient-ready order, no
@@ -31,7 +51,9 @@
 #ifndef FUSEBOX_PLUGINS_TORCH_COMM_HOOK_H_
 #define FUSEBOX_PLUGINS_TORCH_COMM_HOOK_H_
 
+#include <chrono>
 #include <cstdint>
+#include <deque>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -55,6 +77,9 @@ namespace fusebox::torch_plugin {
 class ProcessGroupCommunicator;
 
 struct HookOptions {
+  // DDP reduces its own buckets (no communication hook; Note [Why no hook
+  // by default]): the communicator carries only the tuner's agreements.
+  bool native = false;
   // Empty: tune online (cache first). Otherwise a fixed plan by name
   // ("ddp", "per-tensor") or a plan file for the parameter layout.
   std::string fixed_plan;
@@ -124,9 +149,28 @@ class HookState {
   // Test hook: make the tuner adopt `spec` (FixedPlan) as its chosen plan.
   absl::Status ForcePlan(const std::string& spec);
 
+  // Native path: a tensor hook on parameter `param` (an index into the
+  // parameters given at registration) fired: its gradient is ready. On the
+  // autograd thread.
+  void OnGradReady(int param);
+  // Native path: the parameters that want such a hook now (all of them while
+  // the ready order or the tuner's profile is being learned; the first and
+  // the last to become ready afterwards, which mark a backward and its end),
+  // and a version that changes whenever the set does.
+  std::pair<int64_t, std::vector<int>> GradHooks() const;
+
  private:
+  absl::Status OnForwardStartNative();
+  absl::Status StartPolicy();
+  absl::Status InstallNativePlan(bucketing::Plan plan);
+  absl::Status VerifyPlanAcrossRanks(const bucketing::Plan& plan);
+  double NowUs() const;
   absl::Status CheckBucketAcrossRanks(size_t index,
                                       const std::pair<int64_t, comm::DataType>& bucket);
+  // The layout of the parameters in `order` (ready order), and the plan
+  // choice of the options: what both data paths start from.
+  absl::StatusOr<bucketing::GradientLayout> LayoutInOrder(const std::vector<int>& order) const;
+  autotune::PlanChoice Choice() const;
   absl::Status StartEngine();
   absl::Status InstallPlan();
   absl::StatusOr<std::vector<int>> BucketParams(::c10d::GradBucket& bucket) const;
@@ -174,7 +218,27 @@ class HookState {
   std::vector<int64_t> last_counts_;
   int64_t iterations_ = 0;
   int64_t passthrough_ = 0;
+
+  // Native path. The policy and the plan change under step_mu_; what the
+  // tensor hooks write is guarded by mu_.
+  const std::chrono::steady_clock::time_point epoch_ = std::chrono::steady_clock::now();
+  std::optional<bucketing::GradientLayout> layout_;
+  std::unique_ptr<autotune::OnlineTuner> policy_;
+  bucketing::Plan plan_;
+  uint64_t plan_hash_ = 0;
+  double start_us_ = 0;                     // this step's forward start
+  std::deque<bucketing::IterationStats> history_;
+  std::vector<int> grad_order_;             // params in the order their hooks fired (mu_)
+  std::vector<double> grad_us_;             // per param: when it fired, -1 if not (mu_)
+  std::vector<int> hooked_;                 // params that want a hook (mu_)
+  int64_t hooks_version_ = 0;               // (mu_)
 };
+
+// The native path: no hook is registered; `comm` carries the tuner's
+// agreements between steps only. DDP keeps whatever hook it has.
+absl::StatusOr<std::shared_ptr<HookState>> RegisterDdpBuckets(
+    ::c10d::Reducer& reducer, std::vector<at::Tensor> params, std::vector<std::string> names,
+    std::shared_ptr<comm::Communicator> comm, HookOptions options);
 
 // Registers the hook on `reducer` (one hook per reducer, as DDP requires).
 // FailedPrecondition when the reducer already has a hook.

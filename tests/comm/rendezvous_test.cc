@@ -55,6 +55,37 @@ TEST(RendezvousEnvTest, ParsesEveryVariable) {
   EXPECT_EQ(o->timeout, absl::Milliseconds(2500));
 }
 
+TEST(RendezvousEnvTest, FuseboxStoreVariablesLeaveMasterPortToTheJob) {
+  // fusebox-run: its store on FUSEBOX_STORE_*, MASTER_* free for torch.
+  const Env env = {{"RANK", "1"},          {"WORLD_SIZE", "2"},
+                   {"MASTER_ADDR", "a"},   {"MASTER_PORT", "1234"},
+                   {"FUSEBOX_STORE_ADDR", "b"}, {"FUSEBOX_STORE_PORT", "4321"},
+                   {"FUSEBOX_AGENT_STORE", "1"}};
+  auto o = RendezvousOptionsFromEnv(GetEnvOf(env));
+  ASSERT_TRUE(o.ok()) << o.status();
+  EXPECT_EQ(o->master_addr, "b");
+  EXPECT_EQ(o->master_port, 4321);
+  EXPECT_TRUE(o->agent_store);
+  auto bad = RendezvousOptionsFromEnv(
+      GetEnvOf({{"RANK", "0"}, {"WORLD_SIZE", "1"}, {"FUSEBOX_STORE_PORT", "0"}}));
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("FUSEBOX_STORE_PORT='0'"), std::string::npos)
+      << bad.status();
+}
+
+TEST(RendezvousEnvTest, UnderTorchrunsAgentStoreRankZeroHostsOnTheNextPort) {
+  // torchrun's agent already serves torch's store on MASTER_PORT.
+  const Env env = {{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"MASTER_ADDR", "127.0.0.1"},
+                   {"MASTER_PORT", "29500"}, {"TORCHELASTIC_USE_AGENT_STORE", "True"}};
+  auto o = RendezvousOptionsFromEnv(GetEnvOf(env));
+  ASSERT_TRUE(o.ok()) << o.status();
+  EXPECT_EQ(o->master_port, 29501);
+  EXPECT_FALSE(o->agent_store);
+  Env last = env;
+  last["MASTER_PORT"] = "65535";
+  EXPECT_FALSE(RendezvousOptionsFromEnv(GetEnvOf(last)).ok());
+}
+
 TEST(RendezvousEnvTest, DefaultsWhenOptionalVariablesAreUnset) {
   const Env env = {{"RANK", "0"}, {"WORLD_SIZE", "1"}};
   auto o = RendezvousOptionsFromEnv(GetEnvOf(env));

@@ -84,7 +84,7 @@ def train(sc, rank, hooked):
     handle = None
     if hooked:
         handle = fusebox.torch.register(model, cache_dir=sc["cache_dir"], candidates=1,
-                                        communicator=sc.get("communicator", "process_group"),
+                                        communicator=sc.get("communicator", "ddp"),
                                         screening_blocks=1, verify_pairs=5, check_every=0,
                                         timeout_s=60)
     opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
@@ -96,7 +96,12 @@ def train(sc, rank, hooked):
         loss_fn(model(x), y).backward()
         opt.step()
         if handle is not None:
-            counts.append(handle.last_allreduce_counts)
+            if sc.get("communicator", "ddp") == "ddp":
+                # DDP reduces: one allreduce per DDP bucket, in bucket order.
+                counts.append([b.buffer().numel()
+                               for b in model.reducer._get_zeros_like_grad_buckets()])
+            else:
+                counts.append(handle.last_allreduce_counts)
     params = [p.detach().clone() for p in model.parameters()]
     return params, handle, counts
 

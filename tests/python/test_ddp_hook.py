@@ -86,6 +86,11 @@ def tmp(tmp_path_factory):
 def two_rank_scenarios(tmp):
     c = lambda n: os.path.join(tmp, "cache-" + n)
     return [
+        # Through a communication hook and a separate process group.
+        scenario("mlp_tiny_hook", "mlp", c("mlp_hook"), communicator="process_group"),
+        scenario("cnn_default_view_hook", "cnn", c("cnn_hook"), bucket_cap_mb=25, view=True,
+                 communicator="process_group"),
+        # DDP reduces (the default).
         scenario("mlp_tiny", "mlp", c("mlp")),
         scenario("mlp_default_view", "mlp", c("mlp_default"), bucket_cap_mb=25, view=True),
         scenario("cnn_tiny_view", "cnn", c("cnn"), view=True),
@@ -129,7 +134,7 @@ def test_two_ranks_match_plain_ddp_bit_for_bit_while_tuning(first_run, name):
     assert len({json.dumps(r["plan"]) for r in per_rank}) == 1
 
 
-@pytest.mark.parametrize("name", ["mlp_tiny", "cnn_tiny_view", "block_tiny"])
+@pytest.mark.parametrize("name", ["mlp_tiny", "cnn_tiny_view", "block_tiny", "mlp_tiny_hook"])
 def test_tuned_plan_is_what_the_process_group_carries(first_run, name):
     results, _, logs = first_run
     for res in check_ok(results, name, logs):
@@ -141,8 +146,16 @@ def test_tuned_plan_is_what_the_process_group_carries(first_run, name):
         # buckets, installed by the hook) covers every element of them.
         assert len(res["layout"]) >= 3
         assert sum(plan["bucket_elements"]) == sum(res["layout"])
-        # The learning iterations issued one call per DDP bucket instead.
-        assert res["counts_per_step"][0] == []
+        if name.endswith("_hook"):
+            # The learning iterations went through the process group
+            # directly, one call per DDP bucket, outside the engine's log.
+            assert res["counts_per_step"][0] == []
+        else:
+            # The learning iterations ran DDP's own buckets (several at the
+            # tiny cap), where every plan of these small models starts with
+            # one (DDP's default: a 1 MiB first bucket).
+            assert sum(res["counts_per_step"][1]) == sum(res["layout"])
+            assert len(res["counts_per_step"][1]) > 1
 
 
 @pytest.mark.parametrize("name", [s["name"] for s in two_rank_scenarios("x")])
@@ -202,7 +215,8 @@ def test_ucx_communicator_from_the_torch_store_matches_plain_ddp(tmp, world):
 
 def test_a_rank_with_a_different_model_fails_on_every_rank(tmp):
     sc = scenario("differs", "mlp", os.path.join(tmp, "cache-differs"),
-                  hidden_by_rank={"1": 48}, hook_only=True)
+                  hidden_by_rank={"1": 48}, hook_only=True,
+                  communicator="process_group")
     results, codes, logs = launch(tmp, 2, [sc], "differs")
     assert all(c != 0 for c in codes), codes
     for r, res in enumerate(results["differs"]):
@@ -213,7 +227,8 @@ def test_ranks_with_different_ddp_buckets_fail_before_reducing(tmp):
     # find_unused_parameters keeps DDP's initial buckets (no rebuild), which
     # follow bucket_cap_mb: the ranks' layouts differ.
     sc = scenario("buckets_differ", "mlp", os.path.join(tmp, "cache-bd"), unused=True,
-                  cap_by_rank={"0": TINY, "1": 25}, hook_only=True)
+                  cap_by_rank={"0": TINY, "1": 25}, hook_only=True,
+                  communicator="process_group")
     results, codes, logs = launch(tmp, 2, [sc], "buckets-differ")
     assert all(c != 0 for c in codes), codes
     for r, res in enumerate(results["buckets_differ"]):
@@ -240,9 +255,11 @@ other = DDP(torch.nn.Linear(4, 4))
 from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 other.register_comm_hook(None, default_hooks.allreduce_hook)
 try:
-    fusebox.torch.register(other, cache_dir=False)
+    fusebox.torch.register(other, cache_dir=False, communicator="process_group")
 except RuntimeError as e:
     print("OTHER_HOOK", e)
+# DDP reducing (the default) registers no hook: the model's own hook stays.
+print("BESIDE_HOOK", fusebox.torch.register(other, cache_dir=False).state)
 try:
     fusebox.torch.register(DDP(torch.nn.Linear(4, 4)), cache_dir=False, verify_pairs=2)
 except ValueError as e:
@@ -266,9 +283,10 @@ def test_bad_use_is_refused_with_a_clear_error(tmp):
     assert "NOT_DDP fusebox.torch.register expects a torch.nn.parallel.DistributedDataParallel model, got Linear" in out
     assert "TWICE" in out and "already has the fusebox hook" in out
     assert "OTHER_HOOK" in out and "DDP refused the fusebox hook" in out
+    assert "BESIDE_HOOK learning" in out
     assert "BAD_ARG verify_pairs must be an integer >= 5" in out
     assert "BAD_COMM communicator='nccl' is not available yet" in out
-    assert "BAD_COMM communicator must be 'process_group' or 'ucx', got 'bogus'" in out
+    assert "BAD_COMM communicator must be 'ddp', 'process_group' or 'ucx', got 'bogus'" in out
     assert "STATE learning" in out
 
 

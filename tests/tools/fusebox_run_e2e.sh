@@ -69,13 +69,18 @@ rank_environment)
   for r in 0 1 2; do expect_line "$work/stdout" "[$r]: $r 3 $r 3"; done
   [ "$(wc -l <"$work/stdout")" -eq 3 ] || fail "want exactly 3 lines of stdout"
   run -n 2 --env GREETING=hi -- sh -c \
-    'echo "$MASTER_ADDR $MASTER_PORT $FUSEBOX_AGENT_STORE $GREETING"'
+    'echo "$FUSEBOX_STORE_ADDR $FUSEBOX_STORE_PORT $FUSEBOX_AGENT_STORE $GREETING $MASTER_ADDR $MASTER_PORT"'
   [ "$rc" -eq 0 ] || fail "exit status $rc, want 0"
-  grep -qE '^\[0\]: 127\.0\.0\.1 [1-9][0-9]* 1 hi$' "$work/stdout" ||
-    fail "MASTER_ADDR/MASTER_PORT/FUSEBOX_AGENT_STORE/--env not as expected"
+  grep -qE '^\[0\]: 127\.0\.0\.1 [1-9][0-9]* 1 hi 127\.0\.0\.1 [1-9][0-9]*$' "$work/stdout" ||
+    fail "FUSEBOX_STORE_*/FUSEBOX_AGENT_STORE/--env/MASTER_* not as expected"
   port0=$(sed -n 's/^\[0\]: [^ ]* \([0-9]*\) .*/\1/p' "$work/stdout")
   port1=$(sed -n 's/^\[1\]: [^ ]* \([0-9]*\) .*/\1/p' "$work/stdout")
   [ -n "$port0" ] && [ "$port0" = "$port1" ] || fail "ranks got different ports"
+  torch0=$(sed -n 's/^\[0\]: .* \([0-9]*\)$/\1/p' "$work/stdout")
+  torch1=$(sed -n 's/^\[1\]: .* \([0-9]*\)$/\1/p' "$work/stdout")
+  [ -n "$torch0" ] && [ "$torch0" = "$torch1" ] || fail "ranks got different MASTER_PORTs"
+  # MASTER_PORT is left free for the command (torch's env:// binds it).
+  [ "$torch0" != "$port0" ] || fail "MASTER_PORT is fusebox's store port ($port0)"
   ;;
 
 prefix_output)

@@ -234,7 +234,7 @@ TEST(LauncherTest, UsageDocumentsEveryOptionWithExamples) {
   for (const char* text :
        {"Usage: fusebox-run -n N", "--nproc", "--master-addr", "--master-port", "--nnodes", "--node-rank",
         "--output", "--output-dir", "--timeout", "--grace", "--failure-grace", "--env", "--help",
-        "RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_PORT",
+        "RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_PORT", "FUSEBOX_STORE_PORT",
         "FUSEBOX_AGENT_STORE", "Exit status", "Examples"}) {
     EXPECT_THAT(usage, HasSubstr(text));
   }
@@ -245,12 +245,15 @@ TEST(LauncherTest, BuildsRankEnvironment) {
   options.nproc = 4;
   options.master_addr = "10.1.2.3";
   std::vector<std::string> env =
-      BuildRankEnvironment({"HOME=/root", "PATH=/bin"}, options, 2, 29400);
+      BuildRankEnvironment({"HOME=/root", "PATH=/bin"}, options, 2, 29400, 29555);
+  // fusebox's store has variables of its own; MASTER_PORT is another port,
+  // free for the command's own rendezvous (torch's env://).
   EXPECT_THAT(
       env, UnorderedElementsAre("HOME=/root", "PATH=/bin", "RANK=2",
                                 "WORLD_SIZE=4", "LOCAL_RANK=2",
-                                "LOCAL_WORLD_SIZE=4", "MASTER_ADDR=10.1.2.3",
-                                "MASTER_PORT=29400", "FUSEBOX_AGENT_STORE=1"));
+                                "LOCAL_WORLD_SIZE=4", "FUSEBOX_STORE_ADDR=10.1.2.3",
+                                "FUSEBOX_STORE_PORT=29400", "FUSEBOX_AGENT_STORE=1",
+                                "MASTER_ADDR=10.1.2.3", "MASTER_PORT=29555"));
 }
 
 TEST(LauncherTest, RankEnvironmentOverridesInheritedValues) {
@@ -259,12 +262,13 @@ TEST(LauncherTest, RankEnvironmentOverridesInheritedValues) {
   options.env = {{"PATH", "/opt/bin"}, {"X", "1"}, {"X", "2"}};
   std::vector<std::string> env = BuildRankEnvironment(
       {"RANK=9", "PATH=/bin", "KEEP=yes", "X=0", "KEEP=dup", "junk", "=bad"},
-      options, 0, 1234);
+      options, 0, 1234, 1300);
   EXPECT_THAT(
       env, UnorderedElementsAre("KEEP=yes", "PATH=/opt/bin", "X=2", "RANK=0",
                                 "WORLD_SIZE=2", "LOCAL_RANK=0",
-                                "LOCAL_WORLD_SIZE=2", "MASTER_ADDR=127.0.0.1",
-                                "MASTER_PORT=1234", "FUSEBOX_AGENT_STORE=1"));
+                                "LOCAL_WORLD_SIZE=2", "FUSEBOX_STORE_ADDR=127.0.0.1",
+                                "FUSEBOX_STORE_PORT=1234", "FUSEBOX_AGENT_STORE=1",
+                                "MASTER_ADDR=127.0.0.1", "MASTER_PORT=1300"));
 }
 
 TEST(LauncherTest, MultiNodeRanksAreNumberedByNode) {
@@ -275,10 +279,11 @@ TEST(LauncherTest, MultiNodeRanksAreNumberedByNode) {
   EXPECT_EQ(options->node_rank, 2);
   EXPECT_EQ(GlobalRank(*options, 0), 6);
   EXPECT_EQ(GlobalRank(*options, 2), 8);
-  EXPECT_THAT(BuildRankEnvironment({}, *options, 1, 29501),
+  EXPECT_THAT(BuildRankEnvironment({}, *options, 1, 29501, 29502),
               UnorderedElementsAre("RANK=7", "WORLD_SIZE=12", "LOCAL_RANK=1",
-                                   "LOCAL_WORLD_SIZE=3", "MASTER_ADDR=10.9.0.1",
-                                   "MASTER_PORT=29501", "FUSEBOX_AGENT_STORE=1"));
+                                   "LOCAL_WORLD_SIZE=3", "FUSEBOX_STORE_ADDR=10.9.0.1",
+                                   "FUSEBOX_STORE_PORT=29501", "FUSEBOX_AGENT_STORE=1",
+                                   "MASTER_ADDR=10.9.0.1", "MASTER_PORT=29502"));
 }
 
 TEST(LauncherTest, RejectsInconsistentMultiNodeOptions) {

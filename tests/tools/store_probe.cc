@@ -1,5 +1,5 @@
 // Run under fusebox-run: connects to the store the launcher hosts (from
-// MASTER_ADDR / MASTER_PORT), all-gathers "rank-<RANK>" over WORLD_SIZE ranks
+// FUSEBOX_STORE_ADDR / FUSEBOX_STORE_PORT), all-gathers "rank-<RANK>" over WORLD_SIZE ranks
 // and checks every rank's value arrived, in order. Exits 0 on success, 1 with
 // a message on stderr otherwise.
 #include <cstdio>
@@ -33,18 +33,18 @@ bool IntFromEnv(const char* name, int* out) {
 int main() {
   int rank = -1, size = -1, port = -1;
   if (!IntFromEnv("RANK", &rank) || !IntFromEnv("WORLD_SIZE", &size) ||
-      !IntFromEnv("MASTER_PORT", &port)) {
-    return Fail("RANK, WORLD_SIZE and MASTER_PORT must be set to integers");
+      !IntFromEnv("FUSEBOX_STORE_PORT", &port)) {
+    return Fail("RANK, WORLD_SIZE and FUSEBOX_STORE_PORT must be set to integers");
   }
-  const char* addr = getenv("MASTER_ADDR");
+  const char* addr = getenv("FUSEBOX_STORE_ADDR");
   const char* agent = getenv("FUSEBOX_AGENT_STORE");
-  if (addr == nullptr) return Fail("MASTER_ADDR is not set");
+  if (addr == nullptr) return Fail("FUSEBOX_STORE_ADDR is not set");
   if (agent == nullptr || std::string(agent) != "1") {
     return Fail("FUSEBOX_AGENT_STORE is not 1");
   }
   if (rank < 0 || rank >= size || port <= 0) {
     return Fail(absl::StrCat("bad RANK ", rank, " / WORLD_SIZE ", size,
-                             " / MASTER_PORT ", port));
+                             " / FUSEBOX_STORE_PORT ", port));
   }
 
   fusebox::comm::TcpStoreClientOptions options;

@@ -113,7 +113,7 @@ absl::StatusOr<std::pair<std::shared_ptr<comm::Communicator>, ProcessGroupCommun
 MakeCommunicator(py::object group_obj, py::object store_obj, const py::dict& o) {
   auto group = group_obj.cast<c10::intrusive_ptr<::c10d::ProcessGroup>>();
   const std::string kind = o["communicator"].cast<std::string>();
-  if (kind == "process_group") {
+  if (kind == "process_group" || kind == "ddp") {
     auto pg = std::make_shared<ProcessGroupCommunicator>(group);
     ProcessGroupCommunicator* raw = pg.get();
     return std::make_pair(std::shared_ptr<comm::Communicator>(std::move(pg)), raw);
@@ -171,8 +171,11 @@ std::unique_ptr<Hook> Register(py::object reducer_obj, py::object group_obj, py:
     }
   };
   absl::StatusOr<std::shared_ptr<HookState>> state =
-      RegisterCommHook(*reducer, std::move(params), std::move(names), comm, pg_comm,
-                       std::move(options));
+      o["communicator"].cast<std::string>() == "ddp"
+          ? RegisterDdpBuckets(*reducer, std::move(params), std::move(names), comm,
+                               std::move(options))
+          : RegisterCommHook(*reducer, std::move(params), std::move(names), comm, pg_comm,
+                             std::move(options));
   if (!state.ok()) Throw(state.status());
   return std::make_unique<Hook>(*std::move(state));
 }
@@ -200,6 +203,8 @@ PYBIND11_MODULE(_C, m) {
              }
              if (!s.ok()) fusebox::torch_plugin::Throw(s);
            })
+      .def("on_grad_ready", [](Hook& h, int param) { h.state().OnGradReady(param); })
+      .def("grad_hooks", [](Hook& h) { return h.state().GradHooks(); })
       .def("_force_plan",
            [](Hook& h, const std::string& spec) {
              absl::Status s = h.state().ForcePlan(spec);

@@ -10,9 +10,12 @@ iterations, then chooses DDP's buckets: it measures DDP's default (25 MiB), the
 caps users set by hand (1, 5, 100 MiB) and the planner's best plans in whole
 iterations, interleaved, and replaces the default only when a candidate is
 faster with 95% confidence (or applies the plan the policy cache remembers).
-The chosen plan is installed as DDP's own bucket assignment and each bucket is
-reduced in place, so nothing is copied. Results match plain DDP's (bit for bit
-on two ranks).
+The chosen plan is installed as DDP's own bucket assignment. By default
+(communicator="ddp") DDP then reduces its buckets itself, exactly as it does
+without fusebox: no communication hook, nothing per bucket, so results are
+plain DDP's bit for bit and a plan costs what DDP with those buckets costs.
+communicator="ucx" (or "process_group") reduces each DDP bucket in place
+through a fusebox communicator from a communication hook instead.
 """
 import os
 
@@ -35,6 +38,7 @@ class Handle:
     def __init__(self, hook, group):
         self._hook = hook
         self.process_group = group
+        self._grad_hooks = None
 
     def snapshot(self):
         """Everything below in one dict (one consistent copy)."""
@@ -72,7 +76,8 @@ class Handle:
     def last_allreduce_counts(self):
         """Element counts of the allreduce calls the last fused iteration
         issued through the process group, in order (empty with
-        communicator="ucx", which keeps no call log)."""
+        communicator="ucx", which keeps no call log, and with "ddp", where
+        DDP's own buckets are the calls)."""
         return self.snapshot()["last_allreduce_counts"]
 
     def stats(self):
@@ -100,7 +105,7 @@ def _group_ranks(group):
     return sorted(dist.distributed_c10d._pg_group_ranks[group].keys())
 
 
-def register(ddp_model, *, cache_dir=None, plan=None, communicator="process_group",
+def register(ddp_model, *, cache_dir=None, plan=None, communicator="ddp",
              process_group=None, network="local",
              ranks_per_node=None, candidates=2, screening_blocks=2, verify_pairs=8,
              min_effect=0.02, check_every=25, check_pairs=8, max_in_flight=4, timeout_s=300.0,
@@ -113,14 +118,19 @@ def register(ddp_model, *, cache_dir=None, plan=None, communicator="process_grou
         ~/.cache/fusebox); False disables it. A cluster size seen before is not
         tuned again.
     plan: None to tune; or a fixed plan: "ddp", "per-tensor", or a plan JSON file.
-    communicator: what fusebox reduces through. "process_group" (default): a
-        torch process group (see process_group). "ucx": fusebox's UCX
-        communicator (shared memory on one host, TCP or RDMA between hosts),
-        bootstrapped from torch's own store; DDP must span the default group.
+    communicator: what reduces DDP's buckets. "ddp" (default): DDP itself,
+        through its own process group; fusebox registers no communication
+        hook (so another hook, if the model has one, keeps reducing) and
+        only chooses the buckets. "ucx": a communication hook reduces each
+        bucket through fusebox's UCX communicator (shared memory on one host,
+        TCP or RDMA between hosts), bootstrapped from torch's own store; DDP
+        must span the default group. "process_group": a communication hook
+        reduces through a torch process group (see process_group).
     process_group: with communicator="process_group", the group fusebox
-        reduces through. Default: a new group of DDP's backend over DDP's
-        ranks (fusebox's collectives must not interleave with DDP's own on
-        one group).
+        reduces through; with "ddp", the group the tuner agrees over
+        (a few bytes between steps). Default: a new group of DDP's backend
+        over DDP's ranks (fusebox's collectives must not interleave with
+        DDP's own on one group).
     network: names the network in the cache key (e.g. "ib-400g", "25gbe").
     ranks_per_node: default $LOCAL_WORLD_SIZE, else all ranks on one node.
     candidates: the planner's plans measured besides DDP's default and its
@@ -138,7 +148,8 @@ def register(ddp_model, *, cache_dir=None, plan=None, communicator="process_grou
     max_in_flight: fused allreduces in flight at once.
     timeout_s: the longest wait for any one iteration's communication, for the rendezvous, and
         for each collective (a stuck one fails naming the rank it waited for).
-    timeline: record a timeline (see Handle.write_timeline).
+    timeline: record a timeline (see Handle.write_timeline; not with
+        communicator="ddp", where DDP reduces).
     verbose: print the tuner's progress on stderr.
     """
     if not isinstance(ddp_model, DistributedDataParallel):
@@ -168,7 +179,7 @@ def register(ddp_model, *, cache_dir=None, plan=None, communicator="process_grou
     if ranks_per_node is None:
         ranks_per_node = int(os.environ.get("LOCAL_WORLD_SIZE", "0"))
     store = None
-    if communicator == "process_group":
+    if communicator in ("ddp", "process_group"):
         group = process_group
         if group is None:
             ddp_group = ddp_model.process_group
@@ -186,7 +197,7 @@ def register(ddp_model, *, cache_dir=None, plan=None, communicator="process_grou
         raise ValueError("communicator='nccl' is not available yet: the hook takes CPU "
                          "gradients only (see plugins/torch/README.md, Known gaps)")
     else:
-        raise ValueError("communicator must be 'process_group' or 'ucx', got %r"
+        raise ValueError("communicator must be 'ddp', 'process_group' or 'ucx', got %r"
                          % (communicator,))
     options = {
         "plan": os.fspath(plan) if plan is not None else "",
@@ -216,10 +227,37 @@ def register(ddp_model, *, cache_dir=None, plan=None, communicator="process_grou
         # install another plan in DDP before DDP's forward runs.
         if torch.is_grad_enabled() and module.require_backward_grad_sync:
             hook.on_forward_start()
+            if handle._grad_hooks is not None:
+                handle._grad_hooks.update()
 
     handle._pre_hook = ddp_model.register_forward_pre_hook(forward_start)
+    if communicator == "ddp":
+        handle._grad_hooks = _GradHooks(hook, params)
+        handle._grad_hooks.update()
     ddp_model._fusebox_handle = handle
     return handle
+
+
+class _GradHooks:
+    """Tensor hooks that tell fusebox when each gradient is ready (the native
+    path, where DDP reduces): on every parameter while the ready order and
+    the tuner's profile are learned, on the first and the last to be ready
+    afterwards (one backward's start and end)."""
+
+    def __init__(self, hook, params):
+        self._hook, self._params = hook, params
+        self._version, self._handles = None, []
+
+    def update(self):
+        version, wanted = self._hook.grad_hooks()
+        if version == self._version:
+            return
+        for h in self._handles:
+            h.remove()
+        ready = self._hook.on_grad_ready
+        self._handles = [self._params[i].register_hook(lambda grad, i=i: ready(i))
+                         for i in wanted]
+        self._version = version
 
 
 def _reducer_parameters(ddp_model):

@@ -1,0 +1,48 @@
+# Compile and link options for fusebox's own targets only.
+#
+# fusebox_build_options is an INTERFACE target that every library,
+# executable and test defined in this project links PRIVATE (through
+# $<BUILD_INTERFACE:...>, so that it never appears in the installed export and
+# static libraries do not ask consumers for it). Its options therefore reach
+# fusebox's own compilations and never a consumer's (find_package or
+# add_subdirectory). It carries the warnings, and in fuzz builds the
+# instrumentation that tests/fuzz/CMakeLists.txt adds to it.
+#
+# No optimisation levels: the build type decides (CMAKE_BUILD_TYPE, or the
+# presets in CMakePresets.json). The one exception is fusebox_vectorize below.
+
+add_library(fusebox_build_options INTERFACE)
+target_compile_options(fusebox_build_options INTERFACE -Wall -Wextra -Wno-unused-parameter)
+
+# fusebox_apply_build_options(<dir>): links fusebox_build_options PRIVATE into
+# every compiled target defined in <dir> and its subdirectories. Called once,
+# at the end of the top-level CMakeLists.txt, so that a target added anywhere
+# gets the project's warnings without remembering to ask for them.
+function(fusebox_apply_build_options dir)
+  get_property(_targets DIRECTORY "${dir}" PROPERTY BUILDSYSTEM_TARGETS)
+  foreach(_t IN LISTS _targets)
+    get_target_property(_type ${_t} TYPE)
+    if(_type MATCHES "^(STATIC_LIBRARY|SHARED_LIBRARY|MODULE_LIBRARY|OBJECT_LIBRARY|EXECUTABLE)$")
+      target_link_libraries(${_t} PRIVATE $<BUILD_INTERFACE:fusebox_build_options>)
+    endif()
+  endforeach()
+  get_property(_subdirs DIRECTORY "${dir}" PROPERTY SUBDIRECTORIES)
+  foreach(_d IN LISTS _subdirs)
+    fusebox_apply_build_options("${_d}")
+  endforeach()
+endfunction()
+
+# fusebox_vectorize(<target>): for the libraries whose hot loops are the
+# element-wise reductions (comm/reduce.h documents them as auto-vectorised)
+# and the copies into and out of fusebox buffers. GCC 12's -O2
+# (RelWithDebInfo, what scripts/build.sh builds) uses the "very-cheap"
+# vectoriser cost model, which vectorises no loop that needs a scalar
+# epilogue: none of the 28 kernels in comm/reduce.cc (an in-cache float sum
+# measured about 3x slower than at -O3). These targets used to force -O3 for
+# that, overriding Debug builds too; the dynamic cost model vectorises the
+# same loops at -O2 as -O3 does and does nothing at -O0/-O1, so the build
+# type still decides. PRIVATE, GCC only (clang vectorises at -O2 already),
+# never exported.
+function(fusebox_vectorize target)
+  target_compile_options(${target} PRIVATE $<$<CXX_COMPILER_ID:GNU>:-fvect-cost-model=dynamic>)
+endfunction()

@@ -1,0 +1,92 @@
+"""Launchers, end to end: an unmodified DDP training script (env:// rendezvous) under
+fusebox-run, and fusebox's own tools under torchrun's environment, where torch's agent store
+already holds MASTER_PORT (reproduced by hand, as torch's elastic agent sets it: Debian's
+torchrun 1.13 itself fails on Python 3.11).
+"""
+import os
+import socket
+import subprocess
+import sys
+
+import pytest
+
+PYDIR = os.environ.get("FUSEBOX_PYTHON_DIR")
+RUN = os.environ.get("FUSEBOX_RUN")
+PERF = os.environ.get("FUSEBOX_PERF")
+
+pytestmark = pytest.mark.skipif(not (PYDIR and RUN and PERF),
+                                reason="FUSEBOX_PYTHON_DIR, FUSEBOX_RUN, FUSEBOX_PERF not set")
+
+# What a user writes: no fusebox-specific rendezvous, torch's env:// defaults.
+TRAIN = r'''
+import os, torch, torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+import fusebox.torch
+dist.init_process_group("gloo")
+torch.manual_seed(0)
+model = DDP(torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 4)))
+handle = fusebox.torch.register(model, cache_dir=False, candidates=0, screening_blocks=1,
+                                verify_pairs=5)
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+for step in range(12):
+    g = torch.Generator().manual_seed(100 * step + dist.get_rank())
+    opt.zero_grad()
+    model(torch.randn(8, 16, generator=g)).sum().backward()
+    opt.step()
+# Every rank holds the same parameters after training (DDP averaged them).
+flat = torch.cat([p.detach().flatten() for p in model.parameters()])
+gathered = [torch.zeros_like(flat) for _ in range(dist.get_world_size())]
+dist.all_gather(gathered, flat)
+assert all(torch.equal(gathered[0], t) for t in gathered), "ranks diverged"
+print("TRAINED rank", dist.get_rank(), "of", dist.get_world_size(), "phase", handle.state,
+      "MASTER_PORT", os.environ["MASTER_PORT"], "store", os.environ["FUSEBOX_STORE_PORT"])
+'''
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_fusebox_run_starts_an_unmodified_ddp_script():
+    env = dict(os.environ, OMP_NUM_THREADS="1",
+               PYTHONPATH=PYDIR + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    p = subprocess.run([RUN, "-n", "2", "--timeout", "240", "--", sys.executable, "-c", TRAIN],
+                       env=env, capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    for r in (0, 1):
+        assert "TRAINED rank %d of 2 phase" % r in p.stdout, p.stdout
+    # torch's port and fusebox's store's are different ports.
+    line = [l for l in p.stdout.splitlines() if "TRAINED rank 0" in l][0].split()
+    assert line[line.index("MASTER_PORT") + 1] != line[line.index("store") + 1]
+
+
+def test_fusebox_tools_run_under_torchruns_agent_store():
+    """torchrun's agent hosts torch's TCPStore on MASTER_PORT and tells the workers so
+    (TORCHELASTIC_USE_AGENT_STORE=True); fusebox-perf must not try to host its own
+    store there."""
+    import torch.distributed as dist
+    from datetime import timedelta
+    port = free_port()
+    agent = dist.TCPStore("127.0.0.1", port, 2, True, timedelta(seconds=60),
+                          wait_for_workers=False)
+    try:
+        procs = []
+        for r in range(2):
+            env = dict(os.environ, RANK=str(r), LOCAL_RANK=str(r), WORLD_SIZE="2",
+                       LOCAL_WORLD_SIZE="2", GROUP_RANK="0", MASTER_ADDR="127.0.0.1",
+                       MASTER_PORT=str(port), TORCHELASTIC_USE_AGENT_STORE="True",
+                       TORCHELASTIC_RUN_ID="fusebox-test")
+            for k in ("FUSEBOX_STORE_ADDR", "FUSEBOX_STORE_PORT", "FUSEBOX_AGENT_STORE"):
+                env.pop(k, None)
+            procs.append(subprocess.Popen([PERF, "allreduce", "-b", "8", "-e", "64K", "-f", "64",
+                                           "-n", "3", "-w", "1", "--launch", "0"],
+                                          env=env, stdout=subprocess.PIPE,
+                                          stderr=subprocess.STDOUT, text=True))
+        outs = [p.communicate(timeout=180)[0] for p in procs]
+        for p, out in zip(procs, outs):
+            assert p.returncode == 0, out[-3000:]
+        assert "Out of bounds values : 0 OK" in outs[0], outs[0]
+    finally:
+        del agent

@@ -1,0 +1,95 @@
+#include "tools/cli.h"
+
+#include <cstdio>
+#include <cstdlib>
+#include <iostream>
+
+#include "absl/flags/internal/program_name.h"
+#include "absl/flags/internal/usage.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/reflection.h"
+#include "absl/flags/usage.h"
+#include "absl/flags/usage_config.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
+#include "fusebox/config.h"
+
+namespace fusebox::tools {
+
+std::optional<std::string> FindUsageError(int argc, char** argv) {
+  for (int i = 1; i < argc; ++i) {
+    absl::string_view arg = argv[i];
+    if (arg == "--") break;
+    if (arg.size() < 2 || arg[0] != '-') continue;  // positional
+    absl::string_view body = arg.substr(arg[1] == '-' ? 2 : 1);
+    absl::string_view name = body;
+    std::optional<absl::string_view> value;
+    if (size_t eq = body.find('='); eq != absl::string_view::npos) {
+      name = body.substr(0, eq);
+      value = body.substr(eq + 1);
+    }
+    // absl's built-in flags (not in its registry here): absl handles them.
+    if (name == "help" || name == "helpfull" || name == "helpshort" || name == "helppackage" ||
+        name == "version" || name == "only_check_args" || name == "helpon" ||
+        name == "helpmatch" || name == "flagfile" || name == "fromenv" || name == "tryfromenv" ||
+        name == "undefok") {
+      if (!value.has_value() && (name == "flagfile" || name == "fromenv" ||
+                                 name == "tryfromenv" || name == "undefok" ||
+                                 name == "helpon" || name == "helpmatch")) {
+        ++i;  // their value is the next argument
+      }
+      continue;
+    }
+    absl::CommandLineFlag* flag = absl::FindCommandLineFlag(name);
+    if (flag == nullptr && absl::StartsWith(name, "no") && !value.has_value()) {
+      absl::CommandLineFlag* negated = absl::FindCommandLineFlag(name.substr(2));
+      if (negated != nullptr && negated->IsOfType<bool>()) continue;  // --nofoo
+    }
+    if (flag == nullptr) {
+      return absl::StrCat("unknown flag '", arg, "' (--help lists the flags)");
+    }
+    if (!value.has_value()) {
+      if (flag->IsOfType<bool>()) continue;
+      if (i + 1 >= argc) return absl::StrCat("flag --", name, " needs a value");
+      value = argv[++i];
+    }
+    std::string error;
+    if (!flag->ParseFrom(*value, &error)) {
+      return absl::StrCat("bad value '", *value, "' for --", name, ": ", error);
+    }
+  }
+  return std::nullopt;
+}
+
+std::vector<char*> ParseToolCommandLine(int argc, char** argv, const char* tool,
+                                        const char* usage, const char* help_files) {
+  absl::FlagsUsageConfig config;
+  // Every fusebox flag (absl's own are under --helpfull).
+  config.contains_help_flags = [](absl::string_view file) {
+    return !absl::StrContains(file, "absl/");
+  };
+  config.contains_helpshort_flags = config.contains_help_flags;
+  const std::string version = absl::StrCat(tool, " ", FUSEBOX_VERSION, "\n");
+  config.version_string = [version] { return version; };
+  absl::SetFlagsUsageConfig(config);
+  absl::SetProgramUsageMessage(usage);
+  // --help prints the tool's flags and exits 0 (absl's own handler exits 1).
+  absl::flags_internal::SetProgramInvocationName(tool);
+  for (int i = 1; i < argc; ++i) {
+    const absl::string_view arg = argv[i];
+    if (arg == "--") break;
+    if (arg == "--help" || arg == "-help" || arg == "--helpshort" || arg == "-helpshort") {
+      absl::flags_internal::FlagsHelp(std::cout, help_files,
+                                      absl::flags_internal::HelpFormat::kHumanReadable, usage);
+      std::exit(0);
+    }
+  }
+  if (std::optional<std::string> error = FindUsageError(argc, argv)) {
+    std::fprintf(stderr, "%s: %s\n", tool, error->c_str());
+    std::exit(kUsageExit);
+  }
+  return absl::ParseCommandLine(argc, argv);
+}
+
+}  // namespace fusebox::tools
