@@ -93,6 +93,35 @@ double CostCurve::Interpolate(double bytes) const {
   return lo->second + f * (hi->second - lo->second);
 }
 
+// Note [A bound that holds]
+// The lower bound on an iteration charges the bytes that must move after
+// some instant with the time of one collective of all of them, t(G). That
+// holds only if splitting never helps: t(a) + t(b) >= t(a + b). Lines with
+// non-negative latency are subadditive, and so is their minimum, but a
+// table measured on one machine need not be (a 1 MiB allreduce may take
+// longer than two of 512 KiB), and a plan that splits there would beat the
+// "bound". So the bound uses, for m bytes moved in any pieces m_i,
+//   sum t(m_i) = sum m_i * (t(m_i) / m_i) >= m * min_{0 < x <= m} t(x) / x,
+// and sum t(m_i) >= min_x t(x) (at least one collective). The curve is
+// piecewise linear in x between its breakpoints (table points; lines are
+// linear throughout), and on a linear piece a + c*x the ratio a/x + c is
+// monotone, so its minimum over (0, m] is at x = 1, at a breakpoint or at m.
+double CostCurve::PartitionLowerBound(int64_t bytes) const {
+  if (lines == 0 || bytes <= 0) return 0;
+  std::vector<double> xs = {1.0, static_cast<double>(bytes)};
+  for (const auto& [x, t] : table) {
+    if (x >= 1 && x <= static_cast<double>(bytes)) xs.push_back(x);
+  }
+  double min_t = std::numeric_limits<double>::infinity();
+  double min_ratio = std::numeric_limits<double>::infinity();
+  for (double x : xs) {
+    const double t = (*this)(static_cast<int64_t>(x));
+    min_t = std::min(min_t, t);
+    min_ratio = std::min(min_ratio, t / x);
+  }
+  return std::max(min_t, min_ratio * static_cast<double>(bytes));
+}
+
 CostModel MeasuredAt(CostModel model, const std::vector<AllReduceSample>& samples, int world) {
   std::map<int64_t, std::vector<double>> by_size;
   for (const AllReduceSample& s : samples) {

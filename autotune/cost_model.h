@@ -74,6 +74,13 @@ struct CostCurve {
     return best;
   }
   double Interpolate(double bytes) const;
+  // A lower bound on the total time of any set of allreduces whose sizes
+  // sum to `bytes` (one collective or many, any split): the cheapest single
+  // collective, and `bytes` at the best time per byte of any size up to
+  // `bytes`. Equals t(bytes) when t(m)/m does not grow with m (lines with
+  // non-negative latency); smaller where a measured table is not
+  // subadditive. Note [A bound that holds] in cost_model.cc.
+  double PartitionLowerBound(int64_t bytes) const;
 };
 
 struct CostModel {

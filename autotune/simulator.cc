@@ -131,11 +131,14 @@ absl::StatusOr<SimResult> Simulate(const Profile& profile, const bucketing::Plan
 }
 
 double LowerBoundUs(const Profile& p, const CostModel& cost, const SimOptions& o) {
-  if (p.tensors.empty()) return p.forward_us + p.backward_us;
-  const int rpn = RanksPerNode(cost, o);
-  const double t_last = cost.AllReduceUs(p.tensors.back().bytes(), o.world_size, rpn);
-  const double t_all = cost.AllReduceUs(p.total_bytes(), o.world_size, rpn);
-  return p.forward_us + std::max(p.backward_us + t_last, p.tensors.front().ready_us + t_all);
+  if (p.tensors.empty() || o.world_size <= 1) return p.forward_us + p.backward_us;
+  const CostCurve t = cost.Curve(o.world_size, RanksPerNode(cost, o));
+  // Every collective pays the launch overhead; at least one runs after the
+  // last gradient is ready and at least one carries the first.
+  const double t_last = t.PartitionLowerBound(p.tensors.back().bytes()) + o.launch_overhead_us;
+  const double t_all = t.PartitionLowerBound(p.total_bytes()) + o.launch_overhead_us;
+  return p.forward_us + std::max({p.backward_us, p.tensors.back().ready_us + t_last,
+                                  p.tensors.front().ready_us + t_all});
 }
 
 }  // namespace fusebox::autotune

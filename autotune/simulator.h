@@ -73,7 +73,9 @@ absl::StatusOr<SimResult> Simulate(const Profile& profile, const bucketing::Plan
                                    const CostModel& cost, const SimOptions& options);
 
 // docs/model.md's lower bound on one iteration under `cost`:
-// forward + max(T_b + t(s_last), T_first + t(G)).
+// forward + max(T_b, T_last + t(s_last), T_first + t(G)), with t of a set of
+// bytes the least any split of them can cost (CostCurve::PartitionLowerBound).
+// No plan Simulate accepts is faster.
 double LowerBoundUs(const Profile& profile, const CostModel& cost, const SimOptions& options);
 
 // Checks the options alone (world size >= 1, window >= 1, finite

@@ -487,11 +487,24 @@ absl::Status OnlineTuner::Search(double backward_us, const std::vector<double>& 
         options_.calibration_max_bytes > 0
             ? options_.calibration_max_bytes
             : std::clamp(layout_.total_bytes(), kMinCalibrationBytes, kMaxCalibrationBytes);
-    auto samples = MeasureAllReduce(comm_, CalibrationSizes(cap), 3);
-    if (!samples.ok()) return samples.status();
-    auto fitted = FitCostModel(*samples, options_.ranks_per_node,
-                               absl::StrCat("measured on ", options_.backend, ", ", comm_.size(),
-                                            " ranks, by the online tuner"));
+    // A busy machine can make one small allreduce slower than the largest
+    // (a progress thread descheduled, a rank's compute on the same core),
+    // and then no line fits: measure again with more repetitions before
+    // giving up on a model. Every rank sees the same (slowest rank's)
+    // samples, so every rank retries alike.
+    absl::StatusOr<std::vector<AllReduceSample>> samples;
+    absl::StatusOr<CostModel> fitted;
+    for (int reps : {3, 7, 15}) {
+      samples = MeasureAllReduce(comm_, CalibrationSizes(cap), reps);
+      if (!samples.ok()) return samples.status();
+      fitted = FitCostModel(*samples, options_.ranks_per_node,
+                            absl::StrCat("measured on ", options_.backend, ", ", comm_.size(),
+                                         " ranks, by the online tuner"));
+      if (fitted.ok()) break;
+      Log(absl::StrCat("fusebox tuner: calibration with ", reps,
+                       " repetitions per size fits no cost model (", fitted.status().message(),
+                       ")", reps < 15 ? "; measuring again" : ""));
+    }
     if (fitted.ok()) {
       cost_ = MeasuredAt(*fitted, *samples, comm_.size());
     } else {

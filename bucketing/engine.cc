@@ -215,6 +215,7 @@ absl::Status Engine::Install(Plan plan) {
   pending_slices_.assign(nb, 0);
   state_.assign(nb, BucketState::kFilling);
   launch_us_.assign(nb, 0);
+  ready_at_us_.assign(nb, 0);
   ResetIterationLocked();
   return absl::OkStatus();
 }
@@ -379,6 +380,7 @@ absl::Status Engine::MarkBucketReady(int bucket, void* data, int64_t numel) {
   }
   pending_slices_[bucket] = 0;
   state_[bucket] = BucketState::kReady;
+  ready_at_us_[bucket] = now;
   if (marked_count_ == layout_.size()) {
     current_.backward_end_us = now;
     if (timeline_) timeline_->Instant("backward end", Track::kCompute, now, iteration_);
@@ -450,7 +452,10 @@ absl::Status Engine::MarkReady(int id, void* grad, int64_t numel) {
     }
     if (!view) current_.copy_in_us += t1 - t0;
     for (const Placement& p : placements_[id]) {
-      if (--pending_slices_[p.bucket] == 0) state_[p.bucket] = BucketState::kReady;
+      if (--pending_slices_[p.bucket] == 0) {
+        state_[p.bucket] = BucketState::kReady;
+        ready_at_us_[p.bucket] = t1;
+      }
     }
     if (++marked_count_ == layout_.size()) {
       current_.backward_end_us = t1;
@@ -688,6 +693,25 @@ void Engine::WorkerLoop() {
       current_.start_reaction_us.push_back(std::max(0.0, start_us - ready_us));
     }
     previous_completed_ns_ = next.work->completed_ns();
+    {
+      BucketTiming bt;
+      const double origin = current_.start_us;
+      bt.bucket = next.bucket;
+      bt.bytes = bytes;
+      bt.launch_us = launch_us_[next.bucket] - origin;
+      // (A bucket of zero-size tensors only is never marked: ready at launch.)
+      bt.ready_us = ready_at_us_[next.bucket] >= origin
+                        ? std::min(ready_at_us_[next.bucket] - origin, bt.launch_us)
+                        : bt.launch_us;
+      bt.start_us = start_us >= 0 ? start_us - origin : -1;
+      const int64_t completed = next.work->completed_ns();
+      bt.noticed_us = complete_us - origin;
+      bt.done_us = completed > 0 ? std::min(bt.noticed_us,
+                                            static_cast<double>(completed - epoch_ns_) / 1e3 - origin)
+                                 : bt.noticed_us;
+      bt.copied_us = complete_us + back_us - origin;
+      current_.bucket_times.push_back(bt);
+    }
     if (timeline_) {
       if (start_us > launch_us_[next.bucket]) {
         timeline_->Span("waits to start", Track::kAllReduce, launch_us_[next.bucket],

@@ -125,6 +125,20 @@ struct EngineOptions {
 };
 
 // One iteration, in microseconds on the engine's clock (NowUs()).
+// One bucket's way through an iteration, in microseconds after
+// IterationStats::start_us. perf/explain.h attributes the iteration's
+// distance from the lower bound to these steps.
+struct BucketTiming {
+  int bucket = 0;
+  int64_t bytes = 0;      // payload (votes excluded)
+  double ready_us = 0;    // its last slice was marked (and copied in)
+  double launch_us = 0;   // handed to the communicator
+  double start_us = -1;   // the backend began executing it; -1: it does not say
+  double done_us = 0;     // the backend completed it (noticed_us when it does not say)
+  double noticed_us = 0;  // the engine's worker saw it complete
+  double copied_us = 0;   // copied back to the gradients (noticed_us with views)
+};
+
 struct IterationStats {
   int64_t iteration = 0;
   double start_us = 0;         // StartIteration(), else the first MarkReady
@@ -149,6 +163,8 @@ struct IterationStats {
   // from the later of the launch and that collective's completion to the
   // start (the executor's reaction: a wake-up, a hand-off).
   std::vector<double> start_reaction_us;
+  // Every bucket, in launch order (the order the worker completes them).
+  std::vector<BucketTiming> bucket_times;
   double backward_us() const { return backward_end_us - start_us; }
   double exposed_comm_us() const { return finish_us - backward_end_us; }
   double iteration_us() const { return finish_us - start_us; }
@@ -293,6 +309,7 @@ class Engine {
   std::vector<int> pending_tensor_slices_;
   std::vector<BucketState> state_;    // per bucket
   std::vector<double> launch_us_;     // per bucket
+  std::vector<double> ready_at_us_;   // per bucket: when its last slice was marked
   int marked_count_ = 0;
   int next_launch_ = 0;               // lowest bucket not yet launched
   int launched_count_ = 0;            // k of the next launch

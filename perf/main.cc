@@ -106,6 +106,9 @@ ABSL_FLAG(int, tune_blocks, 2,
 ABSL_FLAG(int, tune_pairs, 8,
           "overlap: the tuner's verification pairs (default vs pick, interleaved; at least 5 for "
           "95% confidence)");
+ABSL_FLAG(bool, explain, false,
+          "overlap: print where each plan's iteration - bound goes (late gradients, window, "
+          "launch-to-start, transfer beyond t(m) alone, copy back, the plan itself, tail)");
 ABSL_FLAG(int, tune_split, 1,
           "overlap: 1 = the tuner may split large gradients (each split one is copied and needs "
           "its own buffer too), 0 = never");
@@ -299,6 +302,7 @@ absl::StatusOr<OverlapOptions> OverlapOptionsFromFlags() {
         absl::StrCat("--schedule: \"", schedule, "\" is not 'plan' or 'priority'"));
   }
   o.timeline_dir = absl::GetFlag(FLAGS_timeline);
+  o.explain = absl::GetFlag(FLAGS_explain);
   o.save_plans_dir = absl::GetFlag(FLAGS_save_plans);
   o.cache_dir = absl::GetFlag(FLAGS_cache_dir);
   if (o.cache_dir.empty()) {
@@ -369,6 +373,9 @@ int OverlapMain(int argc, char** argv) {
                            {"reaction_p99_us", r.reaction_p99_us},
                            {"bound_us", r.bound_us}, {"compute_us", r.compute_us},
                            {"predicted_us", r.predicted_us}});
+        nlohmann::json gap = {{"gap_us", r.gap.gap_us()}, {"chain_buckets", r.gap.chain_buckets}};
+        for (const auto& [name, value] : GapTermList(r.gap)) gap[name + "_us"] = value;
+        results.back()["gap"] = gap;
         if (r.tuning_iterations >= 0) {
           results.back()["tuning_iterations"] = r.tuning_iterations;
           results.back()["cache_hit"] = r.cache_hit;

@@ -9,6 +9,7 @@
 #include <cstring>
 #include <ctime>
 #include <functional>
+#include <limits>
 #include <optional>
 #include <set>
 #include <filesystem>
@@ -177,8 +178,21 @@ class Replay {
     if (absl::Status s = MaxAcrossRanks(comm_, v); !s.ok()) return s;
     last_start_delays_ = st.start_delay_us;
     last_reactions_ = st.start_reaction_us;
+    // This rank's own times for the gap report, from the engine's origin.
+    const double shift = st.start_us - t0_us;
+    last_stats_ = st;
+    last_end_us_ = end - shift;
+    last_bend_us_ = bend - shift;
+    last_forward_us_ = profile_.forward_us - shift;
     return v;
   }
+
+  // This rank's last Iterate: the engine's record and its iteration end,
+  // backward end and backward start, after the engine's start.
+  const bucketing::IterationStats& last_stats() const { return last_stats_; }
+  double last_end_us() const { return last_end_us_; }
+  double last_backward_end_us() const { return last_bend_us_; }
+  double last_forward_us() const { return last_forward_us_; }
 
   // This rank's launch-to-start of every bucket of the last Iterate.
   const std::vector<double>& last_start_delays() const { return last_start_delays_; }
@@ -187,6 +201,8 @@ class Replay {
  private:
   std::vector<double> last_start_delays_;
   std::vector<double> last_reactions_;
+  bucketing::IterationStats last_stats_;
+  double last_end_us_ = 0, last_bend_us_ = 0, last_forward_us_ = 0;
   // Points each gradient at its place in the fusion buffers (views) or at
   // its own buffer; redone whenever those places move (a new engine or
   // plan; compared by address, since a new engine may reuse a freed one's).
@@ -224,11 +240,42 @@ class Replay {
   std::set<void*> zeroed_;
 };
 
+// The gap terms of the rank whose mean iteration was longest (the one the
+// table's times describe; the lowest such rank on a tie), on every rank.
+absl::StatusOr<GapTerms> GapOfSlowestRank(comm::Communicator& comm, const GapTerms& mine) {
+  std::vector<double> key = {mine.iteration_us};
+  if (absl::Status s = MaxAcrossRanks(comm, key); !s.ok()) return s;
+  std::vector<double> who = {mine.iteration_us == key[0] ? -static_cast<double>(comm.rank())
+                                                          : -static_cast<double>(comm.size())};
+  if (absl::Status s = MaxAcrossRanks(comm, who); !s.ok()) return s;
+  const bool me = comm.rank() == static_cast<int>(-who[0]);
+  const std::vector<std::pair<std::string, double>> list = GapTermList(mine);
+  std::vector<double> v = {mine.iteration_us, mine.bound_us, static_cast<double>(mine.chain_buckets)};
+  for (const auto& [name, value] : list) v.push_back(value);
+  // Every rank but the chosen one contributes the smallest double, so the
+  // maximum is the chosen rank's (negative terms included).
+  if (!me) std::fill(v.begin(), v.end(), std::numeric_limits<double>::lowest());
+  if (absl::Status s = MaxAcrossRanks(comm, v); !s.ok()) return s;
+  GapTerms g;
+  g.iteration_us = v[0];
+  g.bound_us = v[1];
+  g.chain_buckets = static_cast<int>(v[2]);
+  g.late_gradients_us = v[3];
+  g.window_us = v[4];
+  g.launch_to_start_us = v[5];
+  g.transfer_excess_us = v[6];
+  g.copy_back_us = v[7];
+  g.plan_us = v[8];
+  g.tail_us = v[9];
+  return g;
+}
+
 }  // namespace
 
 double LowerBoundUs(double forward_us, double backward_us, double first_ready_us,
-                    double t_last_us, double t_total_us) {
-  return forward_us + std::max(backward_us + t_last_us, first_ready_us + t_total_us);
+                    double last_ready_us, double t_last_us, double t_total_us) {
+  return forward_us +
+         std::max({backward_us, last_ready_us + t_last_us, first_ready_us + t_total_us});
 }
 
 absl::StatusOr<OverlapReport> RunOverlap(comm::Communicator& comm,
@@ -343,7 +390,7 @@ absl::StatusOr<OverlapReport> RunOverlap(comm::Communicator& comm,
                  report.total_bytes / 1048576.0, report.comm.t_total_us / 1e3,
                  report.comm.total_measured ? "measured" : "fitted", report.comm.t_last_us / 1e3,
                  report.copy_gbps);
-    std::fprintf(out, "# lower bound = forward + max(T_b + t(last), T_first + t(all)) "
+    std::fprintf(out, "# lower bound = forward + max(T_b, T_last + t(last), T_first + t(all)) "
                       "(docs/model.md); times are medians over iterations of the slowest rank;\n");
     if (options.predict_with.has_value()) {
       std::fprintf(out, "# pred = autotune::Simulate under the given cost model: %s\n",
@@ -442,6 +489,31 @@ absl::StatusOr<OverlapReport> RunOverlap(comm::Communicator& comm,
   // one measured iteration, so every plan gets the same warm-up and slow
   // drift of the machine falls on all plans alike.
   const int np = static_cast<int>(plans.size());
+  const double bound_us = LowerBoundUs(profile.forward_us, profile.backward_us,
+                                       profile.tensors.front().ready_us,
+                                       profile.tensors.back().ready_us, report.comm.t_last_us,
+                                       report.comm.t_total_us);
+  // t(m) alone on this communicator: the measured sizes where there are
+  // some (interpolated), else the fitted line.
+  std::function<double(int64_t)> isolated_us = [&report](int64_t m) {
+    return report.comm.alpha_us + report.comm.beta_us_per_byte * static_cast<double>(m);
+  };
+  if (cost.has_value()) {
+    isolated_us = [curve = cost->Curve(comm.size(), sim.ranks_per_node)](int64_t m) {
+      return curve(m);
+    };
+  }
+  std::vector<GapTerms> gaps(np);  // per plan: this rank's sum over measured iterations
+  std::vector<std::vector<double>> profile_ready(np);
+  for (int pi = 0; pi < np; ++pi) {
+    for (const bucketing::Bucket& b : plans[pi]->buckets) {
+      double ready = 0;
+      for (const bucketing::Slice& sl : b.slices) {
+        ready = std::max(ready, profile.tensors[sl.tensor].ready_us);
+      }
+      profile_ready[pi].push_back(ready);
+    }
+  }
   std::vector<std::vector<std::vector<double>>> samples(np);  // per plan: iterations x 4
   std::vector<std::vector<double>> delays(np);  // per plan: this rank's launch-to-start, us
   std::vector<std::vector<double>> reactions(np);  // the same less queueing
@@ -465,6 +537,17 @@ absl::StatusOr<OverlapReport> RunOverlap(comm::Communicator& comm,
           delays[pi].insert(delays[pi].end(), d.begin(), d.end());
           const std::vector<double>& a = replay.last_reactions();
           reactions[pi].insert(reactions[pi].end(), a.begin(), a.end());
+          GapInput gi;
+          gi.stats = &replay.last_stats();
+          gi.forward_us = replay.last_forward_us();
+          gi.iteration_us = replay.last_end_us();
+          gi.backward_end_us = replay.last_backward_end_us();
+          gi.backward_us = profile.backward_us;
+          gi.bound_us = bound_us;
+          gi.profile_ready_us = profile_ready[pi];
+          gi.isolated_us = isolated_us;
+          gi.max_in_flight = options.max_in_flight;
+          gaps[pi] += ExplainGap(gi);
         }
       }
       if (timed_visit && e->timeline() != nullptr) {
@@ -528,9 +611,12 @@ absl::StatusOr<OverlapReport> RunOverlap(comm::Communicator& comm,
       r.reaction_p99_us = q[3];
     }
     r.compute_us = profile.forward_us + profile.backward_us;
-    r.bound_us = LowerBoundUs(profile.forward_us, profile.backward_us,
-                              profile.tensors.front().ready_us, report.comm.t_last_us,
-                              report.comm.t_total_us);
+    r.bound_us = bound_us;
+    {
+      auto g = GapOfSlowestRank(comm, gaps[pi].Scaled(1.0 / std::max<size_t>(1, samples[pi].size())));
+      if (!g.ok()) return g.status();
+      r.gap = *g;
+    }
     if (pred_cost.has_value()) {
       auto predicted = autotune::Simulate(profile, plan, *pred_cost, sim);
       if (predicted.ok()) r.predicted_us = predicted->iteration_us;
@@ -560,7 +646,34 @@ absl::StatusOr<OverlapReport> RunOverlap(comm::Communicator& comm,
     }
     report.results.push_back(std::move(r));
   }
+  if (options.explain && out != nullptr) PrintGapTable(report, out);
   return report;
+}
+
+void PrintGapTable(const OverlapReport& report, std::FILE* out) {
+  std::fprintf(out,
+               "#\n# where iteration - bound goes (ms; mean over the measured iterations of the "
+               "slowest rank; docs/model.md \"Where the gap goes\"):\n"
+               "#   late grads = the chain's first gradient reached the engine after the profile's "
+               "time (copy-in, replay slip)\n"
+               "#   window     = ready but held by the in-flight window or plan order\n"
+               "#   launch->start = launch (or the previous bucket's end) to the backend starting "
+               "it, and done to noticed\n"
+               "#   transfer+  = transfers on the chain beyond t(m) measured alone (contention)\n"
+               "#   copy back  = copies back on the chain; plan = the plan at isolated speed vs the "
+               "bound; tail = after the last copy back\n");
+  std::fprintf(out, "# %-14s %9s %9s %10s %9s %13s %10s %9s %9s %9s %9s %6s\n", "plan", "iter",
+               "gap", "late grads", "window", "launch->start", "transfer+", "copy back", "plan",
+               "tail", "sum", "chain");
+  for (const OverlapResult& r : report.results) {
+    const GapTerms& g = r.gap;
+    std::fprintf(out, "  %-14s %9.3f %9.3f %10.3f %9.3f %13.3f %10.3f %9.3f %9.3f %9.3f %9.3f %6d\n",
+                 r.plan.c_str(), g.iteration_us / 1e3, g.gap_us() / 1e3,
+                 g.late_gradients_us / 1e3, g.window_us / 1e3, g.launch_to_start_us / 1e3,
+                 g.transfer_excess_us / 1e3, g.copy_back_us / 1e3, g.plan_us / 1e3,
+                 g.tail_us / 1e3, g.sum_us() / 1e3, g.chain_buckets);
+  }
+  std::fflush(out);
 }
 
 }  // namespace fusebox::perf

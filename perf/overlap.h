@@ -14,6 +14,7 @@
 #include "bucketing/engine.h"
 #include "bucketing/plan.h"
 #include "comm/communicator.h"
+#include "perf/explain.h"
 
 namespace fusebox::perf {
 
@@ -55,6 +56,9 @@ struct OverlapOptions {
   // out of its buckets (it has no single place to live in), which costs
   // memory for its own buffer as well.
   bool tune_split = true;
+  // Attribute each plan's iteration - bound to named terms (perf/explain.h)
+  // and print them under the table.
+  bool explain = false;
 };
 
 // The allreduce cost on this communicator, t(m) = a + b*m, with the two
@@ -98,6 +102,9 @@ struct OverlapResult {
   bool cache_hit = false;
   std::string chosen;
   std::string decision;
+  // Mean over the measured iterations of the slowest rank (by mean
+  // iteration): iteration - bound in named terms. Always filled.
+  GapTerms gap;
 };
 
 struct OverlapReport {
@@ -118,10 +125,13 @@ absl::StatusOr<OverlapReport> RunOverlap(comm::Communicator& comm,
                                          const autotune::Profile& profile,
                                          const OverlapOptions& options, std::FILE* out);
 
-// The docs/model.md lower bound on one iteration: forward + max(T_b + t(s_last),
-// T_first + t(G)).
+// Prints the gap attribution of every result (what --explain shows).
+void PrintGapTable(const OverlapReport& report, std::FILE* out);
+
+// The docs/model.md lower bound on one iteration from measured allreduce
+// times: forward + max(T_b, T_last + t(s_last), T_first + t(G)).
 double LowerBoundUs(double forward_us, double backward_us, double first_ready_us,
-                    double t_last_us, double t_total_us);
+                    double last_ready_us, double t_last_us, double t_total_us);
 
 }  // namespace fusebox::perf
 

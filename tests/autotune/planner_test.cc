@@ -473,6 +473,88 @@ TEST(PlannerTest, TunedPlansAreValidAndNeverBehindABaseline) {
   }
 }
 
+// No plan beats the lower bound: every candidate the planner ranks, every
+// baseline and the per-tensor plan, on every shipped profile, preset and a
+// range of world sizes, and again with backward running on after the last
+// gradient is ready (recorded profiles do: the input's gradient is not
+// kept), where the old bound T_b + t(s_last) was beaten.
+TEST(LowerBoundTest, NoPlanOnAnyShippedProfilePresetOrWorldBeatsIt) {
+  for (const std::string& model : ModelNames()) {
+    auto base = GenerateModelProfile(model);
+    ASSERT_TRUE(base.ok());
+    Profile tail = *base;
+    tail.backward_us += 0.2 * tail.backward_us;
+    for (const Profile& profile : {*base, tail}) {
+      auto layout = LayoutFromProfile(profile);
+      ASSERT_TRUE(layout.ok());
+      for (const std::string& preset : PresetNames()) {
+        auto c = PresetCostModel(preset);
+        ASSERT_TRUE(c.ok());
+        for (int world : {2, 8, 64, 512, 4096}) {
+          PlannerOptions o;
+          o.sim.world_size = world;
+          const double bound = LowerBoundUs(profile, *c, o.sim);
+          auto ranked = RankCandidates(profile, *c, o, 64);
+          ASSERT_TRUE(ranked.ok()) << ranked.status();
+          std::vector<Plan> plans = {bucketing::PerTensorPlan(*layout)};
+          for (const PlanPrediction& r : *ranked) plans.push_back(r.plan);
+          for (const Plan& plan : plans) {
+            auto r = Simulate(profile, plan, *c, o.sim);
+            ASSERT_TRUE(r.ok()) << r.status();
+            EXPECT_GE(r->iteration_us, bound * (1 - 1e-12))
+                << model << " " << preset << " " << world << " " << plan.name
+                << " (backward " << profile.backward_us << " us)";
+          }
+        }
+      }
+    }
+  }
+}
+
+// A measured table that is not subadditive (two 400 B allreduces cost less
+// than one of 800 B): splitting the last gradient in two beats T_b + t(s_last),
+// so the bound must charge the cheapest split, and a plan that splits exactly
+// there reaches it.
+TEST(LowerBoundTest, HoldsForATableThatIsNotSubadditive) {
+  const Profile p = MakeProfile({100, 200}, {0, 50});
+  CostModel c = Line(10, 0.01);
+  c.measured = {{2, 400, 10}, {2, 800, 30}};
+  const CostCurve curve = c.Curve(2, 2);
+  ASSERT_DOUBLE_EQ(curve(800), 30);
+  ASSERT_DOUBLE_EQ(curve(400), 10);
+  // Any split of 800 B costs at least 800 * (10 / 400) = 20 us.
+  EXPECT_DOUBLE_EQ(curve.PartitionLowerBound(800), 20);
+  EXPECT_DOUBLE_EQ(curve.PartitionLowerBound(400), 10);
+  Plan split;
+  split.name = "split-last";
+  split.buckets = {Bucket{comm::DataType::kFloat32, {Slice{0, 0, 100}}},
+                   Bucket{comm::DataType::kFloat32, {Slice{1, 0, 100}}},
+                   Bucket{comm::DataType::kFloat32, {Slice{1, 100, 100}}}};
+  auto layout = LayoutFromProfile(p);
+  ASSERT_TRUE(layout.ok());
+  ASSERT_TRUE(bucketing::ValidatePlan(*layout, split).ok());
+  auto r = Simulate(p, split, c, World2());
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_DOUBLE_EQ(r->iteration_us, 100 + 50 + 10 + 10);
+  EXPECT_LT(r->iteration_us, 100 + 50 + curve(800));  // the old bound is beaten
+  EXPECT_DOUBLE_EQ(LowerBoundUs(p, c, World2()), 100 + 50 + 20);
+  EXPECT_GE(r->iteration_us, LowerBoundUs(p, c, World2()));
+}
+
+// Backward that goes on after the last gradient: the bound starts the last
+// collective when that gradient is ready, not when backward ends.
+TEST(LowerBoundTest, UsesWhenTheLastGradientIsReady) {
+  Profile p = MakeProfile({100, 100}, {0, 40});
+  p.backward_us = 45;
+  const CostModel c = Line(10, 0.01);  // 400 B: 14 us, 800 B: 18 us
+  EXPECT_DOUBLE_EQ(LowerBoundUs(p, c, World2()), 100 + std::max({45.0, 40.0 + 14, 0.0 + 18}));
+  auto layout = LayoutFromProfile(p);
+  ASSERT_TRUE(layout.ok());
+  auto r = Simulate(p, bucketing::PerTensorPlan(*layout), c, World2());
+  ASSERT_TRUE(r.ok());
+  EXPECT_DOUBLE_EQ(r->iteration_us, 100 + 54);  // t0 at 0..14, t1 at 40..54: reaches it
+}
+
 TEST(PlannerTest, BucketCapIsHonoured) {
   auto profile = GenerateModelProfile("bert_large");
   ASSERT_TRUE(profile.ok());
