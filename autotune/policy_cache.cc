@@ -431,6 +431,21 @@ bool NearerInRatio(int64_t a, int64_t b, int64_t target) {
 
 }  // namespace
 
+std::string DefaultCacheDir(const char* fusebox_cache_dir, const char* xdg_cache_home,
+                            const char* home) {
+  auto set = [](const char* v) { return v != nullptr && v[0] != '\0'; };
+  if (set(fusebox_cache_dir)) return fusebox_cache_dir;
+  if (set(xdg_cache_home)) return absl::StrCat(xdg_cache_home, "/fusebox");
+  if (set(home)) return absl::StrCat(home, "/.cache/fusebox");
+  return "";
+}
+
+std::string BackendFamily(absl::string_view backend) {
+  std::string b = absl::AsciiStrToLower(backend);
+  if (absl::StartsWith(b, "torch-")) b.erase(0, 6);
+  return b;
+}
+
 std::string ModelSignature(const bucketing::GradientLayout& layout) {
   bucketing::StableHasher h;
   h.AddU64(static_cast<uint64_t>(layout.size()));

@@ -57,11 +57,24 @@ inline constexpr size_t kMaxPolicyLabelBytes = 128;  // backend, network, model
 // path is the same model). 16 lowercase hex digits.
 std::string ModelSignature(const bucketing::GradientLayout& layout);
 
+// The policy cache directory every fusebox tool and the DDP hook use by
+// default, from the values of $FUSEBOX_CACHE_DIR, $XDG_CACHE_HOME and $HOME
+// (nullptr or empty: unset; the caller reads the environment): the first,
+// else <second>/fusebox, else <third>/.cache/fusebox; empty when none is set.
+std::string DefaultCacheDir(const char* fusebox_cache_dir, const char* xdg_cache_home,
+                            const char* home);
+
+// The backend family a cache key names: what reduces the buckets, so that
+// a plan tuned offline for "nccl" serves a hook whose process group is NCCL.
+// "torch-gloo" -> "gloo", "torch-nccl" -> "nccl" (the hook's process-group
+// communicators), lower case; anything else is returned lower-cased.
+std::string BackendFamily(absl::string_view backend);
+
 struct CacheKey {
   std::string model_signature;  // ModelSignature(layout)
   int world_size = 1;
   int ranks_per_node = 1;
-  std::string backend;   // "ucx", "mpi", "nccl", "gloo", ...
+  std::string backend;   // BackendFamily(): "ucx", "mpi", "nccl", "gloo", ...
   std::string network;   // cost-model preset or network fingerprint, e.g. "local", "ib-400g"
   int format_version = kPolicyFormatVersion;
 

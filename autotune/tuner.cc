@@ -140,7 +140,7 @@ absl::StatusOr<std::unique_ptr<OnlineTuner>> OnlineTuner::Create(
       new OnlineTuner(comm, std::move(layout), std::move(options), timeout));
   t->owned_cache_ = std::move(owned_cache);
   t->key_ = CacheKey{ModelSignature(t->layout_), comm.size(), t->options_.ranks_per_node,
-                     t->options_.backend, t->options_.network};
+                     BackendFamily(t->options_.backend), t->options_.network};
   if (absl::Status s = t->key_.Validate(); !s.ok()) {
     return absl::InvalidArgumentError(absl::StrCat("tuner: cache key: ", s.message()));
   }

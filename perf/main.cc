@@ -80,6 +80,9 @@ ABSL_FLAG(std::string, plans, "per-tensor,ddp,horovod,hccl",
 ABSL_FLAG(std::string, compute_scale, "1",
           "overlap: multiply the profile's compute times by this; 'auto' makes backward as long "
           "as one allreduce of all gradients");
+ABSL_FLAG(double, comm_ratio, 1,
+          "overlap: with --compute_scale auto, the scale at which one allreduce of all gradients "
+          "takes this many times the replayed backward (t(all) / T_backward; 1: equal)");
 ABSL_FLAG(int, in_flight, 4, "overlap: buckets in flight at most");
 ABSL_FLAG(std::string, schedule, "plan",
           "overlap: launch order: 'plan' (the plan's bucket order) or 'priority' (buckets the next "
@@ -122,7 +125,8 @@ constexpr char kUsage[] =
     "fusebox-perf allreduce [flags]\n"
     "fusebox-perf overlap [--profile resnet50] [--plans per-tensor,ddp,horovod,hccl,mg-wfbp,tuned,plan.json]\n"
     "                     [--cache_dir DIR] [--network NAME]\n"
-    "                     [--compute_scale auto|X] [-n iters] [-w warmup]\n"
+    "                     [--compute_scale auto|X] [--comm_ratio R] [-n iters] [-w warmup]\n"
+    "                     [--explain]\n"
     "\n"
     "Measures allreduce bandwidth over a size sweep, in the conventions of\n"
     "nccl-tests (GB = 1e9 bytes, busbw = algbw * 2(n-1)/n, times averaged\n"
@@ -140,7 +144,10 @@ constexpr char kUsage[] =
     "bucketing engine, once per plan; it reports iteration time, exposed\n"
     "communication and the ratio to the lower bound of docs/model.md:\n"
     "\n"
-    "  fusebox-run -n 2 -- fusebox-perf overlap --profile bert_large --compute_scale auto -n 5";
+    "  fusebox-run -n 2 -- fusebox-perf overlap --profile bert_large --compute_scale auto -n 5\n"
+    "\n"
+    "--explain adds where each plan's time beyond the bound goes (docs/model.md,\n"
+    "\"Where the gap goes\").";
 
 absl::StatusOr<PerfOptions> OptionsFromFlags() {
   PerfOptions o;
@@ -280,6 +287,10 @@ absl::StatusOr<OverlapOptions> OverlapOptionsFromFlags() {
   const std::string scale = absl::GetFlag(FLAGS_compute_scale);
   if (scale == "auto") {
     o.compute_scale = 0;
+    o.comm_ratio = absl::GetFlag(FLAGS_comm_ratio);
+    if (!(o.comm_ratio > 0) || o.comm_ratio > 1e6) {
+      return absl::InvalidArgumentError("--comm_ratio must be in (0, 1e6]");
+    }
   } else if (!absl::SimpleAtod(scale, &o.compute_scale) || !(o.compute_scale > 0) ||
              o.compute_scale > 1e6) {
     return absl::InvalidArgumentError(absl::StrCat(

@@ -303,9 +303,13 @@ absl::StatusOr<OverlapReport> RunOverlap(comm::Communicator& comm,
   auto model = MeasureComm(comm, last_bytes, report.total_bytes);
   if (!model.ok()) return model.status();
   report.comm = *model;
-  report.compute_scale = options.compute_scale > 0
-                             ? options.compute_scale
-                             : report.comm.t_total_us / base_profile.backward_us;
+  if (options.compute_scale <= 0 && !(options.comm_ratio > 0 && options.comm_ratio <= 1e6)) {
+    return absl::InvalidArgumentError("overlap: the communication ratio must be in (0, 1e6]");
+  }
+  report.compute_scale =
+      options.compute_scale > 0
+          ? options.compute_scale
+          : report.comm.t_total_us / (options.comm_ratio * base_profile.backward_us);
   const autotune::Profile profile = autotune::ScaleCompute(base_profile, report.compute_scale);
   if (absl::Status s = autotune::ValidateProfile(profile); !s.ok()) {
     return absl::InvalidArgumentError(absl::StrCat("overlap: scaled profile: ", s.message()));

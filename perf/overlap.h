@@ -24,8 +24,10 @@ struct OverlapOptions {
   int iters = 10;
   int warmup = 1;
   // Multiplies the profile's compute times; <= 0 picks the scale at which
-  // backward takes as long as one allreduce of all gradients.
+  // one allreduce of all gradients takes comm_ratio times backward
+  // (t(all) / T_backward = comm_ratio, measured at the start of the run).
   double compute_scale = 1.0;
+  double comm_ratio = 1.0;
   // Plan names: per-tensor, ddp, horovod, hccl, mg-wfbp (autotune/planner.h),
   // tuned (the online tuner, autotune/tuner.h); or paths to plan files.
   std::vector<std::string> plans = {"per-tensor", "ddp", "horovod", "hccl"};

@@ -61,16 +61,6 @@ int Fail(const absl::Status& status) {
   return kExitError;
 }
 
-// The default directory from the environment variables' values (empty when
-// unset); empty when none is usable.
-std::string DefaultDir(const char* cache_dir, const char* xdg_cache_home, const char* home) {
-  auto set = [](const char* v) { return v != nullptr && v[0] != '\0'; };
-  if (set(cache_dir)) return cache_dir;
-  if (set(xdg_cache_home)) return absl::StrCat(xdg_cache_home, "/fusebox");
-  if (set(home)) return absl::StrCat(home, "/.cache/fusebox");
-  return "";
-}
-
 double Ms(double us) { return us / 1000; }
 
 std::string OrDash(const std::string& s) { return s.empty() ? "-" : s; }
@@ -227,8 +217,8 @@ int Main(int argc, char** argv) {
     return UsageError("unknown command '" + command + "'");
   }
   if (!dir_given) {
-    dir = DefaultDir(std::getenv("FUSEBOX_CACHE_DIR"), std::getenv("XDG_CACHE_HOME"),
-                     std::getenv("HOME"));
+    dir = autotune::DefaultCacheDir(std::getenv("FUSEBOX_CACHE_DIR"),
+                                    std::getenv("XDG_CACHE_HOME"), std::getenv("HOME"));
     if (dir.empty()) {
       return UsageError("no cache directory: give --dir or set FUSEBOX_CACHE_DIR or HOME");
     }

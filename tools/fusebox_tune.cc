@@ -9,6 +9,7 @@
 //   fusebox-tune sweep --presets nvlink-h100,ib-400g,25gbe --worlds 8,64,512,4096
 //   fusebox-tune fit --from ar2.json,ar4.json --ranks_per_node 4 --out local.json
 #include <cstdio>
+#include <cstdlib>
 #include <ctime>
 #include <map>
 #include <string>
@@ -62,7 +63,12 @@ ABSL_FLAG(std::string, out, "", "offline: write the tuned plan file here; fit: t
 ABSL_FLAG(bool, describe, false, "offline: print the tuned plan bucket by bucket");
 ABSL_FLAG(std::string, cache_dir, "",
           "offline: also store the tuned plan in this policy cache (predicted figures only)");
-ABSL_FLAG(std::string, backend, "nccl", "offline --cache_dir: the backend the key names");
+ABSL_FLAG(bool, cache, false,
+          "offline: store the tuned plan in the default policy cache ($FUSEBOX_CACHE_DIR, else "
+          "$XDG_CACHE_HOME/fusebox, else ~/.cache/fusebox), where the DDP hook looks");
+ABSL_FLAG(std::string, backend, "nccl",
+          "offline cache: the backend family the key names (ucx, mpi, nccl, gloo; the DDP hook's "
+          "default path names its process group's backend)");
 ABSL_FLAG(std::string, network, "",
           "offline --cache_dir: the network the key names (default: the preset, or the cost "
           "model's name)");
@@ -235,7 +241,16 @@ int Offline() {
     }
     std::printf("# wrote %s\n", out.c_str());
   }
-  const std::string cache_dir = absl::GetFlag(FLAGS_cache_dir);
+  std::string cache_dir = absl::GetFlag(FLAGS_cache_dir);
+  if (cache_dir.empty() && absl::GetFlag(FLAGS_cache)) {
+    cache_dir = autotune::DefaultCacheDir(std::getenv("FUSEBOX_CACHE_DIR"),
+                                          std::getenv("XDG_CACHE_HOME"), std::getenv("HOME"));
+    if (cache_dir.empty()) {
+      return Fail(absl::InvalidArgumentError(
+          "--cache: no default cache directory (set FUSEBOX_CACHE_DIR or HOME, or give "
+          "--cache_dir)"));
+    }
+  }
   if (!cache_dir.empty()) {
     auto layout = autotune::LayoutFromProfile(*profile);
     if (!layout.ok()) return Fail(layout.status());
@@ -247,7 +262,7 @@ int Offline() {
     std::string network = absl::GetFlag(FLAGS_network);
     if (network.empty()) network = cost->name;
     e.key = autotune::CacheKey{autotune::ModelSignature(*layout), world, std::min(rpn, world),
-                               absl::GetFlag(FLAGS_backend), network};
+                               autotune::BackendFamily(absl::GetFlag(FLAGS_backend)), network};
     e.model = profile->model;
     e.layout_hash = layout->Hash();
     e.plan = result->tuned.plan;

@@ -155,7 +155,11 @@ absl::Status GradientReducer::StartEngine() {
   choice.fixed_plan = options_.fixed_plan;
   choice.cache_dir = options_.cache_dir;
   choice.tuner = options_.tuner;
-  choice.warn = options_.log;
+  // The cache's warnings (a directory it cannot use, an unreadable entry)
+  // are warnings wherever the log goes.
+  if (options_.log) {
+    choice.warn = [log = options_.log](const std::string& w) { log("warning: " + w); };
+  }
   auto made = autotune::CreateEngineWithPolicy(comm_, *std::move(layout), options_.engine, choice);
   if (!made.ok()) return made.status();
   engine_ = std::move(made->engine);

@@ -12,6 +12,7 @@ import os
 import socket
 import subprocess
 import sys
+import tempfile
 
 import pytest
 
@@ -357,3 +358,92 @@ def test_steps_are_timed_whole_and_a_bad_plan_is_rolled_back():
         assert res["rolled_back_at"] - res["forced_at"] <= 2 * (2 + 1) * 5 + 2, res
         assert "fell back to DDP's default" in res["decision"], res["decision"]
         assert res["final_plan"] == "ddp", res
+
+
+LOGGING = r'''
+import json, logging, os, subprocess, sys, torch, torch.distributed as dist
+import fusebox.torch
+from fusebox.record_profile import record_profile, write_profile
+from torch.nn.parallel import DistributedDataParallel as DDP
+rank = int(os.environ["RANK"])
+tmp, tune = os.environ["FB_TMP"], os.environ["FB_TUNE"]
+dist.init_process_group("gloo")
+records = []
+class Keep(logging.Handler):
+    def emit(self, r):
+        records.append((r.levelname, r.getMessage()))
+logging.getLogger("fusebox").addHandler(Keep())
+def make():
+    torch.manual_seed(0)
+    return torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.ReLU(), torch.nn.Linear(64, 8))
+def steps(model, n):
+    for _ in range(n):
+        model(torch.randn(4, 32)).sum().backward()
+out = {}
+# A plan file that does not exist: FileNotFoundError, naming it.
+try:
+    m = DDP(make())
+    fusebox.torch.register(m, plan=os.path.join(tmp, "missing.json"), cache_dir=False)
+    steps(m, 4)
+    out["missing"] = "no error"
+except FileNotFoundError as e:
+    out["missing"] = "FileNotFoundError: %s" % e
+# A cache directory that cannot be made: one WARNING on the "fusebox"
+# logger (shown by default), and training goes on.
+blocker = os.path.join(tmp, "blocker-%d" % rank)
+open(blocker, "w").close()
+m = DDP(make())
+h = fusebox.torch.register(m, cache_dir=os.path.join(blocker, "cache"), candidates=0,
+                           screening_blocks=1, verify_pairs=5)
+steps(m, 15)
+h.snapshot()
+out["warnings"] = [msg for lvl, msg in records if lvl == "WARNING"]
+out["infos_by_default"] = sum(1 for lvl, _ in records if lvl == "INFO")
+# An entry written offline by fusebox-tune from a profile recorded on this
+# model is a hit for the hook: zero tuning iterations.
+cache = os.path.join(tmp, "offline-cache")
+if rank == 0:
+    x, y = torch.randn(4, 32), torch.randn(4, 8)
+    prof = record_profile(make(), lambda: (x, y), loss_fn=torch.nn.functional.mse_loss,
+                          iterations=3, warmup=1, model_name="mlp")
+    write_profile(prof, os.path.join(tmp, "mlp.json"))
+    p = subprocess.run([tune, "--profile", os.path.join(tmp, "mlp.json"), "--preset", "25gbe",
+                        "--world", "2", "--ranks_per_node", "2", "--backend", "gloo",
+                        "--network", "lab", "--cache_dir", cache], capture_output=True, text=True)
+    out["tune"] = p.returncode, p.stdout[-2000:] + p.stderr[-2000:]
+dist.barrier()
+m = DDP(make())
+h = fusebox.torch.register(m, cache_dir=cache, network="lab", ranks_per_node=2)
+steps(m, 6)
+out["offline_hit"] = h.cache_hit, h.tuning_iterations, h.state
+print("RESULT", json.dumps(out))
+'''
+
+
+def test_logging_exceptions_and_an_entry_tuned_offline():
+    """Messages go to the "fusebox" logger (an unusable cache directory is a
+    WARNING, shown without verbose; the tuner's progress is INFO and hidden
+    by default); a missing plan file raises FileNotFoundError; and a plan
+    that fusebox-tune stored offline, from a profile recorded on the model,
+    is a cache hit for the hook (same model signature, world, ranks per
+    node, backend family "gloo" for DDP's own process group, network)."""
+    tmp = tempfile.mkdtemp(prefix="fusebox-log-")
+    tune = os.path.join(os.path.dirname(PYDIR), "tools", "fusebox-tune")
+    env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()),
+               WORLD_SIZE="2", OMP_NUM_THREADS="1", PYTHONPATH=PYDIR, FB_TMP=tmp, FB_TUNE=tune)
+    env.pop("FUSEBOX_LOG_LEVEL", None)
+    procs = [subprocess.Popen([sys.executable, "-c", LOGGING], env=dict(env, RANK=str(r)),
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+             for r in range(2)]
+    outs = [p.communicate(timeout=LAUNCH_TIMEOUT_S)[0] for p in procs]
+    for p, out in zip(procs, outs):
+        assert p.returncode == 0, out[-3000:]
+    for rank, out in enumerate(outs):
+        res = json.loads(out.split("RESULT ", 1)[1].splitlines()[0])
+        assert res["missing"].startswith("FileNotFoundError:"), res["missing"]
+        assert "missing.json" in res["missing"]
+        assert any("policy cache disabled" in w and "blocker" in w for w in res["warnings"]), res
+        assert res["infos_by_default"] == 0  # the tuner's progress: INFO, off by default
+        if rank == 0:
+            assert res["tune"][0] == 0, res["tune"][1]
+        assert res["offline_hit"] == [True, 0, "tuned"], res["offline_hit"]

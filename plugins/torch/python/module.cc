@@ -6,11 +6,16 @@
 #include <pybind11/stl.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <memory>
+#include <mutex>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
+#include "autotune/policy_cache.h"
 #include "comm/backends.h"
 #include "plugins/torch/comm_hook.h"
 #include "plugins/torch/process_group_communicator.h"
@@ -23,22 +28,94 @@ namespace py = pybind11;
 namespace fusebox::torch_plugin {
 namespace {
 
+// Note [Messages into Python logging]
+// The hook's messages (the tuner's progress, cache warnings) are produced on
+// whatever thread runs the hook: autograd's, a process group's. Taking the
+// GIL there could wait on a Python thread that waits on this one, so a
+// message is queued here and handed to Python's logging (logger "fusebox")
+// by the Python side at its next call: the forward pre-hook that starts
+// every step, register() itself, snapshot() and close(). Python's logging
+// then filters by level: warnings show by default, the progress at INFO
+// (verbose=True or FUSEBOX_LOG_LEVEL=info). The queue is bounded; what does
+// not fit is counted and reported with the next message.
+class LogQueue {
+ public:
+  static constexpr size_t kMaxLines = 4096;
+  // Python logging levels.
+  static constexpr int kInfo = 20;
+  static constexpr int kWarning = 30;
+
+  void Push(const std::string& line) {
+    const int level = line.find("warning") != std::string::npos ? kWarning : kInfo;
+    std::lock_guard<std::mutex> lock(mu_);
+    if (lines_.size() >= kMaxLines) {
+      ++dropped_;
+      return;
+    }
+    lines_.emplace_back(level, line);
+  }
+  std::vector<std::pair<int, std::string>> Drain() {
+    std::lock_guard<std::mutex> lock(mu_);
+    std::vector<std::pair<int, std::string>> out;
+    out.swap(lines_);
+    if (dropped_ > 0) {
+      out.emplace_back(kWarning, absl::StrCat(dropped_, " more messages were dropped (more than ",
+                                              kMaxLines, " between two steps)"));
+      dropped_ = 0;
+    }
+    return out;
+  }
+
+ private:
+  std::mutex mu_;
+  std::vector<std::pair<int, std::string>> lines_;
+  uint64_t dropped_ = 0;
+};
+
 // The Python handle: shares the state (which owns the communicator) with
 // DDP's reducer, so the hook keeps working after the handle is gone.
 class Hook {
  public:
-  explicit Hook(std::shared_ptr<HookState> state) : state_(std::move(state)) {}
+  Hook(std::shared_ptr<HookState> state, std::shared_ptr<LogQueue> log)
+      : state_(std::move(state)), log_(std::move(log)) {}
   HookState& state() { return *state_; }
+  LogQueue& log() { return *log_; }
   int rank() const { return state_->comm().rank(); }
   int size() const { return state_->comm().size(); }
 
  private:
   std::shared_ptr<HookState> state_;
+  std::shared_ptr<LogQueue> log_;
 };
 
+// absl codes as the Python exceptions a user would catch: a missing file is
+// FileNotFoundError, a bad argument ValueError, a peer that never answered
+// TimeoutError; the rest RuntimeError. The message is fusebox's, without the
+// code's name.
 [[noreturn]] void Throw(const absl::Status& s) {
-  if (absl::IsInvalidArgument(s)) throw py::value_error(std::string(s.message()));
-  throw std::runtime_error(s.ToString());
+  PyObject* type = PyExc_RuntimeError;
+  switch (s.code()) {
+    case absl::StatusCode::kNotFound:
+      type = PyExc_FileNotFoundError;
+      break;
+    case absl::StatusCode::kInvalidArgument:
+    case absl::StatusCode::kOutOfRange:
+      type = PyExc_ValueError;
+      break;
+    case absl::StatusCode::kDeadlineExceeded:
+      type = PyExc_TimeoutError;
+      break;
+    case absl::StatusCode::kPermissionDenied:
+      type = PyExc_PermissionError;
+      break;
+    case absl::StatusCode::kUnimplemented:
+      type = PyExc_NotImplementedError;
+      break;
+    default:
+      break;
+  }
+  PyErr_SetString(type, std::string(s.message()).c_str());
+  throw py::error_already_set();
 }
 
 py::dict PlanToDict(const bucketing::Plan& plan) {
@@ -162,14 +239,9 @@ std::unique_ptr<Hook> Register(py::object reducer_obj, py::object group_obj, py:
   options.engine.max_in_flight = o["max_in_flight"].cast<int>();
   options.engine.timeout = absl::Seconds(o["timeout_s"].cast<double>());
   options.engine.record_timeline = o["timeline"].cast<bool>();
-  const bool verbose = o["verbose"].cast<bool>();
-  const int rank = comm->rank();
-  // Plain stderr, never Python: the hook runs on autograd's thread.
-  options.log = [verbose, rank](const std::string& line) {
-    if (verbose || line.find("warning") != std::string::npos) {
-      std::fprintf(stderr, "[fusebox rank %d] %s\n", rank, line.c_str());
-    }
-  };
+  // Note [Messages into Python logging].
+  auto log = std::make_shared<LogQueue>();
+  options.log = [log](const std::string& line) { log->Push(line); };
   absl::StatusOr<std::shared_ptr<HookState>> state =
       o["communicator"].cast<std::string>() == "ddp"
           ? RegisterDdpBuckets(*reducer, std::move(params), std::move(names), comm,
@@ -177,7 +249,7 @@ std::unique_ptr<Hook> Register(py::object reducer_obj, py::object group_obj, py:
           : RegisterCommHook(*reducer, std::move(params), std::move(names), comm, pg_comm,
                              std::move(options));
   if (!state.ok()) Throw(state.status());
-  return std::make_unique<Hook>(*std::move(state));
+  return std::make_unique<Hook>(*std::move(state), std::move(log));
 }
 
 }  // namespace
@@ -186,7 +258,12 @@ std::unique_ptr<Hook> Register(py::object reducer_obj, py::object group_obj, py:
 PYBIND11_MODULE(_C, m) {
   using fusebox::torch_plugin::Hook;
   m.doc() = "fusebox DDP communication hook (internal; use fusebox.torch.register)";
+  m.def("_default_cache_dir", [] {
+    return fusebox::autotune::DefaultCacheDir(std::getenv("FUSEBOX_CACHE_DIR"),
+                                              std::getenv("XDG_CACHE_HOME"), std::getenv("HOME"));
+  });
   py::class_<Hook>(m, "_Hook")
+      .def("drain_log", [](Hook& h) { return h.log().Drain(); })
       .def("snapshot",
            [](Hook& h) { return fusebox::torch_plugin::SnapshotToDict(h.state().Snapshot()); })
       .def("write_timeline",

@@ -17,6 +17,7 @@ plain DDP's bit for bit and a plan costs what DDP with those buckets costs.
 communicator="ucx" (or "process_group") reduces each DDP bucket in place
 through a fusebox communicator from a communication hook instead.
 """
+import logging
 import os
 
 import torch  # loads libtorch before the extension
@@ -27,21 +28,55 @@ from . import _C
 
 __all__ = ["register", "Handle"]
 
-_DEFAULT_CACHE = os.path.join(
-    os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"),
-    "fusebox")
+# Every message of the hook goes to this logger: warnings show by default
+# (Python's last-resort handler, or the application's), the tuner's progress
+# at INFO. FUSEBOX_LOG_LEVEL (error, warning, info, debug) or verbose=True
+# sets its level and, when nothing else would print it, a stderr handler.
+logger = logging.getLogger("fusebox")
+
+_LEVELS = {"error": logging.ERROR, "warning": logging.WARNING, "info": logging.INFO,
+           "debug": logging.DEBUG}
+
+
+def _configure_logger(verbose):
+    env = os.environ.get("FUSEBOX_LOG_LEVEL", "").strip().lower()
+    if env and env not in _LEVELS:
+        raise ValueError("FUSEBOX_LOG_LEVEL must be one of %s, got %r"
+                         % (", ".join(_LEVELS), env))
+    level = _LEVELS[env] if env else (logging.INFO if verbose else None)
+    if level is None:
+        return
+    if logger.level == logging.NOTSET or logger.level > level:
+        logger.setLevel(level)
+    if not logger.hasHandlers():
+        handler = logging.StreamHandler()
+        handler.setFormatter(logging.Formatter("[fusebox] %(levelname)s: %(message)s"))
+        logger.addHandler(handler)
+
+
+def _drain_log(hook, rank):
+    """Hands the hook's queued messages to the logger (Note [Messages into
+    Python logging] in module.cc: they are queued on whatever thread made
+    them and emitted here, on a Python thread)."""
+    for level, line in hook.drain_log():
+        if level >= logging.WARNING:
+            line = line.replace("warning: ", "", 1)  # the level says it
+        logger.log(level, "rank %d: %s", rank, line)
+
 
 
 class Handle:
     """What ``register`` returns: the hook's plan, tuning state and statistics."""
 
-    def __init__(self, hook, group):
+    def __init__(self, hook, group, rank):
         self._hook = hook
+        self._rank = rank
         self.process_group = group
         self._grad_hooks = None
 
     def snapshot(self):
         """Everything below in one dict (one consistent copy)."""
+        _drain_log(self._hook, self._rank)
         return self._hook.snapshot()
 
     @property
@@ -115,8 +150,11 @@ def register(ddp_model, *, cache_dir=None, plan=None, communicator="ddp",
     Call it on every rank, after constructing DDP and before the first backward.
 
     cache_dir: the policy cache (default: $FUSEBOX_CACHE_DIR, else
-        ~/.cache/fusebox); False disables it. A cluster size seen before is not
-        tuned again.
+        $XDG_CACHE_HOME/fusebox, else ~/.cache/fusebox, as for every fusebox
+        tool); False disables it. A cluster size seen before is not tuned
+        again, also when `fusebox-tune --cache` or `fusebox-cache import`
+        put the entry there (same model, world size, ranks per node, backend
+        family and network).
     plan: None to tune; or a fixed plan: "ddp", "per-tensor", or a plan JSON file.
     communicator: what reduces DDP's buckets. "ddp" (default): DDP itself,
         through its own process group; fusebox registers no communication
@@ -150,7 +188,11 @@ def register(ddp_model, *, cache_dir=None, plan=None, communicator="ddp",
         for each collective (a stuck one fails naming the rank it waited for).
     timeline: record a timeline (see Handle.write_timeline; not with
         communicator="ddp", where DDP reduces).
-    verbose: print the tuner's progress on stderr.
+    verbose: log the tuner's progress at INFO on the "fusebox" logger (and
+        print it on stderr when the application configured no logging).
+        FUSEBOX_LOG_LEVEL=info does the same without changing the script.
+        Warnings (an unusable cache directory, a plan rolled back) are
+        logged at WARNING either way.
     """
     if not isinstance(ddp_model, DistributedDataParallel):
         raise TypeError("fusebox.torch.register expects a torch.nn.parallel."
@@ -173,7 +215,8 @@ def register(ddp_model, *, cache_dir=None, plan=None, communicator="ddp",
     if not (isinstance(timeout_s, (int, float)) and 0 < timeout_s <= 86400):
         raise ValueError("timeout_s must be in (0, 86400], got %r" % (timeout_s,))
     if cache_dir is None:
-        cache_dir = os.environ.get("FUSEBOX_CACHE_DIR") or _DEFAULT_CACHE
+        # The one default of every fusebox tool (autotune::DefaultCacheDir).
+        cache_dir = _C._default_cache_dir()
     elif cache_dir is False:
         cache_dir = ""
     if ranks_per_node is None:
@@ -219,13 +262,17 @@ def register(ddp_model, *, cache_dir=None, plan=None, communicator="ddp",
         "local_rank": int(os.environ.get("LOCAL_RANK", "0")),
     }
     names, params = _reducer_parameters(ddp_model)
+    _configure_logger(verbose)
+    rank = dist.get_rank(group) if group is not None else dist.get_rank()
     hook = _C._register(ddp_model.reducer, group, options, store, params, names)
-    handle = Handle(hook, group)
+    handle = Handle(hook, group, rank)
+    _drain_log(hook, rank)
 
     def forward_start(module, inputs):
         # The training step starts here: the hook closes the last one and may
         # install another plan in DDP before DDP's forward runs.
         if torch.is_grad_enabled() and module.require_backward_grad_sync:
+            _drain_log(hook, rank)
             hook.on_forward_start()
             if handle._grad_hooks is not None:
                 handle._grad_hooks.update()

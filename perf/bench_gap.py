@@ -1,0 +1,155 @@
+#!/usr/bin/env python3
+"""How far measured plans are from the lower bound, and where the difference goes.
+
+For each model in --models and each communication ratio R in --ratios (one allreduce of all
+gradient bytes takes R times the replayed backward: 0.5 compute-bound, 1 balanced, 2
+communication-bound) it runs, on 2 local ranks, from an empty policy cache:
+
+  <build>/tools/fusebox-run -n 2 -- <build>/perf/fusebox-perf overlap --profile MODEL
+      --compute_scale auto --comm_ratio R --plans PLANS --explain -n ROUNDS -w 1 --json ...
+
+Every plan is measured in randomised blocks (each round visits every plan once, in a fresh
+order, after the same warm-up), so the rounds pair the plans. It prints, per model and ratio:
+
+  * every plan's median iteration [95% CI] and its ratio to the lower bound (docs/model.md);
+  * best/bound: the best measured plan's median over the bound (target <= 1.10);
+  * tuned/best: the paired ratio of the tuned plan to the best plan that is not the tuned one,
+    median over rounds [order-statistic 95% CI] (target <= 1.05; with fewer than 6 rounds no
+    order-statistic interval reaches 95%, and the one printed is min..max);
+  * the gap report of every plan (fusebox-perf overlap --explain): where iteration - bound goes.
+
+Writes <out>/<model>-r<R>.json and .log for each run and <out>/report.txt (what is printed).
+Exit status: 0 when every run succeeded. Standard library only.
+"""
+
+import argparse
+import datetime
+import json
+import math
+import os
+import shlex
+import subprocess
+import sys
+import tempfile
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TERMS = ["late_gradients", "window", "launch_to_start", "transfer_excess", "copy_back", "plan",
+         "tail"]
+
+
+def median(xs):
+    s = sorted(xs)
+    n = len(s)
+    return s[n // 2] if n % 2 else 0.5 * (s[n // 2 - 1] + s[n // 2])
+
+
+def median_ci(xs, level=0.95):
+    """Distribution-free CI of the median from order statistics (binomial)."""
+    s = sorted(xs)
+    n = len(s)
+    if n < 2:
+        return (s[0], s[0]) if s else (math.nan, math.nan)
+    best = (0, n - 1)
+    for lo in range(0, n // 2 + 1):
+        hi = n - 1 - lo
+        cover = sum(math.comb(n, k) for k in range(lo + 1, hi + 1)) / 2.0 ** n
+        if cover >= level:
+            best = (lo, hi)
+        else:
+            break
+    return s[best[0]], s[best[1]]
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--build", default=os.path.join(REPO, "build"))
+    ap.add_argument("--outdir", default=os.path.join(REPO, "docs", "gap"),
+                    help="a timestamped directory is made under it")
+    ap.add_argument("--models", default="resnet50,vit_b16,gpt2_small")
+    ap.add_argument("--ratios", default="0.5,1,2")
+    ap.add_argument("--plans", default="ddp,ddp-cap1mb,ddp-cap5mb,ddp-cap100mb,horovod,mg-wfbp,tuned")
+    ap.add_argument("-n", "--rounds", type=int, default=7)
+    ap.add_argument("--timeout", type=int, default=1800, help="per run, seconds")
+    a = ap.parse_args()
+
+    run_tool = os.path.join(a.build, "tools", "fusebox-run")
+    perf = os.path.join(a.build, "perf", "fusebox-perf")
+    for tool in (run_tool, perf):
+        if not os.access(tool, os.X_OK):
+            sys.exit("bench_gap: %s is missing; build first (bash scripts/build.sh)" % tool)
+    out = os.path.join(a.outdir, datetime.datetime.now().strftime("%Y%m%d-%H%M%S"))
+    os.makedirs(out, exist_ok=True)
+    lines = []
+
+    def say(s=""):
+        print(s, flush=True)
+        lines.append(s)
+
+    say("# bench_gap: 2 local ranks, ucx; plans %s; %d randomised rounds; empty policy cache "
+        "per run" % (a.plans, a.rounds))
+    say("# command per cell: fusebox-run -n 2 -- fusebox-perf overlap --profile MODEL "
+        "--compute_scale auto --comm_ratio R --plans %s --explain -n %d -w 1" % (a.plans, a.rounds))
+    failed = 0
+    summary = []
+    for model in a.models.split(","):
+        for ratio in a.ratios.split(","):
+            stem = os.path.join(out, "%s-r%s" % (model, ratio))
+            with tempfile.TemporaryDirectory() as cache:
+                cmd = [run_tool, "-n", "2", "--", perf, "overlap", "--profile", model,
+                       "--compute_scale", "auto", "--comm_ratio", ratio, "--plans", a.plans,
+                       "--explain", "-n", str(a.rounds), "-w", "1", "--cache_dir", cache,
+                       "--json", stem + ".json"]
+                proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                      text=True, timeout=a.timeout)
+            with open(stem + ".log", "w") as f:
+                f.write("$ " + " ".join(shlex.quote(c) for c in cmd) + "\n" + proc.stdout)
+            if proc.returncode != 0:
+                failed += 1
+                say("## %s, t(all)/T_b = %s: FAILED (exit %d; see %s.log)" %
+                    (model, ratio, proc.returncode, stem))
+                continue
+            with open(stem + ".json") as f:
+                j = json.load(f)
+            res = {r["plan"]: r for r in j["results"]}
+            say()
+            say("## %s, t(all)/T_b = %s (compute scale %.4g, backward %.2f ms, %d ranks)" %
+                (model, ratio, j["compute_scale"], j["backward_us"] / 1e3, j["nranks"]))
+            say("| plan | buckets | iter ms | 95% CI | iter/bound | " +
+                " | ".join(t.replace("_", " ") for t in TERMS) + " |")
+            say("| --- " * (5 + len(TERMS)) + "|")
+            for r in j["results"]:
+                lo, hi = r["iteration_ci95_us"]
+                g = r["gap"]
+                say("| %s | %d | %.2f | [%.2f, %.2f] | %.3f | %s |" % (
+                    r["plan"], r["buckets"], r["iteration_us"] / 1e3, lo / 1e3, hi / 1e3,
+                    r["iteration_us"] / r["bound_us"],
+                    " | ".join("%.2f" % (g[t + "_us"] / 1e3) for t in TERMS)))
+            others = [r for r in j["results"] if r["plan"] != "tuned"]
+            best = min(others, key=lambda r: r["iteration_us"])
+            line = "best measured: %s, best/bound %.3f" % (
+                best["plan"], best["iteration_us"] / best["bound_us"])
+            if "tuned" in res:
+                t = res["tuned"]
+                # Paired by round: the tuned plan against the best non-tuned plan of the run.
+                pairs = [x / y for x, y in zip(t["iterations_us"], best["iterations_us"])]
+                lo, hi = median_ci(pairs)
+                line += "; tuned kept %s; tuned/best %.3f [%.3f, %.3f] over %d rounds" % (
+                    t.get("chosen", "?"), median(pairs), lo, hi, len(pairs))
+                summary.append((model, ratio, best["iteration_us"] / best["bound_us"],
+                                median(pairs), lo, hi, t.get("chosen", "?")))
+            say(line)
+    say()
+    say("## summary (targets: best/bound <= 1.10, tuned/best <= 1.05)")
+    say("| model | t(all)/T_b | best/bound | tuned/best | 95% CI | tuned kept |")
+    say("| --- | --- | --- | --- | --- | --- |")
+    for m, r, bb, tb, lo, hi, chosen in summary:
+        say("| %s | %s | %.3f | %.3f | [%.3f, %.3f] | %s |" % (m, r, bb, tb, lo, hi, chosen))
+    with open(os.path.join(out, "report.txt"), "w") as f:
+        f.write("\n".join(lines) + "\n")
+    print("wrote %s" % out)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
