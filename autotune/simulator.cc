@@ -16,6 +16,15 @@ double CopyUs(int64_t bytes, bool copied, const SimOptions& o) {
   return static_cast<double>(bytes) / (o.copy_gbps * 1e3);  // GB/s = 1e3 B/us
 }
 
+// The end of `work` microseconds of isolated transfer started at `start`,
+// at 1/slowdown speed before `backward_end` and full speed after.
+double Stretched(double start, double work, double backward_end, double slowdown) {
+  if (slowdown <= 1 || start >= backward_end) return start + work;
+  const double slow_span = (backward_end - start) / slowdown;  // isolated work done by then
+  if (work <= slow_span) return start + work * slowdown;
+  return backward_end + (work - slow_span);
+}
+
 int RanksPerNode(const CostModel& cost, const SimOptions& o) {
   return o.ranks_per_node > 0 ? o.ranks_per_node : cost.ranks_per_node;
 }
@@ -37,6 +46,10 @@ absl::Status ValidateSimOptions(const SimOptions& o) {
       o.launch_overhead_us < 0) {
     return absl::InvalidArgumentError(
         "simulator: copy bandwidth and launch overhead must be finite and non-negative");
+  }
+  if (!(o.overlap_slowdown >= 1) || o.overlap_slowdown > 1e3) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "simulator: overlap slowdown ", o.overlap_slowdown, " is not in [1, 1000]"));
   }
   return absl::OkStatus();
 }
@@ -110,12 +123,12 @@ absl::StatusOr<SimResult> Simulate(const Profile& profile, const bucketing::Plan
     l.launch_us = std::max({complete[b], last_launch, slot});
     l.start_us = std::max(l.launch_us, channel_free);
     const double t = cost.AllReduceUs(bytes[b], o.world_size, rpn) + o.launch_overhead_us;
-    l.done_us = l.start_us + t;
+    l.done_us = Stretched(l.start_us, t, r.backward_end_us, o.overlap_slowdown);
     l.copied_back_us = std::max(l.done_us, worker_free) + CopyUs(copy_back[b], true, o);
     channel_free = l.done_us;
     worker_free = l.copied_back_us;
     last_launch = l.launch_us;
-    r.comm_busy_us += t;
+    r.comm_busy_us += l.done_us - l.start_us;
     launched[b] = true;
     if (o.schedule == bucketing::Schedule::kForwardPriority) {
       std::vector<bool> v(nb);

@@ -13,7 +13,8 @@
 //   max_in_flight buckets launched and not yet copied back.
 // * Collectives run one at a time, in launch order (one communicator: the
 //   UCX progress thread or one NCCL stream), each taking
-//   CostModel::AllReduceUs(bytes) + launch_overhead_us.
+//   CostModel::AllReduceUs(bytes) + launch_overhead_us, stretched by
+//   overlap_slowdown for the part that runs while backward does.
 // * A worker copies results back in launch order (nothing without views).
 // * The iteration ends at the later of backward's end and the last
 //   copy-back; forward precedes backward and overlaps nothing.
@@ -45,6 +46,13 @@ struct SimOptions {
   // Per collective on the channel, besides the cost model (the engine's own
   // launch and completion cost).
   double launch_overhead_us = 0;
+  // How much slower a collective moves data while backward runs than alone
+  // (>= 1): backward's threads take the cores (and wake up, and evict
+  // caches) that the communication needs. A collective proceeds at
+  // 1/overlap_slowdown of its isolated speed until backward ends, at full
+  // speed after. Measured by a calibration replay (perf/overlap.h); 1: the
+  // isolated cost model as is.
+  double overlap_slowdown = 1;
 };
 
 struct SimLaunch {

@@ -16,7 +16,10 @@ order, after the same warm-up), so the rounds pair the plans. It prints, per mod
   * tuned/best: the paired ratio of the tuned plan to the best plan that is not the tuned one,
     median over rounds [order-statistic 95% CI] (target <= 1.05; with fewer than 6 rounds no
     order-statistic interval reaches 95%, and the one printed is min..max);
-  * the gap report of every plan (fusebox-perf overlap --explain): where iteration - bound goes.
+  * the gap report of every plan (fusebox-perf overlap --explain): where iteration - bound goes;
+  * exposed communication measured and predicted (autotune::Simulate with the overlap slowdown
+    calibrated at the start of each run on DDP's default plan), and over the held-out plans the
+    median and p90 of |error| and how many are under- and over-predicted.
 
 Writes <out>/<model>-r<R>.json and .log for each run and <out>/report.txt (what is printed).
 Exit status: 0 when every run succeeded. Standard library only.
@@ -92,6 +95,7 @@ def main():
         "--compute_scale auto --comm_ratio R --plans %s --explain -n %d -w 1" % (a.plans, a.rounds))
     failed = 0
     summary = []
+    errors = []  # exposed-communication prediction errors of the held-out plans
     for model in a.models.split(","):
         for ratio in a.ratios.split(","):
             stem = os.path.join(out, "%s-r%s" % (model, ratio))
@@ -115,15 +119,24 @@ def main():
             say()
             say("## %s, t(all)/T_b = %s (compute scale %.4g, backward %.2f ms, %d ranks)" %
                 (model, ratio, j["compute_scale"], j["backward_us"] / 1e3, j["nranks"]))
-            say("| plan | buckets | iter ms | 95% CI | iter/bound | " +
-                " | ".join(t.replace("_", " ") for t in TERMS) + " |")
-            say("| --- " * (5 + len(TERMS)) + "|")
+            say("overlap slowdown %.2f (calibrated on DDP's default plan)" % j["overlap_slowdown"])
+            say("| plan | buckets | iter ms | 95% CI | iter/bound | exposed ms | pred exposed | "
+                "exp err | " + " | ".join(t.replace("_", " ") for t in TERMS) + " |")
+            say("| --- " * (8 + len(TERMS)) + "|")
             for r in j["results"]:
                 lo, hi = r["iteration_ci95_us"]
                 g = r["gap"]
-                say("| %s | %d | %.2f | [%.2f, %.2f] | %.3f | %s |" % (
+                err = None
+                if r["predicted_us"] > 0 and r["exposed_us"] > 0:
+                    err = (r["predicted_exposed_us"] - r["exposed_us"]) / r["exposed_us"]
+                    # DDP's default calibrated the slowdown: the others are held out.
+                    if r["plan"] not in ("ddp", "tuned"):
+                        errors.append(err)
+                say("| %s | %d | %.2f | [%.2f, %.2f] | %.3f | %.2f | %.2f | %s | %s |" % (
                     r["plan"], r["buckets"], r["iteration_us"] / 1e3, lo / 1e3, hi / 1e3,
-                    r["iteration_us"] / r["bound_us"],
+                    r["iteration_us"] / r["bound_us"], r["exposed_us"] / 1e3,
+                    r["predicted_exposed_us"] / 1e3,
+                    "n/a" if err is None else "%+.0f%%" % (100 * err),
                     " | ".join("%.2f" % (g[t + "_us"] / 1e3) for t in TERMS)))
             others = [r for r in j["results"] if r["plan"] != "tuned"]
             best = min(others, key=lambda r: r["iteration_us"])
@@ -145,6 +158,17 @@ def main():
     say("| --- | --- | --- | --- | --- | --- |")
     for m, r, bb, tb, lo, hi, chosen in summary:
         say("| %s | %s | %.3f | %.3f | [%.3f, %.3f] | %s |" % (m, r, bb, tb, lo, hi, chosen))
+    if errors:
+        a_err = sorted(abs(e) for e in errors)
+        p90 = a_err[min(len(a_err) - 1, int(math.ceil(0.9 * len(a_err))) - 1)]
+        under = sum(1 for e in errors if e < 0)
+        say()
+        say("## exposed-communication prediction, held-out plans (every plan but DDP's default, "
+            "which calibrated the overlap slowdown, and tuned)")
+        say("runs %d: median |error| %.0f%% (target <= 20%%), p90 %.0f%% (target <= 35%%), "
+            "under-predicted %d (%.0f%%), over-predicted %d (%.0f%%) (target: 35-65%% each side)"
+            % (len(errors), 100 * median(a_err), 100 * p90, under, 100.0 * under / len(errors),
+               len(errors) - under, 100.0 * (len(errors) - under) / len(errors)))
     with open(os.path.join(out, "report.txt"), "w") as f:
         f.write("\n".join(lines) + "\n")
     print("wrote %s" % out)

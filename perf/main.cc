@@ -112,6 +112,9 @@ ABSL_FLAG(int, tune_pairs, 8,
 ABSL_FLAG(bool, explain, false,
           "overlap: print where each plan's iteration - bound goes (late gradients, window, "
           "launch-to-start, transfer beyond t(m) alone, copy back, the plan itself, tail)");
+ABSL_FLAG(std::string, overlap_slowdown, "auto",
+          "overlap: how many times slower transfers run while backward does, for the pred column "
+          "and the tuner's simulator: 'auto' measures it on a calibration replay, or a number >= 1");
 ABSL_FLAG(int, tune_split, 1,
           "overlap: 1 = the tuner may split large gradients (each split one is copied and needs "
           "its own buffer too), 0 = never");
@@ -314,6 +317,13 @@ absl::StatusOr<OverlapOptions> OverlapOptionsFromFlags() {
   }
   o.timeline_dir = absl::GetFlag(FLAGS_timeline);
   o.explain = absl::GetFlag(FLAGS_explain);
+  if (const std::string f = absl::GetFlag(FLAGS_overlap_slowdown); f != "auto") {
+    if (!absl::SimpleAtod(f, &o.overlap_slowdown) || !(o.overlap_slowdown >= 1) ||
+        o.overlap_slowdown > 1000) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--overlap_slowdown: \"", f, "\" is not 'auto' or a number in [1, 1000]"));
+    }
+  }
   o.save_plans_dir = absl::GetFlag(FLAGS_save_plans);
   o.cache_dir = absl::GetFlag(FLAGS_cache_dir);
   if (o.cache_dir.empty()) {
@@ -383,7 +393,8 @@ int OverlapMain(int argc, char** argv) {
                            {"reaction_p50_us", r.reaction_p50_us},
                            {"reaction_p99_us", r.reaction_p99_us},
                            {"bound_us", r.bound_us}, {"compute_us", r.compute_us},
-                           {"predicted_us", r.predicted_us}});
+                           {"predicted_us", r.predicted_us},
+                           {"predicted_exposed_us", r.predicted_exposed_us}});
         nlohmann::json gap = {{"gap_us", r.gap.gap_us()}, {"chain_buckets", r.gap.chain_buckets}};
         for (const auto& [name, value] : GapTermList(r.gap)) gap[name + "_us"] = value;
         results.back()["gap"] = gap;
@@ -408,6 +419,7 @@ int OverlapMain(int argc, char** argv) {
                                     {"total_measured", report->comm.total_measured}}},
                           {"cost_model", report->cost_model},
                           {"copy_gbps", report->copy_gbps},
+                          {"overlap_slowdown", report->overlap_slowdown},
                           {"results", results}};
       std::ofstream f(absl::GetFlag(FLAGS_json));
       f << j.dump(1) << "\n";

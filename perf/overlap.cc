@@ -240,6 +240,37 @@ class Replay {
   std::set<void*> zeroed_;
 };
 
+// Replays DDP's default plan (one warm-up, then `iterations` recorded) and
+// returns, over the buckets that started and finished while backward ran,
+// their transfer time over t(m) alone: at least 1, the slowest rank's
+// figure; 1 when no bucket ran entirely inside backward.
+absl::StatusOr<double> CalibrateOverlapSlowdown(comm::Communicator& comm, Replay& replay,
+                                                const GradientLayout& layout,
+                                                const bucketing::EngineOptions& eopts,
+                                                const std::function<double(int64_t)>& isolated_us,
+                                                int iterations = 2) {
+  if (comm.size() < 2) return 1.0;
+  bucketing::EngineOptions o = eopts;
+  o.record_timeline = false;
+  auto engine = Engine::Create(comm, layout, bucketing::DdpPlan(layout), o);
+  if (!engine.ok()) return engine.status();
+  Engine* e = engine->get();
+  double moving = 0, alone = 0;
+  for (int it = 0; it <= iterations; ++it) {
+    auto v = replay.Iterate(*e, [e] { return e->Finish(); }, it);
+    if (!v.ok()) return v.status();
+    if (it == 0) continue;
+    for (const bucketing::BucketTiming& b : replay.last_stats().bucket_times) {
+      if (b.start_us < 0 || b.done_us > replay.last_backward_end_us()) continue;
+      moving += b.done_us - b.start_us;
+      alone += isolated_us(b.bytes);
+    }
+  }
+  std::vector<double> f = {alone > 0 ? std::clamp(moving / alone, 1.0, 1000.0) : 1.0};
+  if (absl::Status s = MaxAcrossRanks(comm, f); !s.ok()) return s;
+  return f[0];
+}
+
 // The gap terms of the rank whose mean iteration was longest (the one the
 // table's times describe; the lowest such rank on a tie), on every rank.
 absl::StatusOr<GapTerms> GapOfSlowestRank(comm::Communicator& comm, const GapTerms& mine) {
@@ -423,6 +454,38 @@ absl::StatusOr<OverlapReport> RunOverlap(comm::Communicator& comm,
   Replay replay(comm, layout, profile, options.views);
   prctl(PR_SET_TIMERSLACK, 1000UL);  // 1 us wake-up precision for the replay
 
+  // t(m) alone on this communicator: the measured sizes where there are
+  // some (interpolated), else the fitted line.
+  std::function<double(int64_t)> isolated_us = [&report](int64_t m) {
+    return report.comm.alpha_us + report.comm.beta_us_per_byte * static_cast<double>(m);
+  };
+  if (cost.has_value()) {
+    isolated_us = [curve = cost->Curve(comm.size(), sim.ranks_per_node)](int64_t m) {
+      return curve(m);
+    };
+  }
+
+  // How much slower transfers run while backward does (the simulator's
+  // overlap_slowdown): given, or measured on a calibration replay of DDP's
+  // default plan before anything else runs.
+  report.overlap_slowdown = options.overlap_slowdown;
+  if (report.overlap_slowdown <= 0) {
+    auto f = CalibrateOverlapSlowdown(comm, replay, layout, eopts, isolated_us);
+    if (!f.ok()) return f.status();
+    report.overlap_slowdown = *f;
+  }
+  sim.overlap_slowdown = report.overlap_slowdown;
+  if (out != nullptr) {
+    std::fprintf(out,
+                 "# overlap slowdown %.2f: transfers while backward runs take that many times "
+                 "t(m) alone (%s); pred uses it\n",
+                 report.overlap_slowdown,
+                 options.overlap_slowdown > 0
+                     ? "given"
+                     : "calibrated on 2 replayed iterations of DDP's default plan");
+    std::fflush(out);
+  }
+
   // The online tuner first, on its own engine: its iterations and their
   // cost are reported, and the plan it keeps is then measured like every
   // other plan (below), not in a slot of its own after its own warm-up.
@@ -497,16 +560,6 @@ absl::StatusOr<OverlapReport> RunOverlap(comm::Communicator& comm,
                                        profile.tensors.front().ready_us,
                                        profile.tensors.back().ready_us, report.comm.t_last_us,
                                        report.comm.t_total_us);
-  // t(m) alone on this communicator: the measured sizes where there are
-  // some (interpolated), else the fitted line.
-  std::function<double(int64_t)> isolated_us = [&report](int64_t m) {
-    return report.comm.alpha_us + report.comm.beta_us_per_byte * static_cast<double>(m);
-  };
-  if (cost.has_value()) {
-    isolated_us = [curve = cost->Curve(comm.size(), sim.ranks_per_node)](int64_t m) {
-      return curve(m);
-    };
-  }
   std::vector<GapTerms> gaps(np);  // per plan: this rank's sum over measured iterations
   std::vector<std::vector<double>> profile_ready(np);
   for (int pi = 0; pi < np; ++pi) {
@@ -623,7 +676,10 @@ absl::StatusOr<OverlapReport> RunOverlap(comm::Communicator& comm,
     }
     if (pred_cost.has_value()) {
       auto predicted = autotune::Simulate(profile, plan, *pred_cost, sim);
-      if (predicted.ok()) r.predicted_us = predicted->iteration_us;
+      if (predicted.ok()) {
+        r.predicted_us = predicted->iteration_us;
+        r.predicted_exposed_us = predicted->exposed_us;
+      }
     } else if (comm.size() == 1) {
       r.predicted_us = r.compute_us;
     }
@@ -666,17 +722,28 @@ void PrintGapTable(const OverlapReport& report, std::FILE* out) {
                "#   transfer+  = transfers on the chain beyond t(m) measured alone (contention)\n"
                "#   copy back  = copies back on the chain; plan = the plan at isolated speed vs the "
                "bound; tail = after the last copy back\n");
-  std::fprintf(out, "# %-14s %9s %9s %10s %9s %13s %10s %9s %9s %9s %9s %6s\n", "plan", "iter",
-               "gap", "late grads", "window", "launch->start", "transfer+", "copy back", "plan",
-               "tail", "sum", "chain");
+  std::fprintf(out, "# %-14s %9s %9s %10s %9s %13s %10s %9s %9s %9s %9s %6s %9s %9s %8s\n",
+               "plan", "iter", "gap", "late grads", "window", "launch->start", "transfer+",
+               "copy back", "plan", "tail", "sum", "chain", "exposed", "pred exp", "exp err");
   for (const OverlapResult& r : report.results) {
     const GapTerms& g = r.gap;
-    std::fprintf(out, "  %-14s %9.3f %9.3f %10.3f %9.3f %13.3f %10.3f %9.3f %9.3f %9.3f %9.3f %6d\n",
+    const std::string err =
+        r.predicted_us > 0 && r.exposed_us > 0
+            ? absl::StrFormat("%+.0f%%", 100 * (r.predicted_exposed_us - r.exposed_us) / r.exposed_us)
+            : std::string("n/a");
+    std::fprintf(out,
+                 "  %-14s %9.3f %9.3f %10.3f %9.3f %13.3f %10.3f %9.3f %9.3f %9.3f %9.3f %6d %9.3f "
+                 "%9.3f %8s\n",
                  r.plan.c_str(), g.iteration_us / 1e3, g.gap_us() / 1e3,
                  g.late_gradients_us / 1e3, g.window_us / 1e3, g.launch_to_start_us / 1e3,
                  g.transfer_excess_us / 1e3, g.copy_back_us / 1e3, g.plan_us / 1e3,
-                 g.tail_us / 1e3, g.sum_us() / 1e3, g.chain_buckets);
+                 g.tail_us / 1e3, g.sum_us() / 1e3, g.chain_buckets, r.exposed_us / 1e3,
+                 r.predicted_exposed_us / 1e3, err.c_str());
   }
+  std::fprintf(out,
+               "# exposed = measured iteration end - backward end (median); pred exp = the "
+               "simulator's, with the overlap slowdown above; exp err = (pred - measured) / "
+               "measured\n");
   std::fflush(out);
 }
 

@@ -61,6 +61,9 @@ struct OverlapOptions {
   // Attribute each plan's iteration - bound to named terms (perf/explain.h)
   // and print them under the table.
   bool explain = false;
+  // The simulator's overlap_slowdown for the pred column and the tuner:
+  // <= 0 measures it on a calibration replay (autotune/simulator.h).
+  double overlap_slowdown = 0;
 };
 
 // The allreduce cost on this communicator, t(m) = a + b*m, with the two
@@ -92,6 +95,7 @@ struct OverlapResult {
   // autotune::Simulate's iteration time under the cost model fitted to this
   // communicator (0 when the fit failed).
   double predicted_us = 0;
+  double predicted_exposed_us = 0;  // the same run's exposed communication
   // Launch-to-start of the buckets (median, 99th percentile; worst rank; -1
   // when the backend does not mark starts), and the same less queueing
   // behind the previous bucket (IterationStats::start_reaction_us).
@@ -118,6 +122,7 @@ struct OverlapReport {
   CommModel comm;
   std::string cost_model;  // the fitted model, described (empty when the fit failed)
   double copy_gbps = 0;    // memcpy bandwidth per rank with every rank copying
+  double overlap_slowdown = 1;  // given or calibrated (OverlapOptions)
   std::vector<OverlapResult> results;
 };
 

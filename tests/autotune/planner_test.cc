@@ -226,6 +226,30 @@ TEST(SimulatorTest, PerTensorByHand) {
   EXPECT_DOUBLE_EQ(LowerBoundUs(p, c, World2()), 100 + std::max(40.0 + 14, 5.0 + 10 + 16));
 }
 
+// Transfers run at half speed while backward does (overlap_slowdown 2) and
+// at full speed after: 400 B (14 us alone) started at 0 with backward ending
+// at 20 has done 10 us of its work by then and finishes at 24.
+TEST(SimulatorTest, OverlapSlowdownStretchesOnlyWhatRunsDuringBackward) {
+  const Profile p = MakeProfile({100, 100}, {0, 20});
+  const CostModel c = Line(10, 0.01);
+  auto layout = LayoutFromProfile(p);
+  ASSERT_TRUE(layout.ok());
+  SimOptions o = World2();
+  auto plain = Simulate(p, bucketing::PerTensorPlan(*layout), c, o);
+  ASSERT_TRUE(plain.ok());
+  EXPECT_DOUBLE_EQ(plain->iteration_us, 100 + 34);
+  o.overlap_slowdown = 2;
+  auto slow = Simulate(p, bucketing::PerTensorPlan(*layout), c, o);
+  ASSERT_TRUE(slow.ok()) << slow.status();
+  EXPECT_DOUBLE_EQ(slow->launches[0].done_us, 24);
+  EXPECT_DOUBLE_EQ(slow->launches[1].start_us, 24);
+  EXPECT_DOUBLE_EQ(slow->launches[1].done_us, 38);
+  EXPECT_DOUBLE_EQ(slow->iteration_us, 100 + 38);
+  EXPECT_GE(slow->iteration_us, LowerBoundUs(p, c, o));
+  o.overlap_slowdown = 0.5;
+  EXPECT_FALSE(Simulate(p, bucketing::PerTensorPlan(*layout), c, o).ok());
+}
+
 TEST(SimulatorTest, CopiesAndTheWindow) {
   // Copies at 0.001 GB/s = 1 B/us: 400 B take 400 us.
   const Profile p = MakeProfile({100, 100}, {0, 0});
