@@ -124,7 +124,7 @@ absl::StatusOr<AllReduceSummary> RunAllReduce(Context& ctx, const PerfOptions& o
   int busbw_n = 0;
   size_t total_rows = 0;
   for (DataType type : o.types) total_rows += SweepSizes(o, comm::DataTypeSize(type)).size() * o.ops.size();
-  ProgressLine progress(o.progress && ctx.rank() == 0, total_rows);
+  ProgressLine progress(o.progress && ctx.rank() == 0, total_rows, o.progress_lines);
   size_t done = 0;
   comm::Communicator& comm = ctx.comm();
   comm::BufferOps& bufs = ctx.buffers();

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The overlap benchmark of issue 3: every shipped profile, 2 and 4 local ranks, UCX backend.
+"""The overlap benchmark: every shipped profile, 2 and 4 local ranks, UCX backend.
 
 For each model in --models and each world size in --ranks it runs
 

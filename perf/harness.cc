@@ -124,12 +124,22 @@ absl::StatusOr<Buffer> Buffer::Make(comm::BufferOps& ops, size_t bytes) {
 }
 
 ProgressLine::~ProgressLine() {
-  if (printed_) std::fprintf(stderr, "\r\033[K");
+  if (printed_ && !lines_) std::fprintf(stderr, "\r\033[K");
 }
 
 void ProgressLine::Step(size_t done, size_t bytes) {
   if (!enabled_) return;
-  std::fprintf(stderr, "\r\033[K[fusebox-perf] %zu/%zu sizes, now %zu bytes", done, total_, bytes);
+  if (lines_) {
+    const int64_t now = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                            std::chrono::steady_clock::now().time_since_epoch())
+                            .count();
+    if (done < total_ && printed_ && now - last_line_ns_ < 1'000'000'000) return;
+    last_line_ns_ = now;
+    std::fprintf(stderr, "[fusebox-perf] %zu/%zu sizes, now %zu bytes\n", done, total_, bytes);
+  } else {
+    std::fprintf(stderr, "\r\033[K[fusebox-perf] %zu/%zu sizes, now %zu bytes", done, total_,
+                 bytes);
+  }
   std::fflush(stderr);
   printed_ = true;
 }

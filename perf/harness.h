@@ -39,7 +39,8 @@ struct PerfOptions {
   // 0: not measured).
   int launch_samples = 20;
   std::string json_path;     // --json (written by rank 0)
-  bool progress = false;     // progress line on stderr (rank 0, terminals only)
+  bool progress = false;     // progress on stderr (rank 0)
+  bool progress_lines = false;  // as whole lines (under fusebox-run) instead of one line in place
 };
 
 
@@ -116,16 +117,22 @@ class Buffer {
 };
 
 // Progress on stderr: "\r[fusebox-perf] 12/24 64 MB" when enabled.
+// Progress on stderr: one line rewritten in place on a terminal, or whole
+// lines (at most one a second, and the last) where output is piped through
+// a launcher that prefixes every line (PerfOptions::progress_lines).
 class ProgressLine {
  public:
-  ProgressLine(bool enabled, size_t total) : enabled_(enabled), total_(total) {}
+  ProgressLine(bool enabled, size_t total, bool lines = false)
+      : enabled_(enabled), lines_(lines), total_(total) {}
   ~ProgressLine();
   void Step(size_t done, size_t bytes);
 
  private:
   bool enabled_;
+  bool lines_;
   size_t total_;
   bool printed_ = false;
+  int64_t last_line_ns_ = 0;
 };
 
 std::string FormatTimingColumns(const Timing& t, bool checked);

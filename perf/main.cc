@@ -68,7 +68,9 @@ ABSL_FLAG(std::string, ucx_small, "4K",
 ABSL_FLAG(double, timeout_s, 0,
           "seconds one collective may wait for its peers before it fails naming them "
           "(0: $FUSEBOX_TIMEOUT_S, else 300)");
-ABSL_FLAG(int, progress, -1, "progress line on stderr: 1 on, 0 off, -1 when stderr is a terminal");
+ABSL_FLAG(int, progress, -1,
+          "progress on stderr (rank 0): 1 on, 0 off, -1 when stderr is a terminal or "
+          "FUSEBOX_PROGRESS=1 (set by fusebox-run on a terminal); overlap: rounds and tuning");
 
 // overlap
 ABSL_FLAG(std::string, profile, "resnet50",
@@ -152,6 +154,13 @@ constexpr char kUsage[] =
     "--explain adds where each plan's time beyond the bound goes (docs/model.md,\n"
     "\"Where the gap goes\").";
 
+// Progress by default where someone watches: stderr is a terminal, or the
+// ranks run under fusebox-run on one (FUSEBOX_PROGRESS=1).
+bool ProgressWanted() {
+  const char* env = std::getenv("FUSEBOX_PROGRESS");
+  return isatty(STDERR_FILENO) || (env != nullptr && std::string(env) == "1");
+}
+
 absl::StatusOr<PerfOptions> OptionsFromFlags() {
   PerfOptions o;
   auto b = ParseBytes(absl::GetFlag(FLAGS_b));
@@ -206,7 +215,8 @@ absl::StatusOr<PerfOptions> OptionsFromFlags() {
     }
   }
   const int progress = absl::GetFlag(FLAGS_progress);
-  o.progress = progress == 1 || (progress == -1 && isatty(STDERR_FILENO));
+  o.progress = progress == 1 || (progress == -1 && ProgressWanted());
+  o.progress_lines = !isatty(STDERR_FILENO);
   return o;
 }
 
@@ -283,6 +293,12 @@ absl::StatusOr<autotune::Profile> ProfileFromFlag(const std::string& spec) {
 
 absl::StatusOr<OverlapOptions> OverlapOptionsFromFlags() {
   OverlapOptions o;
+  if (const int p = absl::GetFlag(FLAGS_progress); p == 1 || (p == -1 && ProgressWanted())) {
+    o.progress = [](const std::string& line) {
+      std::fprintf(stderr, "[fusebox-perf] overlap: %s\n", line.c_str());
+      std::fflush(stderr);
+    };
+  }
   // -1: overlap's own defaults (OverlapOptions).
   if (absl::GetFlag(FLAGS_n) != -1) o.iters = absl::GetFlag(FLAGS_n);
   if (absl::GetFlag(FLAGS_w) != -1) o.warmup = absl::GetFlag(FLAGS_w);

@@ -468,8 +468,12 @@ absl::StatusOr<OverlapReport> RunOverlap(comm::Communicator& comm,
   // How much slower transfers run while backward does (the simulator's
   // overlap_slowdown): given, or measured on a calibration replay of DDP's
   // default plan before anything else runs.
+  auto progress = [&](const std::string& line) {
+    if (options.progress && comm.rank() == 0) options.progress(line);
+  };
   report.overlap_slowdown = options.overlap_slowdown;
   if (report.overlap_slowdown <= 0) {
+    progress("calibrating the overlap slowdown (DDP's default plan, 3 iterations)");
     auto f = CalibrateOverlapSlowdown(comm, replay, layout, eopts, isolated_us);
     if (!f.ok()) return f.status();
     report.overlap_slowdown = *f;
@@ -526,6 +530,10 @@ absl::StatusOr<OverlapReport> RunOverlap(comm::Communicator& comm,
         return absl::InternalError("overlap: the tuner did not finish in 1000 iterations");
       }
       Engine& te = *made->engine;
+      if (it % 10 == 0) {
+        progress(absl::StrFormat("tuning: iteration %d (%d plans to measure)", it,
+                                 static_cast<int>(tuner->measured().size())));
+      }
       auto v = replay.Iterate(te, [&te] { return te.Finish(); }, it);
       if (!v.ok()) return v.status();
     }
@@ -579,6 +587,7 @@ absl::StatusOr<OverlapReport> RunOverlap(comm::Communicator& comm,
   engine = *std::move(created);
   int last = -1;
   for (int round = 0; round < options.iters; ++round) {
+    progress(absl::StrFormat("round %d/%d of %d plans", round + 1, options.iters, np));
     for (int pi : autotune::RandomizedBlock(np, 7919 + round, last)) {
       if (absl::Status s = engine->SetPlan(*plans[pi]); !s.ok()) return s;
       last = pi;

@@ -4,6 +4,7 @@
 #define FUSEBOX_PERF_OVERLAP_H_
 
 #include <cstdio>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -64,6 +65,9 @@ struct OverlapOptions {
   // The simulator's overlap_slowdown for the pred column and the tuner:
   // <= 0 measures it on a calibration replay (autotune/simulator.h).
   double overlap_slowdown = 0;
+  // Called on rank 0 with a line of progress (calibration, tuning every 10
+  // iterations, each round); empty: none.
+  std::function<void(const std::string&)> progress;
 };
 
 // The allreduce cost on this communicator, t(m) = a + b*m, with the two

@@ -690,6 +690,11 @@ int main(int argc, char** argv) {
     fputs(fusebox::tools::LaunchUsage().c_str(), stdout);
     return 0;
   }
+  // Someone watches the terminal: the ranks print progress as whole lines
+  // (a carriage-return progress line cannot pass through the prefixing).
+  if (isatty(STDERR_FILENO) && std::getenv("FUSEBOX_PROGRESS") == nullptr) {
+    options->env.emplace_back("FUSEBOX_PROGRESS", "1");
+  }
   fusebox::tools::Launcher launcher(*std::move(options));
   return launcher.Run();
 }

@@ -262,6 +262,8 @@ host). The launcher hosts the rendezvous TCP store itself and gives every rank:
   MASTER_ADDR, MASTER_PORT    a port left free for the command's own
                               rendezvous: torch.distributed's env:// (rank 0
                               binds it); with --nnodes > 1, --master-port + 1
+  FUSEBOX_PROGRESS=1          when the launcher's stderr is a terminal:
+                              fusebox's tools print progress as lines
 Options end at "--" or at the first argument that is not an option, so the
 command's own flags are passed through untouched.
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The scaling report of issue 6, regenerated with one command (root: it
+"""The scaling report, regenerated with one command (root: it
 creates network namespaces):
 
     sudo python3 perf/cluster/scaling_report.py            # ~15 min on 2 cores
@@ -85,8 +85,8 @@ def main():
     try:
         import matplotlib  # noqa: F401
     except ImportError:
-        subprocess.run(["apt-get", "install", "-y", "-q", "--no-install-recommends",
-                        "python3-matplotlib"], check=False, capture_output=True)
+        sys.exit("scaling_report: the plots need matplotlib: bash scripts/install-deps.sh "
+                 "(or apt-get install python3-matplotlib)")
     hosts = [int(h) for h in args.hosts.split(",")]
     rates = args.rates.split(",")
     out = args.out

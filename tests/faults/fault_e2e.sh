@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Fault injection against real processes (issue 7): three ranks run
+# Fault injection against real processes: three ranks run
 # fusebox-perf allreduce loops; one rank is killed (SIGKILL) or stalled
 # (SIGSTOP) mid-allreduce, and every surviving rank must fail with an error
 # that names the operation and the lost rank within its deadline

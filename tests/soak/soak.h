@@ -1,4 +1,4 @@
-// The soak (issue 7): a bounded run of many iterations on real ranks, each a
+// The soak: a bounded run of many iterations on real ranks, each a
 // backward pass through the bucketing engine plus direct allreduces, with
 // plan swaps, engine rebuilds and policy-cache rounds in between; every
 // result is checked bit for bit on every rank, and memory and file
