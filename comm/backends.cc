@@ -176,6 +176,16 @@ absl::Status CudaStatus(cudaError_t e, const char* what) {
   return absl::InternalError(absl::StrCat(what, ": ", cudaGetErrorString(e)));
 }
 
+// Note [Device copies before NCCL]
+// BufferOps copies are complete when they return: the NCCL communicator
+// runs on a cudaStreamNonBlocking stream, which does not synchronise with
+// the legacy default stream that cudaMemcpy uses, and cudaMemcpy returns
+// before the data has landed for device-to-device copies and for
+// host-to-device copies from pageable memory. So every copy into device
+// memory is followed by a synchronisation of the legacy stream; only then
+// may a collective on another stream read the buffer. (Device-to-host into
+// pageable memory is synchronous already; the caller has waited for the
+// collective's completion event before it downloads.)
 class DeviceBufferOps final : public BufferOps {
  public:
   absl::StatusOr<void*> Allocate(size_t bytes) override {
@@ -185,13 +195,23 @@ class DeviceBufferOps final : public BufferOps {
   }
   void Free(void* p) override { cudaFree(p); }
   absl::Status Upload(void* dst, const void* host, size_t bytes) override {
-    return CudaStatus(cudaMemcpy(dst, host, bytes, cudaMemcpyHostToDevice), "cudaMemcpy H2D");
+    if (absl::Status s = CudaStatus(cudaMemcpy(dst, host, bytes, cudaMemcpyHostToDevice),
+                                    "cudaMemcpy H2D");
+        !s.ok()) {
+      return s;
+    }
+    return CudaStatus(cudaStreamSynchronize(cudaStreamLegacy), "cudaStreamSynchronize after H2D");
   }
   absl::Status Download(void* host, const void* src, size_t bytes) override {
     return CudaStatus(cudaMemcpy(host, src, bytes, cudaMemcpyDeviceToHost), "cudaMemcpy D2H");
   }
   absl::Status Copy(void* dst, const void* src, size_t bytes) override {
-    return CudaStatus(cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToDevice), "cudaMemcpy D2D");
+    if (absl::Status s = CudaStatus(cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToDevice),
+                                    "cudaMemcpy D2D");
+        !s.ok()) {
+      return s;
+    }
+    return CudaStatus(cudaStreamSynchronize(cudaStreamLegacy), "cudaStreamSynchronize after D2D");
   }
 };
 #endif

@@ -38,6 +38,9 @@ class DeviceBuffer {
   void Upload(const std::vector<unsigned char>& host) {
     if (bytes_ != 0) {
       ASSERT_EQ(cudaMemcpy(p_, host.data(), bytes_, cudaMemcpyHostToDevice), cudaSuccess);
+      // Landed before a collective on NCCL's non-blocking stream reads it
+      // (Note [Device copies before NCCL] in comm/backends.cc).
+      ASSERT_EQ(cudaStreamSynchronize(cudaStreamLegacy), cudaSuccess);
     }
   }
   std::vector<unsigned char> Download() const {
