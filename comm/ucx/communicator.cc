@@ -23,7 +23,13 @@
 // (Note [UCX shared-memory allreduce] in shm_allreduce.h) when every rank can
 // map every other rank's staging segment: allocated with
 // ucp_mem_map(ALLOCATE), published as a packed rkey, mapped with
-// ucp_rkey_ptr (UCX's sysv memory domain).
+// ucp_rkey_ptr (UCX's sysv memory domain). The same segments then carry
+// the header round too: each rank writes its header (and small payload)
+// into a mailbox of its segment and raises one flag, and reads every
+// other rank's (Note [Shared-memory exchange] in shm_allreduce.h), so a
+// small collective on one host costs a few cache-line transfers instead of
+// a round of UCX messages; the headers are compared exactly as after the
+// network round (CheckHeaders).
 //
 // Tags: [seq:24][step:12][index:28]. Step 0 is the header round (index =
 // sender rank); later steps are algorithm steps (index = chunk). At any step
@@ -62,6 +68,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "comm/fault.h"
@@ -85,6 +92,9 @@ const char* KindName(Kind k) {
 }
 
 constexpr uint32_t kHeaderMagic = 0x46425831;  // "FBX1"
+// The largest header round that goes through shared-memory mailboxes (two
+// per rank, in every rank's segment); above it, UCX messages.
+constexpr size_t kMaxMailboxBytes = size_t{1} << 20;
 
 struct Header {
   uint32_t magic;
@@ -269,6 +279,8 @@ class UcxCommunicator final : public Communicator {
 
   // Shared-memory path (Note [UCX shared-memory allreduce]).
   absl::Status InitSharedMemory(Store& store);
+  // Compares the headers in header_slots_ (Note [UCX collective protocol]).
+  absl::Status CheckHeaders() const;
   absl::Status ShmAllReduce(const Request& req);
   // Polls without progress between sched_yield calls: very often when ranks
   // outnumber cores (a descheduled peer must get to run), rarely otherwise.
@@ -282,6 +294,11 @@ class UcxCommunicator final : public Communicator {
   ucx::ShmGroup shm_group_;                   // every rank's segment, mapped here
   std::vector<ucp_rkey_h> shm_rkeys_;
   uint64_t shm_round_ = 0;                    // rounds completed (all ranks agree)
+  // The header round through the segments' mailboxes (Note [Shared-memory
+  // exchange] in shm_allreduce.h) when every rank has them.
+  bool shm_exchange_ = false;
+  uint64_t shm_exchanges_ = 0;                // exchanges completed (all ranks agree)
+  std::vector<size_t> exchange_lengths_;
 
   // Note [Who executes a collective]
   // Collectives run one at a time, in issue order, on whichever thread holds
@@ -912,6 +929,23 @@ absl::Status UcxCommunicator::HeaderRound(const Request& req, size_t payload_byt
   if (payload_bytes > 0) std::memcpy(mine + sizeof(Header), payload, payload_bytes);
   if (size_ == 1) return absl::OkStatus();
 
+  if (shm_exchange_) {
+    // One write and one flag per rank (Note [Shared-memory exchange]).
+    if (absl::Status s = ucx::ShmExchange(shm_group_, mine, sizeof(Header) + payload_bytes,
+                                          header_slots_.data(), slot_bytes_, &exchange_lengths_,
+                                          &shm_exchanges_, abort_, deadline_);
+        !s.ok()) {
+      return s;
+    }
+    for (int peer = 0; peer < size_; ++peer) {
+      if (exchange_lengths_[peer] < sizeof(Header)) {
+        return absl::DataLossError(absl::StrCat("rank ", peer, " sent a short header (",
+                                                exchange_lengths_[peer], " bytes)"));
+      }
+    }
+    return CheckHeaders();
+  }
+
   const uint64_t seq = req.header.seq;
   std::vector<Pending>& recvs = header_recvs_;
   std::vector<Pending>& sends = header_sends_;
@@ -947,7 +981,10 @@ absl::Status UcxCommunicator::HeaderRound(const Request& req, size_t payload_byt
     }
   }
   if (!first.ok()) return first;
+  return CheckHeaders();
+}
 
+absl::Status UcxCommunicator::CheckHeaders() const {
   // Every rank compares every header with rank 0's, so all reach the same
   // verdict with the same message.
   Header ref;
@@ -1195,7 +1232,11 @@ absl::Status UcxCommunicator::RingAllGather(const Request& req) {
 // Shared-memory allreduce (Note [UCX shared-memory allreduce]).
 
 absl::Status UcxCommunicator::InitSharedMemory(Store& store) {
-  const size_t bytes = ucx::ShmSegmentBytes(size_, options_.shm_chunk_bytes);
+  // Mailboxes for the header round when a header with a small payload is
+  // small enough to keep two of per rank (the default 4 KiB is).
+  const size_t header_bytes = sizeof(Header) + options_.small_message_bytes;
+  const size_t mailbox_bytes = header_bytes <= kMaxMailboxBytes ? header_bytes : 0;
+  const size_t bytes = ucx::ShmSegmentBytes(size_, options_.shm_chunk_bytes, mailbox_bytes);
   // Every rank says whether it could set up and map everything; the path is
   // used only if all could, so all ranks pick the same algorithm.
   std::string why;
@@ -1248,7 +1289,7 @@ absl::Status UcxCommunicator::InitSharedMemory(Store& store) {
       why = absl::StrCat("rank ", rank_, " could not connect to rank ", peer, ": ", UcsError(fst));
     }
   }
-  shm_group_ = ucx::ShmGroup{rank_, size_, options_.shm_chunk_bytes, {}};
+  shm_group_ = ucx::ShmGroup{rank_, size_, options_.shm_chunk_bytes, {}, mailbox_bytes};
   shm_group_.bases.assign(size_, nullptr);
   shm_rkeys_.assign(size_, nullptr);
   shm_group_.bases[rank_] = static_cast<unsigned char*>(local);
@@ -1270,12 +1311,18 @@ absl::Status UcxCommunicator::InitSharedMemory(Store& store) {
     }
     shm_group_.bases[peer] = static_cast<unsigned char*>(ptr);
   }
+  // "ok" names the segment's layout: ranks whose options differ would read
+  // each other's segments at other offsets, so they all fall back instead.
+  const std::string ok =
+      absl::StrCat("ok ", options_.shm_chunk_bytes, " ", mailbox_bytes);
   PrefixStore scoped_ok(store_prefix_ + "/shm-ok", store);
-  auto verdicts = StoreAllGather(scoped_ok, "ucx/shm-ok", rank_, size_, why.empty() ? "ok" : why,
+  auto verdicts = StoreAllGather(scoped_ok, "ucx/shm-ok", rank_, size_, why.empty() ? ok : why,
                                  absl::Now() + options_.rendezvous_timeout);
   if (!verdicts.ok()) return verdicts.status();
   shm_enabled_ = std::all_of(verdicts->begin(), verdicts->end(),
-                             [](const std::string& v) { return v == "ok"; });
+                             [&](const std::string& v) { return v == (*verdicts)[0]; }) &&
+                 absl::StartsWith((*verdicts)[0], "ok ");
+  shm_exchange_ = shm_enabled_ && mailbox_bytes > 0;
   return absl::OkStatus();
 }
 

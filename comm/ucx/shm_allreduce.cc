@@ -23,11 +23,25 @@ struct Control {
   alignas(kLine) std::atomic<uint64_t> reduced;
   alignas(kLine) std::atomic<uint64_t> consumed;
   alignas(kLine) std::atomic<uint64_t> aborted;  // non-zero: gave up mid-collective
+  alignas(kLine) std::atomic<uint64_t> posted;   // ShmExchange: last message written
+  alignas(kLine) std::atomic<uint64_t> read;     // ShmExchange: last exchange read whole
 };
 static_assert(std::atomic<uint64_t>::is_always_lock_free, "shared counters must be lock-free");
 constexpr size_t kControlBytes = (sizeof(Control) + 4095) / 4096 * 4096;
 
 Control* ControlOf(unsigned char* base) { return reinterpret_cast<Control*>(base); }
+
+// A mailbox: the message's length (8 bytes), then the message.
+constexpr size_t kLengthBytes = 8;
+size_t MailboxStride(size_t mailbox_bytes) {
+  return (kLengthBytes + mailbox_bytes + kLine - 1) / kLine * kLine;
+}
+
+// Mailbox `which` (0 or 1) of the segment at `base`: after the staging slots.
+unsigned char* Mailbox(const ShmGroup& g, unsigned char* base, uint64_t which) {
+  return base + kControlBytes + kSlots * static_cast<size_t>(g.size) * g.chunk_bytes +
+         which * MailboxStride(g.mailbox_bytes);
+}
 
 // Values of Control::aborted (0: still in): why its owner gave up mid-collective.
 constexpr uint64_t kAbortedDestroyed = 1;
@@ -99,8 +113,9 @@ WaitResult WaitAll(const std::vector<unsigned char*>& bases,
 
 }  // namespace
 
-size_t ShmSegmentBytes(int size, size_t chunk_bytes) {
-  return kControlBytes + kSlots * static_cast<size_t>(size) * chunk_bytes;
+size_t ShmSegmentBytes(int size, size_t chunk_bytes, size_t mailbox_bytes) {
+  return kControlBytes + kSlots * static_cast<size_t>(size) * chunk_bytes +
+         2 * MailboxStride(mailbox_bytes);
 }
 
 void InitShmSegment(unsigned char* base) { std::memset(base, 0, kControlBytes); }
@@ -177,6 +192,46 @@ absl::Status ShmAllReduce(const ShmGroup& g, const void* send, void* recv,
     }
     ctl->consumed.store(round, std::memory_order_release);
   }
+  return absl::OkStatus();
+}
+
+absl::Status ShmExchange(const ShmGroup& g, const void* message, size_t bytes,
+                         unsigned char* out, size_t out_stride, std::vector<size_t>* lengths,
+                         uint64_t* exchanges, const std::atomic<bool>& abort,
+                         absl::Time deadline) {
+  if (bytes > g.mailbox_bytes || bytes > out_stride) {
+    return absl::InvalidArgumentError(absl::StrCat("shared-memory exchange: ", bytes,
+                                                   " bytes do not fit a mailbox of ",
+                                                   g.mailbox_bytes, " (or the output stride)"));
+  }
+  Control* const ctl = ControlOf(g.bases[g.rank]);
+  const auto give_up = [&](WaitResult w) {
+    ctl->aborted.store(w.aborted, std::memory_order_release);
+    return w.status;
+  };
+  const uint64_t n = ++*exchanges;  // 1-based, the same on every rank
+  if (n > 2) {  // mailbox n % 2 was last written for n - 2: every rank has read it
+    WaitResult w = WaitAll(g.bases, &Control::read, "mailbox reuse", n - 2, abort, deadline);
+    if (!w.status.ok()) return give_up(std::move(w));
+  }
+  unsigned char* mine = Mailbox(g, g.bases[g.rank], n % 2);
+  const uint64_t length = bytes;
+  std::memcpy(mine, &length, kLengthBytes);
+  if (bytes > 0) std::memcpy(mine + kLengthBytes, message, bytes);
+  ctl->posted.store(n, std::memory_order_release);
+  WaitResult w = WaitAll(g.bases, &Control::posted, "exchange", n, abort, deadline);
+  if (!w.status.ok()) return give_up(std::move(w));
+  lengths->assign(g.size, 0);
+  for (int r = 0; r < g.size; ++r) {
+    const unsigned char* box = Mailbox(g, g.bases[r], n % 2);
+    uint64_t len = 0;
+    std::memcpy(&len, box, kLengthBytes);
+    // A peer's segment is untrusted as far as sizes go.
+    len = std::min<uint64_t>({len, g.mailbox_bytes, out_stride});
+    if (len > 0) std::memcpy(out + r * out_stride, box + kLengthBytes, len);
+    (*lengths)[r] = len;
+  }
+  ctl->read.store(n, std::memory_order_release);
   return absl::OkStatus();
 }
 

@@ -39,10 +39,13 @@ struct ShmGroup {
   int size = 1;
   size_t chunk_bytes = 128 << 10;       // bytes a rank owns per round
   std::vector<unsigned char*> bases;    // every rank's segment, as mapped here
+  // Largest message ShmExchange carries (0: the segments have no mailboxes).
+  size_t mailbox_bytes = 0;
 };
 
-// Bytes of one rank's segment (control block + staging slots).
-size_t ShmSegmentBytes(int size, size_t chunk_bytes);
+// Bytes of one rank's segment (control block + staging slots + two
+// mailboxes of mailbox_bytes).
+size_t ShmSegmentBytes(int size, size_t chunk_bytes, size_t mailbox_bytes = 0);
 
 // Prepares a fresh segment (zeroes its counters). Call before publishing it.
 void InitShmSegment(unsigned char* base);
@@ -57,6 +60,27 @@ absl::Status ShmAllReduce(const ShmGroup& group, const void* send, void* recv,
                           size_t count, DataType type, ReduceOp op,
                           uint64_t* rounds, const std::atomic<bool>& abort,
                           absl::Time deadline = absl::InfiniteFuture());
+
+// Note [Shared-memory exchange]
+// Every rank posts one message of up to mailbox_bytes and receives every
+// rank's, with one write and one flag per rank and no network round trip:
+// the UCX backend's header round (the collective's descriptor, with the
+// data of a small collective behind it) when all ranks share the host.
+// Exchange n writes mailbox n % 2 of this rank's segment (its length, then
+// the message), then publishes
+// posted = n; it waits for posted[*] >= n, copies every rank's mailbox
+// (its own too) into out + r * out_stride, and publishes read = n. Before
+// writing mailbox n % 2 again (exchange n + 2) a rank waits for read[*] >=
+// n, so no mailbox is overwritten while a peer may still read it. The
+// caller compares the descriptors it received, so a mismatch is found on
+// every rank, as with the network round. Abort, peers that gave up and the
+// deadline behave as in ShmAllReduce.
+// Each rank's message lands at out + r * out_stride and its length in
+// (*lengths)[r]; `exchanges` counts this rank's exchanges (start at 0).
+absl::Status ShmExchange(const ShmGroup& group, const void* message, size_t bytes,
+                         unsigned char* out, size_t out_stride, std::vector<size_t>* lengths,
+                         uint64_t* exchanges, const std::atomic<bool>& abort,
+                         absl::Time deadline = absl::InfiniteFuture());
 
 }  // namespace fusebox::comm::ucx
 

@@ -16,9 +16,11 @@ namespace fusebox::comm::ucx {
 namespace {
 
 struct Segments {
-  Segments(int size, size_t chunk) {
+  Segments(int size, size_t chunk, size_t mailbox = 0) {
     for (int r = 0; r < size; ++r) {
-      mem.emplace_back(static_cast<unsigned char*>(std::aligned_alloc(4096, (ShmSegmentBytes(size, chunk) + 4095) / 4096 * 4096)), &std::free);
+      mem.emplace_back(static_cast<unsigned char*>(std::aligned_alloc(
+                           4096, (ShmSegmentBytes(size, chunk, mailbox) + 4095) / 4096 * 4096)),
+                       &std::free);
       InitShmSegment(mem.back().get());
       bases.push_back(mem.back().get());
     }
@@ -123,6 +125,70 @@ TEST(ShmAllReduceTest, ADeadlineNamesTheRanksBehindAndPeersLearnWhoWasBlamed) {
   EXPECT_NE(results[2].message().find("timing out waiting for rank 1"), std::string::npos)
       << results[2];
   EXPECT_LT(took[2], absl::Seconds(10));
+}
+
+// The header exchange: every rank receives every rank's message, of its own
+// length, exchange after exchange (mailboxes reused every other exchange,
+// ranks running ahead of each other by up to one exchange), interleaved
+// with allreduces on the same segments.
+TEST(ShmExchangeTest, EveryRankGetsEveryMessageAcrossManyExchanges) {
+  for (int world : {2, 3, 5}) {
+    constexpr size_t kChunk = 64, kMailbox = 100;
+    Segments seg(world, kChunk, kMailbox);
+    std::atomic<bool> abort{false};
+    std::vector<int> wrong(world, 0);
+    std::vector<std::thread> threads;
+    for (int r = 0; r < world; ++r) {
+      threads.emplace_back([&, r] {
+        ShmGroup g{r, world, kChunk, seg.bases, kMailbox};
+        uint64_t exchanges = 0, rounds = 0;
+        std::vector<unsigned char> out(world * kMailbox);
+        std::vector<size_t> lengths;
+        for (int n = 1; n <= 2000; ++n) {
+          // Rank r's message in exchange n: (n + r) % 97 bytes, byte i = n*r+i.
+          std::vector<unsigned char> msg((n + r) % 97);
+          for (size_t i = 0; i < msg.size(); ++i) msg[i] = static_cast<unsigned char>(n * r + i);
+          ASSERT_TRUE(ShmExchange(g, msg.data(), msg.size(), out.data(), kMailbox, &lengths,
+                                  &exchanges, abort)
+                          .ok());
+          for (int q = 0; q < world; ++q) {
+            const size_t len = (n + q) % 97;
+            if (lengths[q] != len) ++wrong[r];
+            for (size_t i = 0; i < len && lengths[q] == len; ++i) {
+              if (out[q * kMailbox + i] != static_cast<unsigned char>(n * q + i)) ++wrong[r];
+            }
+          }
+          if (n % 100 == 0) {  // an allreduce between exchanges, on the same segments
+            std::vector<float> buf(300, 1.0f);
+            ASSERT_TRUE(ShmAllReduce(g, buf.data(), buf.data(), buf.size(), DataType::kFloat32,
+                                     ReduceOp::kSum, &rounds, abort)
+                            .ok());
+            for (float v : buf) wrong[r] += v != static_cast<float>(world);
+          }
+        }
+      });
+    }
+    for (auto& t : threads) t.join();
+    for (int r = 0; r < world; ++r) EXPECT_EQ(wrong[r], 0) << "world " << world << " rank " << r;
+  }
+}
+
+TEST(ShmExchangeTest, TooLongAMessageIsRefusedAndAMissingRankTimesOutByName) {
+  constexpr int kWorld = 2;
+  Segments seg(kWorld, 64, 32);
+  std::atomic<bool> abort{false};
+  ShmGroup g{0, kWorld, 64, seg.bases, 32};
+  uint64_t exchanges = 0;
+  std::vector<unsigned char> out(kWorld * 32), msg(33);
+  std::vector<size_t> lengths;
+  absl::Status s = ShmExchange(g, msg.data(), msg.size(), out.data(), 32, &lengths, &exchanges,
+                               abort);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+  // Rank 1 never posts: rank 0 gives up at its deadline and names it.
+  s = ShmExchange(g, msg.data(), 8, out.data(), 32, &lengths, &exchanges, abort,
+                  absl::Now() + absl::Milliseconds(100));
+  EXPECT_EQ(s.code(), absl::StatusCode::kDeadlineExceeded) << s;
+  EXPECT_NE(s.message().find("waiting for rank 1"), std::string::npos) << s;
 }
 
 }  // namespace
