@@ -291,6 +291,26 @@ def test_bad_use_is_refused_with_a_clear_error(tmp):
     assert "STATE learning" in out
 
 
+def run_script_on_two_ranks(script, **env_changes):
+    """Runs `script` (python -c) as ranks 0 and 1 of a gloo job; returns their
+    outputs after checking both exited 0. env_changes: variables to set, or
+    to remove (None)."""
+    env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()),
+               WORLD_SIZE="2", OMP_NUM_THREADS="1", PYTHONPATH=PYDIR)
+    for key, value in env_changes.items():
+        if value is None:
+            env.pop(key, None)
+        else:
+            env[key] = value
+    procs = [subprocess.Popen([sys.executable, "-c", script], env=dict(env, RANK=str(r)),
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+             for r in range(2)]
+    outs = [p.communicate(timeout=LAUNCH_TIMEOUT_S)[0] for p in procs]
+    for p, out in zip(procs, outs):
+        assert p.returncode == 0, out[-3000:]
+    return outs
+
+
 TIMING = r'''
 import json, os, sys, time, torch, torch.distributed as dist
 import fusebox.torch
@@ -339,14 +359,7 @@ def test_steps_are_timed_whole_and_a_bad_plan_is_rolled_back():
     60 ms slower is detected by the checks and replaced by DDP's default
     within two windows of checks ((check_every + 1) x check_pairs steps
     each, plus the step that installs it)."""
-    env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()),
-               WORLD_SIZE="2", OMP_NUM_THREADS="1", PYTHONPATH=PYDIR)
-    procs = [subprocess.Popen([sys.executable, "-c", TIMING], env=dict(env, RANK=str(r)),
-                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-             for r in range(2)]
-    outs = [p.communicate(timeout=LAUNCH_TIMEOUT_S)[0] for p in procs]
-    for p, out in zip(procs, outs):
-        assert p.returncode == 0, out[-3000:]
+    outs = run_script_on_two_ranks(TIMING)
     for out in outs:
         res = json.loads(out.split("RESULT ", 1)[1].splitlines()[0])
         assert res["iteration_ms"], res
@@ -429,15 +442,7 @@ def test_logging_exceptions_and_an_entry_tuned_offline():
     node, backend family "gloo" for DDP's own process group, network)."""
     tmp = tempfile.mkdtemp(prefix="fusebox-log-")
     tune = os.path.join(os.path.dirname(PYDIR), "tools", "fusebox-tune")
-    env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()),
-               WORLD_SIZE="2", OMP_NUM_THREADS="1", PYTHONPATH=PYDIR, FB_TMP=tmp, FB_TUNE=tune)
-    env.pop("FUSEBOX_LOG_LEVEL", None)
-    procs = [subprocess.Popen([sys.executable, "-c", LOGGING], env=dict(env, RANK=str(r)),
-                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-             for r in range(2)]
-    outs = [p.communicate(timeout=LAUNCH_TIMEOUT_S)[0] for p in procs]
-    for p, out in zip(procs, outs):
-        assert p.returncode == 0, out[-3000:]
+    outs = run_script_on_two_ranks(LOGGING, FB_TMP=tmp, FB_TUNE=tune, FUSEBOX_LOG_LEVEL=None)
     for rank, out in enumerate(outs):
         res = json.loads(out.split("RESULT ", 1)[1].splitlines()[0])
         assert res["missing"].startswith("FileNotFoundError:"), res["missing"]
