@@ -555,6 +555,10 @@ PolicyCache::PolicyCache(PolicyCacheOptions options) : options_(std::move(option
     return;
   }
   std::error_code ec;
+  if (options_.read_only) {
+    enabled_ = fs::is_directory(dir, ec);
+    return;
+  }
   fs::create_directories(dir, ec);
   if (ec || !fs::is_directory(dir, ec)) {
     Warn(absl::StrCat("policy cache disabled: cannot create directory ", dir, ": ",
@@ -651,6 +655,10 @@ absl::Status PolicyCache::Store(const CacheEntry& entry) {
   if (absl::Status s = ValidateEntry(entry); !s.ok()) {
     return PrefixStatus("policy cache entry: ", s);
   }
+  if (options_.read_only) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("policy cache in ", options_.dir, " was opened read-only"));
+  }
   if (!enabled_) {
     return absl::FailedPreconditionError(absl::StrCat(
         "policy cache in ", options_.dir, " is disabled (see the warning given when it opened)"));
@@ -684,6 +692,10 @@ std::vector<ListedEntry> PolicyCache::List() const {
 
 absl::Status PolicyCache::Remove(const std::string& file) {
   if (absl::Status s = CheckEntryFileName(file); !s.ok()) return s;
+  if (options_.read_only) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("policy cache in ", options_.dir, " was opened read-only"));
+  }
   if (!enabled_) {
     return absl::FailedPreconditionError(absl::StrCat(
         "policy cache in ", options_.dir, " is disabled (see the warning given when it opened)"));
@@ -717,6 +729,10 @@ absl::Status PolicyCache::Export(const std::string& path, int* count) const {
 
 absl::Status PolicyCache::Import(const std::string& path, int* imported) {
   if (imported != nullptr) *imported = 0;
+  if (options_.read_only) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("policy cache in ", options_.dir, " was opened read-only"));
+  }
   if (!enabled_) {
     return absl::FailedPreconditionError(absl::StrCat(
         "policy cache in ", options_.dir, " is disabled (see the warning given when it opened)"));

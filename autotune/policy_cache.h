@@ -126,7 +126,11 @@ absl::StatusOr<std::vector<absl::StatusOr<CacheEntry>>> ParseCacheBundle(
     absl::string_view json_text);
 
 struct PolicyCacheOptions {
-  std::string dir;  // created (with parents) when missing
+  std::string dir;  // created (with parents) when missing, unless read_only
+  // Only look: the directory is neither created nor probed (a missing one
+  // is an empty cache), and Store, Remove and Import fail. For listing and
+  // exporting a cache without changing the file system.
+  bool read_only = false;
   // Receives each warning (ignored files, disabled cache); may be empty.
   std::function<void(const std::string&)> warn;
   // Longest wait for the directory lock before a write gives up (Unavailable).

@@ -1,6 +1,7 @@
 #include "tools/cli.h"
 
 #include <cstdio>
+#include <cstring>
 #include <cstdlib>
 #include <iostream>
 
@@ -62,6 +63,18 @@ std::optional<std::string> FindUsageError(int argc, char** argv) {
   return std::nullopt;
 }
 
+void NormalizeFlagSpelling(int argc, char** argv) {
+  for (int i = 1; i < argc; ++i) {
+    char* arg = argv[i];
+    if (std::strcmp(arg, "--") == 0) break;
+    if (arg[0] != '-') continue;  // a value or a positional argument
+    char* name = arg + (arg[1] == '-' ? 2 : 1);
+    for (char* c = name; *c != '\0' && *c != '='; ++c) {
+      if (*c == '-' && c != name) *c = '_';
+    }
+  }
+}
+
 std::vector<char*> ParseToolCommandLine(int argc, char** argv, const char* tool,
                                         const char* usage, const char* help_files) {
   absl::FlagsUsageConfig config;
@@ -76,6 +89,7 @@ std::vector<char*> ParseToolCommandLine(int argc, char** argv, const char* tool,
   absl::SetProgramUsageMessage(usage);
   // --help prints the tool's flags and exits 0 (absl's own handler exits 1).
   absl::flags_internal::SetProgramInvocationName(tool);
+  NormalizeFlagSpelling(argc, argv);
   for (int i = 1; i < argc; ++i) {
     const absl::string_view arg = argv[i];
     if (arg == "--") break;

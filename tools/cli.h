@@ -4,6 +4,7 @@
 //               only those of a file named after the program, absl's
 //               default, which matched none);
 //   --version   prints "<tool> <fusebox version>";
+//   --cache-dir is --cache_dir (NormalizeFlagSpelling);
 //   a usage error (an unknown flag, a value that does not parse, a missing
 //               value) prints the error naming the flag and exits 2, as the
 //               tools' help promises (absl itself exits 1).
@@ -27,6 +28,12 @@ inline constexpr int kUsageExit = 2;
 // or nullopt; stops at "--". Values are checked by parsing them into the
 // flag (which ParseCommandLine then sets again). Exposed for tests.
 std::optional<std::string> FindUsageError(int argc, char** argv);
+
+// One spelling for every tool: flag names with '-' between words are
+// accepted as the '_' absl defines (--cache-dir is --cache_dir), in place,
+// up to "--"; values and positional arguments are left alone. (fusebox-run
+// accepts both, the other way round.) Exposed for tests.
+void NormalizeFlagSpelling(int argc, char** argv);
 
 // Checks argv (exits kUsageExit on a usage error, naming the flag), then
 // absl::ParseCommandLine with the conventions above. --help lists the flags

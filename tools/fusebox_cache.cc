@@ -225,6 +225,8 @@ int Main(int argc, char** argv) {
   }
   autotune::PolicyCacheOptions options;
   options.dir = dir;
+  // Looking never creates the directory (list, show, export).
+  options.read_only = command == "list" || command == "show" || command == "export";
   options.warn = [](const std::string& m) {
     std::fprintf(stderr, "fusebox-cache: warning: %s\n", m.c_str());
   };

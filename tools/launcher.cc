@@ -3,6 +3,7 @@
 #include <signal.h>
 #include <sys/wait.h>
 
+#include <algorithm>
 #include <cmath>
 #include <string>
 #include <utility>
@@ -101,6 +102,9 @@ absl::StatusOr<LaunchOptions> ParseLaunchArgs(
         inline_value = arg.substr(eq + 1);
         has_inline_value = true;
       }
+      // torchrun's spelling (--nproc-per-node); the absl tools' (--nproc_per_node)
+      // is accepted as well.
+      std::replace(name.begin() + 2, name.end(), '_', '-');
     } else if (arg == "-np") {  // mpirun's spelling
       name = "-n";
     } else if (arg.size() > 2 && arg[1] == 'n') {

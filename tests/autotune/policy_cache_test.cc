@@ -378,6 +378,34 @@ TEST_F(PolicyCacheTest, MissingDirectoryIsCreated) {
   EXPECT_THAT(DirNames(dir), IsEmpty());  // the write probe is gone
 }
 
+// Looking at a cache (fusebox-cache list, show, export) changes nothing on
+// disk: a missing directory stays missing and is an empty cache; an
+// existing one is read, and nothing can be written through it.
+TEST_F(PolicyCacheTest, ReadOnlyNeverCreatesTheDirectoryAndNeverWrites) {
+  const std::string missing = dir_ + "/not/there";
+  PolicyCacheOptions o = Options(missing);
+  o.read_only = true;
+  PolicyCache absent(o);
+  EXPECT_FALSE(absent.enabled());
+  EXPECT_THAT(absent.List(), IsEmpty());
+  EXPECT_FALSE(fs::exists(dir_ + "/not"));
+  EXPECT_THAT(warnings_, IsEmpty());
+
+  bucketing::GradientLayout layout = TestLayout();
+  const CacheKey key = TestKey(layout);
+  ASSERT_TRUE(PolicyCache(Options()).Store(TestEntry(layout, key)).ok());
+  o = Options();
+  o.read_only = true;
+  PolicyCache reader(o);
+  ASSERT_TRUE(reader.enabled());
+  EXPECT_TRUE(reader.Lookup(key, layout).has_value());
+  EXPECT_EQ(reader.List().size(), 1u);
+  const absl::Status s = reader.Store(TestEntry(layout, key));
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << s;
+  EXPECT_THAT(std::string(s.message()), HasSubstr("read-only"));
+  EXPECT_EQ(reader.Remove(key.FileName()).code(), absl::StatusCode::kFailedPrecondition);
+}
+
 TEST_F(PolicyCacheTest, StoreThenLookupRoundTrip) {
   bucketing::GradientLayout layout = TestLayout();
   const CacheKey key = TestKey(layout);

@@ -28,4 +28,10 @@ out=$("$tool" "--$flag=not-a-value-of-any-type-%%" 2>&1); rc=$?
 [ "$rc" -eq 2 ] || fail "a bad value exited $rc, want 2 ($out)"
 grep -q -- "--$flag" <<<"$out" || fail "the error does not name --$flag: $out"
 grep -q "rank -1" <<<"$out" && fail "an error names rank -1: $out"
+# The same flag spelled with dashes is the same flag (one convention for
+# every tool: --cache-dir is --cache_dir).
+dashed=${flag//_/-}
+out=$("$tool" "--$dashed=not-a-value-of-any-type-%%" 2>&1); rc=$?
+[ "$rc" -eq 2 ] || fail "--$dashed with a bad value exited $rc, want 2 ($out)"
+grep -q "unknown flag" <<<"$out" && fail "--$dashed is not taken for --$flag: $out"
 echo "OK $name"

@@ -28,6 +28,20 @@ TEST(CliTest, AcceptsEveryFlagForm) {
   EXPECT_EQ(Check({"--helpfull", "--version", "--help=perf"}), std::nullopt);
 }
 
+// --cli-test-n is --cli_test_n; values, positional arguments and whatever
+// follows "--" keep their dashes.
+TEST(CliTest, DashesInFlagNamesAreUnderscores) {
+  std::vector<std::string> args = {"tool",     "--cli-test-n=4", "-cli-test-b", "--cli-test-n",
+                                   "-1",       "over-lap",       "--",          "--keep-me"};
+  std::vector<char*> argv;
+  for (std::string& a : args) argv.push_back(a.data());
+  NormalizeFlagSpelling(static_cast<int>(argv.size()), argv.data());
+  EXPECT_EQ(args, (std::vector<std::string>{"tool", "--cli_test_n=4", "-cli_test_b",
+                                            "--cli_test_n", "-1", "over-lap", "--",
+                                            "--keep-me"}));
+  EXPECT_EQ(FindUsageError(static_cast<int>(argv.size()), argv.data()), std::nullopt);
+}
+
 TEST(CliTest, NamesTheFlagOfEachUsageError) {
   auto unknown = Check({"--cli_test_m=1"});
   ASSERT_TRUE(unknown.has_value());

@@ -72,7 +72,9 @@ TEST(LauncherTest, AcceptsEveryNprocSpelling) {
                                              {"-np", "3", "p"},
                                              {"--nproc", "3", "p"},
                                              {"--nproc=3", "p"},
-                                             {"--nproc-per-node", "3", "p"}}) {
+                                             {"--nproc-per-node", "3", "p"},
+                                             {"--nproc_per_node", "3", "p"},
+                                             {"--nproc_per_node=3", "p"}}) {
     auto options = Parse(args);
     ASSERT_TRUE(options.ok()) << args[0] << ": " << options.status();
     EXPECT_EQ(options->nproc, 3) << args[0];
