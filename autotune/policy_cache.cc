@@ -556,7 +556,20 @@ PolicyCache::PolicyCache(PolicyCacheOptions options) : options_(std::move(option
   }
   std::error_code ec;
   if (options_.read_only) {
-    enabled_ = fs::is_directory(dir, ec);
+    // Never created; a directory that does not exist yet is an empty cache, not a fault.
+    struct stat st;
+    if (stat(dir.c_str(), &st) != 0) {
+      if (errno != ENOENT) {
+        Warn(absl::StrCat("policy cache disabled: cannot read directory ", dir, ": ",
+                          std::strerror(errno)));
+      }
+      return;
+    }
+    if (!S_ISDIR(st.st_mode)) {
+      Warn(absl::StrCat("policy cache disabled: ", dir, " exists and is not a directory"));
+      return;
+    }
+    enabled_ = true;
     return;
   }
   fs::create_directories(dir, ec);

@@ -73,8 +73,13 @@ case "$case_name" in
   empty_dir)
     run 0 --dir "$cache" list
     expect stdout "no entries in $cache"
-    [ -d "$cache" ] || fail "the directory was not created"
-    [ -z "$(ls -A "$cache" | grep -v '^\.lock$')" ] || fail "files left in an empty cache"
+    # Listing is read-only: a cache that does not exist yet is empty, and is not created.
+    [ ! -e "$cache" ] || fail "list created the directory"
+    [ ! -s "$work/stderr" ] || fail "a warning for a directory that does not exist yet"
+    mkdir -p "$cache"
+    run 0 --dir "$cache" list
+    expect stdout "no entries in $cache"
+    [ -z "$(ls -A "$cache")" ] || fail "list wrote into an empty cache"
     ;;
   list_and_show)
     make_cache
@@ -156,7 +161,9 @@ case "$case_name" in
   disabled_dir)
     printf 'x' >"$work/file"
     run 0 --dir "$work/file/cache" list
-    expect stderr "warning: policy cache disabled: cannot create directory $work/file/cache"
+    expect stderr "warning: policy cache disabled: cannot read directory $work/file/cache: Not a directory"
+    run 0 --dir "$work/file" list
+    expect stderr "warning: policy cache disabled: $work/file exists and is not a directory"
     run 1 --dir "$work/file/cache" import "$work/none.json"
     expect stderr "is disabled"
     ;;
