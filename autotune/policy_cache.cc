@@ -578,21 +578,40 @@ PolicyCache::PolicyCache(PolicyCacheOptions options) : options_(std::move(option
                       ec ? ec.message() : "it exists and is not a directory"));
     return;
   }
-  // Probe: create and remove a file, the operations Store needs.
+  // Probe: create and remove a file, the operations Store needs. A directory
+  // that fails the probe is still read: lookups need no write.
+  enabled_ = true;
   std::string probe = JoinPath(dir, ".probe-XXXXXX");
   const int fd = mkstemp(probe.data());
   if (fd < 0) {
-    Warn(absl::StrCat("policy cache disabled: directory ", dir,
-                      " is not writable: cannot create a file in it: ", std::strerror(errno)));
+    Warn(absl::StrCat("policy cache in ", dir, " is not writable (cannot create a file in it: ",
+                      std::strerror(errno), "): plans are looked up in it but not stored"));
     return;
   }
   close(fd);
   if (unlink(probe.c_str()) != 0) {
-    Warn(absl::StrCat("policy cache disabled: directory ", dir, " is not writable: cannot remove ",
-                      probe, ": ", std::strerror(errno)));
+    Warn(absl::StrCat("policy cache in ", dir, " is not writable (cannot remove ", probe, ": ",
+                      std::strerror(errno), "): plans are looked up in it but not stored"));
     return;
   }
-  enabled_ = true;
+  writable_ = true;
+}
+
+absl::Status PolicyCache::CheckWritable() const {
+  if (options_.read_only) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("policy cache in ", options_.dir, " was opened read-only"));
+  }
+  if (!enabled_) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "policy cache in ", options_.dir, " is disabled (see the warning given when it opened)"));
+  }
+  if (!writable_) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "policy cache in ", options_.dir,
+        " is not writable (see the warning given when it opened)"));
+  }
+  return absl::OkStatus();
 }
 
 void PolicyCache::Warn(const std::string& message) const {
@@ -668,14 +687,7 @@ absl::Status PolicyCache::Store(const CacheEntry& entry) {
   if (absl::Status s = ValidateEntry(entry); !s.ok()) {
     return PrefixStatus("policy cache entry: ", s);
   }
-  if (options_.read_only) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("policy cache in ", options_.dir, " was opened read-only"));
-  }
-  if (!enabled_) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "policy cache in ", options_.dir, " is disabled (see the warning given when it opened)"));
-  }
+  if (absl::Status s = CheckWritable(); !s.ok()) return s;
   const std::string text = SerializeCacheEntry(entry);
   if (text.size() > kMaxPolicyFileBytes) {
     return absl::InvalidArgumentError(absl::StrCat("policy cache entry: ", text.size(),
@@ -705,14 +717,7 @@ std::vector<ListedEntry> PolicyCache::List() const {
 
 absl::Status PolicyCache::Remove(const std::string& file) {
   if (absl::Status s = CheckEntryFileName(file); !s.ok()) return s;
-  if (options_.read_only) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("policy cache in ", options_.dir, " was opened read-only"));
-  }
-  if (!enabled_) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "policy cache in ", options_.dir, " is disabled (see the warning given when it opened)"));
-  }
+  if (absl::Status s = CheckWritable(); !s.ok()) return s;
   absl::StatusOr<DirLock> lock = DirLock::Acquire(options_.dir, options_.lock_timeout);
   if (!lock.ok()) return lock.status();
   const std::string path = JoinPath(options_.dir, file);
@@ -742,14 +747,7 @@ absl::Status PolicyCache::Export(const std::string& path, int* count) const {
 
 absl::Status PolicyCache::Import(const std::string& path, int* imported) {
   if (imported != nullptr) *imported = 0;
-  if (options_.read_only) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("policy cache in ", options_.dir, " was opened read-only"));
-  }
-  if (!enabled_) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "policy cache in ", options_.dir, " is disabled (see the warning given when it opened)"));
-  }
+  if (absl::Status s = CheckWritable(); !s.ok()) return s;
   absl::StatusOr<std::string> text = bucketing::ReadFileBounded(path, kMaxPolicyBundleBytes);
   if (!text.ok()) return text.status();
   absl::StatusOr<std::vector<absl::StatusOr<CacheEntry>>> entries = ParseCacheBundle(*text);

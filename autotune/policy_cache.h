@@ -146,11 +146,17 @@ struct ListedEntry {
 
 class PolicyCache {
  public:
-  // Never fails: a directory that cannot be created or is not writable
-  // gives a disabled cache (enabled() false) and one warning.
+  // Never fails. A directory that cannot be created (or read) gives a
+  // disabled cache (enabled() false) and one warning. An existing directory
+  // this process cannot write (a cache an administrator tuned and shares
+  // read-only on a cluster file system) is looked up but never written
+  // (writable() false), with one warning.
   explicit PolicyCache(PolicyCacheOptions options);
 
   bool enabled() const { return enabled_; }
+  // Store, Remove and Import can succeed (enabled, not read_only, and the
+  // directory accepted a probe file when the cache opened).
+  bool writable() const { return writable_; }
   const std::string& dir() const { return options_.dir; }
 
   // The entry for `key` whose plan is valid for `layout` (layout hash and
@@ -167,8 +173,8 @@ class PolicyCache {
 
   // Validates the entry (key, plan structure) and writes it atomically under
   // the directory lock, replacing any entry of the same key. Errors:
-  // InvalidArgument for a bad entry, FailedPrecondition when disabled,
-  // Unavailable for I/O or a lock not obtained in time.
+  // InvalidArgument for a bad entry, FailedPrecondition when disabled or
+  // not writable, Unavailable for I/O or a lock not obtained in time.
   absl::Status Store(const CacheEntry& entry);
 
   // Every *.json file in the directory (temporary and lock files excluded),
@@ -190,9 +196,12 @@ class PolicyCache {
 
  private:
   void Warn(const std::string& message) const;
+  // OK when Store, Remove and Import may write; else FailedPrecondition saying why.
+  absl::Status CheckWritable() const;
 
   PolicyCacheOptions options_;
   bool enabled_ = false;
+  bool writable_ = false;
 };
 
 }  // namespace fusebox::autotune

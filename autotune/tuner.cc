@@ -409,7 +409,7 @@ absl::Status OnlineTuner::Decide() {
 }
 
 absl::Status OnlineTuner::StoreEntry() {
-  if (comm_.rank() != 0 || options_.cache == nullptr || !options_.cache->enabled()) {
+  if (comm_.rank() != 0 || options_.cache == nullptr || !options_.cache->writable()) {
     return absl::OkStatus();
   }
   CacheEntry entry;

@@ -21,6 +21,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "comm/backends.h"
+#include "comm/log.h"
 #include "fusebox/config.h"
 #include "tools/cli.h"
 #include "perf/allreduce.h"
@@ -68,6 +69,10 @@ ABSL_FLAG(std::string, ucx_small, "4K",
 ABSL_FLAG(double, timeout_s, 0,
           "seconds one collective may wait for its peers before it fails naming them "
           "(0: $FUSEBOX_TIMEOUT_S, else 300)");
+ABSL_FLAG(std::string, log_level, "",
+          "messages shown on stderr: error, warning, info or debug (default: "
+          "$FUSEBOX_LOG_LEVEL, else warning); info also shows progress, debug each rank's "
+          "set-up");
 ABSL_FLAG(int, progress, -1,
           "progress on stderr (rank 0): 1 on, 0 off, -1 when stderr is a terminal or "
           "FUSEBOX_PROGRESS=1 (set by fusebox-run on a terminal); overlap: rounds and tuning");
@@ -161,7 +166,7 @@ bool ProgressWanted() {
   return isatty(STDERR_FILENO) || (env != nullptr && std::string(env) == "1");
 }
 
-absl::StatusOr<PerfOptions> OptionsFromFlags() {
+absl::StatusOr<PerfOptions> OptionsFromFlags(const comm::Logger& log) {
   PerfOptions o;
   auto b = ParseBytes(absl::GetFlag(FLAGS_b));
   if (!b.ok()) return b.status();
@@ -215,7 +220,8 @@ absl::StatusOr<PerfOptions> OptionsFromFlags() {
     }
   }
   const int progress = absl::GetFlag(FLAGS_progress);
-  o.progress = progress == 1 || (progress == -1 && ProgressWanted());
+  o.progress = progress == 1 ||
+               (progress == -1 && (ProgressWanted() || log.Enabled(comm::LogLevel::kInfo)));
   o.progress_lines = !isatty(STDERR_FILENO);
   return o;
 }
@@ -249,13 +255,9 @@ absl::StatusOr<comm::BackendOptions> BackendOptionsFromFlags() {
   return b;
 }
 
-int Fail(const absl::Status& s, int rank) {
-  // Before the rendezvous there is no rank to name.
-  if (rank < 0) {
-    std::fprintf(stderr, "fusebox-perf: %s\n", std::string(s.message()).c_str());
-  } else {
-    std::fprintf(stderr, "fusebox-perf (rank %d): %s\n", rank, std::string(s.message()).c_str());
-  }
+// Logs the error (naming the rank once the rendezvous has) and returns 1.
+int Fail(const comm::Logger& log, const absl::Status& s) {
+  log.Error(s.message());
   return 1;
 }
 
@@ -263,23 +265,38 @@ int Fail(const absl::Status& s, int rank) {
 // the --backend communicator, runs `body` with it and shuts the launch down.
 // Returns body's exit status, 2 for bad backend flags, 1 when setting up
 // fails.
-int WithCommunicator(int argc, char** argv,
-                     const std::function<int(comm::Communicator&, comm::Launch&)>& body) {
+int WithCommunicator(
+    comm::Logger log, int argc, char** argv,
+    const std::function<int(comm::Communicator&, comm::Launch&, const comm::Logger&)>& body) {
   auto backend_options = BackendOptionsFromFlags();
   if (!backend_options.ok()) {
-    std::fprintf(stderr, "fusebox-perf: %s\n", std::string(backend_options.status().message()).c_str());
+    log.Error(backend_options.status().message());
     return 2;
   }
   auto launch = comm::ConnectFromEnvironment(::getenv, &argc, &argv);
-  if (!launch.ok()) return Fail(launch.status(), -1);
+  if (!launch.ok()) return Fail(log, launch.status());
+  log.set_rank(launch->rdv.rank);
+  const std::string backend = absl::GetFlag(FLAGS_backend);
+  if (log.Enabled(comm::LogLevel::kDebug)) {
+    const comm::UcxOptions& u = backend_options->ucx;
+    log.Debug(absl::StrCat(
+        "rank ", launch->rdv.rank, " of ", launch->rdv.size, " (",
+        launch->mpi_initialized ? "MPI rendezvous" : "TCP rendezvous or single rank",
+        "), backend ", backend, ", collective timeout ", absl::FormatDuration(u.timeout),
+        backend == "ucx"
+            ? absl::StrCat(", UCX transports ", u.transports, ", shared memory ",
+                           u.use_shared_memory ? "on" : "off", ", chunk ", u.chunk_bytes,
+                           " B, small messages <= ", u.small_message_bytes, " B, spin ",
+                           absl::FormatDuration(u.progress_spin))
+            : ""));
+  }
   int rc = 0;
   {
-    auto communicator =
-        comm::CreateCommunicator(absl::GetFlag(FLAGS_backend), *backend_options, launch->rdv);
+    auto communicator = comm::CreateCommunicator(backend, *backend_options, launch->rdv);
     if (!communicator.ok()) {
-      rc = Fail(communicator.status(), launch->rdv.rank);
+      rc = Fail(log, communicator.status());
     } else {
-      rc = body(**communicator, *launch);
+      rc = body(**communicator, *launch, log);
     }
   }
   comm::ShutdownLaunch(*launch, /*after_failure=*/rc != 0);
@@ -291,9 +308,10 @@ absl::StatusOr<autotune::Profile> ProfileFromFlag(const std::string& spec) {
   return autotune::GenerateModelProfile(spec);
 }
 
-absl::StatusOr<OverlapOptions> OverlapOptionsFromFlags() {
+absl::StatusOr<OverlapOptions> OverlapOptionsFromFlags(const comm::Logger& log) {
   OverlapOptions o;
-  if (const int p = absl::GetFlag(FLAGS_progress); p == 1 || (p == -1 && ProgressWanted())) {
+  if (const int p = absl::GetFlag(FLAGS_progress);
+      p == 1 || (p == -1 && (ProgressWanted() || log.Enabled(comm::LogLevel::kInfo)))) {
     o.progress = [](const std::string& line) {
       std::fprintf(stderr, "[fusebox-perf] overlap: %s\n", line.c_str());
       std::fflush(stderr);
@@ -376,26 +394,26 @@ absl::StatusOr<OverlapOptions> OverlapOptionsFromFlags() {
   return o;
 }
 
-int OverlapMain(int argc, char** argv) {
-  auto options = OverlapOptionsFromFlags();
+int OverlapMain(const comm::Logger& log, int argc, char** argv) {
+  auto options = OverlapOptionsFromFlags(log);
   if (!options.ok()) {
-    std::fprintf(stderr, "fusebox-perf: %s\n", std::string(options.status().message()).c_str());
+    log.Error(options.status().message());
     return 2;
   }
   auto profile = ProfileFromFlag(absl::GetFlag(FLAGS_profile));
   if (!profile.ok()) {
-    std::fprintf(stderr, "fusebox-perf: --profile: %s\n",
-                 std::string(profile.status().message()).c_str());
+    log.Error(absl::StrCat("--profile: ", profile.status().message()));
     return 2;
   }
   const std::string backend = absl::GetFlag(FLAGS_backend);
-  return WithCommunicator(argc, argv, [&](comm::Communicator& c, comm::Launch&) {
+  return WithCommunicator(log, argc, argv, [&](comm::Communicator& c, comm::Launch&,
+                                               const comm::Logger& log) {
     const int rank = c.rank();
     int rc = 0;
     std::FILE* out = rank == 0 ? stdout : nullptr;
     auto report = RunOverlap(c, *profile, *options, out);
     if (!report.ok()) {
-      rc = Fail(report.status(), rank);
+      rc = Fail(log, report.status());
     } else if (rank == 0 && !absl::GetFlag(FLAGS_json).empty()) {
       nlohmann::json results = nlohmann::json::array();
       for (const OverlapResult& r : report->results) {
@@ -439,7 +457,7 @@ int OverlapMain(int argc, char** argv) {
                           {"results", results}};
       std::ofstream f(absl::GetFlag(FLAGS_json));
       f << j.dump(1) << "\n";
-      if (!f) rc = Fail(absl::UnavailableError("cannot write " + absl::GetFlag(FLAGS_json)), rank);
+      if (!f) rc = Fail(log, absl::UnavailableError("cannot write " + absl::GetFlag(FLAGS_json)));
     }
     return rc;
   });
@@ -455,18 +473,26 @@ int Main(int argc, char** argv) {
                                        : "fusebox-perf: the benchmarks are 'allreduce' and 'overlap'");
     return 2;
   }
-  if (command == "overlap") return OverlapMain(argc, argv);
-  auto options = OptionsFromFlags();
+  absl::StatusOr<comm::LogLevel> level =
+      comm::ResolveLogLevel(absl::GetFlag(FLAGS_log_level), std::getenv("FUSEBOX_LOG_LEVEL"));
+  if (!level.ok()) {
+    std::fprintf(stderr, "fusebox-perf: %s\n", std::string(level.status().message()).c_str());
+    return 2;
+  }
+  const comm::Logger main_log("fusebox-perf", *level);
+  if (command == "overlap") return OverlapMain(main_log, argc, argv);
+  auto options = OptionsFromFlags(main_log);
   if (!options.ok()) {
-    std::fprintf(stderr, "fusebox-perf: %s\n", std::string(options.status().message()).c_str());
+    main_log.Error(options.status().message());
     return 2;
   }
   const std::string backend = absl::GetFlag(FLAGS_backend);
-  return WithCommunicator(argc, argv, [&](comm::Communicator& c, comm::Launch& launch) {
+  return WithCommunicator(main_log, argc, argv, [&](comm::Communicator& c, comm::Launch& launch,
+                                                    const comm::Logger& log) {
     const int rank = c.rank();
     int rc = 0;
     auto buffers = comm::MakeBufferOps(c.memory());
-    if (!buffers.ok()) return Fail(buffers.status(), rank);
+    if (!buffers.ok()) return Fail(log, buffers.status());
     comm::PrefixStore store("perf", *launch.rdv.store);
     Context ctx(c, store, **buffers);
     std::FILE* out = rank == 0 ? stdout : nullptr;
@@ -482,7 +508,7 @@ int Main(int argc, char** argv) {
     }
     auto summary = RunAllReduce(ctx, *options, out);
     if (!summary.ok()) {
-      rc = Fail(summary.status(), rank);
+      rc = Fail(log, summary.status());
     } else {
       if (out != nullptr) {
         std::fprintf(out, "# Out of bounds values : %lld %s\n",
@@ -505,10 +531,10 @@ int Main(int argc, char** argv) {
                             {"wrong", summary->wrong}};
         std::ofstream f(options->json_path);
         f << j.dump(1) << "\n";
-        if (!f) rc = Fail(absl::UnavailableError("cannot write " + options->json_path), rank);
+        if (!f) rc = Fail(log, absl::UnavailableError("cannot write " + options->json_path));
       }
       if (summary->wrong != 0) {
-        rc = Fail(absl::DataLossError(absl::StrCat(summary->wrong, " wrong elements")), rank);
+        rc = Fail(log, absl::DataLossError(absl::StrCat(summary->wrong, " wrong elements")));
       }
     }
     return rc;

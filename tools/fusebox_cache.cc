@@ -19,6 +19,7 @@
 #include "absl/time/time.h"
 #include "autotune/policy_cache.h"
 #include "bucketing/file_io.h"
+#include "comm/log.h"
 #include "comm/types.h"
 
 namespace fusebox::tools {
@@ -46,7 +47,9 @@ std::string Usage() {
          "      key); invalid entries are reported and skipped.\n"
          "\n"
          "The directory is --dir DIR, else $FUSEBOX_CACHE_DIR, else\n"
-         "$XDG_CACHE_HOME/fusebox, else $HOME/.cache/fusebox.\n"
+         "$XDG_CACHE_HOME/fusebox, else $HOME/.cache/fusebox. list, show and\n"
+         "export never create it; a directory this account cannot write is still\n"
+         "read. Warnings go to stderr (FUSEBOX_LOG_LEVEL=error hides them).\n"
          "Exit status: 0 on success, 1 when a file is unusable or an operation\n"
          "fails, 2 on a usage error. Format: autotune/POLICY_CACHE.md.\n";
 }
@@ -227,9 +230,10 @@ int Main(int argc, char** argv) {
   options.dir = dir;
   // Looking never creates the directory (list, show, export).
   options.read_only = command == "list" || command == "show" || command == "export";
-  options.warn = [](const std::string& m) {
-    std::fprintf(stderr, "fusebox-cache: warning: %s\n", m.c_str());
-  };
+  absl::StatusOr<comm::LogLevel> level =
+      comm::ResolveLogLevel("", std::getenv("FUSEBOX_LOG_LEVEL"));
+  if (!level.ok()) return UsageError(std::string(level.status().message()));
+  options.warn = comm::Logger("fusebox-cache", *level).At(comm::LogLevel::kWarning);
   autotune::PolicyCache cache(options);
   if (command == "list") return List(cache, args);
   if (command == "show") return Show(cache, args);

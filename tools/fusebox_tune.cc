@@ -35,6 +35,7 @@
 #include "autotune/simulator.h"
 #include "bucketing/file_io.h"
 #include "bucketing/plan_io.h"
+#include "comm/log.h"
 #include "fusebox/config.h"
 #include "tools/cli.h"
 
@@ -48,6 +49,9 @@ ABSL_FLAG(std::string, cost_model, "", "cost-model file (fusebox-tune fit --out 
 ABSL_FLAG(std::string, fit, "",
           "comma-separated `fusebox-perf allreduce --json` files to fit the cost model to");
 ABSL_FLAG(int, world, 64, "world size (ranks)");
+ABSL_FLAG(std::string, log_level, "",
+          "messages shown on stderr: error, warning, info or debug (default: "
+          "$FUSEBOX_LOG_LEVEL, else warning); info also shows sweep and scale progress");
 ABSL_FLAG(int, ranks_per_node, 0, "ranks per node (0: the cost model's)");
 ABSL_FLAG(int, max_in_flight, 4, "buckets launched and not yet copied back (engine window)");
 ABSL_FLAG(bool, views, true,
@@ -193,7 +197,7 @@ absl::StatusOr<PlannerOptions> PlannerOptionsFromFlags(int world) {
 
 double Ms(double us) { return us / 1e3; }
 
-int Offline() {
+int Offline(const comm::Logger& log) {
   if (const int world = absl::GetFlag(FLAGS_world); world < 1 || world > (1 << 24)) {
     return UsageError(absl::StrCat("--world must be in [1, 16777216], got ", world));
   }
@@ -256,7 +260,7 @@ int Offline() {
     if (!layout.ok()) return Fail(layout.status());
     autotune::PolicyCacheOptions co;
     co.dir = cache_dir;
-    co.warn = [](const std::string& w) { std::fprintf(stderr, "fusebox-tune: %s\n", w.c_str()); };
+    co.warn = log.At(comm::LogLevel::kWarning);
     autotune::PolicyCache cache(co);
     autotune::CacheEntry e;
     std::string network = absl::GetFlag(FLAGS_network);
@@ -297,7 +301,7 @@ absl::StatusOr<std::vector<int>> WorldsFromFlag(const std::string& name, const s
   return worlds;
 }
 
-int Sweep() {
+int Sweep(const comm::Logger& log) {
   const std::vector<std::string> profiles = ProfilesFromFlag();
   auto parsed = WorldsFromFlag("worlds", absl::GetFlag(FLAGS_worlds));
   if (!parsed.ok()) return UsageError(std::string(parsed.status().message()));
@@ -321,6 +325,8 @@ int Sweep() {
     for (const std::string& preset : presets) {
       auto cost = autotune::PresetCostModel(preset);
       if (!cost.ok()) return Fail(cost.status());
+      log.Info(absl::StrCat("sweep: ", profile->model, " on ", preset, ", worlds ",
+                            absl::StrJoin(worlds, ",")));
       for (int world : worlds) {
         auto options = PlannerOptionsFromFlags(world);
         if (!options.ok()) return Fail(options.status());
@@ -358,7 +364,7 @@ int Sweep() {
   return behind == 0 ? 0 : kExitError;
 }
 
-int Scale() {
+int Scale(const comm::Logger& log) {
   const std::vector<std::string> profiles = ProfilesFromFlag();
   auto parsed = WorldsFromFlag("scale_worlds", absl::GetFlag(FLAGS_scale_worlds));
   if (!parsed.ok()) return UsageError(std::string(parsed.status().message()));
@@ -400,6 +406,7 @@ int Scale() {
     auto profile = LoadProfileSpec(spec);
     if (!profile.ok()) return Fail(profile.status());
     for (const CostModel& cost : costs) {
+      log.Info(absl::StrCat("scale: ", profile->model, " on ", cost.name));
       auto points = autotune::PredictScaling(*profile, cost, worlds, so);
       if (!points.ok()) return Fail(points.status());
       for (size_t i = 0; i < points->size(); i += plans.size()) {
@@ -465,9 +472,13 @@ int Main(int argc, char** argv) {
                                                   "tools/fusebox_tune");
   if (args.size() > 2) return UsageError("one command at most: offline, sweep, scale or fit");
   const std::string command = args.size() == 2 ? args[1] : "offline";
-  if (command == "offline") return Offline();
-  if (command == "sweep") return Sweep();
-  if (command == "scale") return Scale();
+  absl::StatusOr<comm::LogLevel> level =
+      comm::ResolveLogLevel(absl::GetFlag(FLAGS_log_level), std::getenv("FUSEBOX_LOG_LEVEL"));
+  if (!level.ok()) return UsageError(std::string(level.status().message()));
+  const comm::Logger log("fusebox-tune", *level);
+  if (command == "offline") return Offline(log);
+  if (command == "sweep") return Sweep(log);
+  if (command == "scale") return Scale(log);
   if (command == "fit") return Fit();
   return UsageError("unknown command \"" + command + "\" (offline, sweep, scale, fit)");
 }

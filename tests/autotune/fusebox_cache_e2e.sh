@@ -164,6 +164,11 @@ case "$case_name" in
     expect stderr "warning: policy cache disabled: cannot read directory $work/file/cache: Not a directory"
     run 0 --dir "$work/file" list
     expect stderr "warning: policy cache disabled: $work/file exists and is not a directory"
+    # Warnings are shown unless errors only are asked for.
+    FUSEBOX_LOG_LEVEL=error run 0 --dir "$work/file" list
+    [ ! -s "$work/stderr" ] || fail "FUSEBOX_LOG_LEVEL=error still shows: $(cat "$work/stderr")"
+    FUSEBOX_LOG_LEVEL=loud run 2 --dir "$work/file" list
+    expect stderr "FUSEBOX_LOG_LEVEL: 'loud' is not a log level"
     run 1 --dir "$work/file/cache" import "$work/none.json"
     expect stderr "is disabled"
     ;;

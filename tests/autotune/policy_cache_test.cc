@@ -2,7 +2,9 @@
 
 #include <fcntl.h>
 #include <stdlib.h>
+#include <linux/fs.h>
 #include <sys/file.h>
+#include <sys/ioctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -578,22 +580,77 @@ TEST_F(PolicyCacheBadFileTest, Directory) {
 
 // ---- disabled caches --------------------------------------------------------------
 
-TEST_F(PolicyCacheTest, ReadOnlyDirectoryDisablesCache) {
-  ASSERT_TRUE(fs::create_directories(dir_));
-  ASSERT_EQ(chmod(dir_.c_str(), 0555), 0);
-  if (access(dir_.c_str(), W_OK) == 0) GTEST_SKIP() << "running as root: 0555 is writable";
+// Makes `dir` unwritable for this process, even for root where the file
+// system allows it (the immutable attribute; root ignores mode bits): true
+// when it now refuses a new file. Undone by Unfreeze.
+bool Freeze(const std::string& dir) {
+  chmod(dir.c_str(), 0555);
+  if (access(dir.c_str(), W_OK) != 0) return true;
+  const int fd = open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) return false;
+  int flags = 0;
+  const bool ok = ioctl(fd, FS_IOC_GETFLAGS, &flags) == 0 &&
+                  (flags |= FS_IMMUTABLE_FL, ioctl(fd, FS_IOC_SETFLAGS, &flags) == 0);
+  close(fd);
+  return ok;
+}
+
+void Unfreeze(const std::string& dir) {
+  const int fd = open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd >= 0) {
+    int flags = 0;
+    if (ioctl(fd, FS_IOC_GETFLAGS, &flags) == 0 && (flags & FS_IMMUTABLE_FL) != 0) {
+      flags &= ~FS_IMMUTABLE_FL;
+      ioctl(fd, FS_IOC_SETFLAGS, &flags);
+    }
+    close(fd);
+  }
+  chmod(dir.c_str(), 0755);
+}
+
+// A cache shared read-only (tuned by one account, used by others) serves
+// lookups; writes fail and say why; nothing in it changes.
+TEST_F(PolicyCacheTest, UnwritableDirectoryIsLookedUpButNeverWritten) {
   bucketing::GradientLayout layout = TestLayout();
+  const CacheKey key = TestKey(layout);
+  {
+    PolicyCache writer(Options());
+    ASSERT_TRUE(writer.writable());
+    ASSERT_TRUE(writer.Store(TestEntry(layout, key)).ok());
+  }
+  const std::string before = ReadAll(dir_ + "/" + key.FileName());
+  if (!Freeze(dir_)) {
+    Unfreeze(dir_);
+    GTEST_SKIP() << "cannot make " << dir_ << " unwritable here (root, no immutable attribute)";
+  }
   PolicyCache cache(Options());
-  EXPECT_FALSE(cache.enabled());
+  const bool enabled = cache.enabled();
+  const bool writable = cache.writable();
+  std::optional<CacheEntry> hit = cache.Lookup(key, layout);
+  CacheKey other = key;
+  other.world_size = key.world_size * 2;
+  std::optional<CacheEntry> near = cache.Nearest(other, layout);
+  const absl::Status store = cache.Store(TestEntry(layout, other));
+  const absl::Status remove = cache.Remove(key.FileName());
+  std::set<std::string> files;
+  for (const auto& e : fs::directory_iterator(dir_)) files.insert(e.path().filename().string());
+  Unfreeze(dir_);
+
+  EXPECT_TRUE(enabled);
+  EXPECT_FALSE(writable);
   ASSERT_THAT(warnings_, SizeIs(1));
   EXPECT_THAT(warnings_[0], HasSubstr(dir_));
   EXPECT_THAT(warnings_[0], HasSubstr("not writable"));
-  EXPECT_THAT(warnings_[0], HasSubstr("Permission denied"));
-  EXPECT_EQ(cache.Lookup(TestKey(layout), layout), std::nullopt);
-  EXPECT_EQ(cache.Nearest(TestKey(layout), layout), std::nullopt);
-  EXPECT_EQ(cache.Store(TestEntry(layout, TestKey(layout))).code(),
-            absl::StatusCode::kFailedPrecondition);
-  EXPECT_THAT(warnings_, SizeIs(1));
+  EXPECT_THAT(warnings_[0], HasSubstr("looked up in it but not stored"));
+  ASSERT_TRUE(hit.has_value());
+  EXPECT_EQ(hit->key.world_size, key.world_size);
+  ASSERT_TRUE(near.has_value());
+  EXPECT_EQ(near->key.world_size, key.world_size);
+  EXPECT_EQ(store.code(), absl::StatusCode::kFailedPrecondition) << store;
+  EXPECT_THAT(store.message(), HasSubstr("not writable"));
+  EXPECT_EQ(remove.code(), absl::StatusCode::kFailedPrecondition) << remove;
+  EXPECT_EQ(files, (std::set<std::string>{".lock", key.FileName()}));
+  EXPECT_EQ(ReadAll(dir_ + "/" + key.FileName()), before);
 }
 
 TEST_F(PolicyCacheTest, PathUnderRegularFileDisablesCache) {

@@ -1,8 +1,9 @@
 add_executable(comm_core_test
+  ${CMAKE_CURRENT_SOURCE_DIR}/log_test.cc
   ${CMAKE_CURRENT_SOURCE_DIR}/types_test.cc
   ${CMAKE_CURRENT_SOURCE_DIR}/reduce_test.cc
   ${CMAKE_CURRENT_SOURCE_DIR}/work_test.cc)
-target_link_libraries(comm_core_test PRIVATE fusebox::comm_testing GTest::gtest_main)
+target_link_libraries(comm_core_test PRIVATE fusebox::comm_testing GTest::gmock GTest::gtest_main)
 gtest_discover_tests(comm_core_test DISCOVERY_TIMEOUT 60)
 
 if(FUSEBOX_WITH_UCX)

@@ -1,9 +1,10 @@
 """Launchers, end to end: an unmodified DDP training script (env:// rendezvous) under
-fusebox-run, and fusebox's own tools under torchrun's environment, where torch's agent store
-already holds MASTER_PORT (reproduced by hand, as torch's elastic agent sets it: Debian's
-torchrun 1.13 itself fails on Python 3.11).
+fusebox-run, a DDP script with the hook under mpirun, and fusebox's own tools under torchrun's
+environment, where torch's agent store already holds MASTER_PORT (reproduced by hand, as
+torch's elastic agent sets it: Debian's torchrun 1.13 itself fails on Python 3.11).
 """
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -90,3 +91,65 @@ def test_fusebox_tools_run_under_torchruns_agent_store():
         assert "Out of bounds values : 0 OK" in outs[0], outs[0]
     finally:
         del agent
+
+
+# Under mpirun a DDP script takes its rank and world from OpenMPI's variables (torch does not
+# read them) and MASTER_ADDR/MASTER_PORT from `mpirun -x`. fusebox must not mistake the OpenMPI
+# environment for a launch of its own: communicator="ucx" bootstraps from torch's store.
+TRAIN_MPI = r'''
+import os, sys, torch, torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+import fusebox.torch
+os.environ.setdefault("RANK", os.environ["OMPI_COMM_WORLD_RANK"])
+os.environ.setdefault("WORLD_SIZE", os.environ["OMPI_COMM_WORLD_SIZE"])
+dist.init_process_group("gloo")
+communicator = sys.argv[1]
+
+def train(hooked):
+    torch.manual_seed(0)
+    model = DDP(torch.nn.Sequential(torch.nn.Linear(16, 64), torch.nn.ReLU(),
+                                    torch.nn.Linear(64, 4)), bucket_cap_mb=0.001)
+    if hooked:
+        fusebox.torch.register(model, cache_dir=False, communicator=communicator,
+                               candidates=0, screening_blocks=1, verify_pairs=5)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    for step in range(12):
+        # Integer-valued data and weights scaled so that sums are exact in float32.
+        g = torch.Generator().manual_seed(100 * step + dist.get_rank())
+        opt.zero_grad()
+        model(torch.randint(-4, 5, (8, 16), generator=g).float()).sum().backward()
+        opt.step()
+    return torch.cat([p.detach().flatten() for p in model.parameters()])
+
+plain = train(False)
+fused = train(True)
+gathered = [torch.zeros_like(fused) for _ in range(dist.get_world_size())]
+dist.all_gather(gathered, fused)
+assert all(torch.equal(gathered[0], t) for t in gathered), "ranks diverged"
+assert torch.equal(plain, fused), "the hook changed the result: max |diff| %g" % (
+    (plain - fused).abs().max().item())
+sys.stdout.write("TRAINED %s rank %d of %d\n" % (communicator, dist.get_rank(),
+                                                  dist.get_world_size()))
+sys.stdout.flush()
+'''
+
+
+@pytest.mark.parametrize("communicator", ["ddp", "ucx"])
+def test_a_ddp_script_with_the_hook_under_mpirun(communicator):
+    mpirun = shutil.which("mpirun")
+    if mpirun is None:
+        pytest.skip("no mpirun")
+    env = dict(os.environ, OMP_NUM_THREADS="1", OMPI_ALLOW_RUN_AS_ROOT="1",
+               OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1", MASTER_ADDR="127.0.0.1",
+               MASTER_PORT=str(free_port()),
+               PYTHONPATH=PYDIR + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    for k in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "FUSEBOX_STORE_ADDR", "FUSEBOX_STORE_PORT",
+              "FUSEBOX_AGENT_STORE"):
+        env.pop(k, None)
+    p = subprocess.run([mpirun, "-np", "2", "--oversubscribe", "-x", "MASTER_ADDR", "-x",
+                        "MASTER_PORT", "-x", "PYTHONPATH", "-x", "OMP_NUM_THREADS",
+                        sys.executable, "-c", TRAIN_MPI, communicator],
+                       env=env, capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    for r in (0, 1):
+        assert "TRAINED %s rank %d of 2" % (communicator, r) in p.stdout, p.stdout

@@ -390,7 +390,7 @@ bool Soak::InWarmup(int64_t it, double elapsed_s) const {
 }
 
 absl::StatusOr<SoakReport> Soak::Run() {
-  if (!cache_.enabled()) {
+  if (!cache_.writable()) {
     return absl::FailedPreconditionError(absl::StrCat(
         "the policy cache directory ", options_.cache_dir, " is not usable: ",
         absl::StrJoin(warnings_, "; ")));

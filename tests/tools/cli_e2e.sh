@@ -3,9 +3,12 @@
 # --help lists the tool's own flags with defaults, --version prints fusebox's
 # version, usage errors exit 2 and name the flag, and nothing names an
 # internal module or "rank -1".
-#   cli_e2e.sh TOOL_PATH TOOL_NAME A_FLAG
+# Also the log level: --log_level, else FUSEBOX_LOG_LEVEL, else warning; a bad
+# one is a usage error naming which; lines name the tool and, once known, the
+# rank.
+#   cli_e2e.sh TOOL_PATH TOOL_NAME A_FLAG [FUSEBOX_RUN_PATH]
 set -u
-tool=$1 name=$2 flag=$3
+tool=$1 name=$2 flag=$3 launcher=${4:-}
 fail() { echo "FAIL: $*" >&2; exit 1; }
 
 out=$("$tool" --help 2>&1); rc=$?
@@ -34,4 +37,43 @@ dashed=${flag//_/-}
 out=$("$tool" "--$dashed=not-a-value-of-any-type-%%" 2>&1); rc=$?
 [ "$rc" -eq 2 ] || fail "--$dashed with a bad value exited $rc, want 2 ($out)"
 grep -q "unknown flag" <<<"$out" && fail "--$dashed is not taken for --$flag: $out"
+# Log levels.
+case $name in
+  fusebox-perf) quick=(allreduce -b 8 -e 8 -n 1 -w 0) ;;
+  *) quick=(sweep --profiles resnet50 --presets 25gbe --worlds 8) ;;
+esac
+out=$("$tool" --log_level=loud "${quick[@]}" 2>&1); rc=$?
+[ "$rc" -eq 2 ] || fail "--log_level=loud exited $rc, want 2 ($out)"
+grep -q -- "--log_level: 'loud' is not a log level" <<<"$out" || fail "the error: $out"
+out=$(FUSEBOX_LOG_LEVEL=loud "$tool" "${quick[@]}" 2>&1); rc=$?
+[ "$rc" -eq 2 ] || fail "FUSEBOX_LOG_LEVEL=loud exited $rc, want 2 ($out)"
+grep -q -- "FUSEBOX_LOG_LEVEL: 'loud' is not a log level" <<<"$out" || fail "the error: $out"
+# The flag wins over the environment.
+out=$(FUSEBOX_LOG_LEVEL=loud "$tool" --log_level=warning "${quick[@]}" 2>&1 >/dev/null); rc=$?
+[ "$rc" -eq 0 ] || fail "--log_level=warning with FUSEBOX_LOG_LEVEL=loud exited $rc ($out)"
+case $name in
+  fusebox-perf)
+    out=$("$tool" --log_level=debug --progress=0 "${quick[@]}" 2>&1 >/dev/null); rc=$?
+    [ "$rc" -eq 0 ] || fail "--log_level=debug exited $rc ($out)"
+    grep -q "^fusebox-perf (rank 0): debug: rank 0 of 1 .*backend ucx" <<<"$out" ||
+      fail "no debug line naming rank 0: $out"
+    out=$("$tool" --progress=0 "${quick[@]}" 2>&1 >/dev/null)
+    grep -q "debug:" <<<"$out" && fail "debug lines at the default level: $out"
+    if [ -n "$launcher" ]; then
+      out=$("$launcher" -n 2 --output plain -- "$tool" --log_level=debug --progress=0 \
+              "${quick[@]}" 2>&1 >/dev/null); rc=$?
+      [ "$rc" -eq 0 ] || fail "2 ranks at debug exited $rc ($out)"
+      grep -q "fusebox-perf (rank 1): debug: rank 1 of 2" <<<"$out" ||
+        fail "rank 1's debug line does not name rank 1: $out"
+    fi
+    ;;
+  *)
+    out=$(FUSEBOX_LOG_LEVEL=info "$tool" "${quick[@]}" 2>&1 >/dev/null); rc=$?
+    [ "$rc" -eq 0 ] || fail "FUSEBOX_LOG_LEVEL=info exited $rc ($out)"
+    grep -q "^fusebox-tune: info: sweep: resnet50 on 25gbe, worlds 8$" <<<"$out" ||
+      fail "no info line for the sweep: $out"
+    out=$("$tool" "${quick[@]}" 2>&1 >/dev/null)
+    grep -q "info:" <<<"$out" && fail "info lines at the default level: $out"
+    ;;
+esac
 echo "OK $name"
