@@ -159,13 +159,6 @@ constexpr char kUsage[] =
     "--explain adds where each plan's time beyond the bound goes (docs/model.md,\n"
     "\"Where the gap goes\").";
 
-// Progress by default where someone watches: stderr is a terminal, or the
-// ranks run under fusebox-run on one (FUSEBOX_PROGRESS=1).
-bool ProgressWanted() {
-  const char* env = std::getenv("FUSEBOX_PROGRESS");
-  return isatty(STDERR_FILENO) || (env != nullptr && std::string(env) == "1");
-}
-
 absl::StatusOr<PerfOptions> OptionsFromFlags(const comm::Logger& log) {
   PerfOptions o;
   auto b = ParseBytes(absl::GetFlag(FLAGS_b));
@@ -220,8 +213,8 @@ absl::StatusOr<PerfOptions> OptionsFromFlags(const comm::Logger& log) {
     }
   }
   const int progress = absl::GetFlag(FLAGS_progress);
-  o.progress = progress == 1 ||
-               (progress == -1 && (ProgressWanted() || log.Enabled(comm::LogLevel::kInfo)));
+  o.progress = progress == 1 || (progress == -1 && (tools::ProgressWanted() ||
+                                                     log.Enabled(comm::LogLevel::kInfo)));
   o.progress_lines = !isatty(STDERR_FILENO);
   return o;
 }
@@ -311,7 +304,7 @@ absl::StatusOr<autotune::Profile> ProfileFromFlag(const std::string& spec) {
 absl::StatusOr<OverlapOptions> OverlapOptionsFromFlags(const comm::Logger& log) {
   OverlapOptions o;
   if (const int p = absl::GetFlag(FLAGS_progress);
-      p == 1 || (p == -1 && (ProgressWanted() || log.Enabled(comm::LogLevel::kInfo)))) {
+      p == 1 || (p == -1 && (tools::ProgressWanted() || log.Enabled(comm::LogLevel::kInfo)))) {
     o.progress = [](const std::string& line) {
       std::fprintf(stderr, "[fusebox-perf] overlap: %s\n", line.c_str());
       std::fflush(stderr);

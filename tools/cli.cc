@@ -1,5 +1,7 @@
 #include "tools/cli.h"
 
+#include <unistd.h>
+
 #include <cstdio>
 #include <cstring>
 #include <cstdlib>
@@ -104,6 +106,11 @@ std::vector<char*> ParseToolCommandLine(int argc, char** argv, const char* tool,
     std::exit(kUsageExit);
   }
   return absl::ParseCommandLine(argc, argv);
+}
+
+bool ProgressWanted() {
+  const char* env = std::getenv("FUSEBOX_PROGRESS");
+  return isatty(STDERR_FILENO) || (env != nullptr && std::strcmp(env, "1") == 0);
 }
 
 }  // namespace fusebox::tools

@@ -43,6 +43,11 @@ void NormalizeFlagSpelling(int argc, char** argv);
 std::vector<char*> ParseToolCommandLine(int argc, char** argv, const char* tool,
                                         const char* usage, const char* help_files);
 
+// Whether a tool shows progress when its --progress flag is left at -1:
+// stderr is a terminal, or the ranks run under fusebox-run on one
+// (FUSEBOX_PROGRESS=1). Reads the environment: call it at the edge.
+bool ProgressWanted();
+
 }  // namespace fusebox::tools
 
 #endif  // FUSEBOX_TOOLS_CLI_H_

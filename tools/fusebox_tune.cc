@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <ctime>
+#include <functional>
 #include <map>
 #include <string>
 #include <vector>
@@ -51,7 +52,10 @@ ABSL_FLAG(std::string, fit, "",
 ABSL_FLAG(int, world, 64, "world size (ranks)");
 ABSL_FLAG(std::string, log_level, "",
           "messages shown on stderr: error, warning, info or debug (default: "
-          "$FUSEBOX_LOG_LEVEL, else warning); info also shows sweep and scale progress");
+          "$FUSEBOX_LOG_LEVEL, else warning); info also shows progress");
+ABSL_FLAG(int, progress, -1,
+          "sweep and scale: progress on stderr, 1 on, 0 off, -1 when stderr is a terminal, "
+          "FUSEBOX_PROGRESS=1 (fusebox-run on a terminal) or --log_level is info or debug");
 ABSL_FLAG(int, ranks_per_node, 0, "ranks per node (0: the cost model's)");
 ABSL_FLAG(int, max_in_flight, 4, "buckets launched and not yet copied back (engine window)");
 ABSL_FLAG(bool, views, true,
@@ -130,6 +134,19 @@ int Fail(const absl::Status& status) {
 int UsageError(const std::string& message) {
   std::fprintf(stderr, "fusebox-tune: %s\n\n%s\n", message.c_str(), kUsage);
   return kExitUsage;
+}
+
+// Prints "[fusebox-tune] <line>" on stderr where progress is wanted
+// (--progress), else nothing.
+std::function<void(const std::string&)> ProgressPrinter(const comm::Logger& log) {
+  const int p = absl::GetFlag(FLAGS_progress);
+  if (p == 1 || (p == -1 && (ProgressWanted() || log.Enabled(comm::LogLevel::kInfo)))) {
+    return [](const std::string& line) {
+      std::fprintf(stderr, "[fusebox-tune] %s\n", line.c_str());
+      std::fflush(stderr);
+    };
+  }
+  return [](const std::string&) {};
 }
 
 std::vector<std::string> SplitList(const std::string& s) {
@@ -318,6 +335,8 @@ int Sweep(const comm::Logger& log) {
               "world", "bound(ms)", "tuned(ms)", "t/bound", "t/fine", "exposed", "per-tens",
               "ddp", "horovod", "hccl", "mg-wfbp");
   int rows = 0, within3 = 0, behind = 0, unreachable = 0;
+  const std::function<void(const std::string&)> progress = ProgressPrinter(log);
+  size_t done = 0;
   double worst = 0, worst_fine = 0;
   for (const std::string& spec : profiles) {
     auto profile = LoadProfileSpec(spec);
@@ -325,8 +344,8 @@ int Sweep(const comm::Logger& log) {
     for (const std::string& preset : presets) {
       auto cost = autotune::PresetCostModel(preset);
       if (!cost.ok()) return Fail(cost.status());
-      log.Info(absl::StrCat("sweep: ", profile->model, " on ", preset, ", worlds ",
-                            absl::StrJoin(worlds, ",")));
+      progress(absl::StrCat("sweep ", ++done, "/", profiles.size() * presets.size(), ": ",
+                            profile->model, " on ", preset, ", worlds ", absl::StrJoin(worlds, ",")));
       for (int world : worlds) {
         auto options = PlannerOptionsFromFlags(world);
         if (!options.ok()) return Fail(options.status());
@@ -402,11 +421,14 @@ int Scale(const comm::Logger& log) {
   std::printf(" |\n# %-11s %-12s %6s %5s %9s |", "model", "network", "world", "nodes", "compute");
   for (size_t j = 0; j < plans.size(); ++j) std::printf(" %7s %9s", "eff", "exposed");
   std::printf(" | ddp/tuned\n");
+  const std::function<void(const std::string&)> progress = ProgressPrinter(log);
+  size_t done = 0;
   for (const std::string& spec : profiles) {
     auto profile = LoadProfileSpec(spec);
     if (!profile.ok()) return Fail(profile.status());
     for (const CostModel& cost : costs) {
-      log.Info(absl::StrCat("scale: ", profile->model, " on ", cost.name));
+      progress(absl::StrCat("scale ", ++done, "/", profiles.size() * costs.size(), ": ",
+                            profile->model, " on ", cost.name));
       auto points = autotune::PredictScaling(*profile, cost, worlds, so);
       if (!points.ok()) return Fail(points.status());
       for (size_t i = 0; i < points->size(); i += plans.size()) {

@@ -68,12 +68,17 @@ case $name in
     fi
     ;;
   *)
-    out=$(FUSEBOX_LOG_LEVEL=info "$tool" "${quick[@]}" 2>&1 >/dev/null); rc=$?
-    [ "$rc" -eq 0 ] || fail "FUSEBOX_LOG_LEVEL=info exited $rc ($out)"
-    grep -q "^fusebox-tune: info: sweep: resnet50 on 25gbe, worlds 8$" <<<"$out" ||
-      fail "no info line for the sweep: $out"
-    out=$("$tool" "${quick[@]}" 2>&1 >/dev/null)
-    grep -q "info:" <<<"$out" && fail "info lines at the default level: $out"
+    # Progress: at info, with --progress=1 or FUSEBOX_PROGRESS=1 (fusebox-run
+    # on a terminal); not by default off a terminal.
+    for how in "env FUSEBOX_LOG_LEVEL=info" "env FUSEBOX_PROGRESS=1" "env --"; do
+      extra=(); [ "$how" = "env --" ] && extra=(--progress=1)
+      out=$($how "$tool" "${extra[@]}" "${quick[@]}" 2>&1 >/dev/null); rc=$?
+      [ "$rc" -eq 0 ] || fail "$how exited $rc ($out)"
+      grep -q "^\[fusebox-tune\] sweep 1/1: resnet50 on 25gbe, worlds 8$" <<<"$out" ||
+        fail "no progress line for the sweep with $how ${extra[*]}: $out"
+    done
+    out=$(env -u FUSEBOX_PROGRESS "$tool" "${quick[@]}" 2>&1 >/dev/null)
+    grep -q "fusebox-tune\]" <<<"$out" && fail "progress off a terminal by default: $out"
     ;;
 esac
 echo "OK $name"
