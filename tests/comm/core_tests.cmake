@@ -6,6 +6,13 @@ add_executable(comm_core_test
 target_link_libraries(comm_core_test PRIVATE fusebox::comm_testing GTest::gmock GTest::gtest_main)
 gtest_discover_tests(comm_core_test DISCOVERY_TIMEOUT 60)
 
+# The device seam on the emulated device (comm/device.h): ordering rules
+# under delays that expose a missing event.
+add_executable(device_emulated_test ${CMAKE_CURRENT_SOURCE_DIR}/device_test.cc)
+target_link_libraries(device_emulated_test PRIVATE fusebox::comm GTest::gmock GTest::gtest_main)
+gtest_discover_tests(device_emulated_test DISCOVERY_TIMEOUT 60
+  PROPERTIES TIMEOUT 120 LABELS device-emulated)
+
 if(FUSEBOX_WITH_UCX)
   add_executable(ucx_communicator_test ${CMAKE_CURRENT_SOURCE_DIR}/ucx_communicator_test.cc)
   target_link_libraries(ucx_communicator_test PRIVATE
