@@ -17,6 +17,7 @@
 #include <cuda_runtime_api.h>
 
 #include "comm/nccl/communicator.h"
+#include "comm/nccl/cuda_device.h"
 #endif
 #include <cstdlib>
 #include <cstring>
@@ -171,48 +172,53 @@ class HostBufferOps final : public BufferOps {
 };
 
 #if FUSEBOX_WITH_NCCL
-absl::Status CudaStatus(cudaError_t e, const char* what) {
-  if (e == cudaSuccess) return absl::OkStatus();
-  return absl::InternalError(absl::StrCat(what, ": ", cudaGetErrorString(e)));
-}
-
 // Note [Device copies before NCCL]
 // BufferOps copies are complete when they return: the NCCL communicator
-// runs on a cudaStreamNonBlocking stream, which does not synchronise with
-// the legacy default stream that cudaMemcpy uses, and cudaMemcpy returns
-// before the data has landed for device-to-device copies and for
-// host-to-device copies from pageable memory. So every copy into device
-// memory is followed by a synchronisation of the legacy stream; only then
-// may a collective on another stream read the buffer. (Device-to-host into
-// pageable memory is synchronous already; the caller has waited for the
-// collective's completion event before it downloads.)
+// runs on a non-blocking stream of its own, and nothing orders that stream
+// after a copy except completion. So every copy goes through the device
+// seam (Note [Device seam] in comm/device.h) on a copy stream and is
+// synchronised before the call returns; only then may a collective on
+// another stream read the buffer. (The old code used cudaMemcpy on the
+// legacy default stream, which a non-blocking stream does not wait for, and
+// a device-to-device cudaMemcpy may return before the copy is done.)
 class DeviceBufferOps final : public BufferOps {
  public:
-  absl::StatusOr<void*> Allocate(size_t bytes) override {
-    void* p = nullptr;
-    if (absl::Status s = CudaStatus(cudaMalloc(&p, std::max<size_t>(bytes, 1)), "cudaMalloc"); !s.ok()) return s;
-    return p;
-  }
-  void Free(void* p) override { cudaFree(p); }
-  absl::Status Upload(void* dst, const void* host, size_t bytes) override {
-    if (absl::Status s = CudaStatus(cudaMemcpy(dst, host, bytes, cudaMemcpyHostToDevice),
-                                    "cudaMemcpy H2D");
-        !s.ok()) {
-      return s;
+  static absl::StatusOr<std::unique_ptr<BufferOps>> Create() {
+    int ordinal = 0;
+    if (cudaError_t e = cudaGetDevice(&ordinal); e != cudaSuccess) {
+      cudaGetLastError();
+      return absl::UnavailableError(absl::StrCat("cudaGetDevice: ", cudaGetErrorString(e)));
     }
-    return CudaStatus(cudaStreamSynchronize(cudaStreamLegacy), "cudaStreamSynchronize after H2D");
+    absl::StatusOr<std::unique_ptr<Device>> dev = CreateCudaDevice(ordinal);
+    if (!dev.ok()) return dev.status();
+    absl::StatusOr<std::unique_ptr<DeviceStream>> stream = (*dev)->CreateStream();
+    if (!stream.ok()) return stream.status();
+    return std::unique_ptr<BufferOps>(new DeviceBufferOps(*std::move(dev), *std::move(stream)));
+  }
+  ~DeviceBufferOps() override { stream_.reset(); }
+
+  absl::StatusOr<void*> Allocate(size_t bytes) override { return dev_->Allocate(bytes); }
+  void Free(void* p) override { dev_->Free(p); }
+  absl::Status Upload(void* dst, const void* host, size_t bytes) override {
+    return CopyAndWait(dst, host, bytes);
   }
   absl::Status Download(void* host, const void* src, size_t bytes) override {
-    return CudaStatus(cudaMemcpy(host, src, bytes, cudaMemcpyDeviceToHost), "cudaMemcpy D2H");
+    return CopyAndWait(host, src, bytes);
   }
   absl::Status Copy(void* dst, const void* src, size_t bytes) override {
-    if (absl::Status s = CudaStatus(cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToDevice),
-                                    "cudaMemcpy D2D");
-        !s.ok()) {
-      return s;
-    }
-    return CudaStatus(cudaStreamSynchronize(cudaStreamLegacy), "cudaStreamSynchronize after D2D");
+    return CopyAndWait(dst, src, bytes);
   }
+
+ private:
+  DeviceBufferOps(std::unique_ptr<Device> dev, std::unique_ptr<DeviceStream> stream)
+      : dev_(std::move(dev)), stream_(std::move(stream)) {}
+  absl::Status CopyAndWait(void* dst, const void* src, size_t bytes) {
+    if (absl::Status s = dev_->CopyAsync(dst, src, bytes, *stream_); !s.ok()) return s;
+    return dev_->SynchronizeStream(*stream_);
+  }
+
+  std::unique_ptr<Device> dev_;
+  std::unique_ptr<DeviceStream> stream_;  // destroyed before dev_
 };
 #endif
 
@@ -221,7 +227,7 @@ class DeviceBufferOps final : public BufferOps {
 absl::StatusOr<std::unique_ptr<BufferOps>> MakeBufferOps(MemoryKind kind) {
   if (kind == MemoryKind::kHost) return std::unique_ptr<BufferOps>(new HostBufferOps());
 #if FUSEBOX_WITH_NCCL
-  return std::unique_ptr<BufferOps>(new DeviceBufferOps());
+  return DeviceBufferOps::Create();
 #else
   return absl::UnimplementedError("device buffers need a build with CUDA (FUSEBOX_WITH_NCCL)");
 #endif
