@@ -64,6 +64,8 @@ ABSL_FLAG(std::string, ucx_tls, "",
           "UCX transports for the ucx backend (as UCX_TLS; default: $UCX_TLS, else "
           "sysv,cma,self,tcp with the shared-memory allreduce)");
 ABSL_FLAG(std::string, ucx_chunk, "256K", "ucx backend: ring pipeline chunk size");
+ABSL_FLAG(std::string, ucx_shm_chunk, "128K",
+          "ucx backend: bytes each rank owns per round of the shared-memory allreduce");
 ABSL_FLAG(std::string, ucx_small, "4K",
           "ucx backend: messages up to this size use the one-shot latency algorithm");
 ABSL_FLAG(double, timeout_s, 0,
@@ -227,6 +229,9 @@ absl::StatusOr<comm::BackendOptions> BackendOptionsFromFlags() {
   if (!small.ok()) return small.status();
   b.ucx.chunk_bytes = *chunk;
   b.ucx.small_message_bytes = *small;
+  auto shm_chunk = ParseBytes(absl::GetFlag(FLAGS_ucx_shm_chunk));
+  if (!shm_chunk.ok()) return shm_chunk.status();
+  b.ucx.shm_chunk_bytes = *shm_chunk;
   const double spin_us = absl::GetFlag(FLAGS_ucx_spin_us);
   if (!(spin_us >= 0 && spin_us <= 1e6)) {
     return absl::InvalidArgumentError(
