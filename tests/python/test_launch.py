@@ -1,7 +1,8 @@
 """Launchers, end to end: an unmodified DDP training script (env:// rendezvous) under
-fusebox-run, a DDP script with the hook under mpirun, and fusebox's own tools under torchrun's
-environment, where torch's agent store already holds MASTER_PORT (reproduced by hand, as
-torch's elastic agent sets it: Debian's torchrun 1.13 itself fails on Python 3.11).
+fusebox-run; a DDP script with the hook under mpirun and under torchrun's environment; and
+fusebox's own tools under torchrun's environment, where torch's agent store already holds
+MASTER_PORT (reproduced by hand, as torch's elastic agent sets it: Debian's torchrun 1.13 itself
+fails on Python 3.11).
 """
 import os
 import shutil
@@ -93,15 +94,17 @@ def test_fusebox_tools_run_under_torchruns_agent_store():
         del agent
 
 
-# Under mpirun a DDP script takes its rank and world from OpenMPI's variables (torch does not
-# read them) and MASTER_ADDR/MASTER_PORT from `mpirun -x`. fusebox must not mistake the OpenMPI
+# A DDP script with the hook that trains twice, plain and hooked, and checks that the two agree
+# bit for bit. Under mpirun it takes its rank and world from OpenMPI's variables (torch does not
+# read them) and MASTER_ADDR/MASTER_PORT from `mpirun -x`; fusebox must not mistake the OpenMPI
 # environment for a launch of its own: communicator="ucx" bootstraps from torch's store.
-TRAIN_MPI = r'''
+TRAIN_HOOKED = r'''
 import os, sys, torch, torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
 import fusebox.torch
-os.environ.setdefault("RANK", os.environ["OMPI_COMM_WORLD_RANK"])
-os.environ.setdefault("WORLD_SIZE", os.environ["OMPI_COMM_WORLD_SIZE"])
+if "RANK" not in os.environ:  # under mpirun
+    os.environ["RANK"] = os.environ["OMPI_COMM_WORLD_RANK"]
+    os.environ["WORLD_SIZE"] = os.environ["OMPI_COMM_WORLD_SIZE"]
 dist.init_process_group("gloo")
 communicator = sys.argv[1]
 
@@ -135,6 +138,37 @@ sys.stdout.flush()
 
 
 @pytest.mark.parametrize("communicator", ["ddp", "ucx"])
+def test_a_ddp_script_with_the_hook_under_torchruns_agent_store(communicator):
+    """What torchrun's elastic agent gives each worker (its TCPStore on MASTER_PORT,
+    TORCHELASTIC_USE_AGENT_STORE=True): torch's env:// joins the agent's store, and the hook
+    (communicator="ucx" bootstraps from that store) trains bit for bit like plain DDP."""
+    import torch.distributed as dist
+    from datetime import timedelta
+    port = free_port()
+    agent = dist.TCPStore("127.0.0.1", port, 2, True, timedelta(seconds=60),
+                          wait_for_workers=False)
+    try:
+        procs = []
+        for r in range(2):
+            env = dict(os.environ, RANK=str(r), LOCAL_RANK=str(r), WORLD_SIZE="2",
+                       LOCAL_WORLD_SIZE="2", GROUP_RANK="0", MASTER_ADDR="127.0.0.1",
+                       MASTER_PORT=str(port), TORCHELASTIC_USE_AGENT_STORE="True",
+                       TORCHELASTIC_RUN_ID="fusebox-test", OMP_NUM_THREADS="1",
+                       PYTHONPATH=PYDIR + os.pathsep + os.environ.get("PYTHONPATH", ""))
+            for k in ("FUSEBOX_STORE_ADDR", "FUSEBOX_STORE_PORT", "FUSEBOX_AGENT_STORE"):
+                env.pop(k, None)
+            procs.append(subprocess.Popen([sys.executable, "-c", TRAIN_HOOKED, communicator],
+                                          env=env, stdout=subprocess.PIPE,
+                                          stderr=subprocess.STDOUT, text=True))
+        outs = [p.communicate(timeout=240)[0] for p in procs]
+        for r, (p, out) in enumerate(zip(procs, outs)):
+            assert p.returncode == 0, out[-3000:]
+            assert "TRAINED %s rank %d of 2" % (communicator, r) in out, out
+    finally:
+        del agent
+
+
+@pytest.mark.parametrize("communicator", ["ddp", "ucx"])
 def test_a_ddp_script_with_the_hook_under_mpirun(communicator):
     mpirun = shutil.which("mpirun")
     if mpirun is None:
@@ -148,7 +182,7 @@ def test_a_ddp_script_with_the_hook_under_mpirun(communicator):
         env.pop(k, None)
     p = subprocess.run([mpirun, "-np", "2", "--oversubscribe", "-x", "MASTER_ADDR", "-x",
                         "MASTER_PORT", "-x", "PYTHONPATH", "-x", "OMP_NUM_THREADS",
-                        sys.executable, "-c", TRAIN_MPI, communicator],
+                        sys.executable, "-c", TRAIN_HOOKED, communicator],
                        env=env, capture_output=True, text=True, timeout=300)
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
     for r in (0, 1):
