@@ -153,7 +153,8 @@ def test_a_ddp_script_with_the_hook_under_torchruns_agent_store(communicator):
             env = dict(os.environ, RANK=str(r), LOCAL_RANK=str(r), WORLD_SIZE="2",
                        LOCAL_WORLD_SIZE="2", GROUP_RANK="0", MASTER_ADDR="127.0.0.1",
                        MASTER_PORT=str(port), TORCHELASTIC_USE_AGENT_STORE="True",
-                       TORCHELASTIC_RUN_ID="fusebox-test", OMP_NUM_THREADS="1",
+                       TORCHELASTIC_RUN_ID="fusebox-test", TORCHELASTIC_RESTART_COUNT="0",
+                       TORCHELASTIC_MAX_RESTARTS="0", OMP_NUM_THREADS="1",
                        PYTHONPATH=PYDIR + os.pathsep + os.environ.get("PYTHONPATH", ""))
             for k in ("FUSEBOX_STORE_ADDR", "FUSEBOX_STORE_PORT", "FUSEBOX_AGENT_STORE"):
                 env.pop(k, None)
