@@ -64,10 +64,10 @@ def test_fusebox_run_starts_an_unmodified_ddp_script():
     assert line[line.index("MASTER_PORT") + 1] != line[line.index("store") + 1]
 
 
-def test_fusebox_tools_run_under_torchruns_agent_store():
-    """torchrun's agent hosts torch's TCPStore on MASTER_PORT and tells the workers so
-    (TORCHELASTIC_USE_AGENT_STORE=True); fusebox-perf must not try to host its own
-    store there."""
+def run_under_torchruns_agent_store(cmd, timeout, **extra_env):
+    """Runs `cmd` as 2 workers in the environment torchrun's elastic agent gives them (as
+    torch's _start_workers sets it), with the agent's TCPStore on MASTER_PORT; returns
+    [(returncode, output)] by rank."""
     import torch.distributed as dist
     from datetime import timedelta
     port = free_port()
@@ -79,19 +79,28 @@ def test_fusebox_tools_run_under_torchruns_agent_store():
             env = dict(os.environ, RANK=str(r), LOCAL_RANK=str(r), WORLD_SIZE="2",
                        LOCAL_WORLD_SIZE="2", GROUP_RANK="0", MASTER_ADDR="127.0.0.1",
                        MASTER_PORT=str(port), TORCHELASTIC_USE_AGENT_STORE="True",
-                       TORCHELASTIC_RUN_ID="fusebox-test")
+                       TORCHELASTIC_RUN_ID="fusebox-test", TORCHELASTIC_RESTART_COUNT="0",
+                       TORCHELASTIC_MAX_RESTARTS="0", **extra_env)
             for k in ("FUSEBOX_STORE_ADDR", "FUSEBOX_STORE_PORT", "FUSEBOX_AGENT_STORE"):
                 env.pop(k, None)
-            procs.append(subprocess.Popen([PERF, "allreduce", "-b", "8", "-e", "64K", "-f", "64",
-                                           "-n", "3", "-w", "1", "--launch", "0"],
-                                          env=env, stdout=subprocess.PIPE,
+            procs.append(subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE,
                                           stderr=subprocess.STDOUT, text=True))
-        outs = [p.communicate(timeout=180)[0] for p in procs]
-        for p, out in zip(procs, outs):
-            assert p.returncode == 0, out[-3000:]
-        assert "Out of bounds values : 0 OK" in outs[0], outs[0]
+        outs = [p.communicate(timeout=timeout)[0] for p in procs]
+        return [(p.returncode, out) for p, out in zip(procs, outs)]
     finally:
         del agent
+
+
+def test_fusebox_tools_run_under_torchruns_agent_store():
+    """torchrun's agent hosts torch's TCPStore on MASTER_PORT and tells the workers so
+    (TORCHELASTIC_USE_AGENT_STORE=True); fusebox-perf must not try to host its own
+    store there."""
+    results = run_under_torchruns_agent_store(
+        [PERF, "allreduce", "-b", "8", "-e", "64K", "-f", "64", "-n", "3", "-w", "1",
+         "--launch", "0"], timeout=180)
+    for rc, out in results:
+        assert rc == 0, out[-3000:]
+    assert "Out of bounds values : 0 OK" in results[0][1], results[0][1]
 
 
 # A DDP script with the hook that trains twice, plain and hooked, and checks that the two agree
@@ -139,34 +148,14 @@ sys.stdout.flush()
 
 @pytest.mark.parametrize("communicator", ["ddp", "ucx"])
 def test_a_ddp_script_with_the_hook_under_torchruns_agent_store(communicator):
-    """What torchrun's elastic agent gives each worker (its TCPStore on MASTER_PORT,
-    TORCHELASTIC_USE_AGENT_STORE=True): torch's env:// joins the agent's store, and the hook
-    (communicator="ucx" bootstraps from that store) trains bit for bit like plain DDP."""
-    import torch.distributed as dist
-    from datetime import timedelta
-    port = free_port()
-    agent = dist.TCPStore("127.0.0.1", port, 2, True, timedelta(seconds=60),
-                          wait_for_workers=False)
-    try:
-        procs = []
-        for r in range(2):
-            env = dict(os.environ, RANK=str(r), LOCAL_RANK=str(r), WORLD_SIZE="2",
-                       LOCAL_WORLD_SIZE="2", GROUP_RANK="0", MASTER_ADDR="127.0.0.1",
-                       MASTER_PORT=str(port), TORCHELASTIC_USE_AGENT_STORE="True",
-                       TORCHELASTIC_RUN_ID="fusebox-test", TORCHELASTIC_RESTART_COUNT="0",
-                       TORCHELASTIC_MAX_RESTARTS="0", OMP_NUM_THREADS="1",
-                       PYTHONPATH=PYDIR + os.pathsep + os.environ.get("PYTHONPATH", ""))
-            for k in ("FUSEBOX_STORE_ADDR", "FUSEBOX_STORE_PORT", "FUSEBOX_AGENT_STORE"):
-                env.pop(k, None)
-            procs.append(subprocess.Popen([sys.executable, "-c", TRAIN_HOOKED, communicator],
-                                          env=env, stdout=subprocess.PIPE,
-                                          stderr=subprocess.STDOUT, text=True))
-        outs = [p.communicate(timeout=240)[0] for p in procs]
-        for r, (p, out) in enumerate(zip(procs, outs)):
-            assert p.returncode == 0, out[-3000:]
-            assert "TRAINED %s rank %d of 2" % (communicator, r) in out, out
-    finally:
-        del agent
+    """torch's env:// joins the agent's store, and the hook (communicator="ucx" bootstraps
+    from that store) trains bit for bit like plain DDP."""
+    results = run_under_torchruns_agent_store(
+        [sys.executable, "-c", TRAIN_HOOKED, communicator], timeout=240, OMP_NUM_THREADS="1",
+        PYTHONPATH=PYDIR + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    for r, (rc, out) in enumerate(results):
+        assert rc == 0, out[-3000:]
+        assert "TRAINED %s rank %d of 2" % (communicator, r) in out, out
 
 
 @pytest.mark.parametrize("communicator", ["ddp", "ucx"])
