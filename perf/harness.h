@@ -116,7 +116,6 @@ class Buffer {
   size_t bytes_;
 };
 
-// Progress on stderr: "\r[fusebox-perf] 12/24 64 MB" when enabled.
 // Progress on stderr: one line rewritten in place on a terminal, or whole
 // lines (at most one a second, and the last) where output is piped through
 // a launcher that prefixes every line (PerfOptions::progress_lines).

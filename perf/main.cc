@@ -214,9 +214,8 @@ absl::StatusOr<PerfOptions> OptionsFromFlags(const comm::Logger& log) {
       o.ops.push_back(*r);
     }
   }
-  const int progress = absl::GetFlag(FLAGS_progress);
-  o.progress = progress == 1 || (progress == -1 && (tools::ProgressWanted() ||
-                                                     log.Enabled(comm::LogLevel::kInfo)));
+  o.progress =
+      tools::ShowProgress(absl::GetFlag(FLAGS_progress), log.Enabled(comm::LogLevel::kInfo));
   o.progress_lines = !isatty(STDERR_FILENO);
   return o;
 }
@@ -308,8 +307,7 @@ absl::StatusOr<autotune::Profile> ProfileFromFlag(const std::string& spec) {
 
 absl::StatusOr<OverlapOptions> OverlapOptionsFromFlags(const comm::Logger& log) {
   OverlapOptions o;
-  if (const int p = absl::GetFlag(FLAGS_progress);
-      p == 1 || (p == -1 && (tools::ProgressWanted() || log.Enabled(comm::LogLevel::kInfo)))) {
+  if (tools::ShowProgress(absl::GetFlag(FLAGS_progress), log.Enabled(comm::LogLevel::kInfo))) {
     o.progress = [](const std::string& line) {
       std::fprintf(stderr, "[fusebox-perf] overlap: %s\n", line.c_str());
       std::fflush(stderr);

@@ -108,9 +108,10 @@ std::vector<char*> ParseToolCommandLine(int argc, char** argv, const char* tool,
   return absl::ParseCommandLine(argc, argv);
 }
 
-bool ProgressWanted() {
+bool ShowProgress(int progress_flag, bool info_shown) {
+  if (progress_flag != -1) return progress_flag == 1;
   const char* env = std::getenv("FUSEBOX_PROGRESS");
-  return isatty(STDERR_FILENO) || (env != nullptr && std::strcmp(env, "1") == 0);
+  return info_shown || isatty(STDERR_FILENO) || (env != nullptr && std::strcmp(env, "1") == 0);
 }
 
 }  // namespace fusebox::tools

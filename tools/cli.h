@@ -43,10 +43,11 @@ void NormalizeFlagSpelling(int argc, char** argv);
 std::vector<char*> ParseToolCommandLine(int argc, char** argv, const char* tool,
                                         const char* usage, const char* help_files);
 
-// Whether a tool shows progress when its --progress flag is left at -1:
-// stderr is a terminal, or the ranks run under fusebox-run on one
-// (FUSEBOX_PROGRESS=1). Reads the environment: call it at the edge.
-bool ProgressWanted();
+// Whether a tool shows progress, from its --progress flag: 1 on, 0 off, -1
+// where someone watches (stderr is a terminal, or the ranks run under
+// fusebox-run on one: FUSEBOX_PROGRESS=1) or `info_shown` (the log level
+// shows info). Reads the environment: call it at the edge.
+bool ShowProgress(int progress_flag, bool info_shown);
 
 }  // namespace fusebox::tools
 

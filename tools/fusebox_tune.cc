@@ -139,8 +139,7 @@ int UsageError(const std::string& message) {
 // Prints "[fusebox-tune] <line>" on stderr where progress is wanted
 // (--progress), else nothing.
 std::function<void(const std::string&)> ProgressPrinter(const comm::Logger& log) {
-  const int p = absl::GetFlag(FLAGS_progress);
-  if (p == 1 || (p == -1 && (ProgressWanted() || log.Enabled(comm::LogLevel::kInfo)))) {
+  if (ShowProgress(absl::GetFlag(FLAGS_progress), log.Enabled(comm::LogLevel::kInfo))) {
     return [](const std::string& line) {
       std::fprintf(stderr, "[fusebox-tune] %s\n", line.c_str());
       std::fflush(stderr);

@@ -28,6 +28,7 @@ creates network namespaces):
 import argparse
 import csv
 import json
+import math
 import os
 import shlex
 import shutil
@@ -158,7 +159,7 @@ def main():
 def pct(xs, q):
     """The q-quantile of xs (nearest rank)."""
     s = sorted(xs)
-    return s[min(len(s) - 1, max(0, int(round(q * len(s) + 0.5)) - 1))]
+    return s[min(len(s) - 1, max(0, math.ceil(q * len(s)) - 1))]
 
 
 def read_validation(raw):
