@@ -4,7 +4,7 @@
 For each setting (a model on a link), every round starts 2 ranks
 (perf/ddp_hook_worker.py). First fusebox tunes, as a user would run it:
 DDP's defaults + fusebox.torch.register(model), an empty policy cache, step
-after step until its tuning is over. Then five DDP models train side by side
+after step until its tuning is over. Then six DDP models train side by side
 from the fusebox model's state at that point:
 
     ddp25      DDP's default buckets (bucket_cap_mb=25)
@@ -12,6 +12,8 @@ from the fusebox model's state at that point:
     ddp5       bucket_cap_mb=5       > the caps users set by hand
     ddp100     bucket_cap_mb=100    /
     fusebox    the tuned model, its hook in place
+    nocomm     DDP with torch's noop_hook: no allreduce at all, the step's
+               compute alone
 
 in blocks of one step of every cell, in a fresh random order per block, on
 the same batch; the first blocks are warm-up. Interleaving step by step puts
@@ -19,9 +21,14 @@ the machine's slow spells (minutes long on shared machines) on every cell
 alike, and each block is a paired comparison. Every step is timed from before
 zero_grad to the end of optimizer.step (three phases: forward, backward with
 DDP's wait for its buckets, optimizer), and the slowest rank's time counts.
-Since every cell starts from the same state on the same batches, their losses
-must agree (bit for bit on 2 ranks): a check that fusebox changes when and how
-gradients are reduced, not what.
+Since every cell starts from the same state on the same batches, the losses
+of the cells that reduce must agree (bit for bit on 2 ranks): a check that
+fusebox changes when and how gradients are reduced, not what.
+
+nocomm is the headroom: no plan of buckets can make a step faster than its
+compute, so ddp25 / nocomm is the largest speedup any bucketing could reach in
+that setting, and (ddp25 - fusebox) / (ddp25 - nocomm) is the share of DDP's
+exposed communication that fusebox removed (the same for the best cap).
 
 Across rounds it reports, per cell: the median of the per-round medians with a
 distribution-free confidence interval (order statistics; with 5 rounds that is
@@ -36,7 +43,10 @@ the interquartile ranges of their measured steps do not overlap).
 
 Models: "transformer", a small causal LM (8000-token vocabulary, d_model 128,
 2 encoder layers, 64 tokens per sample, 2.45M parameters, 9.8 MB of
-gradients, about 0.4 s per step at batch 4 on one thread here); "cnn",
+gradients, about 0.4 s per step at batch 4 on one thread here);
+"transformer7m", the same with d_model 256, 4 layers, feed-forward 1024
+(7.26M parameters, 29 MB: most of its gradient bytes are the layers', which
+DDP's default reduces only at the end of backward); "cnn",
 torchvision's ResNet-18 with 10 classes on 3x32x32 (11.2M parameters, 44.7 MB,
 about 0.14 s per step at batch 32; needs python3-torchvision). Communication is
 comparable to compute for the transformer near 300 Mbit and for the CNN near
@@ -82,9 +92,11 @@ WORKER = os.path.join(REPO, "perf", "ddp_hook_worker.py")
 PYTHON = "/usr/bin/python3"  # Debian's Python, which sees python3-torch
 TORCHVISION_INSTALL = "apt-get install python3-torchvision"
 
-CELLS = ("ddp25", "ddp1", "ddp5", "ddp100", "fusebox")
+CELLS = ("ddp25", "ddp1", "ddp5", "ddp100", "fusebox", "nocomm")
 CAPS = ("ddp1", "ddp5", "ddp25", "ddp100")
-MODELS = ("transformer", "cnn")
+REDUCING = CAPS + ("fusebox",)  # nocomm reduces nothing: its losses are its own
+MODELS = ("transformer", "transformer7m", "cnn")
+LMS = ("transformer", "transformer7m")
 NS = ("fbbenchA", "fbbenchB")
 DEV = ("fbvethA", "fbvethB")
 ADDR = ("10.231.77.1", "10.231.77.2")
@@ -124,9 +136,10 @@ def describe(values):
 def analyze(rounds):
     """The across-round figures of one setting from its rounds' worker results."""
     cells = {}
-    per_round = {c: [r["cells"][c]["median_ms"] for r in rounds] for c in CELLS}
+    cells_here = [c for c in CELLS if all(c in r["cells"] for r in rounds)]  # older runs: no nocomm
+    per_round = {c: [r["cells"][c]["median_ms"] for r in rounds] for c in cells_here}
     best_cap = [min(r["cells"][c]["median_ms"] for c in CAPS) for r in rounds]
-    for c in CELLS:
+    for c in cells_here:
         ms = per_round[c]
         cells[c] = {
             "per_round_ms": ms,
@@ -161,10 +174,27 @@ def analyze(rounds):
     }
     checks = {
         "all_final_losses_finite": all(r["cells"][c]["loss_finite"] for r in rounds
-                                       for c in CELLS),
+                                       for c in cells_here),
         "max_loss_diff_vs_ddp25": max(r["cells"][c]["loss_max_abs_diff_vs_ddp25"]
-                                      for r in rounds for c in CELLS),
+                                      for r in rounds for c in REDUCING),
     }
+    if all("nocomm" in r["cells"] for r in rounds):
+        # The headroom, per round: what no bucketing can beat, and how much of
+        # ddp25's exposed communication (its step minus nocomm's) a cell removed.
+        # Rounds where ddp25 exposed nothing (nocomm as slow) have no share to give.
+        def ms(r, c):
+            return r["cells"][c]["median_ms"]
+        exposing = [r for r in rounds if ms(r, "ddp25") > ms(r, "nocomm")]
+        fusebox["headroom_vs_ddp25"] = describe([ms(r, "ddp25") / ms(r, "nocomm")
+                                                 for r in rounds])
+        fusebox["rounds_with_exposed_communication"] = len(exposing)
+        if exposing:
+            fusebox["exposed_removed"] = describe(
+                [(ms(r, "ddp25") - ms(r, "fusebox")) / (ms(r, "ddp25") - ms(r, "nocomm"))
+                 for r in exposing])
+            fusebox["exposed_removed_by_best_cap"] = describe(
+                [(ms(r, "ddp25") - min(ms(r, c) for c in CAPS)) /
+                 (ms(r, "ddp25") - ms(r, "nocomm")) for r in exposing])
     return {"rounds": len(rounds), "cells": cells, "fusebox": fusebox, "checks": checks}
 
 
@@ -189,7 +219,7 @@ def format_setting(setting, result, args):
         "| cell | median ms | CI ms | x ddp25 | CI | x best cap | CI |",
         "|---|---|---|---|---|---|---|",
     ]
-    for c in CELLS:
+    for c in result["cells"]:
         r = result["cells"][c]
         lines.append("| %s | %.1f | %s | %.3f | %s | %.3f | %s |" % (
             c, r["ms"]["median"], ci(r["ms"], "%.1f"),
@@ -203,7 +233,7 @@ def format_setting(setting, result, args):
         "| cell | forward | backward | optimizer |",
         "|---|---|---|---|",
     ]
-    for c in CELLS:
+    for c in result["cells"]:
         ph = result["cells"][c]["phases_ms"]
         lines.append("| %s | %.1f | %.1f | %.1f |" % (c, ph["forward"], ph["backward"],
                                                     ph["optimizer"]))
@@ -221,13 +251,30 @@ def format_setting(setting, result, args):
             statistics.median(tuning), max(tuning), statistics.median(cost), max(cost),
             args.tune_steps, ", ".join(map(str, fb["rounds_not_tuned_within_budget"])) or "none"),
         "best cap per round: %s" % ", ".join(fb["best_cap_per_round"]),
+    ]
+    if "headroom_vs_ddp25" in fb:
+        def pct(d):
+            return "%.0f%% [%.0f%%, %.0f%%]" % (100 * d["median"], 100 * d["ci"][0],
+                                              100 * d["ci"][1])
+        lines.append(
+            "headroom (nocomm, no allreduce at all): ddp25 / nocomm %.3fx %s is the most any "
+            "bucketing could gain here" % (fb["headroom_vs_ddp25"]["median"],
+                                           ci(fb["headroom_vs_ddp25"], "%.3f")))
+        if "exposed_removed" in fb:
+            lines.append(
+                "share of ddp25's exposed communication (ddp25 - nocomm) removed, over the %d "
+                "rounds where ddp25 exposed any: fusebox %s, best cap %s" % (
+                    fb["rounds_with_exposed_communication"], pct(fb["exposed_removed"]),
+                    pct(fb["exposed_removed_by_best_cap"])))
+    lines += [
         "rounds where fusebox kept a plan slower than ddp25 beyond that round's noise: "
         "%d of %d%s (rule: %s)" % (
             len(fb["rounds_slower_than_ddp25_beyond_noise"]), n,
             (" (rounds %s)" % ", ".join(map(str, fb["rounds_slower_than_ddp25_beyond_noise"]))
              if fb["rounds_slower_than_ddp25_beyond_noise"] else ""), fb["noise_rule"]),
         "checks: final losses finite in every cell: %s; largest |loss - ddp25 loss| over the "
-        "measured blocks (every cell starts from the same state and sees the same batches): "
+        "measured blocks (every reducing cell starts from the same state and sees the same "
+        "batches): "
         "%g" % (
             "yes" if result["checks"]["all_final_losses_finite"] else "NO",
             result["checks"]["max_loss_diff_vs_ddp25"]),
@@ -301,7 +348,7 @@ class Rounds:
         args = self.args
         tag = "%s-%s-r%d" % (model, link, number)
         out = os.path.join(self.outdir, "rounds", tag + ".json")
-        batch = args.batch_transformer if model == "transformer" else args.batch_cnn
+        batch = args.batch_transformer if model in LMS else args.batch_cnn
         cache = tempfile.mkdtemp(prefix="fusebox-ddp-cache.")  # fresh: tuning from scratch
         partial = out + ".partial"
         env = dict(os.environ, WORLD_SIZE="2", OMP_NUM_THREADS="1",
@@ -408,7 +455,7 @@ def parse_args():
                     help="links, comma separated: loopback, or a tc rate such as 300mbit or "
                          "1gbit (namespaces, needs root) (default: %(default)s)")
     ap.add_argument("--rounds", type=int, default=5,
-                    help="rounds per setting, each with all five cells in a fresh order and "
+                    help="rounds per setting, each with all six cells in a fresh order and "
                          "fresh ranks (default: %(default)s)")
     ap.add_argument("--steps", type=int, default=10,
                     help="blocks per round, side by side: one step of every cell each, in a "
@@ -421,7 +468,8 @@ def parse_args():
                          "that does not finish tuning in time is reported (default: "
                          "%(default)s)")
     ap.add_argument("--batch-transformer", dest="batch_transformer", type=int, default=4,
-                    help="transformer samples per rank per step (default: %(default)s)")
+                    help="transformer and transformer7m samples per rank per step (default: "
+                         "%(default)s)")
     ap.add_argument("--batch-cnn", dest="batch_cnn", type=int, default=32,
                     help="cnn samples per rank per step (default: %(default)s)")
     ap.add_argument("--build", default=os.path.join(REPO, "build"),

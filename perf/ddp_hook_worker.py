@@ -1,4 +1,4 @@
-"""One rank of perf/bench_ddp_hook.py: one round, all five cells side by side.
+"""One rank of perf/bench_ddp_hook.py: one round, all six cells side by side.
 
 Started by the benchmark (inside a network namespace for a shaped link), with
 RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT and GLOO_SOCKET_IFNAME set. It joins
@@ -8,20 +8,23 @@ one gloo process group and runs two phases:
    fusebox.torch.register(model) with an empty policy cache trains step after
    step until the hook reports that tuning is over (phase 'tuned' or 'fixed'),
    at most --tune_steps steps. Its steps, decision and cost are recorded.
-2. Side by side: five DDP models live at once, every one starting from the
+2. Side by side: six DDP models live at once, every one starting from the
    fusebox model's weights and optimizer state at the end of phase 1:
 
        ddp25                 DistributedDataParallel(model), DDP's default 25 MiB buckets
        ddp1, ddp5, ddp100    DistributedDataParallel(model, bucket_cap_mb=1 / 5 / 100)
        fusebox               the tuned model of phase 1, its hook in place
+       nocomm                DDP with torch's noop_hook: no allreduce, the compute
+                             alone (the floor no bucketing can beat; its ranks'
+                             weights diverge, so its losses are not compared)
 
    --steps blocks, each running one step of every cell in a fresh random
    order (the same on every rank) on the same batch; the first
    --steps - --measure blocks are warm-up (DDP's own first iterations, when it
    rebuilds its buckets). Interleaving step by step puts the machine's slow
    spells (minutes long on these shared machines) on every cell alike, and
-   each block gives a paired comparison. Because every cell starts from the
-   same state and sees the same batches, their losses must agree: 2 ranks
+   each block gives a paired comparison. Because every reducing cell starts
+   from the same state and sees the same batches, their losses must agree: 2 ranks
    give bit-identical averages whatever the bucketing.
 
 A step is timed from before zero_grad (forward start) to the end of
@@ -34,7 +37,7 @@ of DDP's default every 25) may run in a measured step: that is its real cost.
 Rank 0 writes one JSON object to --out:
     {"meta": {...}, "cells": {cell: {"median_ms", "q1_ms", "q3_ms", "measured_ms",
      "paired_ratio_vs_ddp25", "phases_ms", "final_loss", "loss_finite",
-     "loss_max_abs_diff_vs_ddp25", ... and for fusebox: "tuning_finished",
+     "loss_max_abs_diff_vs_ddp25" (not for nocomm), ... and for fusebox: "tuning_finished",
      "steps_to_tuned", "tuning_steps_ms", "tuning_iterations", "tuning_cost_ms",
      "decision", "plan", "buckets", "cache_hit", "measured_plans"}}}
 """
@@ -52,31 +55,39 @@ import zlib
 import torch
 import torch.distributed as dist
 import torch.nn as nn
+from torch.distributed.algorithms.ddp_comm_hooks import debugging_hooks
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-CELLS = {"ddp25": None, "ddp1": 1, "ddp5": 5, "ddp100": 100, "fusebox": None}
-MODELS = ("transformer", "cnn")
+CELLS = {"ddp25": None, "ddp1": 1, "ddp5": 5, "ddp100": 100, "fusebox": None, "nocomm": None}
+# Cells whose gradients are reduced: every one of them must see the same losses.
+# "nocomm" is DDP with torch's noop_hook (no allreduce at all): the step's
+# compute alone, which no bucketing can beat (its ranks' weights diverge).
+REDUCING = ("ddp25", "ddp1", "ddp5", "ddp100", "fusebox")
+MODELS = ("transformer", "transformer7m", "cnn")
 TORCHVISION_HINT = ("the cnn model needs torchvision: apt-get install python3-torchvision "
                     "(Debian's package, for /usr/bin/python3)")
 
-# 2.45 M parameters (9.8 MB of fp32 gradients): about 0.4 s per step on one
-# thread of these machines at batch 4, so that a 300 Mbit link makes
-# communication comparable to compute.
-VOCAB, D_MODEL, HEADS, FF, LAYERS, SEQ = 8000, 128, 4, 512, 2, 64
+# (d_model, heads, feed-forward, layers) of the causal LMs. "transformer":
+# 2.45 M parameters (9.8 MB of fp32 gradients), about 0.4 s per step on one
+# thread of these machines at batch 4. "transformer7m": 7.26 M parameters
+# (29 MB), the first user report's model, where DDP's default leaves most of
+# the layers' gradients to the last bucket.
+LM_SHAPES = {"transformer": (128, 4, 512, 2), "transformer7m": (256, 4, 1024, 4)}
+VOCAB, SEQ = 8000, 64
 CLASSES, IMAGE = 10, 32
 
 
 class SmallLM(nn.Module):
-    """A small causal language model: embedding, 2 transformer encoder layers
+    """A small causal language model: embedding, transformer encoder layers
     under a causal mask, and a projection back onto the vocabulary."""
 
-    def __init__(self):
+    def __init__(self, d_model, heads, ff, layers):
         super().__init__()
-        self.embed = nn.Embedding(VOCAB, D_MODEL)
+        self.embed = nn.Embedding(VOCAB, d_model)
         self.layers = nn.ModuleList(
-            nn.TransformerEncoderLayer(d_model=D_MODEL, nhead=HEADS, dim_feedforward=FF,
-                                       dropout=0.0, batch_first=True) for _ in range(LAYERS))
-        self.head = nn.Linear(D_MODEL, VOCAB)
+            nn.TransformerEncoderLayer(d_model=d_model, nhead=heads, dim_feedforward=ff,
+                                       dropout=0.0, batch_first=True) for _ in range(layers))
+        self.head = nn.Linear(d_model, VOCAB)
         self.register_buffer(
             "mask", torch.triu(torch.full((SEQ, SEQ), float("-inf")), diagonal=1),
             persistent=False)
@@ -91,8 +102,8 @@ class SmallLM(nn.Module):
 def make_model(kind):
     """A fresh model of `kind`, with the same weights every time."""
     torch.manual_seed(0)
-    if kind == "transformer":
-        return SmallLM()
+    if kind in LM_SHAPES:
+        return SmallLM(*LM_SHAPES[kind])
     import torchvision  # checked in main()
     return torchvision.models.resnet18(num_classes=CLASSES)
 
@@ -100,7 +111,7 @@ def make_model(kind):
 def make_batch(kind, rank, step, size):
     """This rank's input and target for `step`: the same in every cell."""
     g = torch.Generator().manual_seed(1_000_003 * rank + step)
-    if kind == "transformer":
+    if kind in LM_SHAPES:
         tokens = torch.randint(0, VOCAB, (size, SEQ + 1), generator=g)
         return tokens[:, :-1], tokens[:, 1:]
     return (torch.randn(size, 3, IMAGE, IMAGE, generator=g),
@@ -108,7 +119,7 @@ def make_batch(kind, rank, step, size):
 
 
 def loss_of(kind, output, target):
-    if kind == "transformer":
+    if kind in LM_SHAPES:
         return nn.functional.cross_entropy(output.reshape(-1, VOCAB), target.reshape(-1))
     return nn.functional.cross_entropy(output, target)
 
@@ -183,6 +194,8 @@ def side_by_side(args, rank, fused, fused_opt):
         model = make_model(args.model)
         model.load_state_dict(state)
         ddp = DDP(model) if cap is None else DDP(model, bucket_cap_mb=cap)
+        if cell == "nocomm":
+            ddp.register_comm_hook(None, debugging_hooks.noop_hook)
         opt = make_optimizer(ddp)
         opt.load_state_dict(opt_state)
         models[cell] = (ddp, opt)
@@ -233,7 +246,8 @@ def parse_args(argv=None):
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", required=True, help="JSON file rank 0 writes")
     ap.add_argument("--model", choices=MODELS, required=True,
-                    help="transformer: small causal LM, batch x %d tokens; cnn: torchvision "
+                    help="transformer, transformer7m: causal LMs (2.45 M and 7.26 M parameters), batch x "
+                         "%d tokens; cnn: torchvision "
                          "ResNet-18 (10 classes), batch x 3 x %d x %d" % (SEQ, IMAGE, IMAGE))
     ap.add_argument("--order", default=",".join(CELLS),
                     help="the cells' order in the first block (a permutation of %s); it also "
@@ -280,7 +294,7 @@ def main():
         if cell != "ddp25":
             cells[cell] = summarize(cell, raw[cell], cells["ddp25"])
     cells["ddp25"]["paired_ratio_vs_ddp25"] = 1.0
-    for cell in CELLS:
+    for cell in REDUCING:
         cells[cell]["loss_max_abs_diff_vs_ddp25"] = loss_diff(raw[cell]["losses"],
                                                               raw["ddp25"]["losses"])
     plan = snap["plan"]
