@@ -28,8 +28,16 @@ constexpr absl::Duration kWaitSlice = absl::Milliseconds(20);
 struct Engine::Buffers {
   std::vector<char*> data;  // per bucket; nullptr for empty buckets
   int vote_slots = 0;       // per bucket, after its data
+  // Staging buffers for device gradients come from the device (AllocateHost).
+  comm::Device* device = nullptr;
   ~Buffers() {
-    for (char* p : data) std::free(p);
+    for (char* p : data) {
+      if (device != nullptr) {
+        device->FreeHost(p);
+      } else {
+        std::free(p);
+      }
+    }
   }
 };
 
@@ -54,18 +62,31 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(comm::Communicator& comm,
   if (options.timeout <= absl::ZeroDuration()) {
     return absl::InvalidArgumentError("engine: timeout must be positive");
   }
+  const comm::MemoryKind want =
+      options.device != nullptr ? comm::MemoryKind::kDevice : comm::MemoryKind::kHost;
   for (const TensorSpec& t : layout.tensors()) {
-    if (t.memory != comm::MemoryKind::kHost) {
-      return absl::UnimplementedError(absl::StrFormat(
-          "engine: tensor \"%s\" is in device memory; this engine handles host gradients only",
+    if (t.memory != want) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          want == comm::MemoryKind::kHost
+              ? "engine: tensor \"%s\" is in device memory; pass the device it lives on "
+                "(EngineOptions::device)"
+              : "engine: tensor \"%s\" is in host memory, but EngineOptions::device says the "
+                "gradients live on a device (one engine per memory kind)",
           t.name));
     }
   }
   if (comm.memory() != comm::MemoryKind::kHost) {
     return absl::UnimplementedError(absl::StrFormat(
-        "engine: the %s communicator works on device memory; this engine handles host "
-        "gradients only",
+        "engine: the %s communicator works on device memory; the engine reduces device "
+        "gradients over host communicators (staged) only, for now",
         comm.backend()));
+  }
+  if (options.device != nullptr &&
+      (options.external_buffers || options.on_tensor_reduced || options.on_bucket_reduced)) {
+    return absl::InvalidArgumentError(
+        "engine: device gradients are staged through the engine's own buffers and finish with "
+        "an event (finished_event); external buffers and the per-tensor/per-bucket callbacks "
+        "are for host gradients");
   }
   if (options.external_buffers && options.schedule != Schedule::kPlanOrder) {
     return absl::InvalidArgumentError(
@@ -73,6 +94,17 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(comm::Communicator& comm,
         "caller's buckets)");
   }
   std::unique_ptr<Engine> engine(new Engine(comm, std::move(layout), std::move(options)));
+  if (comm::Device* device = engine->options_.device; device != nullptr) {
+    for (auto* stream : {&engine->copy_in_, &engine->copy_out_}) {
+      absl::StatusOr<std::unique_ptr<comm::DeviceStream>> made = device->CreateStream();
+      if (!made.ok()) {
+        return absl::Status(made.status().code(),
+                            absl::StrCat("engine: creating a copy stream on ", device->name(),
+                                         ": ", made.status().message()));
+      }
+      *stream = *std::move(made);
+    }
+  }
   if (absl::Status s = engine->Install(std::move(plan)); !s.ok()) return s;
   if (absl::Status s = engine->VerifyAcrossRanks(); !s.ok()) return s;
   engine->worker_ = std::thread([e = engine.get()] { e->WorkerLoop(); });
@@ -80,6 +112,10 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(comm::Communicator& comm,
 }
 
 Engine::~Engine() {
+  // Copies still queued on the device streams run first: the copy-in
+  // stream's host functions take mu_, and the copies use the buffers.
+  if (copy_in_ != nullptr) (void)options_.device->SynchronizeStream(*copy_in_);
+  if (copy_out_ != nullptr) (void)options_.device->SynchronizeStream(*copy_out_);
   {
     std::unique_lock<std::mutex> lock(mu_);
     if (failed_.ok()) {
@@ -143,6 +179,15 @@ absl::Status Engine::Install(Plan plan) {
   // allocation, page faults or backend registration on each switch). From
   // here on a failure fails the engine.
   const uint64_t hash = PlanHash(plan);
+  if (copy_out_ != nullptr) {
+    // The last iteration's copies back may still read the buffers that go
+    // now. (The copy-out stream runs no host functions, so waiting here
+    // under mu_ cannot deadlock.)
+    if (absl::Status s = options_.device->SynchronizeStream(*copy_out_); !s.ok()) {
+      FailLocked(s);
+      return s;
+    }
+  }
   std::shared_ptr<Buffers> reuse;
   if (buffers_ != nullptr) {
     if (options_.retain_plans > 0) {
@@ -164,6 +209,7 @@ absl::Status Engine::Install(Plan plan) {
   if (reuse == nullptr) {
     buffers->vote_slots = vote_slots;
     buffers->data.assign(nb, nullptr);
+    buffers->device = options_.device;
   }
   std::vector<std::vector<Placement>> placements(layout_.size());
   std::vector<int> slices_per_bucket(nb, 0);
@@ -174,7 +220,12 @@ absl::Status Engine::Install(Plan plan) {
     if (bytes > 0 && !options_.external_buffers && reuse == nullptr) {
       const size_t rounded = (static_cast<size_t>(bytes) + kBufferAlignment - 1) /
                              kBufferAlignment * kBufferAlignment;
-      buffers->data[b] = static_cast<char*>(std::aligned_alloc(kBufferAlignment, rounded));
+      if (options_.device != nullptr) {
+        absl::StatusOr<void*> host = options_.device->AllocateHost(rounded);
+        buffers->data[b] = host.ok() ? static_cast<char*>(*host) : nullptr;
+      } else {
+        buffers->data[b] = static_cast<char*>(std::aligned_alloc(kBufferAlignment, rounded));
+      }
       if (buffers->data[b] == nullptr) {
         absl::Status s = absl::ResourceExhaustedError(
             absl::StrFormat("engine: cannot allocate %d bytes for bucket %d", bytes, b));
@@ -196,7 +247,8 @@ absl::Status Engine::Install(Plan plan) {
   std::vector<void*> storage(layout_.size(), nullptr);
   for (int id = 0; id < layout_.size(); ++id) {
     const auto& p = placements[id];
-    if (layout_.tensor(id).numel > 0 && p.size() == 1 && buffers->data[p[0].bucket] != nullptr) {
+    if (layout_.tensor(id).numel > 0 && p.size() == 1 && buffers->data[p[0].bucket] != nullptr &&
+        options_.device == nullptr) {  // staging buffers are no place for a device gradient
       storage[id] = buffers->data[p[0].bucket] +
                     p[0].buffer_offset * comm::DataTypeSize(layout_.tensor(id).dtype);
     }
@@ -389,12 +441,7 @@ absl::Status Engine::MarkBucketReady(int bucket, void* data, int64_t numel) {
   return absl::OkStatus();
 }
 
-absl::Status Engine::MarkReady(int id, void* grad, int64_t numel) {
-  if (options_.external_buffers) {
-    return absl::FailedPreconditionError(
-        "MarkReady: the caller owns the buckets (EngineOptions::external_buffers); use "
-        "MarkBucketReady");
-  }
+absl::Status Engine::CheckMark(int id, const void* grad, int64_t numel) const {
   if (id < 0 || id >= layout_.size()) {
     return absl::InvalidArgumentError(absl::StrFormat(
         "MarkReady: tensor id %d is not in the layout (ids 0..%d)", id, layout_.size() - 1));
@@ -410,6 +457,22 @@ absl::Status Engine::MarkReady(int id, void* grad, int64_t numel) {
     return absl::InvalidArgumentError(
         absl::StrFormat("MarkReady: tensor %d (\"%s\"): null gradient", id, t.name));
   }
+  return absl::OkStatus();
+}
+
+absl::Status Engine::MarkReady(int id, void* grad, int64_t numel) {
+  if (options_.external_buffers) {
+    return absl::FailedPreconditionError(
+        "MarkReady: the caller owns the buckets (EngineOptions::external_buffers); use "
+        "MarkBucketReady");
+  }
+  if (options_.device != nullptr) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "MarkReady: the gradients live on ", options_.device->name(),
+        " (EngineOptions::device); use MarkReadyOnDevice with the producer's event"));
+  }
+  if (absl::Status s = CheckMark(id, grad, numel); !s.ok()) return s;
+  const TensorSpec& t = layout_.tensor(id);
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (!failed_.ok()) return failed_;
@@ -451,21 +514,96 @@ absl::Status Engine::MarkReady(int id, void* grad, int64_t numel) {
       }
     }
     if (!view) current_.copy_in_us += t1 - t0;
-    for (const Placement& p : placements_[id]) {
-      if (--pending_slices_[p.bucket] == 0) {
-        state_[p.bucket] = BucketState::kReady;
-        ready_at_us_[p.bucket] = t1;
-      }
-    }
-    if (++marked_count_ == layout_.size()) {
-      current_.backward_end_us = t1;
-      if (timeline_) timeline_->Instant("backward end", Track::kCompute, t1, iteration_);
-    }
-    LaunchReadyLocked();
+    SlicesInLocked(id, t1);
   }
   // A tensor with no slices (zero elements, none assigned) is reduced now.
   if (placements_[id].empty() && options_.on_tensor_reduced) options_.on_tensor_reduced(id);
   return absl::OkStatus();
+}
+
+void Engine::SlicesInLocked(int id, double at_us) {
+  for (const Placement& p : placements_[id]) {
+    if (--pending_slices_[p.bucket] == 0) {
+      state_[p.bucket] = BucketState::kReady;
+      ready_at_us_[p.bucket] = at_us;
+    }
+  }
+  if (++marked_count_ == layout_.size()) {
+    current_.backward_end_us = at_us;
+    if (timeline_) timeline_->Instant("backward end", Track::kCompute, at_us, iteration_);
+  }
+  LaunchReadyLocked();
+}
+
+absl::Status Engine::MarkReadyOnDevice(int id, void* grad, int64_t numel,
+                                       const comm::DeviceEvent* ready) {
+  comm::Device* device = options_.device;
+  if (device == nullptr) {
+    return absl::FailedPreconditionError(
+        "MarkReadyOnDevice: the engine reduces host gradients (EngineOptions::device is not "
+        "set); use MarkReady");
+  }
+  if (absl::Status s = CheckMark(id, grad, numel); !s.ok()) return s;
+  const TensorSpec& t = layout_.tensor(id);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!failed_.ok()) return failed_;
+    if (marked_[id]) {
+      return absl::FailedPreconditionError(absl::StrFormat(
+          "MarkReady: tensor %d (\"%s\") was already marked ready in iteration %d", id, t.name,
+          iteration_));
+    }
+    marked_[id] = 1;
+    grads_[id] = grad;
+    const double now = NowUs();
+    if (!started_) {
+      started_ = true;
+      current_.start_us = now;
+    }
+    if (options_.record_ready_times) current_.ready_us[id] = now - current_.start_us;
+    if (timeline_) {
+      timeline_->Instant(t.name, Track::kGradients, now, iteration_, -1, id, layout_.bytes(id));
+    }
+    if (placements_[id].empty()) {  // nothing to copy (zero elements): in now, so that
+      SlicesInLocked(id, now);      // no host function can outlive the iteration
+      return absl::OkStatus();
+    }
+  }
+  // Behind the producer's event, the slices' device-to-host copies, then
+  // the host function that counts them in (and may launch their buckets).
+  // Buffers and placements stay fixed until the iteration ends: SetPlan
+  // refuses while any tensor is marked.
+  const size_t esize = comm::DataTypeSize(t.dtype);
+  absl::Status s;
+  {
+    std::lock_guard<std::mutex> enqueue(device_mu_);
+    if (ready != nullptr) s = device->WaitEvent(*copy_in_, *ready);
+    for (const Placement& p : placements_[id]) {
+      if (!s.ok()) break;
+      if (p.count == 0) continue;
+      s = device->CopyAsync(buffers_->data[p.bucket] + p.buffer_offset * esize,
+                            static_cast<const char*>(grad) + p.tensor_offset * esize,
+                            p.count * esize, *copy_in_);
+    }
+    if (s.ok()) {
+      s = device->LaunchHostFunc(*copy_in_, [this, id] {
+        std::lock_guard<std::mutex> lock(mu_);
+        SlicesInLocked(id, NowUs());
+      });
+    }
+  }
+  if (!s.ok()) {
+    std::lock_guard<std::mutex> lock(mu_);
+    FailLocked(absl::Status(s.code(), absl::StrFormat("copying tensor %d (\"%s\") in from %s: %s",
+                                                      id, t.name, device->name(), s.message())));
+    return failed_;
+  }
+  return absl::OkStatus();
+}
+
+std::shared_ptr<comm::DeviceEvent> Engine::finished_event() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return finished_;
 }
 
 int Engine::ChooseNextLocked() const {
@@ -600,8 +738,8 @@ void Engine::Launch(int b) {
   ++in_flight_;
 }
 
-void Engine::CopyBack(int b) {
-  if (options_.external_buffers) return;  // reduced in place in the caller's memory
+absl::Status Engine::CopyBack(int b) {
+  if (options_.external_buffers) return absl::OkStatus();  // reduced in the caller's memory
   const Bucket& bucket = plan_.buckets[b];
   const size_t esize = comm::DataTypeSize(bucket.dtype);
   char* buffer = buffers_->data[b];
@@ -610,10 +748,20 @@ void Engine::CopyBack(int b) {
     if (s.count > 0) {
       char* src = buffer + offset * esize;
       char* dst = static_cast<char*>(grads_[s.tensor]) + s.offset * esize;
-      if (dst != src && s.count > 0) std::memcpy(dst, src, s.count * esize);
+      if (options_.device != nullptr) {
+        // Enqueued only: finished_event() says when it is done.
+        if (absl::Status st = options_.device->CopyAsync(dst, src, s.count * esize, *copy_out_);
+            !st.ok()) {
+          return absl::Status(st.code(), absl::StrCat("copying back to ", options_.device->name(),
+                                                      ": ", st.message()));
+        }
+      } else if (dst != src) {
+        std::memcpy(dst, src, s.count * esize);
+      }
     }
     offset += s.count;
   }
+  return absl::OkStatus();
 }
 
 void Engine::WorkerLoop() {
@@ -657,8 +805,10 @@ void Engine::WorkerLoop() {
     std::vector<uint8_t> votes;
     if (status.ok()) {
       if (vote_slots_ > 0) votes = ReadVotes(next.bucket);
-      CopyBack(next.bucket);
+      status = CopyBack(next.bucket);
       back_us = NowUs() - complete_us;
+    }
+    if (status.ok()) {
       if (options_.on_tensor_reduced) {
         // Only this thread touches the counters while buckets are pending;
         // done_count_ (below, under mu_) orders this before the reset.
@@ -767,6 +917,23 @@ absl::Status Engine::Finish() {
   if (!done) {
     FailLocked(absl::DeadlineExceededError(DescribeMissingLocked()));
     return failed_;
+  }
+  if (options_.device != nullptr) {
+    // The consumer waits on this; so do the next iteration's copies in,
+    // which overwrite the staging buffers the copies back read.
+    absl::StatusOr<std::shared_ptr<comm::DeviceEvent>> event =
+        options_.device->RecordEvent(*copy_out_);
+    absl::Status s = event.status();
+    if (s.ok()) {
+      std::lock_guard<std::mutex> enqueue(device_mu_);
+      s = options_.device->WaitEvent(*copy_in_, **event);
+    }
+    if (!s.ok()) {
+      FailLocked(absl::Status(s.code(), absl::StrCat("ordering the copies back on ",
+                                                     options_.device->name(), ": ", s.message())));
+      return failed_;
+    }
+    finished_ = *std::move(event);
   }
   const double now = NowUs();
   if (!started_) current_.start_us = now;  // empty layout

@@ -48,6 +48,30 @@
 // plan's slice order (a DDP bucket that the plan maps 1:1), and hands it
 // over whole with MarkBucketReady. The collective runs in place on it, so
 // nothing is copied in or out; such plans must not split tensors.
+//
+// Note [Device gradients over a host communicator]
+// With EngineOptions::device, gradients live in that device's memory and
+// the communicator reduces host memory (UCX, MPI, a Gloo process group):
+// the engine stages each bucket through a host fusion buffer (the device's
+// AllocateHost: page-locked under CUDA), ordered by events on two streams
+// of its own (Note [Device seam] in comm/device.h):
+//
+//   producer stream --ready event--> copy-in stream: device-to-host copies
+//     of the gradient's slices, then a host function that counts them in;
+//   the bucket's last slice counted in --> the host allreduce is launched
+//     (from that host function: no CPU thread waits for the copies);
+//   completion --> copy-out stream: host-to-device copies back into the
+//     gradients;
+//   Finish() --> records finished_event() on the copy-out stream: the
+//     consumer's stream waits on it before it reads the gradients, and the
+//     next iteration's copies-in wait on it before they overwrite the
+//     host buffers.
+//
+// So bucket k+1's device-to-host copy runs while bucket k is reduced, and
+// neither MarkReadyOnDevice nor Finish waits for a device copy (Finish
+// waits for the host collectives, as on the host). No views: the fusion
+// buffers are host memory (TensorStorage is null). on_tensor_reduced and
+// external buffers are for host gradients only.
 #ifndef FUSEBOX_BUCKETING_ENGINE_H_
 #define FUSEBOX_BUCKETING_ENGINE_H_
 
@@ -70,6 +94,7 @@
 #include "bucketing/policy.h"
 #include "bucketing/timeline.h"
 #include "comm/communicator.h"
+#include "comm/device.h"
 #include "comm/work.h"
 
 namespace fusebox::bucketing {
@@ -122,6 +147,11 @@ struct EngineOptions {
   // future from here with no further thread hop. Every call has returned
   // before Finish() does. Must not block or call into the engine.
   std::function<void(int bucket, const absl::Status& status)> on_bucket_reduced;
+  // The device every gradient lives on (all of the layout's tensors are
+  // MemoryKind::kDevice), reduced over a host communicator by staging (Note
+  // [Device gradients over a host communicator]); null: host gradients.
+  // Must outlive the engine.
+  comm::Device* device = nullptr;
 };
 
 // One iteration, in microseconds on the engine's clock (NowUs()).
@@ -175,8 +205,9 @@ struct IterationStats {
 class Engine {
  public:
   // Validates the plan against the layout, allocates fusion buffers and
-  // (with verify_across_ranks) checks agreement with the other ranks. Host
-  // memory only for now: a layout with device tensors is Unimplemented. The
+  // (with verify_across_ranks) checks agreement with the other ranks. Device
+  // tensors need EngineOptions::device and a host communicator (staged); a
+  // communicator on device memory (NCCL) is Unimplemented for now. The
   // communicator must outlive the engine.
   static absl::StatusOr<std::unique_ptr<Engine>> Create(comm::Communicator& comm,
                                                         GradientLayout layout, Plan plan,
@@ -218,6 +249,21 @@ class Engine {
   // differs from the layout, a tensor already marked this iteration, a
   // failed engine.
   absl::Status MarkReady(int id, void* grad, int64_t numel);
+
+  // With options.device: gradient `id` (numel elements of device memory at
+  // `grad`) will be complete once `ready` is (an event recorded on the
+  // stream that computes it; null: it is complete now). Enqueues its copy
+  // to the host fusion buffer behind that event and returns without
+  // waiting; the result is copied back to `grad`, which must stay valid
+  // until finished_event() of this iteration is done. Any thread. Errors
+  // as MarkReady's, and the device's.
+  absl::Status MarkReadyOnDevice(int id, void* grad, int64_t numel,
+                                 const comm::DeviceEvent* ready);
+
+  // With options.device, after Finish(): done once every gradient holds its
+  // result in device memory; the consumer's stream waits on it (WaitEvent).
+  // Null before the first Finish and without a device.
+  std::shared_ptr<comm::DeviceEvent> finished_event() const;
 
   // With options.external_buffers: every tensor of `bucket` is ready, packed
   // in the plan's slice order at `data` (numel elements, the bucket's
@@ -272,7 +318,12 @@ class Engine {
   void WriteVotesLocked(int bucket);
   std::vector<uint8_t> ReadVotes(int bucket) const;
   void WorkerLoop();
-  void CopyBack(int bucket);
+  absl::Status CopyBack(int bucket);
+  // Shared by MarkReady and MarkReadyOnDevice: the id, size and pointer.
+  absl::Status CheckMark(int id, const void* grad, int64_t numel) const;
+  // Counts tensor `id`'s slices in (copied into their buckets at `at_us`)
+  // and launches what that completes; under mu_.
+  void SlicesInLocked(int id, double at_us);
   void FailLocked(absl::Status status);
   std::string DescribeMissingLocked() const;
 
@@ -283,6 +334,11 @@ class Engine {
   const int64_t epoch_ns_;  // epoch_ as comm::Work::SteadyNowNs() counts
   int64_t previous_completed_ns_ = 0;  // worker only: the last collective's completion
   std::unique_ptr<Timeline> timeline_;
+  // With options_.device (Note [Device gradients over a host communicator]).
+  std::unique_ptr<comm::DeviceStream> copy_in_;   // enqueued under device_mu_
+  std::unique_ptr<comm::DeviceStream> copy_out_;  // the worker's, and Finish's
+  std::mutex device_mu_;  // one tensor's copies-in enqueued together
+  std::shared_ptr<comm::DeviceEvent> finished_;  // guarded by mu_
 
   // Fixed per plan (changed only by SetPlan while idle).
   Plan plan_;

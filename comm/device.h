@@ -74,6 +74,11 @@ class Device {
   // Frees what Allocate returned (nullptr: nothing). The caller makes sure
   // no enqueued work still uses it (synchronise first).
   virtual void Free(void* ptr) = 0;
+  // Host memory that asynchronous copies to and from the device can use
+  // without an intermediate copy (CUDA: page-locked, cudaHostAlloc), for
+  // staging buffers. Aligned to at least 64 bytes. FreeHost has Free's rules.
+  virtual absl::StatusOr<void*> AllocateHost(size_t bytes) = 0;
+  virtual void FreeHost(void* ptr) = 0;
 
   virtual absl::StatusOr<std::unique_ptr<DeviceStream>> CreateStream() = 0;
 

@@ -1,4 +1,5 @@
 // The emulated device of comm/device.h: a worker thread per stream.
+#include <algorithm>
 #include <condition_variable>
 #include <cstdlib>
 #include <cstring>
@@ -105,6 +106,16 @@ class EmulatedDevice final : public Device {
     return p;
   }
   void Free(void* ptr) override { std::free(ptr); }
+  absl::StatusOr<void*> AllocateHost(size_t bytes) override {
+    const size_t rounded = (std::max<size_t>(bytes, 1) + 63) / 64 * 64;
+    void* p = std::aligned_alloc(64, rounded);
+    if (p == nullptr) {
+      return absl::ResourceExhaustedError(
+          absl::StrCat("emulated device: cannot allocate ", bytes, " bytes of host memory"));
+    }
+    return p;
+  }
+  void FreeHost(void* ptr) override { std::free(ptr); }
 
   absl::StatusOr<std::unique_ptr<DeviceStream>> CreateStream() override {
     std::lock_guard<std::mutex> lock(mu_);

@@ -71,6 +71,19 @@ class CudaDevice final : public Device {
     cudaSetDevice(ordinal_);
     cudaFree(ptr);
   }
+  absl::StatusOr<void*> AllocateHost(size_t bytes) override {
+    if (absl::Status s = Current(); !s.ok()) return s;
+    void* p = nullptr;  // page-locked, so that async copies need no bounce buffer
+    if (absl::Status s = Check(cudaHostAlloc(&p, bytes == 0 ? 1 : bytes, cudaHostAllocDefault),
+                               "cudaHostAlloc");
+        !s.ok()) {
+      return s;
+    }
+    return p;
+  }
+  void FreeHost(void* ptr) override {
+    if (ptr != nullptr) cudaFreeHost(ptr);
+  }
 
   absl::StatusOr<std::unique_ptr<DeviceStream>> CreateStream() override {
     if (absl::Status s = Current(); !s.ok()) return s;

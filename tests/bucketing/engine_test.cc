@@ -21,6 +21,7 @@
 #include "comm/ucx/communicator.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/bucketing/engine_testing.h"
 #include "tests/bucketing/test_layouts.h"
 
 namespace fusebox::bucketing {
@@ -28,65 +29,15 @@ namespace {
 
 using comm::DataType;
 using comm::testing::CountMismatches;
-using comm::testing::FillExpected;
 using comm::testing::FillInput;
-using comm::testing::LoadElement;
 using ::testing::HasSubstr;
+using testing::BaselinePlans;
+using testing::Expected;
 using testing::MakeLayout;
 using testing::RandomLayout;
+using testing::RunRanks;
+using testing::Seed;
 
-using RankFn = std::function<void(int rank, comm::Communicator& comm)>;
-
-void RunRanks(int world, const RankFn& fn, comm::UcxOptions options = {}) {
-  comm::MemoryStore store;
-  std::vector<std::thread> threads;
-  for (int r = 0; r < world; ++r) {
-    threads.emplace_back([&, r] {
-      auto c = comm::CreateUcxCommunicator(options, r, world, store);
-      ASSERT_TRUE(c.ok()) << c.status();
-      fn(r, **c);
-    });
-  }
-  for (auto& t : threads) t.join();
-}
-
-// The expected averaged gradient of tensor `id`: the exact sum over ranks
-// (exact_data.h) divided by the world size once, in the element type.
-std::vector<unsigned char> Expected(const TensorSpec& t, int world, uint64_t seed) {
-  const size_t esize = comm::DataTypeSize(t.dtype);
-  std::vector<unsigned char> sum(t.numel * esize + 1), out(t.numel * esize + 1);
-  FillExpected(sum.data(), t.numel, t.dtype, comm::ReduceOp::kSum, world, seed);
-  for (int64_t i = 0; i < t.numel; ++i) {
-    const double s = LoadElement(sum.data(), i, t.dtype);
-    switch (t.dtype) {
-      case DataType::kFloat32: {
-        float v = static_cast<float>(s) / static_cast<float>(world);
-        std::memcpy(out.data() + i * 4, &v, 4);
-        break;
-      }
-      case DataType::kFloat64: {
-        double v = s / world;
-        std::memcpy(out.data() + i * 8, &v, 8);
-        break;
-      }
-      case DataType::kFloat16: {
-        uint16_t v = comm::FloatToHalf(static_cast<float>(s) / static_cast<float>(world));
-        std::memcpy(out.data() + i * 2, &v, 2);
-        break;
-      }
-      case DataType::kBFloat16: {
-        uint16_t v = comm::FloatToBFloat16(static_cast<float>(s) / static_cast<float>(world));
-        std::memcpy(out.data() + i * 2, &v, 2);
-        break;
-      }
-      default:
-        ADD_FAILURE() << "unexpected dtype";
-    }
-  }
-  return out;
-}
-
-uint64_t Seed(int iteration, int tensor) { return iteration * 1000003ull + tensor * 7919ull; }
 
 // Runs `iterations` iterations on one rank: fills each gradient, marks them
 // ready in a rank- and iteration-specific random order from `threads`
@@ -134,17 +85,6 @@ void RunIterations(Engine& engine, int rank, int world, int first_iteration, int
   }
 }
 
-std::vector<Plan> BaselinePlans(const GradientLayout& layout) {
-  std::vector<double> ready;
-  for (int i = 0; i < layout.size(); ++i) ready.push_back(i * 20.0);
-  std::vector<Plan> plans = {PerTensorPlan(layout),
-                             DdpPlan(layout, DdpOptions{2048, 16384}),
-                             *HorovodPlan(layout, ready, HorovodOptions{32768, 100}),
-                             *SplitBytesPlan(layout, kHcclDefaultSplit),
-                             *FixedSizePlan(layout, 1000)};
-  if (layout.size() > 3) plans.push_back(*SplitIndicesPlan(layout, {1, layout.size() / 2}));
-  return plans;
-}
 
 // Marks every gradient ready with this rank's exact data (in place where
 // the engine offers a view), finishes, and checks every result.
