@@ -460,6 +460,23 @@ absl::Status Engine::CheckMark(int id, const void* grad, int64_t numel) const {
   return absl::OkStatus();
 }
 
+absl::Status Engine::MarkTensorLocked(int id, void* grad, double now) {
+  if (!failed_.ok()) return failed_;
+  if (marked_[id]) {
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "MarkReady: tensor %d (\"%s\") was already marked ready in iteration %d", id,
+        layout_.tensor(id).name, iteration_));
+  }
+  marked_[id] = 1;
+  grads_[id] = grad;
+  if (!started_) {
+    started_ = true;
+    current_.start_us = now;
+  }
+  if (options_.record_ready_times) current_.ready_us[id] = now - current_.start_us;
+  return absl::OkStatus();
+}
+
 absl::Status Engine::MarkReady(int id, void* grad, int64_t numel) {
   if (options_.external_buffers) {
     return absl::FailedPreconditionError(
@@ -475,20 +492,8 @@ absl::Status Engine::MarkReady(int id, void* grad, int64_t numel) {
   const TensorSpec& t = layout_.tensor(id);
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (!failed_.ok()) return failed_;
-    if (marked_[id]) {
-      return absl::FailedPreconditionError(absl::StrFormat(
-          "MarkReady: tensor %d (\"%s\") was already marked ready in iteration %d", id, t.name,
-          iteration_));
-    }
-    marked_[id] = 1;
-    grads_[id] = grad;
     const double now = NowUs();
-    if (!started_) {
-      started_ = true;
-      current_.start_us = now;
-    }
-    if (options_.record_ready_times) current_.ready_us[id] = now - current_.start_us;
+    if (absl::Status s = MarkTensorLocked(id, grad, now); !s.ok()) return s;
   }
   // Copy in outside the lock: threads marking different tensors copy in
   // parallel into disjoint parts of the buffers.
@@ -547,20 +552,8 @@ absl::Status Engine::MarkReadyOnDevice(int id, void* grad, int64_t numel,
   const TensorSpec& t = layout_.tensor(id);
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (!failed_.ok()) return failed_;
-    if (marked_[id]) {
-      return absl::FailedPreconditionError(absl::StrFormat(
-          "MarkReady: tensor %d (\"%s\") was already marked ready in iteration %d", id, t.name,
-          iteration_));
-    }
-    marked_[id] = 1;
-    grads_[id] = grad;
     const double now = NowUs();
-    if (!started_) {
-      started_ = true;
-      current_.start_us = now;
-    }
-    if (options_.record_ready_times) current_.ready_us[id] = now - current_.start_us;
+    if (absl::Status s = MarkTensorLocked(id, grad, now); !s.ok()) return s;
     if (timeline_) {
       timeline_->Instant(t.name, Track::kGradients, now, iteration_, -1, id, layout_.bytes(id));
     }

@@ -321,6 +321,9 @@ class Engine {
   absl::Status CopyBack(int bucket);
   // Shared by MarkReady and MarkReadyOnDevice: the id, size and pointer.
   absl::Status CheckMark(int id, const void* grad, int64_t numel) const;
+  // Records that tensor `id` (its gradient at `grad`) was marked at `now`;
+  // errors on a failed engine or a second mark. Under mu_.
+  absl::Status MarkTensorLocked(int id, void* grad, double now);
   // Counts tensor `id`'s slices in (copied into their buckets at `at_us`)
   // and launches what that completes; under mu_.
   void SlicesInLocked(int id, double at_us);
