@@ -363,14 +363,23 @@ absl::StatusOr<std::optional<Plan>> OnlineTuner::EndScreening() {
   for (size_t i = 2; i < plans_.size(); ++i) {
     if (measured_[i].measured_us < measured_[pick_].measured_us) pick_ = static_cast<int>(i);
   }
-  if (measured_[pick_].measured_us >= measured_[0].measured_us) {
+  // Screening only ranks (a few samples each); the verification decides.
+  // It is skipped only when even the best candidate's fastest screening
+  // sample was slower than the default's slowest: a median of two samples
+  // on a noisy machine once hid a plan 12% faster, and then tuning kept the
+  // default without ever comparing them properly.
+  if (measured_[pick_].ci_low_us > measured_[0].ci_high_us) {
     chosen_ = 0;
     chosen_plan_ = default_;
     phase_ = TunerPhase::kTuned;
-    decision_ = absl::StrFormat("no candidate was faster than DDP's default in screening (best: %s "
-                                "%.3f ms vs %.3f ms)",
+    decision_ = absl::StrFormat("every candidate was slower than DDP's default in screening, "
+                                "beyond the spread of both (best: %s %.3f ms [%.3f, %.3f] vs "
+                                "%.3f ms [%.3f, %.3f])",
                                 measured_[pick_].name, measured_[pick_].measured_us / 1e3,
-                                measured_[0].measured_us / 1e3);
+                                measured_[pick_].ci_low_us / 1e3,
+                                measured_[pick_].ci_high_us / 1e3,
+                                measured_[0].measured_us / 1e3, measured_[0].ci_low_us / 1e3,
+                                measured_[0].ci_high_us / 1e3);
     Log(absl::StrCat("fusebox tuner: keeping DDP's default: ", decision_, "; after ",
                      tuning_iterations_, " tuning iterations"));
     tuning_cost_us_ = 0;
