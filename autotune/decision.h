@@ -10,8 +10,11 @@
 //   measured iteration is the first after a plan switch, so each candidate
 //   pays the same warm-up. A block never starts with the plan that ended
 //   the previous one (that iteration would skip the switch).
-// * Screening picks the candidate with the lowest median over its blocks.
-//   Selection is biased (the luckiest of K looks best), so the decision is
+// * Screening picks the candidate with the lowest median over its blocks,
+//   and only ranks: a few samples per plan cannot show that none beats the
+//   default (two noisy steps once hid a plan 12% faster), so the pick is
+//   verified unless its fastest screening sample was slower than the
+//   default's slowest. Selection is biased (the luckiest of K looks best), so the decision is
 //   made on fresh data: verification alternates DDP's default and the pick
 //   (A B A B ..., random start) and forms the paired relative gains
 //   g_i = (t_default,i - t_pick,i) / t_default,i of adjacent iterations,

@@ -27,9 +27,11 @@
 // 3. Screening: an unmeasured warm-up block (every candidate but the
 //    default once), then `screening_blocks` randomised blocks over the
 //    candidates, one whole iteration per visit (Note [Decisions under
-//    noise] in decision.h). The lowest median is the pick.
-// 4. Verification: `verify_pairs` alternating pairs of the default and the
-//    pick; the pick replaces the default only when it is faster with the
+//    noise] in decision.h). The lowest median is the pick, even when it
+//    is not below the default's: screening only ranks.
+// 4. Verification (skipped only when even the pick's fastest screening
+//    iteration was slower than the default's slowest): `verify_pairs`
+//    alternating pairs of the default and the pick; the pick replaces the default only when it is faster with the
 //    rule's confidence and by more than its minimum effect. Otherwise the
 //    default stays, and the log says why. Rank 0 stores the entry.
 // 5. Checking: every `check_every` iterations one iteration of the default
