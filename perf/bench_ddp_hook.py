@@ -49,10 +49,10 @@ gradients, about 0.4 s per step at batch 4 on one thread here);
 DDP's default reduces only at the end of backward); "cnn",
 torchvision's ResNet-18 with 10 classes on 3x32x32 (11.2M parameters, 44.7 MB,
 about 0.14 s per step at batch 32; needs python3-torchvision). Communication is
-comparable to compute for the transformer near 300 Mbit and for the CNN near
+comparable to compute for the transformers near 300 Mbit and for the CNN near
 4 Gbit: run each model on its own links, e.g.
 
-    sudo /usr/bin/python3 perf/bench_ddp_hook.py --models transformer --links loopback,300mbit,1gbit
+    sudo /usr/bin/python3 perf/bench_ddp_hook.py --models transformer7m --links loopback,300mbit,1gbit
     sudo /usr/bin/python3 perf/bench_ddp_hook.py --models cnn --links loopback,1gbit,4gbit
 
 Links: "loopback" (both ranks in this network namespace over 127.0.0.1), or a
