@@ -66,13 +66,15 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(comm::Communicator& comm,
       options.device != nullptr ? comm::MemoryKind::kDevice : comm::MemoryKind::kHost;
   for (const TensorSpec& t : layout.tensors()) {
     if (t.memory != want) {
-      return absl::InvalidArgumentError(absl::StrFormat(
+      return absl::InvalidArgumentError(
           want == comm::MemoryKind::kHost
-              ? "engine: tensor \"%s\" is in device memory; pass the device it lives on "
-                "(EngineOptions::device)"
-              : "engine: tensor \"%s\" is in host memory, but EngineOptions::device says the "
-                "gradients live on a device (one engine per memory kind)",
-          t.name));
+              ? absl::StrFormat("engine: tensor \"%s\" is in device memory; pass the device it "
+                                "lives on (EngineOptions::device)",
+                                t.name)
+              : absl::StrFormat("engine: tensor \"%s\" is in host memory, but "
+                                "EngineOptions::device says the gradients live on a device (one "
+                                "engine per memory kind)",
+                                t.name));
     }
   }
   if (comm.memory() != comm::MemoryKind::kHost) {

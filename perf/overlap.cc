@@ -285,8 +285,11 @@ absl::StatusOr<double> CalibrateOverlapSlowdown(comm::Communicator& comm, Replay
   return f[0];
 }
 
-// The gap terms of the rank whose mean iteration was longest (the one the
-// table's times describe; the lowest such rank on a tie), on every rank.
+// The gap terms of the rank whose iteration was longest (the one the
+// table's time of that iteration describes: the slowest rank's; the lowest
+// such rank on a tie), on every rank. Called per iteration, so that the
+// terms summed over iterations describe the same steps as the table, also
+// when the slowest rank changes from one iteration to the next.
 absl::StatusOr<GapTerms> GapOfSlowestRank(comm::Communicator& comm, const GapTerms& mine) {
   std::vector<double> key = {mine.iteration_us};
   if (absl::Status s = MaxAcrossRanks(comm, key); !s.ok()) return s;
@@ -627,7 +630,9 @@ absl::StatusOr<OverlapReport> RunOverlap(comm::Communicator& comm,
           gi.profile_ready_us = profile_ready[pi];
           gi.isolated_us = isolated_us;
           gi.max_in_flight = options.max_in_flight;
-          gaps[pi] += ExplainGap(gi);
+          auto slowest = GapOfSlowestRank(comm, ExplainGap(gi));
+          if (!slowest.ok()) return slowest.status();
+          gaps[pi] += *slowest;
         }
       }
       if (timed_visit && e->timeline() != nullptr) {
@@ -692,11 +697,7 @@ absl::StatusOr<OverlapReport> RunOverlap(comm::Communicator& comm,
     }
     r.compute_us = profile.forward_us + profile.backward_us;
     r.bound_us = bound_us;
-    {
-      auto g = GapOfSlowestRank(comm, gaps[pi].Scaled(1.0 / std::max<size_t>(1, samples[pi].size())));
-      if (!g.ok()) return g.status();
-      r.gap = *g;
-    }
+    r.gap = gaps[pi].Scaled(1.0 / std::max<size_t>(1, samples[pi].size()));
     if (pred_cost.has_value()) {
       auto predicted = autotune::Simulate(profile, plan, *pred_cost, sim);
       if (predicted.ok()) {

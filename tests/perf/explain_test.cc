@@ -107,9 +107,10 @@ TEST(ExplainGapTest, HiddenCommunicationIsBackwardAgainstTheBound) {
 }
 
 // A real replay: two UCX ranks (threads of this process) replay ResNet-50's
-// backward through the engine. The gap report's iteration (the slowest
-// rank's mean, from the engine's records) must agree with the table's
-// measured iterations within 2%, and its terms sum to its gap.
+// backward through the engine. The gap report's iteration (each
+// iteration's slowest rank, from the engine's records, averaged) must agree
+// with the table's measured iterations within 2%, and its terms sum to its
+// gap.
 TEST(ExplainGapTest, OnARealReplayTheTermsAddUpToTheMeasuredGap) {
   auto profile = autotune::GenerateModelProfile("resnet50");
   ASSERT_TRUE(profile.ok());
