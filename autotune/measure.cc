@@ -57,6 +57,46 @@ absl::StatusOr<double> MeasureCopyGbps(comm::Communicator& comm, int64_t bytes) 
   return static_cast<double>(bytes) / std::max(worst[0], 1e-3) / 1e3;  // B/us -> GB/s
 }
 
+absl::StatusOr<double> MeasureStagingGbps(comm::Communicator& comm, comm::Device& device,
+                                          int64_t bytes) {
+  if (bytes < 1) return absl::InvalidArgumentError("measure: staging copy size must be positive");
+  const size_t n = static_cast<size_t>(bytes);
+  auto dev = device.Allocate(n);
+  if (!dev.ok()) return dev.status();
+  auto host = device.AllocateHost(n);
+  if (!host.ok()) {
+    device.Free(*dev);
+    return host.status();
+  }
+  auto measure = [&]() -> absl::StatusOr<double> {
+    auto stream = device.CreateStream();
+    if (!stream.ok()) return stream.status();
+    std::memset(*host, 1, n);
+    // Untimed: both buffers touched and the stream warm.
+    if (absl::Status s = device.CopyAsync(*dev, *host, n, **stream); !s.ok()) return s;
+    if (absl::Status s = device.SynchronizeStream(**stream); !s.ok()) return s;
+    std::vector<double> worst = {0};
+    for (int r = 0; r < 3; ++r) {
+      for (const bool to_host : {true, false}) {
+        if (absl::Status s = comm::BarrierSync(comm); !s.ok()) return s;
+        const auto t0 = Clock::now();
+        absl::Status s = to_host ? device.CopyAsync(*host, *dev, n, **stream)
+                                 : device.CopyAsync(*dev, *host, n, **stream);
+        if (s.ok()) s = device.SynchronizeStream(**stream);
+        if (!s.ok()) return s;
+        worst[0] = std::max(
+            worst[0], std::chrono::duration<double, std::micro>(Clock::now() - t0).count());
+      }
+    }
+    if (absl::Status s = MaxAcrossRanks(comm, worst); !s.ok()) return s;
+    return static_cast<double>(bytes) / std::max(worst[0], 1e-3) / 1e3;  // B/us -> GB/s
+  };
+  absl::StatusOr<double> gbps = measure();
+  device.FreeHost(*host);
+  device.Free(*dev);
+  return gbps;
+}
+
 absl::StatusOr<std::vector<AllReduceSample>> MeasureAllReduce(comm::Communicator& comm,
                                                               const std::vector<int64_t>& sizes,
                                                               int reps) {

@@ -12,6 +12,7 @@
 #include "absl/time/time.h"
 #include "autotune/cost_model.h"
 #include "comm/communicator.h"
+#include "comm/device.h"
 
 namespace fusebox::autotune {
 
@@ -32,6 +33,15 @@ absl::StatusOr<std::vector<AllReduceSample>> MeasureAllReduce(comm::Communicator
 // copies `bytes` three times after a barrier; the slowest copy of the
 // slowest rank counts.
 absl::StatusOr<double> MeasureCopyGbps(comm::Communicator& comm, int64_t bytes);
+
+// Collective: the staging bandwidth (GB/s) for device gradients over a
+// host communicator (SimOptions::staging_gbps): each rank copies `bytes`
+// device-to-host into pinned host memory and back on one stream of
+// `device`, three times after a barrier, every rank at once (ranks that
+// share a GPU share its copy engines); the slowest copy in either
+// direction of the slowest rank counts.
+absl::StatusOr<double> MeasureStagingGbps(comm::Communicator& comm, comm::Device& device,
+                                          int64_t bytes);
 
 // Element-wise maximum across ranks, in place (the slowest rank decides).
 absl::Status MaxAcrossRanks(comm::Communicator& comm, std::vector<double>& values);

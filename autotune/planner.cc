@@ -33,6 +33,11 @@ struct Atom {
 std::vector<Atom> MakeAtoms(const Profile& profile, const GradientLayout& layout,
                             const PlannerOptions& o) {
   std::vector<Atom> atoms;
+  // Staged device gradients (SimOptions::staging_gbps): a piece is ready for
+  // its bucket when its gradient's copy to the host ends, on one copy stream
+  // in ready order (autotune/simulator.h), which no bucket boundary changes.
+  const double staging_bytes_per_us = o.sim.staging_gbps * 1e3;
+  double stream_free = 0;
   for (int id = 0; id < layout.size(); ++id) {
     const bucketing::TensorSpec& t = layout.tensor(id);
     const int64_t bytes = layout.bytes(id);
@@ -42,10 +47,15 @@ std::vector<Atom> MakeAtoms(const Profile& profile, const GradientLayout& layout
       pieces = std::min<int64_t>({o.max_pieces, bytes / o.split_min_bytes, t.numel});
     }
     const int64_t base = t.numel / pieces;
+    double ready = profile.tensors[id].ready_us;
+    if (staging_bytes_per_us > 0) {
+      stream_free = std::max(stream_free, ready) + static_cast<double>(bytes) / staging_bytes_per_us;
+      ready = stream_free;
+    }
     int64_t offset = 0;
     for (int64_t p = 0; p < pieces; ++p) {
       const int64_t count = p + 1 == pieces ? t.numel - offset : base;
-      atoms.push_back({id, offset, count, count * esize, profile.tensors[id].ready_us, t.dtype});
+      atoms.push_back({id, offset, count, count * esize, ready, t.dtype});
       offset += count;
     }
   }

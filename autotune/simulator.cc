@@ -16,6 +16,11 @@ double CopyUs(int64_t bytes, bool copied, const SimOptions& o) {
   return static_cast<double>(bytes) / (o.copy_gbps * 1e3);  // GB/s = 1e3 B/us
 }
 
+// A staging copy (device <-> pinned host) of `bytes`.
+double StagingUs(int64_t bytes, const SimOptions& o) {
+  return static_cast<double>(bytes) / (o.staging_gbps * 1e3);
+}
+
 // The end of `work` microseconds of isolated transfer started at `start`,
 // at 1/slowdown speed before `backward_end` and full speed after.
 double Stretched(double start, double work, double backward_end, double slowdown) {
@@ -47,6 +52,11 @@ absl::Status ValidateSimOptions(const SimOptions& o) {
     return absl::InvalidArgumentError(
         "simulator: copy bandwidth and launch overhead must be finite and non-negative");
   }
+  if (!std::isfinite(o.staging_gbps) || o.staging_gbps < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "simulator: staging bandwidth ", o.staging_gbps,
+        " GB/s must be finite and non-negative (0: host gradients)"));
+  }
   if (!(o.overlap_slowdown >= 1) || o.overlap_slowdown > 1e3) {
     return absl::InvalidArgumentError(absl::StrCat(
         "simulator: overlap slowdown ", o.overlap_slowdown, " is not in [1, 1000]"));
@@ -72,11 +82,12 @@ absl::StatusOr<SimResult> Simulate(const Profile& profile, const bucketing::Plan
   for (const bucketing::Bucket& b : plan.buckets) {
     for (const bucketing::Slice& s : b.slices) ++slices[s.tensor];
   }
+  const bool staged = o.staging_gbps > 0;
   std::vector<double> marked(n);
   double clock = 0;
   for (int i = 0; i < n; ++i) {
     const double start = std::max(profile.tensors[i].ready_us, clock);
-    clock = start + CopyUs(layout->bytes(i), !o.views || slices[i] > 1, o);
+    clock = staged ? start : start + CopyUs(layout->bytes(i), !o.views || slices[i] > 1, o);
     marked[i] = clock;
   }
   // Bytes each bucket copies back (its slices of copied tensors).
@@ -85,16 +96,45 @@ absl::StatusOr<SimResult> Simulate(const Profile& profile, const bucketing::Plan
   r.forward_us = profile.forward_us;
   r.backward_end_us = std::max(profile.backward_us, clock);
 
+  // Staging: the device-to-host copies on one stream, tensor by tensor in
+  // ready order; a tensor's slices count as in when all of its copies are
+  // done (the engine's host function after them).
+  std::vector<double> slice_in;  // per (bucket, slice), flattened in plan order
+  std::vector<size_t> first_slice(nb + 1, 0);
+  for (int b = 0; b < nb; ++b) first_slice[b + 1] = first_slice[b] + plan.buckets[b].slices.size();
+  if (staged) {
+    std::vector<std::vector<std::pair<int, size_t>>> of_tensor(n);  // (bucket, flat slice)
+    for (int b = 0; b < nb; ++b) {
+      for (size_t j = 0; j < plan.buckets[b].slices.size(); ++j) {
+        of_tensor[plan.buckets[b].slices[j].tensor].push_back({b, first_slice[b] + j});
+      }
+    }
+    slice_in.assign(first_slice[nb], 0);
+    double stream_free = 0;
+    for (int i = 0; i < n; ++i) {
+      stream_free = std::max(stream_free, marked[i]);
+      for (const auto& [b, flat] : of_tensor[i]) {
+        const bucketing::Slice& s = plan.buckets[b].slices[flat - first_slice[b]];
+        stream_free +=
+            StagingUs(s.count * static_cast<int64_t>(comm::DataTypeSize(plan.buckets[b].dtype)), o);
+      }
+      for (const auto& [b, flat] : of_tensor[i]) slice_in[flat] = stream_free;
+    }
+  }
+
   std::vector<double> complete(nb, 0);
   std::vector<int64_t> bytes(nb, 0);
   std::vector<int> priority(nb, -1);  // latest-ready tensor (engine.cc)
   for (int b = 0; b < nb; ++b) {
     const bucketing::Bucket& bucket = plan.buckets[b];
     const size_t esize = comm::DataTypeSize(bucket.dtype);
-    for (const bucketing::Slice& s : bucket.slices) {
-      complete[b] = std::max(complete[b], marked[s.tensor]);
+    for (size_t j = 0; j < bucket.slices.size(); ++j) {
+      const bucketing::Slice& s = bucket.slices[j];
+      complete[b] = std::max(complete[b], staged ? slice_in[first_slice[b] + j] : marked[s.tensor]);
       bytes[b] += s.count * static_cast<int64_t>(esize);
-      if (!o.views || slices[s.tensor] > 1) copy_back[b] += s.count * static_cast<int64_t>(esize);
+      if (staged || !o.views || slices[s.tensor] > 1) {
+        copy_back[b] += s.count * static_cast<int64_t>(esize);
+      }
       priority[b] = std::max(priority[b], s.tensor);
     }
   }
@@ -114,8 +154,10 @@ absl::StatusOr<SimResult> Simulate(const Profile& profile, const bucketing::Plan
       }
       if (best >= 0) b = best;
     }
-    // The window: launch k - w must have been copied back.
-    const double slot = k >= w ? r.launches[k - w].copied_back_us : 0;
+    // The window: launch k - w must have been copied back (with staging:
+    // its copy back enqueued, when its collective is done).
+    const double slot =
+        k >= w ? (staged ? r.launches[k - w].done_us : r.launches[k - w].copied_back_us) : 0;
     SimLaunch l;
     l.bucket = b;
     l.bytes = bytes[b];
@@ -124,7 +166,8 @@ absl::StatusOr<SimResult> Simulate(const Profile& profile, const bucketing::Plan
     l.start_us = std::max(l.launch_us, channel_free);
     const double t = cost.AllReduceUs(bytes[b], o.world_size, rpn) + o.launch_overhead_us;
     l.done_us = Stretched(l.start_us, t, r.backward_end_us, o.overlap_slowdown);
-    l.copied_back_us = std::max(l.done_us, worker_free) + CopyUs(copy_back[b], true, o);
+    l.copied_back_us = std::max(l.done_us, worker_free) +
+                       (staged ? StagingUs(copy_back[b], o) : CopyUs(copy_back[b], true, o));
     channel_free = l.done_us;
     worker_free = l.copied_back_us;
     last_launch = l.launch_us;
@@ -150,8 +193,16 @@ double LowerBoundUs(const Profile& p, const CostModel& cost, const SimOptions& o
   // last gradient is ready and at least one carries the first.
   const double t_last = t.PartitionLowerBound(p.tensors.back().bytes()) + o.launch_overhead_us;
   const double t_all = t.PartitionLowerBound(p.total_bytes()) + o.launch_overhead_us;
-  return p.forward_us + std::max({p.backward_us, p.tensors.back().ready_us + t_last,
-                                  p.tensors.front().ready_us + t_all});
+  double bound = std::max({p.backward_us, p.tensors.back().ready_us + t_last,
+                           p.tensors.front().ready_us + t_all});
+  if (o.staging_gbps > 0) {
+    bound = std::max({bound,
+                      p.tensors.back().ready_us + StagingUs(p.tensors.back().bytes(), o) +
+                          o.launch_overhead_us,
+                      p.tensors.front().ready_us + StagingUs(p.total_bytes(), o) +
+                          o.launch_overhead_us});
+  }
+  return p.forward_us + bound;
 }
 
 }  // namespace fusebox::autotune

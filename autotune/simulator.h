@@ -18,6 +18,15 @@
 // * A worker copies results back in launch order (nothing without views).
 // * The iteration ends at the later of backward's end and the last
 //   copy-back; forward precedes backward and overlaps nothing.
+// * Device gradients over a host communicator (staging_gbps > 0; Note
+//   [Device gradients over a host communicator] in bucketing/engine.h):
+//   MarkReadyOnDevice only enqueues, so marking never delays backward.
+//   Each gradient is copied device-to-host on one copy stream, in ready
+//   order, from its ready time, and its slices count as in when the whole
+//   gradient is; a bucket is complete when its last slice is in. After its collective, the whole bucket is copied host-to-device on
+//   a second stream, in launch order; the window's slot is free as soon as
+//   that copy is enqueued (the collective's end). No views: every byte is
+//   staged both ways.
 //
 // Pure: no clock, no I/O.
 #ifndef FUSEBOX_AUTOTUNE_SIMULATOR_H_
@@ -53,6 +62,10 @@ struct SimOptions {
   // speed after. Measured by a calibration replay (perf/overlap.h); 1: the
   // isolated cost model as is.
   double overlap_slowdown = 1;
+  // Device gradients staged through pinned host buffers at this bandwidth
+  // (GB/s, each direction; autotune::MeasureStagingGbps); 0: the gradients
+  // are in host memory (views and copy_gbps apply).
+  double staging_gbps = 0;
 };
 
 struct SimLaunch {
@@ -82,7 +95,11 @@ absl::StatusOr<SimResult> Simulate(const Profile& profile, const bucketing::Plan
 
 // docs/model.md's lower bound on one iteration under `cost`:
 // forward + max(T_b, T_last + t(s_last), T_first + t(G)), with t of a set of
-// bytes the least any split of them can cost (CostCurve::PartitionLowerBound).
+// bytes the least any split of them can cost (CostCurve::PartitionLowerBound)
+// plus the launch overhead. With staging (c(m): m bytes at staging_gbps),
+// also T_last + c(s_last) and T_first + c(G), each plus the launch
+// overhead: one copy stream takes every byte in, none before it is ready,
+// and the bucket holding the last byte in still has to be reduced.
 // No plan Simulate accepts is faster.
 double LowerBoundUs(const Profile& profile, const CostModel& cost, const SimOptions& options);
 

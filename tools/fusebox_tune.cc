@@ -8,6 +8,7 @@
 //   fusebox-tune --profile resnet50 --preset 25gbe --world 64
 //   fusebox-tune sweep --presets nvlink-h100,ib-400g,25gbe --worlds 8,64,512,4096
 //   fusebox-tune fit --from ar2.json,ar4.json --ranks_per_node 4 --out local.json
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <ctime>
@@ -64,6 +65,10 @@ ABSL_FLAG(bool, views, true,
 ABSL_FLAG(double, copy_gbps, 1000,
           "copy bandwidth (GB/s) for gradients copied into buckets: all with --views=false, split "
           "ones always (default: a conservative device-memory copy)");
+ABSL_FLAG(double, staging_gbps, 0,
+          "gradients on a GPU reduced over a host communicator (UCX, MPI, Gloo): each bucket is "
+          "staged device-to-host and back through pinned memory at this bandwidth (GB/s per "
+          "direction, as measured on the GPUs at hand); 0: the gradients are in host memory");
 ABSL_FLAG(int, max_pieces, 8, "a large gradient may be split into up to this many pieces (1: never)");
 ABSL_FLAG(int64_t, split_min_bytes, int64_t{4} << 20, "gradients smaller than twice this are never split");
 ABSL_FLAG(int64_t, max_bucket_bytes, 0, "largest bucket (0: no limit)");
@@ -201,6 +206,11 @@ absl::StatusOr<PlannerOptions> PlannerOptionsFromFlags(int world) {
   o.sim.max_in_flight = absl::GetFlag(FLAGS_max_in_flight);
   o.sim.views = absl::GetFlag(FLAGS_views);
   o.sim.copy_gbps = absl::GetFlag(FLAGS_copy_gbps);
+  o.sim.staging_gbps = absl::GetFlag(FLAGS_staging_gbps);
+  if (!std::isfinite(o.sim.staging_gbps) || o.sim.staging_gbps < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--staging_gbps is ", o.sim.staging_gbps, "; it must be 0 (host gradients) or positive"));
+  }
   o.max_pieces = absl::GetFlag(FLAGS_max_pieces);
   o.split_min_bytes = absl::GetFlag(FLAGS_split_min_bytes);
   o.max_bucket_bytes = absl::GetFlag(FLAGS_max_bucket_bytes);
@@ -231,10 +241,14 @@ int Offline(const comm::Logger& log) {
               profile->model.c_str(), profile->tensors.size(), profile->total_bytes() / 1048576.0,
               world, std::min(rpn, world), (world + rpn - 1) / rpn);
   std::printf("# cost model %s\n#   (%s)\n", cost->Describe().c_str(), cost->source.c_str());
+  const std::string gradients =
+      options->sim.staging_gbps > 0
+          ? absl::StrFormat("device gradients staged through host memory at %g GB/s",
+                            options->sim.staging_gbps)
+          : (options->sim.views ? "gradients in place (views)" : "gradients copied in and back");
   std::printf("# forward %.2f ms, backward %.2f ms; t(all gradients) = %.2f ms; %s, window %d\n",
               Ms(profile->forward_us), Ms(profile->backward_us),
-              Ms(cost->AllReduceUs(profile->total_bytes(), world, rpn)),
-              options->sim.views ? "gradients in place (views)" : "gradients copied in and back",
+              Ms(cost->AllReduceUs(profile->total_bytes(), world, rpn)), gradients.c_str(),
               options->sim.max_in_flight);
   std::printf("#\n# %-18s %7s %10s %11s %10s %9s\n", "plan", "buckets", "iter(ms)", "exposed(ms)",
               "iter/bound", "vs tuned");

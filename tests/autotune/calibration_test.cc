@@ -14,6 +14,7 @@
 
 #include "autotune/cost_model.h"
 #include "autotune/measure.h"
+#include "comm/device.h"
 #include "comm/memory_store.h"
 #include "comm/ucx/communicator.h"
 #include "gtest/gtest.h"
@@ -134,6 +135,39 @@ TEST(CalibrationTest, RecoversASetLaunchDelayAndBandwidthWithinTenPercent) {
     const double slope = (m.AllReduceUs(int64_t{4} << 20, kWorld) - m.AllReduceUs(4096, kWorld)) /
                          static_cast<double>((int64_t{4} << 20) - 4096);
     EXPECT_NEAR(1 / slope, kBytesPerUs, 0.10 * kBytesPerUs) << m.Describe();
+  }
+}
+
+// The staging calibration waits for each copy to finish: on an emulated
+// device whose every operation first sleeps 40 ms, 1 MiB cannot appear to
+// move faster than 1 MiB / 40 ms, and both ranks report the slowest rank's
+// figure.
+TEST(CalibrationTest, StagingBandwidthWaitsForTheCopies) {
+  constexpr int kWorld = 2;
+  constexpr int64_t kBytes = int64_t{1} << 20;
+  const absl::Duration delay = absl::Milliseconds(40);
+  comm::MemoryStore store;
+  std::vector<absl::StatusOr<double>> gbps(kWorld, absl::UnknownError("not run"));
+  std::vector<std::thread> ranks;
+  for (int r = 0; r < kWorld; ++r) {
+    ranks.emplace_back([&, r] {
+      auto comm = comm::CreateUcxCommunicator({}, r, kWorld, store);
+      ASSERT_TRUE(comm.ok()) << comm.status();
+      comm::EmulatedDeviceOptions o;
+      o.op_delay = delay;
+      auto device = comm::CreateEmulatedDevice(o);
+      EXPECT_EQ(MeasureStagingGbps(**comm, *device, 0).status().code(),
+                absl::StatusCode::kInvalidArgument);
+      gbps[r] = MeasureStagingGbps(**comm, *device, kBytes);
+    });
+  }
+  for (auto& t : ranks) t.join();
+  const double most = kBytes / absl::ToDoubleMicroseconds(delay) / 1e3;  // GB/s
+  for (int r = 0; r < kWorld; ++r) {
+    ASSERT_TRUE(gbps[r].ok()) << gbps[r].status();
+    EXPECT_GT(*gbps[r], 0);
+    EXPECT_LE(*gbps[r], most);
+    EXPECT_EQ(*gbps[r], *gbps[0]);
   }
 }
 

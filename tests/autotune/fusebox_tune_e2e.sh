@@ -83,6 +83,24 @@ J
     run 0 "$tool" --profile resnet50 --cost_model "$work/model.json" --world 4
     expect stdout "# cost model fitted"
     ;;
+  staged_device_gradients)
+    # Staging every bucket through host memory at 0.5 GB/s costs time: the
+    # tuned plan and the bound are both later than with host gradients,
+    # and no plan beats the bound.
+    run 0 "$tool" --profile resnet50 --preset 25gbe --world 8
+    # Rows: name (may be "tuned (= ddp)"), buckets, iter, exposed, iter/bound, vs tuned.
+    host_tuned=$(awk '$1 == "tuned" { print $(NF-3) }' "$work/stdout")
+    host_bound=$(awk '$1 == "lower" { print $3 }' "$work/stdout")
+    run 0 "$tool" --profile resnet50 --preset 25gbe --world 8 --staging_gbps 0.5
+    expect stdout "device gradients staged through host memory at 0.5 GB/s"
+    awk -v t="$host_tuned" -v b="$host_bound" '
+      $1 == "tuned" { tuned = $(NF-3) } $1 == "lower" { bound = $3 }
+      /^  (tuned|per-tensor|ddp|horovod|hccl|mg-wfbp) / { if ($(NF-2) + 0 < 1.0) bad = 1 }
+      END { exit !(tuned > t && bound > b && !bad) }' "$work/stdout" ||
+      fail "staging did not lengthen the tuned plan ($host_tuned ms) and the bound ($host_bound ms), or a plan beat the bound"
+    run 1 "$tool" --profile resnet50 --staging_gbps -1
+    expect stderr "--staging_gbps is -1"
+    ;;
   bad_input)
     run 1 "$tool" --profile resnet50 --preset 5gbe
     expect stderr "unknown cost-model preset \"5gbe\""

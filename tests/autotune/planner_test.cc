@@ -270,6 +270,65 @@ TEST(SimulatorTest, CopiesAndTheWindow) {
   EXPECT_DOUBLE_EQ(r->iteration_us, 100 + 1228);
 }
 
+// Device gradients staged over a host communicator at 0.01 GB/s (10 B/us:
+// 400 B take 40 us each way). Marking never waits for a copy; the copies in
+// run one after another on one stream from each gradient's ready time, the
+// copies back on another after each collective.
+TEST(SimulatorTest, StagingByHand) {
+  const Profile p = MakeProfile({100, 100}, {0, 10});
+  const CostModel c = Line(10, 0.01);  // 400 B: 14 us
+  auto layout = LayoutFromProfile(p);
+  ASSERT_TRUE(layout.ok());
+  SimOptions o = World2();
+  o.staging_gbps = 0.01;
+  o.copy_gbps = 0.001;  // host copies do not apply to staged gradients
+  auto r = Simulate(p, bucketing::PerTensorPlan(*layout), c, o);
+  ASSERT_TRUE(r.ok()) << r.status();
+  // In: t0 0..40, t1 40..80. Bucket 0: 40..54, back 54..94. Bucket 1:
+  // 80..94, back 94..134.
+  EXPECT_DOUBLE_EQ(r->backward_end_us, 10);
+  EXPECT_DOUBLE_EQ(r->launches[0].complete_us, 40);
+  EXPECT_DOUBLE_EQ(r->launches[0].done_us, 54);
+  EXPECT_DOUBLE_EQ(r->launches[0].copied_back_us, 94);
+  EXPECT_DOUBLE_EQ(r->launches[1].complete_us, 80);
+  EXPECT_DOUBLE_EQ(r->launches[1].done_us, 94);
+  EXPECT_DOUBLE_EQ(r->launches[1].copied_back_us, 134);
+  EXPECT_DOUBLE_EQ(r->iteration_us, 100 + 134);
+  // The bound: all 800 B in through one stream from T_first = 0, then at
+  // least the (zero) launch overhead: 80 us, above every other term.
+  EXPECT_DOUBLE_EQ(LowerBoundUs(p, c, o), 100 + 80);
+
+  // One bucket of both: complete when the second copy in ends (80), reduced
+  // 80..98, 800 B back 98..178.
+  auto one = Simulate(p, bucketing::DdpPlan(*layout), c, o);
+  ASSERT_TRUE(one.ok()) << one.status();
+  ASSERT_EQ(one->launches.size(), 1u);
+  EXPECT_DOUBLE_EQ(one->launches[0].done_us, 98);
+  EXPECT_DOUBLE_EQ(one->iteration_us, 100 + 178);
+
+  o.staging_gbps = -1;
+  EXPECT_FALSE(Simulate(p, bucketing::PerTensorPlan(*layout), c, o).ok());
+}
+
+// With staging, a window slot frees when the collective is done (the copy
+// back is only enqueued then): at 100 B/us both gradients are in by 8 us;
+// with a window of 1, bucket 1 launches when bucket 0's collective ends
+// (18), not when its copy back does (22).
+TEST(SimulatorTest, StagingWindowFreesAtTheCollectivesEnd) {
+  const Profile p = MakeProfile({100, 100}, {0, 0});
+  auto layout = LayoutFromProfile(p);
+  ASSERT_TRUE(layout.ok());
+  SimOptions o = World2();
+  o.staging_gbps = 0.1;
+  o.max_in_flight = 1;
+  auto r = Simulate(p, bucketing::PerTensorPlan(*layout), Line(10, 0.01), o);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_DOUBLE_EQ(r->launches[0].done_us, 18);
+  EXPECT_DOUBLE_EQ(r->launches[0].copied_back_us, 22);
+  EXPECT_DOUBLE_EQ(r->launches[1].launch_us, 18);
+  EXPECT_DOUBLE_EQ(r->launches[1].copied_back_us, 36);
+}
+
 TEST(SimulatorTest, ForwardPriorityTakesTheEarliestLayerAmongCompleteBuckets) {
   // All four ready at once; window 1: launch 0 in plan order, then the
   // bucket with the latest-ready tensor first.
@@ -390,6 +449,49 @@ TEST(PlannerTest, DynamicProgramEqualsBruteForceOnSmallInstances) {
     ++checked;
   }
   EXPECT_EQ(checked, 300);
+}
+
+// With staged device gradients the program plans on when each piece is on
+// the host: its last collective ends as early as any partition's can (what
+// it optimises; the copies back after it are left to the candidates'
+// simulated ranking). Checked against every partition, with a window that
+// never binds.
+TEST(PlannerTest, DynamicProgramWithStagingEndsTheLastCollectiveEarliest) {
+  std::mt19937 rng(13);
+  int unaware_later = 0;
+  for (int trial = 0; trial < 200; ++trial) {
+    const int n = 1 + static_cast<int>(rng() % 8);
+    const Profile p = RandomChain(rng, n, 1, 5000, 60, /*ties=*/true);
+    const CostModel c = Line(std::uniform_real_distribution<double>(0.5, 80)(rng),
+                             std::uniform_real_distribution<double>(1e-4, 0.05)(rng));
+    PlannerOptions o;
+    o.sim = World2();
+    o.sim.max_in_flight = 64;
+    o.sim.staging_gbps = std::uniform_real_distribution<double>(0.05, 2)(rng);
+    o.max_pieces = 1;
+    auto last_done = [&](const Plan& plan) {
+      auto r = Simulate(p, plan, c, o.sim);
+      EXPECT_TRUE(r.ok()) << r.status();
+      return r.ok() ? r->launches.back().done_us : 0;
+    };
+    std::vector<AtomRef> atoms;
+    for (int i = 0; i < n; ++i) atoms.push_back({i, 0, p.tensors[i].numel()});
+    double best = 1e300;
+    for (uint32_t cuts = 0; cuts < (1u << (n - 1)); ++cuts) {
+      best = std::min(best, last_done(PlanFromCuts(atoms, cuts)));
+    }
+    auto plan = OptimalPartitionPlan(p, c, o);
+    ASSERT_TRUE(plan.ok()) << plan.status();
+    EXPECT_NEAR(last_done(*plan), best, 1e-9 * best) << "trial " << trial;
+    // Planning on the gradients' own ready times instead.
+    PlannerOptions unaware = o;
+    unaware.sim.staging_gbps = 0;
+    auto naive = OptimalPartitionPlan(p, c, unaware);
+    ASSERT_TRUE(naive.ok());
+    if (last_done(*naive) > best * (1 + 1e-9)) ++unaware_later;
+  }
+  // The copies matter: some instances need other boundaries once they count.
+  EXPECT_GT(unaware_later, 0);
 }
 
 TEST(PlannerTest, DynamicProgramWithSplitsEqualsBruteForce) {
@@ -530,6 +632,39 @@ TEST(LowerBoundTest, NoPlanOnAnyShippedProfilePresetOrWorldBeatsIt) {
                 << model << " " << preset << " " << world << " " << p.name
                 << " (backward " << profile.backward_us << " us)";
           }
+        }
+      }
+    }
+  }
+}
+
+// With staging, every plan the planner considers and the per-tensor plan
+// stay above the bound, on every shipped profile, at staging bandwidths
+// from one that hides behind backward to one that dominates it.
+TEST(LowerBoundTest, HoldsWithStaging) {
+  for (const std::string& model : ModelNames()) {
+    auto profile = GenerateModelProfile(model);
+    ASSERT_TRUE(profile.ok());
+    auto layout = LayoutFromProfile(*profile);
+    ASSERT_TRUE(layout.ok());
+    auto c = PresetCostModel("25gbe");
+    ASSERT_TRUE(c.ok());
+    for (double gbps : {0.05, 1.0, 12.0}) {
+      for (int world : {2, 64}) {
+        PlannerOptions o;
+        o.sim.world_size = world;
+        o.sim.staging_gbps = gbps;
+        const double bound = LowerBoundUs(*profile, *c, o.sim);
+        auto r = OfflineTune(*profile, *c, o);
+        ASSERT_TRUE(r.ok()) << r.status();
+        std::vector<PlanPrediction> plans = r->baselines;
+        plans.push_back(r->tuned);
+        plans.push_back({"per-tensor", bucketing::PerTensorPlan(*layout), {}});
+        for (const PlanPrediction& p : plans) {
+          auto sim = Simulate(*profile, p.plan, *c, o.sim);
+          ASSERT_TRUE(sim.ok()) << sim.status();
+          EXPECT_GE(sim->iteration_us, bound * (1 - 1e-12))
+              << model << " " << gbps << " GB/s " << world << " " << p.name;
         }
       }
     }
