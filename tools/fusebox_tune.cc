@@ -233,6 +233,13 @@ int Offline(const comm::Logger& log) {
   if (!cost.ok()) return Fail(cost.status());
   auto options = PlannerOptionsFromFlags(absl::GetFlag(FLAGS_world));
   if (!options.ok()) return Fail(options.status());
+  if (options->sim.staging_gbps > 0 &&
+      (absl::GetFlag(FLAGS_cache) || !absl::GetFlag(FLAGS_cache_dir).empty())) {
+    return UsageError(
+        "--staging_gbps with --cache or --cache_dir: the policy cache's key does not say where "
+        "the gradients live, so a run on host gradients would be served a staged plan; write it "
+        "with --out instead");
+  }
   auto result = autotune::OfflineTune(*profile, *cost, *options);
   if (!result.ok()) return Fail(result.status());
   const int world = options->sim.world_size;

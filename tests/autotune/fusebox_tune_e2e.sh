@@ -100,6 +100,9 @@ J
       fail "staging did not lengthen the tuned plan ($host_tuned ms) and the bound ($host_bound ms), or a plan beat the bound"
     run 1 "$tool" --profile resnet50 --staging_gbps -1
     expect stderr "--staging_gbps is -1"
+    run 2 "$tool" --profile resnet50 --staging_gbps 1 --cache_dir "$work/cache"
+    expect stderr "--staging_gbps with --cache or --cache_dir"
+    [ ! -e "$work/cache" ] || fail "a staged plan reached the cache"
     ;;
   bad_input)
     run 1 "$tool" --profile resnet50 --preset 5gbe
