@@ -33,11 +33,10 @@ struct Atom {
 std::vector<Atom> MakeAtoms(const Profile& profile, const GradientLayout& layout,
                             const PlannerOptions& o) {
   std::vector<Atom> atoms;
-  // Staged device gradients (SimOptions::staging_gbps): a piece is ready for
-  // its bucket when its gradient's copy to the host ends, on one copy stream
-  // in ready order (autotune/simulator.h), which no bucket boundary changes.
-  const double staging_bytes_per_us = o.sim.staging_gbps * 1e3;
-  double stream_free = 0;
+  // Staged device gradients: a piece is ready for its bucket when its
+  // gradient is on the host, which no bucket boundary changes.
+  const std::vector<double> staged_in =
+      o.sim.staging_gbps > 0 ? StagedInUs(profile, o.sim) : std::vector<double>();
   for (int id = 0; id < layout.size(); ++id) {
     const bucketing::TensorSpec& t = layout.tensor(id);
     const int64_t bytes = layout.bytes(id);
@@ -47,11 +46,7 @@ std::vector<Atom> MakeAtoms(const Profile& profile, const GradientLayout& layout
       pieces = std::min<int64_t>({o.max_pieces, bytes / o.split_min_bytes, t.numel});
     }
     const int64_t base = t.numel / pieces;
-    double ready = profile.tensors[id].ready_us;
-    if (staging_bytes_per_us > 0) {
-      stream_free = std::max(stream_free, ready) + static_cast<double>(bytes) / staging_bytes_per_us;
-      ready = stream_free;
-    }
+    const double ready = staged_in.empty() ? profile.tensors[id].ready_us : staged_in[id];
     int64_t offset = 0;
     for (int64_t p = 0; p < pieces; ++p) {
       const int64_t count = p + 1 == pieces ? t.numel - offset : base;

@@ -96,31 +96,10 @@ absl::StatusOr<SimResult> Simulate(const Profile& profile, const bucketing::Plan
   r.forward_us = profile.forward_us;
   r.backward_end_us = std::max(profile.backward_us, clock);
 
-  // Staging: the device-to-host copies on one stream, tensor by tensor in
-  // ready order; a tensor's slices count as in when all of its copies are
-  // done (the engine's host function after them).
-  std::vector<double> slice_in;  // per (bucket, slice), flattened in plan order
-  std::vector<size_t> first_slice(nb + 1, 0);
-  for (int b = 0; b < nb; ++b) first_slice[b + 1] = first_slice[b] + plan.buckets[b].slices.size();
-  if (staged) {
-    std::vector<std::vector<std::pair<int, size_t>>> of_tensor(n);  // (bucket, flat slice)
-    for (int b = 0; b < nb; ++b) {
-      for (size_t j = 0; j < plan.buckets[b].slices.size(); ++j) {
-        of_tensor[plan.buckets[b].slices[j].tensor].push_back({b, first_slice[b] + j});
-      }
-    }
-    slice_in.assign(first_slice[nb], 0);
-    double stream_free = 0;
-    for (int i = 0; i < n; ++i) {
-      stream_free = std::max(stream_free, marked[i]);
-      for (const auto& [b, flat] : of_tensor[i]) {
-        const bucketing::Slice& s = plan.buckets[b].slices[flat - first_slice[b]];
-        stream_free +=
-            StagingUs(s.count * static_cast<int64_t>(comm::DataTypeSize(plan.buckets[b].dtype)), o);
-      }
-      for (const auto& [b, flat] : of_tensor[i]) slice_in[flat] = stream_free;
-    }
-  }
+  // A slice is in its bucket when its gradient is marked (host) or, staged,
+  // when the whole gradient has been copied to the host (the engine's host
+  // function runs after all of its copies).
+  const std::vector<double> in = staged ? StagedInUs(profile, o) : marked;
 
   std::vector<double> complete(nb, 0);
   std::vector<int64_t> bytes(nb, 0);
@@ -128,9 +107,8 @@ absl::StatusOr<SimResult> Simulate(const Profile& profile, const bucketing::Plan
   for (int b = 0; b < nb; ++b) {
     const bucketing::Bucket& bucket = plan.buckets[b];
     const size_t esize = comm::DataTypeSize(bucket.dtype);
-    for (size_t j = 0; j < bucket.slices.size(); ++j) {
-      const bucketing::Slice& s = bucket.slices[j];
-      complete[b] = std::max(complete[b], staged ? slice_in[first_slice[b] + j] : marked[s.tensor]);
+    for (const bucketing::Slice& s : bucket.slices) {
+      complete[b] = std::max(complete[b], in[s.tensor]);
       bytes[b] += s.count * static_cast<int64_t>(esize);
       if (staged || !o.views || slices[s.tensor] > 1) {
         copy_back[b] += s.count * static_cast<int64_t>(esize);
@@ -184,6 +162,17 @@ absl::StatusOr<SimResult> Simulate(const Profile& profile, const bucketing::Plan
   r.iteration_us = profile.forward_us + std::max(r.backward_end_us, r.comm_end_us);
   r.exposed_us = r.iteration_us - profile.forward_us - r.backward_end_us;
   return r;
+}
+
+std::vector<double> StagedInUs(const Profile& profile, const SimOptions& o) {
+  std::vector<double> in;
+  in.reserve(profile.tensors.size());
+  double stream_free = 0;
+  for (const ProfileTensor& t : profile.tensors) {
+    stream_free = std::max(stream_free, t.ready_us) + StagingUs(t.bytes(), o);
+    in.push_back(stream_free);
+  }
+  return in;
 }
 
 double LowerBoundUs(const Profile& p, const CostModel& cost, const SimOptions& o) {

@@ -93,6 +93,11 @@ struct SimResult {
 absl::StatusOr<SimResult> Simulate(const Profile& profile, const bucketing::Plan& plan,
                                    const CostModel& cost, const SimOptions& options);
 
+// With staging (options.staging_gbps > 0): when each of the profile's
+// gradients is on the host, its device-to-host copy running on one stream in
+// ready order from its ready time. No plan changes it.
+std::vector<double> StagedInUs(const Profile& profile, const SimOptions& options);
+
 // docs/model.md's lower bound on one iteration under `cost`:
 // forward + max(T_b, T_last + t(s_last), T_first + t(G)), with t of a set of
 // bytes the least any split of them can cost (CostCurve::PartitionLowerBound)
