@@ -57,6 +57,8 @@ absl::Status Work::WaitUntil(absl::Time deadline) {
 }
 
 absl::Status Work::status() const {
+  // Complete() writes status_ before it sets done_ (release), and never again.
+  if (done_.load(std::memory_order_acquire)) return status_;
   std::lock_guard<std::mutex> lock(mu_);
   return status_;
 }

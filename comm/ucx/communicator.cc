@@ -678,10 +678,10 @@ bool UcxCommunicator::ExecuteNext() {
     // A timeout here, a peer's (which abandons the shared-memory allreduce),
     // or an endpoint failure (the peer may have left because of a third
     // rank): find out who is gone.
-    if (absl::IsDeadlineExceeded(s) || absl::IsUnavailable(s)) {
+    if (!s.ok() && (absl::IsDeadlineExceeded(s) || absl::IsUnavailable(s))) {
       NotifyPeers(req.header.seq);  // first, so that peers stop waiting at once
     }
-    if (absl::IsDeadlineExceeded(s) || absl::IsAborted(s) || absl::IsUnavailable(s)) {
+    if (!s.ok() && (absl::IsDeadlineExceeded(s) || absl::IsAborted(s) || absl::IsUnavailable(s))) {
       s = WithPostMortem(req.header, s);
     }
   }
@@ -1263,7 +1263,8 @@ absl::Status UcxCommunicator::InitSharedMemory(Store& store) {
     mine.assign(reinterpret_cast<const char*>(&addr), sizeof(addr));
     mine.append(static_cast<const char*>(packed), packed_len);
     ucp_rkey_buffer_release(packed);
-    ucx::InitShmSegment(static_cast<unsigned char*>(local));
+    ucx::InitShmSegment(static_cast<unsigned char*>(local), size_, options_.shm_chunk_bytes,
+                        mailbox_bytes);
   } else {
     why = absl::StrCat("rank ", rank_, ": ", UcsError(st));
   }

@@ -23,24 +23,33 @@ struct Control {
   alignas(kLine) std::atomic<uint64_t> reduced;
   alignas(kLine) std::atomic<uint64_t> consumed;
   alignas(kLine) std::atomic<uint64_t> aborted;  // non-zero: gave up mid-collective
-  alignas(kLine) std::atomic<uint64_t> posted;   // ShmExchange: last message written
-  alignas(kLine) std::atomic<uint64_t> read;     // ShmExchange: last exchange read whole
 };
 static_assert(std::atomic<uint64_t>::is_always_lock_free, "shared counters must be lock-free");
 constexpr size_t kControlBytes = (sizeof(Control) + 4095) / 4096 * 4096;
 
 Control* ControlOf(unsigned char* base) { return reinterpret_cast<Control*>(base); }
 
-// A mailbox: the message's length (8 bytes), then the message.
-constexpr size_t kLengthBytes = 8;
+// A mailbox, cache-line aligned: the number of the exchange that last wrote
+// it (its flag), the message's length, then the message. Flag and a small
+// message share one cache line, so a reader that sees the flag has the data
+// in the same transfer (Note [Shared-memory exchange]).
+struct MailboxHead {
+  std::atomic<uint64_t> exchange;
+  uint64_t length;
+};
+static_assert(sizeof(MailboxHead) == 16, "the head is shared memory layout");
 size_t MailboxStride(size_t mailbox_bytes) {
-  return (kLengthBytes + mailbox_bytes + kLine - 1) / kLine * kLine;
+  return (sizeof(MailboxHead) + mailbox_bytes + kLine - 1) / kLine * kLine;
 }
 
 // Mailbox `which` (0 or 1) of the segment at `base`: after the staging slots.
-unsigned char* Mailbox(const ShmGroup& g, unsigned char* base, uint64_t which) {
-  return base + kControlBytes + kSlots * static_cast<size_t>(g.size) * g.chunk_bytes +
-         which * MailboxStride(g.mailbox_bytes);
+MailboxHead* Mailbox(const ShmGroup& g, unsigned char* base, uint64_t which) {
+  return reinterpret_cast<MailboxHead*>(base + kControlBytes +
+                                        kSlots * static_cast<size_t>(g.size) * g.chunk_bytes +
+                                        which * MailboxStride(g.mailbox_bytes));
+}
+unsigned char* MessageOf(MailboxHead* box) {
+  return reinterpret_cast<unsigned char*>(box) + sizeof(MailboxHead);
 }
 
 // Values of Control::aborted (0: still in): why its owner gave up mid-collective.
@@ -55,15 +64,16 @@ struct WaitResult {
   uint64_t aborted = kAbortedDestroyed;
 };
 
-// Waits until `counter` of every rank reaches `target`, yielding the core now
-// and then so that oversubscribed ranks get to run. Gives up, touching no
-// shared state, when `abort` is set, a peer has given up, or `deadline`
-// passes (the error then names every rank still behind).
-WaitResult WaitAll(const std::vector<unsigned char*>& bases,
-                   std::atomic<uint64_t> Control::*counter, const char* stage,
-                   uint64_t target, const std::atomic<bool>& abort, absl::Time deadline) {
+// Waits until the counter `counter_of(base)` of every rank reaches `target`,
+// yielding the core now and then so that oversubscribed ranks get to run.
+// Gives up, touching no shared state, when `abort` is set, a peer has given
+// up, or `deadline` passes (the error then names every rank still behind).
+template <typename CounterOf>
+WaitResult WaitAll(const std::vector<unsigned char*>& bases, CounterOf counter_of,
+                   const char* stage, uint64_t target, const std::atomic<bool>& abort,
+                   absl::Time deadline) {
   for (size_t r = 0; r < bases.size(); ++r) {
-    std::atomic<uint64_t>& c = ControlOf(bases[r])->*counter;
+    std::atomic<uint64_t>& c = counter_of(bases[r]);
     for (unsigned spins = 0; c.load(std::memory_order_acquire) < target; ++spins) {
       if ((spins & 255) == 255) {
         if (abort.load(std::memory_order_relaxed)) {
@@ -92,7 +102,7 @@ WaitResult WaitAll(const std::vector<unsigned char*>& bases,
         if (absl::Now() >= deadline) {
           std::vector<size_t> behind;
           for (size_t q = 0; q < bases.size(); ++q) {
-            if ((ControlOf(bases[q])->*counter).load(std::memory_order_acquire) < target) {
+            if (counter_of(bases[q]).load(std::memory_order_acquire) < target) {
               behind.push_back(q);
             }
           }
@@ -111,6 +121,13 @@ WaitResult WaitAll(const std::vector<unsigned char*>& bases,
   return {};
 }
 
+// The accessor WaitAll takes for one of the control block's counters.
+auto ControlCounter(std::atomic<uint64_t> Control::*counter) {
+  return [counter](unsigned char* base) -> std::atomic<uint64_t>& {
+    return ControlOf(base)->*counter;
+  };
+}
+
 }  // namespace
 
 size_t ShmSegmentBytes(int size, size_t chunk_bytes, size_t mailbox_bytes) {
@@ -118,7 +135,12 @@ size_t ShmSegmentBytes(int size, size_t chunk_bytes, size_t mailbox_bytes) {
          2 * MailboxStride(mailbox_bytes);
 }
 
-void InitShmSegment(unsigned char* base) { std::memset(base, 0, kControlBytes); }
+void InitShmSegment(unsigned char* base, int size, size_t chunk_bytes, size_t mailbox_bytes) {
+  std::memset(base, 0, kControlBytes);
+  if (mailbox_bytes == 0) return;
+  const ShmGroup g{0, size, chunk_bytes, {}, mailbox_bytes};
+  for (uint64_t which : {0, 1}) std::memset(Mailbox(g, base, which), 0, sizeof(MailboxHead));
+}
 
 absl::Status ShmAllReduce(const ShmGroup& g, const void* send, void* recv,
                           size_t count, DataType type, ReduceOp op,
@@ -147,7 +169,7 @@ absl::Status ShmAllReduce(const ShmGroup& g, const void* send, void* recv,
     const std::vector<Range> sub = SplitEven(std::min(per_round, count - first), esize, p);
     const size_t base = first * esize;
     if (round > kSlots) {  // the slot is free once every rank has read it
-      WaitResult w = WaitAll(g.bases, &Control::consumed, "slot reuse", round - kSlots, abort,
+      WaitResult w = WaitAll(g.bases, ControlCounter(&Control::consumed), "slot reuse", round - kSlots, abort,
                              deadline);
       if (!w.status.ok()) return give_up(std::move(w));
     }
@@ -160,7 +182,7 @@ absl::Status ShmAllReduce(const ShmGroup& g, const void* send, void* recv,
       }
     }
     ctl->ready.store(round, std::memory_order_release);
-    if (WaitResult w = WaitAll(g.bases, &Control::ready, "inputs staged", round, abort, deadline);
+    if (WaitResult w = WaitAll(g.bases, ControlCounter(&Control::ready), "inputs staged", round, abort, deadline);
         !w.status.ok()) {
       return give_up(std::move(w));
     }
@@ -180,7 +202,7 @@ absl::Status ShmAllReduce(const ShmGroup& g, const void* send, void* recv,
       std::memcpy(my_slot + mine.off, dst, mine.len);
     }
     ctl->reduced.store(round, std::memory_order_release);
-    if (WaitResult w = WaitAll(g.bases, &Control::reduced, "sub-blocks reduced", round, abort,
+    if (WaitResult w = WaitAll(g.bases, ControlCounter(&Control::reduced), "sub-blocks reduced", round, abort,
                                deadline);
         !w.status.ok()) {
       return give_up(std::move(w));
@@ -210,28 +232,26 @@ absl::Status ShmExchange(const ShmGroup& g, const void* message, size_t bytes,
     return w.status;
   };
   const uint64_t n = ++*exchanges;  // 1-based, the same on every rank
-  if (n > 2) {  // mailbox n % 2 was last written for n - 2: every rank has read it
-    WaitResult w = WaitAll(g.bases, &Control::read, "mailbox reuse", n - 2, abort, deadline);
-    if (!w.status.ok()) return give_up(std::move(w));
-  }
-  unsigned char* mine = Mailbox(g, g.bases[g.rank], n % 2);
-  const uint64_t length = bytes;
-  std::memcpy(mine, &length, kLengthBytes);
-  if (bytes > 0) std::memcpy(mine + kLengthBytes, message, bytes);
-  ctl->posted.store(n, std::memory_order_release);
-  WaitResult w = WaitAll(g.bases, &Control::posted, "exchange", n, abort, deadline);
+  // Mailbox n % 2 was last written for exchange n - 2, and every peer has
+  // read it: each posted n - 1 (this rank waited for that in exchange n - 1),
+  // and a rank posts only after reading all of its previous exchange.
+  MailboxHead* mine = Mailbox(g, g.bases[g.rank], n % 2);
+  mine->length = bytes;
+  if (bytes > 0) std::memcpy(MessageOf(mine), message, bytes);
+  mine->exchange.store(n, std::memory_order_release);
+  const auto flag_of = [&g, n](unsigned char* base) -> std::atomic<uint64_t>& {
+    return Mailbox(g, base, n % 2)->exchange;
+  };
+  WaitResult w = WaitAll(g.bases, flag_of, "exchange", n, abort, deadline);
   if (!w.status.ok()) return give_up(std::move(w));
-  lengths->assign(g.size, 0);
+  lengths->resize(g.size);
   for (int r = 0; r < g.size; ++r) {
-    const unsigned char* box = Mailbox(g, g.bases[r], n % 2);
-    uint64_t len = 0;
-    std::memcpy(&len, box, kLengthBytes);
+    MailboxHead* box = Mailbox(g, g.bases[r], n % 2);
     // A peer's segment is untrusted as far as sizes go.
-    len = std::min<uint64_t>({len, g.mailbox_bytes, out_stride});
-    if (len > 0) std::memcpy(out + r * out_stride, box + kLengthBytes, len);
+    const size_t len = std::min<uint64_t>({box->length, g.mailbox_bytes, out_stride});
+    if (len > 0) std::memcpy(out + r * out_stride, MessageOf(box), len);
     (*lengths)[r] = len;
   }
-  ctl->read.store(n, std::memory_order_release);
   return absl::OkStatus();
 }
 

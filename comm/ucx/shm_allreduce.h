@@ -44,11 +44,12 @@ struct ShmGroup {
 };
 
 // Bytes of one rank's segment (control block + staging slots + two
-// mailboxes of mailbox_bytes).
+// mailboxes of mailbox_bytes, each with a 16-byte head).
 size_t ShmSegmentBytes(int size, size_t chunk_bytes, size_t mailbox_bytes = 0);
 
-// Prepares a fresh segment (zeroes its counters). Call before publishing it.
-void InitShmSegment(unsigned char* base);
+// Prepares a fresh segment of that geometry (zeroes its counters and its
+// mailboxes' flags). Call before publishing it.
+void InitShmSegment(unsigned char* base, int size, size_t chunk_bytes, size_t mailbox_bytes = 0);
 
 // recv = op over the group of send, `count` elements; in-place when
 // send == recv. Every rank of the group calls it with the same arguments but
@@ -67,11 +68,14 @@ absl::Status ShmAllReduce(const ShmGroup& group, const void* send, void* recv,
 // the UCX backend's header round (the collective's descriptor, with the
 // data of a small collective behind it) when all ranks share the host.
 // Exchange n writes mailbox n % 2 of this rank's segment (its length, then
-// the message), then publishes
-// posted = n; it waits for posted[*] >= n, copies every rank's mailbox
-// (its own too) into out + r * out_stride, and publishes read = n. Before
-// writing mailbox n % 2 again (exchange n + 2) a rank waits for read[*] >=
-// n, so no mailbox is overwritten while a peer may still read it. The
+// the message), then sets that mailbox's flag to n (release); it waits for
+// the flag of every rank's mailbox n % 2 to reach n, then copies every
+// rank's message (its own too) into out + r * out_stride. The flag sits in
+// the same cache line as the length and the first 48 bytes of the message,
+// so a small collective costs each reader one line transfer per peer, and
+// the writer one. No flag says "read": a rank writes mailbox n % 2 again
+// only in exchange n + 2, after it saw every peer's flag reach n + 1, and a
+// peer sets that flag only after it has copied out all of exchange n. The
 // caller compares the descriptors it received, so a mismatch is found on
 // every rank, as with the network round. Abort, peers that gave up and the
 // deadline behave as in ShmAllReduce.

@@ -21,7 +21,7 @@ struct Segments {
       mem.emplace_back(static_cast<unsigned char*>(std::aligned_alloc(
                            4096, (ShmSegmentBytes(size, chunk, mailbox) + 4095) / 4096 * 4096)),
                        &std::free);
-      InitShmSegment(mem.back().get());
+      InitShmSegment(mem.back().get(), size, chunk, mailbox);
       bases.push_back(mem.back().get());
     }
   }
