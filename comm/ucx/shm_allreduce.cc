@@ -64,18 +64,26 @@ struct WaitResult {
   uint64_t aborted = kAbortedDestroyed;
 };
 
-// Waits until the counter `counter_of(base)` of every rank reaches `target`,
-// yielding the core now and then so that oversubscribed ranks get to run.
-// Gives up, touching no shared state, when `abort` is set, a peer has given
-// up, or `deadline` passes (the error then names every rank still behind).
+// Waits until the counter `counter_of(base)` of every rank of `g` reaches
+// `target`, yielding the core every g.yield_mask + 1 polls so that
+// oversubscribed ranks get to run. Gives up, touching no shared state, when
+// `abort` is set, a peer has given up, or `deadline` passes (the error then
+// names every rank still behind); those are checked every 256 polls.
 template <typename CounterOf>
-WaitResult WaitAll(const std::vector<unsigned char*>& bases, CounterOf counter_of,
-                   const char* stage, uint64_t target, const std::atomic<bool>& abort,
-                   absl::Time deadline) {
+WaitResult WaitAll(const ShmGroup& g, CounterOf counter_of, const char* stage, uint64_t target,
+                   const std::atomic<bool>& abort, absl::Time deadline) {
+  const std::vector<unsigned char*>& bases = g.bases;
   for (size_t r = 0; r < bases.size(); ++r) {
     std::atomic<uint64_t>& c = counter_of(bases[r]);
-    for (unsigned spins = 0; c.load(std::memory_order_acquire) < target; ++spins) {
-      if ((spins & 255) == 255) {
+    for (unsigned spins = 1; c.load(std::memory_order_acquire) < target; ++spins) {
+      if ((spins & g.yield_mask) == 0) {
+        sched_yield();
+      } else {
+#if defined(__x86_64__)
+        __builtin_ia32_pause();
+#endif
+      }
+      if ((spins & 255) == 0) {
         if (abort.load(std::memory_order_relaxed)) {
           return {absl::CancelledError("communicator destroyed while a collective was in flight"),
                   kAbortedDestroyed};
@@ -111,11 +119,7 @@ WaitResult WaitAll(const std::vector<unsigned char*>& bases, CounterOf counter_o
                       behind.size() == 1 ? " " : "s ", absl::StrJoin(behind, ", "))),
                   kAbortedTimeoutBase + (behind.empty() ? r : behind.front())};
         }
-        sched_yield();
       }
-#if defined(__x86_64__)
-      __builtin_ia32_pause();
-#endif
     }
   }
   return {};
@@ -169,8 +173,8 @@ absl::Status ShmAllReduce(const ShmGroup& g, const void* send, void* recv,
     const std::vector<Range> sub = SplitEven(std::min(per_round, count - first), esize, p);
     const size_t base = first * esize;
     if (round > kSlots) {  // the slot is free once every rank has read it
-      WaitResult w = WaitAll(g.bases, ControlCounter(&Control::consumed), "slot reuse", round - kSlots, abort,
-                             deadline);
+      WaitResult w = WaitAll(g, ControlCounter(&Control::consumed), "slot reuse",
+                             round - kSlots, abort, deadline);
       if (!w.status.ok()) return give_up(std::move(w));
     }
     unsigned char* my_slot = slot(g.rank, round);
@@ -182,7 +186,8 @@ absl::Status ShmAllReduce(const ShmGroup& g, const void* send, void* recv,
       }
     }
     ctl->ready.store(round, std::memory_order_release);
-    if (WaitResult w = WaitAll(g.bases, ControlCounter(&Control::ready), "inputs staged", round, abort, deadline);
+    if (WaitResult w =
+            WaitAll(g, ControlCounter(&Control::ready), "inputs staged", round, abort, deadline);
         !w.status.ok()) {
       return give_up(std::move(w));
     }
@@ -202,8 +207,8 @@ absl::Status ShmAllReduce(const ShmGroup& g, const void* send, void* recv,
       std::memcpy(my_slot + mine.off, dst, mine.len);
     }
     ctl->reduced.store(round, std::memory_order_release);
-    if (WaitResult w = WaitAll(g.bases, ControlCounter(&Control::reduced), "sub-blocks reduced", round, abort,
-                               deadline);
+    if (WaitResult w = WaitAll(g, ControlCounter(&Control::reduced), "sub-blocks reduced",
+                               round, abort, deadline);
         !w.status.ok()) {
       return give_up(std::move(w));
     }
@@ -242,7 +247,7 @@ absl::Status ShmExchange(const ShmGroup& g, const void* message, size_t bytes,
   const auto flag_of = [&g, n](unsigned char* base) -> std::atomic<uint64_t>& {
     return Mailbox(g, base, n % 2)->exchange;
   };
-  WaitResult w = WaitAll(g.bases, flag_of, "exchange", n, abort, deadline);
+  WaitResult w = WaitAll(g, flag_of, "exchange", n, abort, deadline);
   if (!w.status.ok()) return give_up(std::move(w));
   lengths->resize(g.size);
   for (int r = 0; r < g.size; ++r) {

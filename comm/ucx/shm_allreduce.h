@@ -41,6 +41,11 @@ struct ShmGroup {
   std::vector<unsigned char*> bases;    // every rank's segment, as mapped here
   // Largest message ShmExchange carries (0: the segments have no mailboxes).
   size_t mailbox_bytes = 0;
+  // A waiting rank yields its core every yield_mask + 1 polls (a power of two
+  // minus one): rarely when every rank has a core of its own, at every poll
+  // when ranks outnumber cores, where the rank waited for may be the one
+  // that is descheduled.
+  unsigned yield_mask = 255;
 };
 
 // Bytes of one rank's segment (control block + staging slots + two

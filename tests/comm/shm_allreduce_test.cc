@@ -191,5 +191,47 @@ TEST(ShmExchangeTest, TooLongAMessageIsRefusedAndAMissingRankTimesOutByName) {
   EXPECT_NE(s.message().find("waiting for rank 1"), std::string::npos) << s;
 }
 
+// Oversubscribed ranks yield at every poll; the deadline and a peer that
+// gave up are still noticed, in the exchange and in the allreduce.
+TEST(ShmExchangeTest, YieldingAtEveryPollStillHonoursDeadlinesAndAborts) {
+  constexpr int kWorld = 2;
+  Segments seg(kWorld, 64, 32);
+  std::atomic<bool> abort{false};
+  ShmGroup g{0, kWorld, 64, seg.bases, 32};
+  g.yield_mask = 0;
+  uint64_t exchanges = 0, rounds = 0;
+  std::vector<unsigned char> out(kWorld * 32), msg(8);
+  std::vector<size_t> lengths;
+  const absl::Time start = absl::Now();
+  absl::Status s = ShmExchange(g, msg.data(), msg.size(), out.data(), 32, &lengths, &exchanges,
+                               abort, start + absl::Milliseconds(100));
+  EXPECT_EQ(s.code(), absl::StatusCode::kDeadlineExceeded) << s;
+  EXPECT_LT(absl::Now() - start, absl::Seconds(5));
+
+  // Rank 1 of a fresh group gives up on rank 0 (which never comes); rank 0,
+  // waiting on rank 1 with no deadline, learns it from rank 1's segment.
+  Segments fresh(kWorld, 64, 32);
+  std::atomic<bool> never{false};
+  std::thread quitter([&] {
+    ShmGroup g1{1, kWorld, 64, fresh.bases, 32};
+    g1.yield_mask = 0;
+    uint64_t n = 0;
+    std::vector<size_t> l;
+    std::vector<unsigned char> o(kWorld * 32), m(8);
+    EXPECT_EQ(ShmExchange(g1, m.data(), m.size(), o.data(), 32, &l, &n, never,
+                          absl::Now() + absl::Milliseconds(50))
+                  .code(),
+              absl::StatusCode::kDeadlineExceeded);
+  });
+  quitter.join();
+  ShmGroup g0{0, kWorld, 64, fresh.bases, 32};
+  g0.yield_mask = 0;
+  std::vector<float> buf(100, 1.0f);
+  s = ShmAllReduce(g0, buf.data(), buf.data(), buf.size(), DataType::kFloat32, ReduceOp::kSum,
+                   &rounds, never);
+  EXPECT_EQ(s.code(), absl::StatusCode::kAborted) << s;
+  EXPECT_NE(s.message().find("rank 1"), std::string::npos) << s;
+}
+
 }  // namespace
 }  // namespace fusebox::comm::ucx
