@@ -95,6 +95,8 @@ constexpr uint32_t kHeaderMagic = 0x46425831;  // "FBX1"
 // The largest header round that goes through shared-memory mailboxes (two
 // per rank, in every rank's segment); above it, UCX messages.
 constexpr size_t kMaxMailboxBytes = size_t{1} << 20;
+// The small-message threshold where ranks outnumber cores (Init).
+constexpr size_t kOversubscribedSmallBytes = 32 << 10;
 
 struct Header {
   uint32_t magic;
@@ -264,7 +266,7 @@ class UcxCommunicator final : public Communicator {
   ucp_worker_h worker_ = nullptr;
   std::vector<ucp_ep_h> eps_;  // eps_[rank_] unused
 
-  // Header-round staging: size_ slots of (Header + small_message_bytes).
+  // Header-round staging: size_ slots of (Header + small_bytes_).
   size_t slot_bytes_ = 0;
   std::vector<unsigned char> header_slots_;
   std::vector<Pending> header_recvs_, header_sends_;  // one per peer
@@ -297,6 +299,9 @@ class UcxCommunicator final : public Communicator {
   // The header round through the segments' mailboxes (Note [Shared-memory
   // exchange] in shm_allreduce.h) when every rank has them.
   bool shm_exchange_ = false;
+  // Payloads of up to this many bytes ride in the header round: the option,
+  // or more on an oversubscribed host (Init).
+  size_t small_bytes_ = 0;
   uint64_t shm_exchanges_ = 0;                // exchanges completed (all ranks agree)
   std::vector<size_t> exchange_lengths_;
 
@@ -452,19 +457,30 @@ absl::Status UcxCommunicator::Init(Store& store) {
     }
   }
 
+  const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
+  const bool oversubscribed = static_cast<unsigned>(size_) > cores;
+  yield_mask_ = oversubscribed ? 15 : 1023;
+  // Ranks that outnumber the cores on one host pay a round of context
+  // switches for every synchronisation, so there the shared-memory exchange
+  // (one round) carries collectives up to kOversubscribedSmallBytes instead
+  // of the three-round allreduce; each rank then reduces every rank's copy,
+  // which at these sizes costs less than a round. All ranks of a
+  // shared-memory group share the host, so they agree (and the segment
+  // layout check makes them fall back together if they do not).
+  small_bytes_ = options_.small_message_bytes;
+  if (oversubscribed) small_bytes_ = std::max(small_bytes_, kOversubscribedSmallBytes);
+
   // The shared-memory path cannot notice a dead peer; a user who asked for
   // peer-failure detection gets the (TCP) messaging path only.
   if (options_.use_shared_memory && !options_.detect_peer_failure && size_ > 1 &&
       options_.transports == UcxOptions{}.transports) {
     if (absl::Status s = InitSharedMemory(store); !s.ok()) return s;
   }
-  const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
-  const bool oversubscribed = static_cast<unsigned>(size_) > cores;
-  yield_mask_ = oversubscribed ? 15 : 1023;
+  if (!shm_exchange_) small_bytes_ = options_.small_message_bytes;
   // Oversubscribed, 4 ranks bound two to a core: 8 B allreduce 23-25 ->
   // 20-21 us, 128 KiB 65-90 -> 50-77 us.
   shm_group_.yield_mask = oversubscribed ? 0 : 255;
-  slot_bytes_ = sizeof(Header) + options_.small_message_bytes;
+  slot_bytes_ = sizeof(Header) + small_bytes_;
   header_slots_.resize(slot_bytes_ * size_);
   header_recvs_.resize(size_);
   header_sends_.resize(size_);
@@ -729,7 +745,7 @@ absl::Status UcxCommunicator::Run(const Request& req) {
   const Kind kind = static_cast<Kind>(h.kind);
   const DataType type = static_cast<DataType>(h.type);
   const size_t bytes = h.count * DataTypeSize(type);
-  const bool small = bytes <= options_.small_message_bytes;
+  const bool small = bytes <= small_bytes_;
   // What this rank contributes to the header round.
   size_t payload_bytes = 0;
   const void* payload = nullptr;
@@ -1238,7 +1254,7 @@ absl::Status UcxCommunicator::RingAllGather(const Request& req) {
 absl::Status UcxCommunicator::InitSharedMemory(Store& store) {
   // Mailboxes for the header round when a header with a small payload is
   // small enough to keep two of per rank (the default 4 KiB is).
-  const size_t header_bytes = sizeof(Header) + options_.small_message_bytes;
+  const size_t header_bytes = sizeof(Header) + small_bytes_;
   const size_t mailbox_bytes = header_bytes <= kMaxMailboxBytes ? header_bytes : 0;
   const size_t bytes = ucx::ShmSegmentBytes(size_, options_.shm_chunk_bytes, mailbox_bytes);
   // Every rank says whether it could set up and map everything; the path is
