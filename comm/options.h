@@ -17,6 +17,9 @@ struct UcxOptions {
   // round ("one-shot": one round of latency, each rank reduces all
   // contributions). Larger AllReduce uses shared memory (below) or the
   // pipelined ring. Measured here, the shared-memory path wins from ~4 KiB.
+  // Where up to 8 ranks share a host with fewer cores than ranks, a non-zero
+  // value is raised to 32 KiB (every synchronisation then costs a round of
+  // context switches); 0 turns one-shot off everywhere.
   size_t small_message_bytes = 4 << 10;
   // Pipeline chunk of the ring algorithm. Small enough that a received chunk
   // is still in cache when it is reduced.
@@ -33,7 +36,9 @@ struct UcxOptions {
   // only when every rank can map every other rank's staging; otherwise (e.g.
   // UCX_TLS=tcp, or ranks on several hosts) the ring runs.
   bool use_shared_memory = true;
-  // Bytes each rank owns per round of the shared-memory algorithm.
+  // Bytes each rank owns per round of the shared-memory algorithm: a
+  // multiple of 64 (a cache line), so that every element and counter in the
+  // segments is aligned.
   size_t shm_chunk_bytes = 128 << 10;
   // UCX configuration overrides applied with ucp_config_modify, e.g.
   // {"TLS", "tcp,cma"}; UCX_* environment variables still apply underneath.

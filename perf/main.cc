@@ -65,9 +65,11 @@ ABSL_FLAG(std::string, ucx_tls, "",
           "sysv,cma,self,tcp with the shared-memory allreduce)");
 ABSL_FLAG(std::string, ucx_chunk, "256K", "ucx backend: ring pipeline chunk size");
 ABSL_FLAG(std::string, ucx_shm_chunk, "128K",
-          "ucx backend: bytes each rank owns per round of the shared-memory allreduce");
+          "ucx backend: bytes each rank owns per round of the shared-memory allreduce "
+          "(a multiple of 64)");
 ABSL_FLAG(std::string, ucx_small, "4K",
-          "ucx backend: messages up to this size use the one-shot latency algorithm");
+          "ucx backend: messages up to this size use the one-shot latency algorithm "
+          "(raised to 32K where up to 8 ranks outnumber the host's cores; 0: never)");
 ABSL_FLAG(double, timeout_s, 0,
           "seconds one collective may wait for its peers before it fails naming them "
           "(0: $FUSEBOX_TIMEOUT_S, else 300)");

@@ -95,8 +95,10 @@ constexpr uint32_t kHeaderMagic = 0x46425831;  // "FBX1"
 // The largest header round that goes through shared-memory mailboxes (two
 // per rank, in every rank's segment); above it, UCX messages.
 constexpr size_t kMaxMailboxBytes = size_t{1} << 20;
-// The small-message threshold where ranks outnumber cores (Init).
+// The small-message threshold where ranks outnumber cores, for up to
+// kOversubscribedSmallMaxRanks ranks (Init; measured at 4 ranks on 2 cores).
 constexpr size_t kOversubscribedSmallBytes = 32 << 10;
+constexpr int kOversubscribedSmallMaxRanks = 8;
 
 struct Header {
   uint32_t magic;
@@ -466,9 +468,13 @@ absl::Status UcxCommunicator::Init(Store& store) {
   // of the three-round allreduce; each rank then reduces every rank's copy,
   // which at these sizes costs less than a round. All ranks of a
   // shared-memory group share the host, so they agree (and the segment
-  // layout check makes them fall back together if they do not).
+  // layout check makes them fall back together if they do not). Not where
+  // the option turns one-shot off (0), and not beyond
+  // kOversubscribedSmallMaxRanks ranks: each rank reduces every rank's copy.
   small_bytes_ = options_.small_message_bytes;
-  if (oversubscribed) small_bytes_ = std::max(small_bytes_, kOversubscribedSmallBytes);
+  if (oversubscribed && small_bytes_ > 0 && size_ <= kOversubscribedSmallMaxRanks) {
+    small_bytes_ = std::max(small_bytes_, kOversubscribedSmallBytes);
+  }
 
   // The shared-memory path cannot notice a dead peer; a user who asked for
   // peer-failure detection gets the (TCP) messaging path only.
@@ -1365,9 +1371,11 @@ absl::StatusOr<std::unique_ptr<Communicator>> CreateUcxCommunicator(
     return absl::InvalidArgumentError(
         absl::StrCat("UCX chunk_bytes must be in [64, 1 GiB], got ", options.chunk_bytes));
   }
-  if (options.shm_chunk_bytes < 64 || options.shm_chunk_bytes > (64u << 20)) {
+  if (options.shm_chunk_bytes < 64 || options.shm_chunk_bytes > (64u << 20) ||
+      options.shm_chunk_bytes % 64 != 0) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "UCX shm_chunk_bytes must be in [64, 64 MiB], got ", options.shm_chunk_bytes));
+        "UCX shm_chunk_bytes must be a multiple of 64 in [64, 64 MiB], got ",
+        options.shm_chunk_bytes));
   }
   if (options.small_message_bytes > (64u << 20)) {
     return absl::InvalidArgumentError(absl::StrCat(

@@ -42,10 +42,17 @@ size_t MailboxStride(size_t mailbox_bytes) {
   return (sizeof(MailboxHead) + mailbox_bytes + kLine - 1) / kLine * kLine;
 }
 
-// Mailbox `which` (0 or 1) of the segment at `base`: after the staging slots.
+// Where the mailboxes start: after the staging slots, on a cache line of
+// their own (chunk_bytes need not be a multiple of a line, and the flag must
+// be aligned to be atomic).
+size_t MailboxesOffset(int size, size_t chunk_bytes) {
+  return (kControlBytes + kSlots * static_cast<size_t>(size) * chunk_bytes + kLine - 1) / kLine *
+         kLine;
+}
+
+// Mailbox `which` (0 or 1) of the segment at `base`.
 MailboxHead* Mailbox(const ShmGroup& g, unsigned char* base, uint64_t which) {
-  return reinterpret_cast<MailboxHead*>(base + kControlBytes +
-                                        kSlots * static_cast<size_t>(g.size) * g.chunk_bytes +
+  return reinterpret_cast<MailboxHead*>(base + MailboxesOffset(g.size, g.chunk_bytes) +
                                         which * MailboxStride(g.mailbox_bytes));
 }
 unsigned char* MessageOf(MailboxHead* box) {
@@ -135,15 +142,16 @@ auto ControlCounter(std::atomic<uint64_t> Control::*counter) {
 }  // namespace
 
 size_t ShmSegmentBytes(int size, size_t chunk_bytes, size_t mailbox_bytes) {
-  return kControlBytes + kSlots * static_cast<size_t>(size) * chunk_bytes +
-         2 * MailboxStride(mailbox_bytes);
+  return MailboxesOffset(size, chunk_bytes) + 2 * MailboxStride(mailbox_bytes);
 }
 
 void InitShmSegment(unsigned char* base, int size, size_t chunk_bytes, size_t mailbox_bytes) {
   std::memset(base, 0, kControlBytes);
   if (mailbox_bytes == 0) return;
   const ShmGroup g{0, size, chunk_bytes, {}, mailbox_bytes};
-  for (uint64_t which : {0, 1}) std::memset(Mailbox(g, base, which), 0, sizeof(MailboxHead));
+  for (uint64_t which : {0, 1}) {
+    std::memset(static_cast<void*>(Mailbox(g, base, which)), 0, sizeof(MailboxHead));
+  }
 }
 
 absl::Status ShmAllReduce(const ShmGroup& g, const void* send, void* recv,

@@ -37,7 +37,7 @@ namespace fusebox::comm::ucx {
 struct ShmGroup {
   int rank = 0;
   int size = 1;
-  size_t chunk_bytes = 128 << 10;       // bytes a rank owns per round
+  size_t chunk_bytes = 128 << 10;       // bytes a rank owns per round; a multiple of 64
   std::vector<unsigned char*> bases;    // every rank's segment, as mapped here
   // Largest message ShmExchange carries (0: the segments have no mailboxes).
   size_t mailbox_bytes = 0;

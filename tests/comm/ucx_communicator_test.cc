@@ -459,6 +459,13 @@ TEST(UcxCommunicatorTest, RejectsBadOptions) {
   o = UcxOptions{};
   o.small_message_bytes = 1u << 30;
   EXPECT_EQ(CreateUcxCommunicator(o, 0, 1, store).status().code(), absl::StatusCode::kInvalidArgument);
+  // A shared-memory round that is not whole cache lines would misalign the
+  // segments' elements and flags.
+  o = UcxOptions{};
+  o.shm_chunk_bytes = 100;
+  const absl::Status s = CreateUcxCommunicator(o, 0, 1, store).status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+  EXPECT_NE(s.message().find("shm_chunk_bytes must be a multiple of 64"), std::string::npos) << s;
 }
 
 }  // namespace
