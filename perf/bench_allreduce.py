@@ -18,7 +18,7 @@ Runs, in one invocation, for every world size in --ranks (float32 sum, -b .. -e 
           its first word)
   gloo    /usr/bin/python3 perf/baselines/gloo_allreduce.py --nranks N ...   (torch.distributed)
   fbmpi   mpirun -n N --oversubscribe <build>/perf/fusebox-perf allreduce --backend mpi ...
-          (only with --with-fusebox-mpi)
+          (only with --with-fusebox-mpi; bound as mpi is)
 
 and once per repeat <build>/perf/baselines/fusebox-memcpy-bw (single-thread memcpy, 64 MB).
 Every tool gets the same "-b B -e E -f F -n N -w W -d float -o sum --json PATH" and writes
@@ -219,8 +219,8 @@ def build_tools(args):
                 [args.mpirun, mpi_bin], True),
         "gloo": (lambda n: [args.python, gloo_py, "--nranks", str(n)],
                  [args.python, gloo_py], False),
-        "fbmpi": (lambda n: [args.mpirun, "-n", str(n), "--oversubscribe", perf, "allreduce",
-                             "--backend", "mpi"],
+        "fbmpi": (lambda n: [args.mpirun, "-n", str(n), "--oversubscribe"] + mpi_bind(n) +
+                  [perf, "allreduce", "--backend", "mpi"],
                   [args.mpirun, perf], True),
         "memcpy": (lambda n: [memcpy_bin], [memcpy_bin], False),
     }

@@ -466,11 +466,10 @@ absl::Status UcxCommunicator::Init(Store& store) {
   // switches for every synchronisation, so there the shared-memory exchange
   // (one round) carries collectives up to kOversubscribedSmallBytes instead
   // of the three-round allreduce; each rank then reduces every rank's copy,
-  // which at these sizes costs less than a round. All ranks of a
-  // shared-memory group share the host, so they agree (and the segment
-  // layout check makes them fall back together if they do not). Not where
-  // the option turns one-shot off (0), and not beyond
-  // kOversubscribedSmallMaxRanks ranks: each rank reduces every rank's copy.
+  // which at these sizes and up to kOversubscribedSmallMaxRanks ranks costs
+  // less than a round. Not where the option turns one-shot off (0). All
+  // ranks of a shared-memory group share the host, so they agree (and the
+  // segment layout check makes them fall back together if they do not).
   small_bytes_ = options_.small_message_bytes;
   if (oversubscribed && small_bytes_ > 0 && size_ <= kOversubscribedSmallMaxRanks) {
     small_bytes_ = std::max(small_bytes_, kOversubscribedSmallBytes);
