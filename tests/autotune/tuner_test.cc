@@ -22,11 +22,10 @@
 
 #include "absl/strings/str_cat.h"
 #include "bucketing/planners.h"
-#include "comm/memory_store.h"
 #include "comm/testing/exact_data.h"
-#include "comm/ucx/communicator.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/common/run_ranks.h"
 
 namespace fusebox::autotune {
 namespace {
@@ -34,20 +33,7 @@ namespace {
 using bucketing::GradientLayout;
 using ::testing::HasSubstr;
 
-using RankFn = std::function<void(int rank, comm::Communicator& comm)>;
-
-void RunRanks(int world, const RankFn& fn) {
-  comm::MemoryStore store;
-  std::vector<std::thread> threads;
-  for (int r = 0; r < world; ++r) {
-    threads.emplace_back([&, r] {
-      auto c = comm::CreateUcxCommunicator({}, r, world, store);
-      ASSERT_TRUE(c.ok()) << c.status();
-      fn(r, **c);
-    });
-  }
-  for (auto& t : threads) t.join();
-}
+using fusebox::testing::RunRanks;
 
 GradientLayout Layout(int n, int64_t scale = 1) {
   std::vector<bucketing::TensorSpec> specs;

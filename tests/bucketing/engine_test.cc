@@ -16,13 +16,14 @@
 #include <vector>
 
 #include "bucketing/planners.h"
-#include "comm/memory_store.h"
 #include "comm/testing/exact_data.h"
+#include "comm/testing/loopback.h"
 #include "comm/ucx/communicator.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/bucketing/engine_testing.h"
 #include "tests/bucketing/test_layouts.h"
+#include "tests/common/run_ranks_ucx.h"
 
 namespace fusebox::bucketing {
 namespace {
@@ -36,6 +37,7 @@ using testing::Expected;
 using testing::MakeLayout;
 using testing::RandomLayout;
 using testing::RunRanks;
+using fusebox::testing::RunRanksUcx;
 using testing::Seed;
 
 
@@ -107,19 +109,18 @@ void MarkAllAndFinish(Engine& engine, int rank, int world, int it) {
   }
 }
 
-class EngineWorldTest : public ::testing::TestWithParam<std::tuple<int, Schedule>> {};
-
-TEST_P(EngineWorldTest, MatchesReferenceForEveryBaselinePlanAndSwap) {
-  const int world = std::get<0>(GetParam());
+// Every baseline plan in turn on one engine per rank, two iterations each,
+// gradients marked from 3 threads, checked bit for bit.
+void CheckEveryBaselinePlan(int world, Schedule schedule, bool over_ucx) {
   // Mixed dtypes, zero-size tensors, and one huge tensor that FixedSizePlan
   // splits into ~100 slices.
   const GradientLayout layout = RandomLayout(world * 31 + 5, 24, 3000, 25000, /*mixed=*/true);
   const std::vector<Plan> plans = BaselinePlans(layout);
-  RunRanks(world, [&](int rank, comm::Communicator& comm) {
+  const testing::RankFn fn = [&](int rank, comm::Communicator& comm) {
     EngineOptions options;
     options.max_in_flight = 2;
     options.timeout = absl::Seconds(60);
-    options.schedule = std::get<1>(GetParam());
+    options.schedule = schedule;
     auto engine = Engine::Create(comm, layout, plans[0], options);
     ASSERT_TRUE(engine.ok()) << engine.status();
     int it = 0;
@@ -129,7 +130,25 @@ TEST_P(EngineWorldTest, MatchesReferenceForEveryBaselinePlanAndSwap) {
       it += 2;
     }
     EXPECT_EQ((*engine)->stats().size(), 2 * plans.size());
-  });
+  };
+  if (over_ucx) {
+    RunRanksUcx(world, fn);
+  } else {
+    RunRanks(world, fn);
+  }
+}
+
+class EngineWorldTest : public ::testing::TestWithParam<std::tuple<int, Schedule>> {};
+
+TEST_P(EngineWorldTest, MatchesReferenceForEveryBaselinePlanAndSwap) {
+  CheckEveryBaselinePlan(std::get<0>(GetParam()), std::get<1>(GetParam()), /*over_ucx=*/false);
+}
+
+// The same on real UCX communicators (the loopback above has no transport):
+// completions from UCX's progress thread, its shared-memory paths.
+TEST(EngineOverUcxTest, MatchesReferenceForEveryBaselinePlanAndSwap) {
+  CheckEveryBaselinePlan(3, Schedule::kForwardPriority, /*over_ucx=*/true);
+  CheckEveryBaselinePlan(2, Schedule::kPlanOrder, /*over_ucx=*/true);
 }
 
 INSTANTIATE_TEST_SUITE_P(
@@ -214,7 +233,7 @@ TEST(EngineTest, WindowOfOneAndRingPathMatchReference) {
   ring.chunk_bytes = 256;
   ring.use_shared_memory = false;
   const GradientLayout layout = RandomLayout(99, 12, 2000, 9000, /*mixed=*/false);
-  RunRanks(
+  RunRanksUcx(
       3,
       [&](int rank, comm::Communicator& comm) {
         EngineOptions options;
@@ -447,10 +466,9 @@ TEST(EngineTest, StatisticsAndTimelineDescribeTheIteration) {
 class EngineBadUseTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    comm::MemoryStore store;
-    auto c = comm::CreateUcxCommunicator({}, 0, 1, store);
+    auto c = comm::testing::CreateLoopbackGroup(1);
     ASSERT_TRUE(c.ok()) << c.status();
-    comm_ = *std::move(c);
+    comm_ = std::move((*c)[0]);
   }
   std::unique_ptr<comm::Communicator> comm_;
 };

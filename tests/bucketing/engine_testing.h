@@ -1,39 +1,25 @@
-// Helpers shared by the engine tests: ranks as threads over real UCX
-// communicators, the exact expected average, and the baseline plans.
+// Helpers shared by the engine tests: ranks as threads (over the in-process
+// loopback communicator, or real UCX where a test says so), the exact
+// expected average, and the baseline plans.
 #ifndef FUSEBOX_TESTS_BUCKETING_ENGINE_TESTING_H_
 #define FUSEBOX_TESTS_BUCKETING_ENGINE_TESTING_H_
 
 #include <cstdint>
 #include <cstring>
 #include <functional>
-#include <thread>
 #include <vector>
 
 #include "bucketing/layout.h"
 #include "bucketing/planners.h"
-#include "comm/memory_store.h"
 #include "comm/testing/exact_data.h"
 #include "comm/types.h"
-#include "comm/ucx/communicator.h"
 #include "gtest/gtest.h"
+#include "tests/common/run_ranks.h"
 
 namespace fusebox::bucketing::testing {
 
-using RankFn = std::function<void(int rank, comm::Communicator& comm)>;
-
-// Runs fn(rank, communicator) on `world` threads, one UCX communicator each.
-inline void RunRanks(int world, const RankFn& fn, comm::UcxOptions options = {}) {
-  comm::MemoryStore store;
-  std::vector<std::thread> threads;
-  for (int r = 0; r < world; ++r) {
-    threads.emplace_back([&, r] {
-      auto c = comm::CreateUcxCommunicator(options, r, world, store);
-      ASSERT_TRUE(c.ok()) << c.status();
-      fn(r, **c);
-    });
-  }
-  for (auto& t : threads) t.join();
-}
+using fusebox::testing::RankFn;
+using fusebox::testing::RunRanks;
 
 // The expected averaged gradient of tensor `t`: the exact sum over ranks
 // (exact_data.h) divided by the world size once, in the element type.

@@ -17,6 +17,7 @@ if(FUSEBOX_WITH_UCX)
   add_executable(ucx_communicator_test ${CMAKE_CURRENT_SOURCE_DIR}/ucx_communicator_test.cc)
   target_link_libraries(ucx_communicator_test PRIVATE
     fusebox::comm_ucx fusebox::comm_testing GTest::gtest_main)
+  target_include_directories(ucx_communicator_test PRIVATE ${PROJECT_SOURCE_DIR})
   gtest_discover_tests(ucx_communicator_test DISCOVERY_TIMEOUT 60 PROPERTIES TIMEOUT 300)
 endif()
 
@@ -44,3 +45,10 @@ if(FUSEBOX_WITH_UCX)
   target_link_libraries(shm_allreduce_test PRIVATE fusebox::comm_ucx fusebox::comm_testing GTest::gtest_main)
   gtest_discover_tests(shm_allreduce_test DISCOVERY_TIMEOUT 60 PROPERTIES TIMEOUT 300)
 endif()
+
+# The in-process loopback communicator the tests above the communication
+# layer run on (comm/testing/loopback.h).
+add_executable(comm_loopback_test ${CMAKE_CURRENT_SOURCE_DIR}/loopback_test.cc)
+target_link_libraries(comm_loopback_test PRIVATE fusebox::comm_testing GTest::gmock GTest::gtest_main)
+target_include_directories(comm_loopback_test PRIVATE ${PROJECT_SOURCE_DIR})
+gtest_discover_tests(comm_loopback_test DISCOVERY_TIMEOUT 60 PROPERTIES TIMEOUT 120)

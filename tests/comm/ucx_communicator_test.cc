@@ -13,6 +13,7 @@
 #include "comm/memory_store.h"
 #include "comm/testing/exact_data.h"
 #include "gtest/gtest.h"
+#include "tests/common/run_ranks_ucx.h"
 
 namespace fusebox::comm {
 namespace {
@@ -21,21 +22,12 @@ using testing::CountMismatches;
 using testing::FillExpected;
 using testing::FillInput;
 
-using RankFn = std::function<void(int rank, Communicator& comm)>;
+using fusebox::testing::RankFn;
 
 // Creates `world` communicators concurrently (creation is collective) and
 // runs `fn` on each in its own thread.
 void RunRanks(int world, const UcxOptions& options, const RankFn& fn) {
-  MemoryStore store;
-  std::vector<std::thread> threads;
-  for (int r = 0; r < world; ++r) {
-    threads.emplace_back([&, r] {
-      auto comm = CreateUcxCommunicator(options, r, world, store);
-      ASSERT_TRUE(comm.ok()) << comm.status();
-      fn(r, **comm);
-    });
-  }
-  for (auto& t : threads) t.join();
+  fusebox::testing::RunRanksUcx(world, fn, options);
 }
 
 // Ring for everything: tiny chunks, no one-shot path, so empty segments,
