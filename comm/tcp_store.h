@@ -1,7 +1,7 @@
 // TCP Store: one server (hosted by rank 0, or by the fusebox-run launcher)
 // and one client per rank. The wire protocol is fusebox's own, documented in
-// tcp_store.cc; every message is length-prefixed and bounded, and a malformed
-// message closes only the connection that sent it.
+// tcp_store_wire.cc; every message is length-prefixed and bounded, and a
+// malformed message closes only the connection that sent it.
 #ifndef FUSEBOX_COMM_TCP_STORE_H_
 #define FUSEBOX_COMM_TCP_STORE_H_
 
@@ -37,10 +37,10 @@ struct TcpStoreServerOptions {
   // other request; see Note [TCP store wire protocol]. At most 1024 bytes.
   std::string token;
   // Timeouts that close a connection (Note [TCP store timeouts] in
-  // tcp_store.cc); each must be positive, absl::InfiniteDuration() turns it
-  // off. A rank's client keeps one connection for the whole job and may be
-  // silent for hours between requests, or parked in a long WAIT: neither is
-  // cut by the defaults.
+  // tcp_store_server.cc); each must be positive, absl::InfiniteDuration()
+  // turns it off. A rank's client keeps one connection for the whole job and
+  // may be silent for hours between requests, or parked in a long WAIT:
+  // neither is cut by the defaults.
   //
   // From accept until the connection's first request has arrived whole
   // (the HELLO when a token is required).

@@ -1,7 +1,8 @@
 // The TCP store's message decoder (Note [TCP store wire protocol] in
-// tcp_store.cc), exposed so that a fuzz target (tests/fuzz/) and tests can
-// feed it bytes directly. Internal to comm/: the server and client in
-// tcp_store.cc are its only other users.
+// tcp_store_wire.cc), exposed so that a fuzz target (tests/fuzz/) and tests
+// can feed it bytes directly. Internal to comm/: the server
+// (tcp_store_server.cc) and client (tcp_store_client.cc) are its only other
+// users.
 #ifndef FUSEBOX_COMM_TCP_STORE_WIRE_H_
 #define FUSEBOX_COMM_TCP_STORE_WIRE_H_
 

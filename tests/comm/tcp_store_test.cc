@@ -1,6 +1,6 @@
 // TcpStoreServer and its client over loopback, including peers that speak
 // the wire protocol badly (see Note [TCP store wire protocol] in
-// comm/tcp_store.cc; the raw-socket tests re-encode it independently).
+// comm/tcp_store_wire.cc; the raw-socket tests re-encode it independently).
 #include "comm/tcp_store.h"
 
 #include <arpa/inet.h>
