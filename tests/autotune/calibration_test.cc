@@ -15,9 +15,8 @@
 #include "autotune/cost_model.h"
 #include "autotune/measure.h"
 #include "comm/device.h"
-#include "comm/memory_store.h"
-#include "comm/ucx/communicator.h"
 #include "gtest/gtest.h"
+#include "tests/common/run_ranks.h"
 
 namespace fusebox::autotune {
 namespace {
@@ -29,9 +28,8 @@ using Clock = std::chrono::steady_clock;
 // else is the inner communicator's.
 class SetCostCommunicator final : public comm::Communicator {
  public:
-  SetCostCommunicator(std::unique_ptr<comm::Communicator> inner, double delay_us,
-                      double bytes_per_us)
-      : inner_(std::move(inner)), delay_us_(delay_us), bytes_per_us_(bytes_per_us),
+  SetCostCommunicator(comm::Communicator& inner, double delay_us, double bytes_per_us)
+      : inner_(inner), delay_us_(delay_us), bytes_per_us_(bytes_per_us),
         thread_([this] { Loop(); }) {}
   ~SetCostCommunicator() override {
     {
@@ -41,14 +39,14 @@ class SetCostCommunicator final : public comm::Communicator {
     cv_.notify_all();
     thread_.join();
   }
-  int rank() const override { return inner_->rank(); }
-  int size() const override { return inner_->size(); }
+  int rank() const override { return inner_.rank(); }
+  int size() const override { return inner_.size(); }
   std::string backend() const override { return "set-cost"; }
-  comm::MemoryKind memory() const override { return inner_->memory(); }
+  comm::MemoryKind memory() const override { return inner_.memory(); }
   absl::StatusOr<std::shared_ptr<comm::Work>> AllReduce(const void* send, void* recv,
                                                         size_t count, comm::DataType type,
                                                         comm::ReduceOp op) override {
-    auto inner = inner_->AllReduce(send, recv, count, type, op);
+    auto inner = inner_.AllReduce(send, recv, count, type, op);
     if (!inner.ok()) return inner.status();
     auto outer = std::make_shared<comm::Work>();
     const double cost_us =
@@ -62,14 +60,14 @@ class SetCostCommunicator final : public comm::Communicator {
   }
   absl::StatusOr<std::shared_ptr<comm::Work>> Broadcast(void* buf, size_t count,
                                                         comm::DataType type, int root) override {
-    return inner_->Broadcast(buf, count, type, root);
+    return inner_.Broadcast(buf, count, type, root);
   }
   absl::StatusOr<std::shared_ptr<comm::Work>> AllGather(const void* send, void* recv,
                                                         size_t count,
                                                         comm::DataType type) override {
-    return inner_->AllGather(send, recv, count, type);
+    return inner_.AllGather(send, recv, count, type);
   }
-  absl::StatusOr<std::shared_ptr<comm::Work>> Barrier() override { return inner_->Barrier(); }
+  absl::StatusOr<std::shared_ptr<comm::Work>> Barrier() override { return inner_.Barrier(); }
 
  private:
   struct Pending {
@@ -96,7 +94,7 @@ class SetCostCommunicator final : public comm::Communicator {
     }
   }
 
-  std::unique_ptr<comm::Communicator> inner_;
+  comm::Communicator& inner_;  // not owned
   const double delay_us_, bytes_per_us_;
   std::mutex mu_;
   std::condition_variable cv_;
@@ -112,20 +110,13 @@ TEST(CalibrationTest, RecoversASetLaunchDelayAndBandwidthWithinTenPercent) {
   constexpr double kDelayUs = 100'000;
   constexpr double kBytesPerUs = 20;  // 20 MB/s: 4 MiB take 210 ms
   constexpr int kWorld = 2;
-  comm::MemoryStore store;
   std::vector<absl::StatusOr<CostModel>> fits(kWorld, absl::UnknownError("not run"));
-  std::vector<std::thread> ranks;
-  for (int r = 0; r < kWorld; ++r) {
-    ranks.emplace_back([&, r] {
-      auto inner = comm::CreateUcxCommunicator({}, r, kWorld, store);
-      ASSERT_TRUE(inner.ok()) << inner.status();
-      SetCostCommunicator comm(*std::move(inner), kDelayUs, kBytesPerUs);
-      auto samples = MeasureAllReduce(comm, CalibrationSizes(int64_t{4} << 20), 3);
-      ASSERT_TRUE(samples.ok()) << samples.status();
-      fits[r] = FitCostModel(*samples, kWorld, "set-cost test");
-    });
-  }
-  for (auto& t : ranks) t.join();
+  fusebox::testing::RunRanks(kWorld, [&](int r, comm::Communicator& inner) {
+    SetCostCommunicator comm(inner, kDelayUs, kBytesPerUs);
+    auto samples = MeasureAllReduce(comm, CalibrationSizes(int64_t{4} << 20), 3);
+    ASSERT_TRUE(samples.ok()) << samples.status();
+    fits[r] = FitCostModel(*samples, kWorld, "set-cost test");
+  });
   for (int r = 0; r < kWorld; ++r) {
     ASSERT_TRUE(fits[r].ok()) << fits[r].status();
     const CostModel& m = *fits[r];
@@ -146,22 +137,15 @@ TEST(CalibrationTest, StagingBandwidthWaitsForTheCopies) {
   constexpr int kWorld = 2;
   constexpr int64_t kBytes = int64_t{1} << 20;
   const absl::Duration delay = absl::Milliseconds(40);
-  comm::MemoryStore store;
   std::vector<absl::StatusOr<double>> gbps(kWorld, absl::UnknownError("not run"));
-  std::vector<std::thread> ranks;
-  for (int r = 0; r < kWorld; ++r) {
-    ranks.emplace_back([&, r] {
-      auto comm = comm::CreateUcxCommunicator({}, r, kWorld, store);
-      ASSERT_TRUE(comm.ok()) << comm.status();
-      comm::EmulatedDeviceOptions o;
-      o.op_delay = delay;
-      auto device = comm::CreateEmulatedDevice(o);
-      EXPECT_EQ(MeasureStagingGbps(**comm, *device, 0).status().code(),
-                absl::StatusCode::kInvalidArgument);
-      gbps[r] = MeasureStagingGbps(**comm, *device, kBytes);
-    });
-  }
-  for (auto& t : ranks) t.join();
+  fusebox::testing::RunRanks(kWorld, [&](int r, comm::Communicator& comm) {
+    comm::EmulatedDeviceOptions o;
+    o.op_delay = delay;
+    auto device = comm::CreateEmulatedDevice(o);
+    EXPECT_EQ(MeasureStagingGbps(comm, *device, 0).status().code(),
+              absl::StatusCode::kInvalidArgument);
+    gbps[r] = MeasureStagingGbps(comm, *device, kBytes);
+  });
   const double most = kBytes / absl::ToDoubleMicroseconds(delay) / 1e3;  // GB/s
   for (int r = 0; r < kWorld; ++r) {
     ASSERT_TRUE(gbps[r].ok()) << gbps[r].status();

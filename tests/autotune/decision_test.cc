@@ -14,10 +14,9 @@
 #include "absl/strings/str_cat.h"
 #include "autotune/tuner.h"
 #include "bucketing/planners.h"
-#include "comm/memory_store.h"
-#include "comm/ucx/communicator.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/common/run_ranks.h"
 
 namespace fusebox::autotune {
 namespace {
@@ -175,10 +174,7 @@ class SyntheticRun {
 };
 
 void OnOneRank(const std::function<void(comm::Communicator&)>& fn) {
-  comm::MemoryStore store;
-  auto c = comm::CreateUcxCommunicator({}, 0, 1, store);
-  ASSERT_TRUE(c.ok()) << c.status();
-  fn(**c);
+  fusebox::testing::RunRanks(1, [&](int, comm::Communicator& comm) { fn(comm); });
 }
 
 TEST(TunerDecisionTest, EqualPlansRarelyReplaceTheDefault) {

@@ -6,14 +6,12 @@
 
 #include <cmath>
 #include <numeric>
-#include <thread>
 #include <vector>
 
 #include "autotune/models.h"
-#include "comm/memory_store.h"
-#include "comm/ucx/communicator.h"
 #include "gtest/gtest.h"
 #include "perf/overlap.h"
+#include "tests/common/run_ranks_ucx.h"
 
 namespace fusebox::perf {
 namespace {
@@ -114,22 +112,15 @@ TEST(ExplainGapTest, HiddenCommunicationIsBackwardAgainstTheBound) {
 TEST(ExplainGapTest, OnARealReplayTheTermsAddUpToTheMeasuredGap) {
   auto profile = autotune::GenerateModelProfile("resnet50");
   ASSERT_TRUE(profile.ok());
-  comm::MemoryStore store;
   std::vector<absl::StatusOr<OverlapReport>> reports(2, absl::UnknownError("not run"));
-  std::vector<std::thread> ranks;
-  for (int r = 0; r < 2; ++r) {
-    ranks.emplace_back([&, r] {
-      auto c = comm::CreateUcxCommunicator({}, r, 2, store);
-      ASSERT_TRUE(c.ok()) << c.status();
-      OverlapOptions o;
-      o.iters = 4;
-      o.compute_scale = 0.05;
-      o.plans = {"ddp", "per-tensor"};
-      o.explain = true;
-      reports[r] = RunOverlap(**c, *profile, o, nullptr);
-    });
-  }
-  for (auto& t : ranks) t.join();
+  fusebox::testing::RunRanksUcx(2, [&](int r, comm::Communicator& c) {
+    OverlapOptions o;
+    o.iters = 4;
+    o.compute_scale = 0.05;
+    o.plans = {"ddp", "per-tensor"};
+    o.explain = true;
+    reports[r] = RunOverlap(c, *profile, o, nullptr);
+  });
   for (int r = 0; r < 2; ++r) ASSERT_TRUE(reports[r].ok()) << reports[r].status();
   for (const OverlapResult& res : reports[0]->results) {
     const GapTerms& g = res.gap;
