@@ -73,32 +73,21 @@
 #include "absl/strings/str_format.h"
 #include "comm/fault.h"
 #include "comm/reduce.h"
+#include "comm/ucx/algorithms.h"
 #include "comm/ucx/ranges.h"
 #include "comm/ucx/shm_allreduce.h"
 
 namespace fusebox::comm {
 namespace {
 
-enum class Kind : uint8_t { kAllReduce = 1, kBroadcast = 2, kAllGather = 3, kBarrier = 4 };
-
-const char* KindName(Kind k) {
-  switch (k) {
-    case Kind::kAllReduce: return "AllReduce";
-    case Kind::kBroadcast: return "Broadcast";
-    case Kind::kAllGather: return "AllGather";
-    case Kind::kBarrier: return "Barrier";
-  }
-  return "?";
-}
+using ucx::Algorithm;
+using ucx::Kind;
+using ucx::KindName;
 
 constexpr uint32_t kHeaderMagic = 0x46425831;  // "FBX1"
 // The largest header round that goes through shared-memory mailboxes (two
 // per rank, in every rank's segment); above it, UCX messages.
 constexpr size_t kMaxMailboxBytes = size_t{1} << 20;
-// The small-message threshold where ranks outnumber cores, for up to
-// kOversubscribedSmallMaxRanks ranks (Init; measured at 4 ranks on 2 cores).
-constexpr size_t kOversubscribedSmallBytes = 32 << 10;
-constexpr int kOversubscribedSmallMaxRanks = 8;
 
 struct Header {
   uint32_t magic;
@@ -301,8 +290,11 @@ class UcxCommunicator final : public Communicator {
   // The header round through the segments' mailboxes (Note [Shared-memory
   // exchange] in shm_allreduce.h) when every rank has them.
   bool shm_exchange_ = false;
-  // Payloads of up to this many bytes ride in the header round: the option,
-  // or more on an oversubscribed host (Init).
+  // Note [Algorithm table]; built in Init, the same on every rank.
+  ucx::AlgorithmTable algorithms_;
+  // Payloads of up to this many bytes ride in the header round: the
+  // table's one-shot threshold (before Init's end, the one the mailboxes are
+  // sized for).
   size_t small_bytes_ = 0;
   uint64_t shm_exchanges_ = 0;                // exchanges completed (all ranks agree)
   std::vector<size_t> exchange_lengths_;
@@ -462,18 +454,17 @@ absl::Status UcxCommunicator::Init(Store& store) {
   const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
   const bool oversubscribed = static_cast<unsigned>(size_) > cores;
   yield_mask_ = oversubscribed ? 15 : 1023;
-  // Ranks that outnumber the cores on one host pay a round of context
-  // switches for every synchronisation, so there the shared-memory exchange
-  // (one round) carries collectives up to kOversubscribedSmallBytes instead
-  // of the three-round allreduce; each rank then reduces every rank's copy,
-  // which at these sizes and up to kOversubscribedSmallMaxRanks ranks costs
-  // less than a round. Not where the option turns one-shot off (0). All
-  // ranks of a shared-memory group share the host, so they agree (and the
-  // segment layout check makes them fall back together if they do not).
-  small_bytes_ = options_.small_message_bytes;
-  if (oversubscribed && small_bytes_ > 0 && size_ <= kOversubscribedSmallMaxRanks) {
-    small_bytes_ = std::max(small_bytes_, kOversubscribedSmallBytes);
-  }
+  // Note [Algorithm table]. The mailboxes are sized for the threshold the
+  // shared-memory exchange would give; all ranks of a shared-memory group
+  // share the host, so they agree (and the segment layout check makes them
+  // fall back together if they do not). The table is final once it is known
+  // whether shared memory came up.
+  ucx::AlgorithmInputs inputs;
+  inputs.world = size_;
+  inputs.cores = cores;
+  inputs.small_message_bytes = options_.small_message_bytes;
+  inputs.shm_exchange = true;
+  small_bytes_ = ucx::SmallMessageBytes(inputs);
 
   // The shared-memory path cannot notice a dead peer; a user who asked for
   // peer-failure detection gets the (TCP) messaging path only.
@@ -481,7 +472,10 @@ absl::Status UcxCommunicator::Init(Store& store) {
       options_.transports == UcxOptions{}.transports) {
     if (absl::Status s = InitSharedMemory(store); !s.ok()) return s;
   }
-  if (!shm_exchange_) small_bytes_ = options_.small_message_bytes;
+  inputs.shm_exchange = shm_exchange_;
+  inputs.shm_allreduce = shm_enabled_;
+  algorithms_ = ucx::BuildAlgorithmTable(inputs);
+  small_bytes_ = algorithms_.small_bytes();
   // Oversubscribed, 4 ranks bound two to a core: 8 B allreduce 23-25 ->
   // 20-21 us, 128 KiB 65-90 -> 50-77 us.
   shm_group_.yield_mask = oversubscribed ? 0 : 255;
@@ -750,17 +744,12 @@ absl::Status UcxCommunicator::Run(const Request& req) {
   const Kind kind = static_cast<Kind>(h.kind);
   const DataType type = static_cast<DataType>(h.type);
   const size_t bytes = h.count * DataTypeSize(type);
-  const bool small = bytes <= small_bytes_;
+  const Algorithm algorithm = algorithms_.Select(kind, bytes);
   // What this rank contributes to the header round.
   size_t payload_bytes = 0;
   const void* payload = nullptr;
-  if (small && kind == Kind::kAllReduce) {
-    payload_bytes = bytes;
-    payload = req.send;
-  } else if (small && kind == Kind::kAllGather) {
-    payload_bytes = bytes;
-    payload = req.send;
-  } else if (small && kind == Kind::kBroadcast && h.root == rank_) {
+  if (algorithm == Algorithm::kOneShot &&
+      (kind != Kind::kBroadcast || h.root == rank_)) {
     payload_bytes = bytes;
     payload = req.send;
   }
@@ -769,41 +758,46 @@ absl::Status UcxCommunicator::Run(const Request& req) {
   const auto slot = [&](int r) {
     return header_slots_.data() + static_cast<size_t>(r) * slot_bytes_ + sizeof(Header);
   };
-  if (size_ == 1 && !small) {  // nothing to exchange
-    if (kind == Kind::kAllReduce) {
-      if (req.recv != req.send) std::memcpy(req.recv, req.send, bytes);
-      if (static_cast<ReduceOp>(h.op) == ReduceOp::kAvg) FinishAvg(req.recv, h.count, type, 1);
-    } else if (kind == Kind::kAllGather && req.recv != req.send) {
-      std::memmove(req.recv, req.send, bytes);
-    }
-    return absl::OkStatus();
-  }
-  switch (kind) {
-    case Kind::kBarrier:
+  switch (algorithm) {
+    case Algorithm::kNone:
       return absl::OkStatus();
-    case Kind::kAllReduce:
-      if (small) {
-        SmallAllReduce(req);
-        return absl::OkStatus();
+    case Algorithm::kLocal:  // one rank: nothing to exchange
+      if (kind == Kind::kAllReduce) {
+        if (req.recv != req.send) std::memcpy(req.recv, req.send, bytes);
+        if (static_cast<ReduceOp>(h.op) == ReduceOp::kAvg) FinishAvg(req.recv, h.count, type, 1);
+      } else if (kind == Kind::kAllGather && req.recv != req.send) {
+        std::memmove(req.recv, req.send, bytes);
       }
-      return shm_enabled_ ? ShmAllReduce(req) : RingAllReduce(req);
-    case Kind::kBroadcast:
-      if (small) {
-        if (rank_ != h.root && bytes > 0) std::memcpy(req.recv, slot(h.root), bytes);
-        return absl::OkStatus();
-      }
-      return ChainBroadcast(req);
-    case Kind::kAllGather:
-      if (small) {
-        auto* out = static_cast<unsigned char*>(req.recv);
-        for (int r = 0; r < size_; ++r) {
-          if (bytes > 0) std::memmove(out + r * bytes, slot(r), bytes);
+      return absl::OkStatus();
+    case Algorithm::kOneShot:
+      switch (kind) {
+        case Kind::kAllReduce:
+          SmallAllReduce(req);
+          break;
+        case Kind::kBroadcast:
+          if (rank_ != h.root && bytes > 0) std::memcpy(req.recv, slot(h.root), bytes);
+          break;
+        case Kind::kAllGather: {
+          auto* out = static_cast<unsigned char*>(req.recv);
+          for (int r = 0; r < size_; ++r) {
+            if (bytes > 0) std::memmove(out + r * bytes, slot(r), bytes);
+          }
+          break;
         }
-        return absl::OkStatus();
+        case Kind::kBarrier:
+          break;
       }
+      return absl::OkStatus();
+    case Algorithm::kShmAllReduce:
+      return ShmAllReduce(req);
+    case Algorithm::kRingAllReduce:
+      return RingAllReduce(req);
+    case Algorithm::kChainBroadcast:
+      return ChainBroadcast(req);
+    case Algorithm::kRingAllGather:
       return RingAllGather(req);
   }
-  return absl::InternalError("unknown collective kind");
+  return absl::InternalError("unknown algorithm");
 }
 
 // ---------------------------------------------------------------------------

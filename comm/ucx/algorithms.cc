@@ -1,0 +1,98 @@
+#include "comm/ucx/algorithms.h"
+
+#include <algorithm>
+#include <cstdint>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+
+namespace fusebox::comm::ucx {
+
+const char* KindName(Kind k) {
+  switch (k) {
+    case Kind::kAllReduce: return "AllReduce";
+    case Kind::kBroadcast: return "Broadcast";
+    case Kind::kAllGather: return "AllGather";
+    case Kind::kBarrier: return "Barrier";
+  }
+  return "?";
+}
+
+const char* AlgorithmName(Algorithm a) {
+  switch (a) {
+    case Algorithm::kNone: return "header-round";
+    case Algorithm::kOneShot: return "one-shot";
+    case Algorithm::kLocal: return "local";
+    case Algorithm::kShmAllReduce: return "shm-allreduce";
+    case Algorithm::kRingAllReduce: return "ring-allreduce";
+    case Algorithm::kChainBroadcast: return "chain-broadcast";
+    case Algorithm::kRingAllGather: return "ring-allgather";
+  }
+  return "?";
+}
+
+size_t SmallMessageBytes(const AlgorithmInputs& in) {
+  const bool oversubscribed = static_cast<unsigned>(in.world) > std::max(1u, in.cores);
+  if (in.shm_exchange && oversubscribed && in.small_message_bytes > 0 &&
+      in.world <= kOversubscribedSmallMaxRanks) {
+    return std::max(in.small_message_bytes, kOversubscribedSmallBytes);
+  }
+  return in.small_message_bytes;
+}
+
+AlgorithmTable BuildAlgorithmTable(const AlgorithmInputs& in) {
+  AlgorithmTable t;
+  t.small_bytes_ = SmallMessageBytes(in);
+  const Kind kinds[] = {Kind::kAllReduce, Kind::kBroadcast, Kind::kAllGather, Kind::kBarrier};
+  for (Kind kind : kinds) {
+    std::vector<AlgorithmTable::Range>& r = t.ranges_[static_cast<int>(kind) - 1];
+    if (kind == Kind::kBarrier) {
+      r.push_back({SIZE_MAX, Algorithm::kNone});
+      continue;
+    }
+    r.push_back({t.small_bytes_, Algorithm::kOneShot});
+    if (t.small_bytes_ == SIZE_MAX) continue;
+    Algorithm large = Algorithm::kLocal;
+    if (in.world > 1) {
+      switch (kind) {
+        case Kind::kAllReduce:
+          large = in.shm_allreduce ? Algorithm::kShmAllReduce : Algorithm::kRingAllReduce;
+          break;
+        case Kind::kBroadcast: large = Algorithm::kChainBroadcast; break;
+        case Kind::kAllGather: large = Algorithm::kRingAllGather; break;
+        case Kind::kBarrier: break;
+      }
+    }
+    r.push_back({SIZE_MAX, large});
+  }
+  return t;
+}
+
+const std::vector<AlgorithmTable::Range>& AlgorithmTable::ranges(Kind kind) const {
+  return ranges_[static_cast<int>(kind) - 1];
+}
+
+Algorithm AlgorithmTable::Select(Kind kind, size_t bytes) const {
+  for (const Range& r : ranges(kind)) {
+    if (bytes <= r.max_bytes) return r.algorithm;
+  }
+  return ranges(kind).back().algorithm;  // unreachable: the last range ends at SIZE_MAX
+}
+
+std::string AlgorithmTable::Describe() const {
+  std::vector<std::string> lines;
+  for (Kind kind : {Kind::kAllReduce, Kind::kBroadcast, Kind::kAllGather, Kind::kBarrier}) {
+    std::vector<std::string> parts;
+    size_t lo = 0;
+    for (const Range& r : ranges(kind)) {
+      parts.push_back(r.max_bytes == SIZE_MAX
+                          ? absl::StrCat(lo, " B+ ", AlgorithmName(r.algorithm))
+                          : absl::StrCat(lo, "-", r.max_bytes, " B ", AlgorithmName(r.algorithm)));
+      if (r.max_bytes != SIZE_MAX) lo = r.max_bytes + 1;
+    }
+    lines.push_back(absl::StrCat(KindName(kind), ": ", absl::StrJoin(parts, ", ")));
+  }
+  return absl::StrJoin(lines, "\n");
+}
+
+}  // namespace fusebox::comm::ucx

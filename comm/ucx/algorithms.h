@@ -1,0 +1,97 @@
+// The UCX backend's choice of algorithm per collective: a table built once
+// per communicator from what every rank knows alike, then looked up by kind
+// and size for each collective.
+//
+//   AlgorithmTable t = BuildAlgorithmTable(inputs);   // at Init
+//   Algorithm a = t.Select(Kind::kAllReduce, bytes);  // per collective
+//
+// Note [Algorithm table]
+// As UCC's score maps do, the choice is data, not control flow: for each
+// collective kind, consecutive byte ranges covering [0, SIZE_MAX], each
+// naming one algorithm. The ranges depend only on the inputs below, which
+// are the same on every rank of a communicator (the world size, the
+// published options that Init checks agree, and whether shared memory came
+// up, which Init decides collectively), so every rank picks the same
+// algorithm for the same collective and none can wait for a message its
+// peers never send. The rows, in the order they are tried:
+// * Barrier: the header round alone (kNone).
+// * Up to small_bytes: one-shot. The payload rides in the header round and
+//   each rank combines every rank's contribution in rank order.
+//   small_bytes is the option, or kOversubscribedSmallBytes where ranks
+//   outnumber the host's cores, the shared-memory exchange carries the
+//   header round, the option did not turn one-shot off (0) and there are at
+//   most kOversubscribedSmallMaxRanks ranks: there every synchronisation
+//   costs a round of context switches, so one round (each rank reducing
+//   every rank's copy) beats the three of the shared-memory allreduce.
+// * One rank, above small_bytes: a local copy (kLocal).
+// * AllReduce: the shared-memory allreduce where every rank mapped every
+//   segment, else the pipelined ring. Broadcast: the pipelined chain.
+//   AllGather: the ring.
+#ifndef FUSEBOX_COMM_UCX_ALGORITHMS_H_
+#define FUSEBOX_COMM_UCX_ALGORITHMS_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace fusebox::comm::ucx {
+
+// A collective's kind; the values are part of the UCX header's wire format.
+enum class Kind : uint8_t { kAllReduce = 1, kBroadcast = 2, kAllGather = 3, kBarrier = 4 };
+const char* KindName(Kind k);
+
+enum class Algorithm : uint8_t {
+  kNone,            // the header round is the whole collective (Barrier)
+  kOneShot,         // payload in the header round; every rank combines all
+  kLocal,           // one rank: a local copy
+  kShmAllReduce,    // shm_allreduce.h
+  kRingAllReduce,   // ring reduce-scatter + allgather, pipelined in chunks
+  kChainBroadcast,  // pipelined chain from the root
+  kRingAllGather,
+};
+const char* AlgorithmName(Algorithm a);
+
+// The small-message threshold where ranks outnumber cores (Note [Algorithm
+// table]; measured at 4 ranks on 2 cores), and up to how many ranks.
+inline constexpr size_t kOversubscribedSmallBytes = size_t{32} << 10;
+inline constexpr int kOversubscribedSmallMaxRanks = 8;
+
+// Everything the table depends on; equal on every rank (Note [Algorithm
+// table]).
+struct AlgorithmInputs {
+  int world = 1;
+  unsigned cores = 1;               // on this host
+  size_t small_message_bytes = 0;   // UcxOptions::small_message_bytes
+  bool shm_exchange = false;        // the header round goes through shared memory
+  bool shm_allreduce = false;       // every rank mapped every segment
+};
+
+// The one-shot threshold those inputs give.
+size_t SmallMessageBytes(const AlgorithmInputs& in);
+
+class AlgorithmTable {
+ public:
+  struct Range {
+    size_t max_bytes;  // inclusive; the last range of a kind ends at SIZE_MAX
+    Algorithm algorithm;
+  };
+
+  Algorithm Select(Kind kind, size_t bytes) const;
+  // The ranges of one kind, ascending.
+  const std::vector<Range>& ranges(Kind kind) const;
+  size_t small_bytes() const { return small_bytes_; }
+  // One line per kind, e.g. "AllReduce: 0-4096 B one-shot, 4097 B+ shm-allreduce".
+  std::string Describe() const;
+
+ private:
+  friend AlgorithmTable BuildAlgorithmTable(const AlgorithmInputs& in);
+  size_t small_bytes_ = 0;
+  std::vector<Range> ranges_[4];  // by Kind - 1
+};
+
+AlgorithmTable BuildAlgorithmTable(const AlgorithmInputs& in);
+
+}  // namespace fusebox::comm::ucx
+
+#endif  // FUSEBOX_COMM_UCX_ALGORITHMS_H_
