@@ -50,6 +50,30 @@ absl::Status ValidateRoot(int root, int size) {
   return absl::OkStatus();
 }
 
+absl::Status ValidateAllReduce(const void* send, const void* recv, size_t count, DataType type,
+                               ReduceOp op) {
+  if (absl::Status s = CheckSupported(type, op); !s.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("AllReduce: ", s.message()));
+  }
+  if (absl::Status s = ValidateBuffer("AllReduce send", send, count, type); !s.ok()) return s;
+  return ValidateBuffer("AllReduce recv", recv, count, type);
+}
+
+absl::Status ValidateBroadcast(const void* buf, size_t count, DataType type, int root, int size) {
+  if (absl::Status s = ValidateBuffer("Broadcast", buf, count, type); !s.ok()) return s;
+  return ValidateRoot(root, size);
+}
+
+absl::Status ValidateAllGather(const void* send, const void* recv, size_t count, DataType type,
+                               int size) {
+  if (absl::Status s = ValidateBuffer("AllGather send", send, count, type); !s.ok()) return s;
+  if (size > 0 && count > SIZE_MAX / static_cast<size_t>(size)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("AllGather: a count of ", count, " per rank overflows over ", size, " ranks"));
+  }
+  return ValidateBuffer("AllGather recv", recv, count * static_cast<size_t>(size), type);
+}
+
 absl::Status ValidateCollectiveTimeout(const char* backend, absl::Duration timeout) {
   if (timeout <= absl::ZeroDuration()) {
     return absl::InvalidArgumentError(absl::StrCat(

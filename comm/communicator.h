@@ -84,6 +84,15 @@ class Communicator {
 absl::Status ValidateBuffer(const char* what, const void* p, size_t count,
                             DataType type);
 absl::Status ValidateRoot(int root, int size);
+// The checks every backend makes before issuing a collective (the contract
+// above): InvalidArgument naming the call and what is wrong, in the same
+// words on every backend. Backends add their own limits after these (MPI's
+// int counts).
+absl::Status ValidateAllReduce(const void* send, const void* recv, size_t count, DataType type,
+                               ReduceOp op);
+absl::Status ValidateBroadcast(const void* buf, size_t count, DataType type, int root, int size);
+absl::Status ValidateAllGather(const void* send, const void* recv, size_t count, DataType type,
+                               int size);
 // A collective timeout (UcxOptions::timeout and its twins) must be positive;
 // `backend` ("UCX", "MPI", "NCCL") names it in the error.
 absl::Status ValidateCollectiveTimeout(const char* backend, absl::Duration timeout);

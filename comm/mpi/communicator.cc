@@ -552,10 +552,8 @@ absl::Status CheckCount(const char* what, size_t count) {
 absl::StatusOr<std::shared_ptr<Work>> MpiCommunicator::AllReduce(
     const void* send, void* recv, size_t count, DataType type, ReduceOp op) {
   if (absl::Status s = Usable(); !s.ok()) return s;
-  absl::Status s = CheckSupported(type, op);
-  if (!s.ok()) return absl::InvalidArgumentError(absl::StrCat("AllReduce: ", s.message()));
-  if (s = ValidateBuffer("AllReduce send", send, count, type); !s.ok()) return s;
-  if (s = ValidateBuffer("AllReduce recv", recv, count, type); !s.ok()) return s;
+  absl::Status s = ValidateAllReduce(send, recv, count, type, op);
+  if (!s.ok()) return s;
   if (s = CheckCount("AllReduce", count); !s.ok()) return s;
   auto o = std::make_unique<Op>();
   o->kind = OpKind::kAllReduce;
@@ -570,9 +568,8 @@ absl::StatusOr<std::shared_ptr<Work>> MpiCommunicator::AllReduce(
 absl::StatusOr<std::shared_ptr<Work>> MpiCommunicator::Broadcast(
     void* buf, size_t count, DataType type, int root) {
   if (absl::Status s = Usable(); !s.ok()) return s;
-  absl::Status s = ValidateBuffer("Broadcast", buf, count, type);
+  absl::Status s = ValidateBroadcast(buf, count, type, root, size_);
   if (!s.ok()) return s;
-  if (s = ValidateRoot(root, size_); !s.ok()) return s;
   if (s = CheckCount("Broadcast", count); !s.ok()) return s;
   auto o = std::make_unique<Op>();
   o->kind = OpKind::kBroadcast;
@@ -587,14 +584,9 @@ absl::StatusOr<std::shared_ptr<Work>> MpiCommunicator::Broadcast(
 absl::StatusOr<std::shared_ptr<Work>> MpiCommunicator::AllGather(
     const void* send, void* recv, size_t count, DataType type) {
   if (absl::Status s = Usable(); !s.ok()) return s;
-  absl::Status s = ValidateBuffer("AllGather send", send, count, type);
+  absl::Status s = ValidateAllGather(send, recv, count, type, size_);
   if (!s.ok()) return s;
   if (s = CheckCount("AllGather", count); !s.ok()) return s;
-  // count <= INT_MAX and size <= INT_MAX: the product fits in size_t.
-  if (s = ValidateBuffer("AllGather recv", recv, count * static_cast<size_t>(size_), type);
-      !s.ok()) {
-    return s;
-  }
   auto o = std::make_unique<Op>();
   o->kind = OpKind::kAllGather;
   o->send = send;

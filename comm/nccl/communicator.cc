@@ -415,10 +415,7 @@ void NcclCommunicator::Run() {
 
 absl::StatusOr<std::shared_ptr<Work>> NcclCommunicator::AllReduce(
     const void* send, void* recv, size_t count, DataType type, ReduceOp op) {
-  absl::Status s = CheckSupported(type, op);
-  if (!s.ok()) return absl::InvalidArgumentError(absl::StrCat("AllReduce: ", s.message()));
-  if (s = ValidateBuffer("AllReduce send", send, count, type); !s.ok()) return s;
-  if (s = ValidateBuffer("AllReduce recv", recv, count, type); !s.ok()) return s;
+  if (absl::Status s = ValidateAllReduce(send, recv, count, type, op); !s.ok()) return s;
   return Launch("ncclAllReduce", [&] {
     return ncclAllReduce(send, recv, count, NcclType(type), NcclOp(op),
                          comm_.get(), stream_.get());
@@ -455,9 +452,7 @@ absl::StatusOr<std::shared_ptr<Work>> NcclCommunicator::AllReduceMulti(
 
 absl::StatusOr<std::shared_ptr<Work>> NcclCommunicator::Broadcast(
     void* buf, size_t count, DataType type, int root) {
-  absl::Status s = ValidateBuffer("Broadcast", buf, count, type);
-  if (!s.ok()) return s;
-  if (s = ValidateRoot(root, size_); !s.ok()) return s;
+  if (absl::Status s = ValidateBroadcast(buf, count, type, root, size_); !s.ok()) return s;
   return Launch("ncclBroadcast", [&] {
     return ncclBroadcast(buf, buf, count, NcclType(type), root, comm_.get(),
                          stream_.get());
@@ -466,13 +461,8 @@ absl::StatusOr<std::shared_ptr<Work>> NcclCommunicator::Broadcast(
 
 absl::StatusOr<std::shared_ptr<Work>> NcclCommunicator::AllGather(
     const void* send, void* recv, size_t count, DataType type) {
-  absl::Status s = ValidateBuffer("AllGather send", send, count, type);
-  if (!s.ok()) return s;
   // NCCL treats send == recv + rank*count*size as in place, as we do.
-  if (s = ValidateBuffer("AllGather recv", recv, count * static_cast<size_t>(size_), type);
-      !s.ok()) {
-    return s;
-  }
+  if (absl::Status s = ValidateAllGather(send, recv, count, type, size_); !s.ok()) return s;
   return Launch("ncclAllGather", [&] {
     return ncclAllGather(send, recv, count, NcclType(type), comm_.get(),
                          stream_.get());

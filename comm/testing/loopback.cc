@@ -268,29 +268,19 @@ class LoopbackCommunicator final : public Communicator {
 
   absl::StatusOr<std::shared_ptr<Work>> AllReduce(const void* send, void* recv, size_t count,
                                                   DataType type, ReduceOp op) override {
-    if (absl::Status s = CheckSupported(type, op); !s.ok()) return s;
-    if (absl::Status s = ValidateBuffer("AllReduce send", send, count, type); !s.ok()) return s;
-    if (absl::Status s = ValidateBuffer("AllReduce recv", recv, count, type); !s.ok()) return s;
+    if (absl::Status s = ValidateAllReduce(send, recv, count, type, op); !s.ok()) return s;
     return Issue(Kind::kAllReduce, send, recv, count, type, op, 0);
   }
 
   absl::StatusOr<std::shared_ptr<Work>> Broadcast(void* buf, size_t count, DataType type,
                                                   int root) override {
-    if (absl::Status s = ValidateBuffer("Broadcast", buf, count, type); !s.ok()) return s;
-    if (absl::Status s = ValidateRoot(root, size()); !s.ok()) return s;
+    if (absl::Status s = ValidateBroadcast(buf, count, type, root, size()); !s.ok()) return s;
     return Issue(Kind::kBroadcast, buf, buf, count, type, ReduceOp::kSum, root);
   }
 
   absl::StatusOr<std::shared_ptr<Work>> AllGather(const void* send, void* recv, size_t count,
                                                   DataType type) override {
-    if (absl::Status s = ValidateBuffer("AllGather send", send, count, type); !s.ok()) return s;
-    if (count > SIZE_MAX / static_cast<size_t>(size())) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("AllGather: a count of ", count, " per rank overflows"));
-    }
-    if (absl::Status s = ValidateBuffer("AllGather recv", recv, count * size(), type); !s.ok()) {
-      return s;
-    }
+    if (absl::Status s = ValidateAllGather(send, recv, count, type, size()); !s.ok()) return s;
     return Issue(Kind::kAllGather, send, recv, count, type, ReduceOp::kSum, 0);
   }
 

@@ -560,28 +560,21 @@ absl::Status UcxCommunicator::Usable() {
 absl::StatusOr<std::shared_ptr<Work>> UcxCommunicator::AllReduce(
     const void* send, void* recv, size_t count, DataType type, ReduceOp op) {
   if (absl::Status s = Usable(); !s.ok()) return s;
-  if (absl::Status s = CheckSupported(type, op); !s.ok()) return s;
-  if (absl::Status s = ValidateBuffer("AllReduce send", send, count, type); !s.ok()) return s;
-  if (absl::Status s = ValidateBuffer("AllReduce recv", recv, count, type); !s.ok()) return s;
+  if (absl::Status s = ValidateAllReduce(send, recv, count, type, op); !s.ok()) return s;
   return Enqueue(Kind::kAllReduce, send, recv, count, type, op, 0);
 }
 
 absl::StatusOr<std::shared_ptr<Work>> UcxCommunicator::Broadcast(
     void* buf, size_t count, DataType type, int root) {
   if (absl::Status s = Usable(); !s.ok()) return s;
-  if (absl::Status s = ValidateBuffer("Broadcast", buf, count, type); !s.ok()) return s;
-  if (absl::Status s = ValidateRoot(root, size_); !s.ok()) return s;
+  if (absl::Status s = ValidateBroadcast(buf, count, type, root, size_); !s.ok()) return s;
   return Enqueue(Kind::kBroadcast, buf, buf, count, type, ReduceOp::kSum, root);
 }
 
 absl::StatusOr<std::shared_ptr<Work>> UcxCommunicator::AllGather(
     const void* send, void* recv, size_t count, DataType type) {
   if (absl::Status s = Usable(); !s.ok()) return s;
-  if (absl::Status s = ValidateBuffer("AllGather send", send, count, type); !s.ok()) return s;
-  if (count > SIZE_MAX / static_cast<size_t>(size_)) {
-    return absl::InvalidArgumentError(absl::StrCat("AllGather: a count of ", count, " per rank overflows"));
-  }
-  if (absl::Status s = ValidateBuffer("AllGather recv", recv, count * size_, type); !s.ok()) return s;
+  if (absl::Status s = ValidateAllGather(send, recv, count, type, size_); !s.ok()) return s;
   return Enqueue(Kind::kAllGather, send, recv, count, type, ReduceOp::kSum, 0);
 }
 

@@ -7,6 +7,7 @@
 #include <chrono>
 #include <mutex>
 #include <utility>
+#include <cstdint>
 #include <cstring>
 #include <string>
 #include <thread>
@@ -202,6 +203,14 @@ TEST(LoopbackTest, RefusesBadArgumentsSynchronously) {
               absl::StatusCode::kInvalidArgument);
     EXPECT_EQ(comm.Broadcast(&x, 1, DataType::kFloat32, 2).status().code(),
               absl::StatusCode::kInvalidArgument);
+    // The per-rank count times the world overflows (comm::ValidateAllGather).
+    const auto gather = comm.AllGather(&x, &x, SIZE_MAX / 2 + 1, DataType::kUInt8);
+    EXPECT_EQ(gather.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(std::string(gather.status().message()), HasSubstr("overflows over 2 ranks"));
+    EXPECT_THAT(std::string(comm.AllReduce(&x, &x, 1, static_cast<DataType>(200), ReduceOp::kSum)
+                                .status()
+                                .message()),
+                HasSubstr("AllReduce: unsupported data type code 200"));
     // Nothing was issued: the group still works.
     ASSERT_TRUE(AllReduceSync(comm, &x, &x, 1, DataType::kFloat32, ReduceOp::kSum).ok());
   });
