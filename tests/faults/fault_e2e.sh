@@ -14,29 +14,33 @@
 #                  exits non-zero
 # Prints one "FAULT" summary line per surviving rank (for the report).
 set -u
-case_name=$1 launcher=$2 perf=$3 mpirun=${4:-mpirun}
+# shellcheck source-path=SCRIPTDIR source=../lib/e2e.sh
+source "$(dirname "${BASH_SOURCE[0]}")/../lib/e2e.sh"
+e2e_need_args 3 "$0 CASE FUSEBOX_RUN FUSEBOX_PERF [MPIRUN]" "$@"
+E2E_CASE=$1 launcher=$2 perf=$3 mpirun=${4:-mpirun}
 timeout_s=3      # FUSEBOX_TIMEOUT_S of the ranks
 # timeout + post-mortem grace (5 s) + slack. The slack is wide because CI runs
 # this on 2 shared cores beside other tests (CTest -j2), where 3 MPI ranks
 # spinning in MPI_Test under --oversubscribe once took 13.3 s; a hang, or a
 # grace that is not honoured, still fails (the wait below gives up at 30 s).
 deadline_ms=18000
-work=$(mktemp -d)
+case $E2E_CASE in
+  ucx_*) e2e_need_exec "$launcher" fusebox-run ;;
+  mpi_*) e2e_need_exec "$mpirun" mpirun ;;
+esac
+e2e_need_exec "$perf" fusebox-perf
+e2e_workdir fusebox-fault-e2e
+work=$E2E_WORK
+e2e_show_on_fail "$work/err" "$work/out"
 job=""
 cleanup() {
   [ -n "$job" ] && kill -9 "$job" 2>/dev/null
-  pkill -9 -f "fault-e2e-$$" 2>/dev/null
-  rm -rf "$work" "/tmp/fault-e2e-$$.json"
+  e2e_kill_procs "fault-e2e-$$"
+  rm -f "/tmp/fault-e2e-$$.json"
 }
-trap cleanup EXIT
+e2e_at_exit cleanup
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 
-now_ms() { date +%s%3N; }
-fail() {
-  echo "FAIL [$case_name]: $*"
-  echo "--- output"; cat "$work/err" "$work/out" 2>/dev/null | tail -n 40
-  exit 1
-}
 # rank_pid VAR RANK: the pid of this job's rank whose environment has VAR=RANK.
 rank_pid() {
   for p in $(pgrep -f "fault-e2e-$$"); do
@@ -50,35 +54,33 @@ rank_pid() {
 perf_args=(allreduce -b 16M -e 16M -n 1000000 -w 1 --timeout_s "$timeout_s"
            --json "/tmp/fault-e2e-$$.json")
 
+ranks_started() {  # ranks_started VAR: ranks 0, 1 and 2 are running
+  [ -n "$(rank_pid "$1" 0)" ] && [ -n "$(rank_pid "$1" 1)" ] && [ -n "$(rank_pid "$1" 2)" ]
+}
+
 start_job() {  # start_job VAR COMMAND...: runs the job in the background
   local var=$1
   shift
   "$@" >"$work/out" 2>"$work/err" </dev/null &
   job=$!
-  for _ in $(seq 200); do
-    [ -n "$(rank_pid "$var" 0)" ] && [ -n "$(rank_pid "$var" 1)" ] &&
-      [ -n "$(rank_pid "$var" 2)" ] && break
-    sleep 0.05
-  done
+  e2e_wait_until 20 ranks_started "$var"
   victim=$(rank_pid "$var" 1)
-  [ -n "$victim" ] || fail "the ranks did not start"
+  [ -n "$victim" ] || e2e_fail "the ranks did not start"
   sleep 2.5  # rendezvous, warm-up: the ranks are now in the allreduce loop
-  kill -0 "$job" 2>/dev/null || fail "the job ended before the fault was injected"
+  kill -0 "$job" 2>/dev/null || e2e_fail "the job ended before the fault was injected"
 }
+
+reported() { grep -q "$1" "$work/err" && grep -q "$2" "$work/err"; }  # reported PATTERN...
 
 # wait_reports PATTERN_0 PATTERN_2: waits until both survivors' errors are
 # out, sets $elapsed (ms since the injection).
 wait_reports() {
-  local until=$(($(now_ms) + 30000))
-  while [ "$(now_ms)" -lt "$until" ]; do
-    grep -q "$1" "$work/err" && grep -q "$2" "$work/err" && break
-    sleep 0.1
-  done
-  elapsed=$(($(now_ms) - injected))
-  grep -q "$1" "$work/err" || fail "rank 0 reported no error within 30 s"
-  grep -q "$2" "$work/err" || fail "rank 2 reported no error within 30 s"
+  e2e_wait_until 30 reported "$1" "$2"
+  elapsed=$(($(e2e_now_ms) - injected))
+  grep -q "$1" "$work/err" || e2e_fail "rank 0 reported no error within 30 s"
+  grep -q "$2" "$work/err" || e2e_fail "rank 2 reported no error within 30 s"
   [ "$elapsed" -le "$deadline_ms" ] ||
-    fail "the survivors took ${elapsed} ms to report, over the ${deadline_ms} ms deadline"
+    e2e_fail "the survivors took ${elapsed} ms to report, over the ${deadline_ms} ms deadline"
 }
 
 # check_survivor LINE_PATTERN: the survivor's error names the collective and
@@ -86,23 +88,23 @@ wait_reports() {
 check_survivor() {
   local line
   line=$(grep "$1" "$work/err" | head -n 1)
-  echo "$line" | grep -q "AllReduce" || fail "no operation named: $line"
+  echo "$line" | grep -q "AllReduce" || e2e_fail "no operation named: $line"
   # Named directly (its endpoint failed, or the wait was on it) or by the
   # post-mortem (it never reported).
   echo "$line" | grep -Eq "rank 1 (did not report|is unreachable)|waiting for rank 1" ||
-    fail "rank 1 not named as lost: $line"
-  echo "FAULT $case_name: after ${elapsed} ms: $line"
+    e2e_fail "rank 1 not named as lost: $line"
+  echo "FAULT $E2E_CASE: after ${elapsed} ms: $line"
 }
 
-case "$case_name" in
+case "$E2E_CASE" in
 ucx_kill | ucx_tcp_kill | ucx_stall)
   extra=()
-  [ "$case_name" = ucx_tcp_kill ] && extra=(--ucx_tls tcp)
+  [ "$E2E_CASE" = ucx_tcp_kill ] && extra=(--ucx_tls tcp)
   start_job RANK "$launcher" -n 3 --failure-grace 20 --grace 1 --env MARK="fault-e2e-$$" -- \
     "$perf" "${perf_args[@]}" "${extra[@]}"
   signal=KILL
-  [ "$case_name" = ucx_stall ] && signal=STOP
-  injected=$(now_ms)
+  [ "$E2E_CASE" = ucx_stall ] && signal=STOP
+  injected=$(e2e_now_ms)
   kill "-$signal" "$victim"
   wait_reports "^\[0\]: fusebox-perf (rank 0)" "^\[2\]: fusebox-perf (rank 2)"
   check_survivor "^\[0\]: fusebox-perf"
@@ -112,13 +114,13 @@ ucx_kill | ucx_tcp_kill | ucx_stall)
   rc=$?
   job=""
   if [ "$signal" = KILL ]; then
-    [ "$rc" -eq 137 ] || fail "fusebox-run exited $rc, want 137 (rank 1 killed by SIGKILL)"
+    [ "$rc" -eq 137 ] || e2e_fail "fusebox-run exited $rc, want 137 (rank 1 killed by SIGKILL)"
     grep -qF "fusebox-run: rank 1 killed by signal SIGKILL" "$work/err" ||
-      fail "the launcher does not name the killed rank"
+      e2e_fail "the launcher does not name the killed rank"
   else
-    [ "$rc" -ne 0 ] || fail "fusebox-run exited 0"
+    [ "$rc" -ne 0 ] || e2e_fail "fusebox-run exited 0"
   fi
-  echo "FAULT $case_name: fusebox-run exit status $rc"
+  echo "FAULT $E2E_CASE: fusebox-run exit status $rc"
   ;;
 mpi_kill)
   # --enable-recovery keeps mpirun from killing the survivors at once, so
@@ -127,7 +129,7 @@ mpi_kill)
   start_job OMPI_COMM_WORLD_RANK "$mpirun" -np 3 --oversubscribe --enable-recovery \
     -x MARK="fault-e2e-$$" -x FUSEBOX_TIMEOUT_S="$timeout_s" \
     "$perf" "${perf_args[@]}" --backend mpi
-  injected=$(now_ms)
+  injected=$(e2e_now_ms)
   kill -KILL "$victim"
   wait_reports "^fusebox-perf (rank 0)" "^fusebox-perf (rank 2)"
   check_survivor "^fusebox-perf (rank 0)"
@@ -138,19 +140,19 @@ mpi_kill)
 mpi_kill_abort)
   start_job OMPI_COMM_WORLD_RANK "$mpirun" -np 3 --oversubscribe \
     -x MARK="fault-e2e-$$" "$perf" "${perf_args[@]}" --backend mpi
-  injected=$(now_ms)
+  injected=$(e2e_now_ms)
   kill -KILL "$victim"
   wait "$job"
   rc=$?
   job=""
-  elapsed=$(($(now_ms) - injected))
-  [ "$rc" -ne 0 ] || fail "mpirun exited 0 after a rank was killed"
-  grep -q "exited on signal 9" "$work/err" || fail "mpirun does not report the killed rank"
-  [ "$elapsed" -le "$deadline_ms" ] || fail "mpirun took ${elapsed} ms to stop the job"
-  echo "FAULT $case_name: mpirun stopped the job after ${elapsed} ms, exit status $rc"
+  elapsed=$(($(e2e_now_ms) - injected))
+  [ "$rc" -ne 0 ] || e2e_fail "mpirun exited 0 after a rank was killed"
+  grep -q "exited on signal 9" "$work/err" || e2e_fail "mpirun does not report the killed rank"
+  [ "$elapsed" -le "$deadline_ms" ] || e2e_fail "mpirun took ${elapsed} ms to stop the job"
+  echo "FAULT $E2E_CASE: mpirun stopped the job after ${elapsed} ms, exit status $rc"
   ;;
 *)
-  fail "unknown case"
+  e2e_unknown_case
   ;;
 esac
-echo "PASS [$case_name]"
+echo "PASS [$E2E_CASE]"

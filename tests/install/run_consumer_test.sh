@@ -23,61 +23,50 @@
 # sanitizers, when the build has them: the consumer is then compiled with
 # them too, as a user of a sanitizer build would; ThreadSanitizer reports
 # false races when fusebox's inline code runs uninstrumented in the
-# consumer), KEEP_TMP=1 keeps the temporary directory. Exit status 0 on
-# success.
+# consumer), KEEP_TMP=1 keeps the temporary directory (as in every script
+# that uses tests/lib/e2e.sh). Exit status 0 on success.
 set -euo pipefail
+# shellcheck source-path=SCRIPTDIR source=../lib/e2e.sh
+source "$(dirname "${BASH_SOURCE[0]}")/../lib/e2e.sh"
+e2e_need_args 2 "$0 BUILD_DIR SOURCE_DIR [BACKEND]" "$@"
 
-if [[ $# -lt 2 ]]; then
-  echo "usage: $0 BUILD_DIR SOURCE_DIR [BACKEND]" >&2
-  exit 2
-fi
 build_dir=$(cd "$1" && pwd)
 source_dir=$(cd "$2" && pwd)
 backend=${3:-ucx}
 cmake_bin=${CMAKE:-cmake}
+e2e_need_exec "$cmake_bin" cmake
 
-tmp=$(mktemp -d "${TMPDIR:-/tmp}/fusebox-install-test.XXXXXX")
-cleanup() {
-  if [[ "${KEEP_TMP:-0}" == 1 ]]; then
-    echo "kept $tmp"
-  else
-    rm -rf "$tmp"
-  fi
-}
-trap cleanup EXIT
+e2e_workdir fusebox-install-test
+tmp=$E2E_WORK
 prefix=$tmp/prefix
-fail() {
-  echo "FAIL: $*" >&2
-  exit 1
-}
 
 echo "== install $build_dir -> $prefix"
 "$cmake_bin" --install "$build_dir" --prefix "$prefix" >"$tmp/install.log" 2>&1 ||
-  { cat "$tmp/install.log" >&2; fail "cmake --install failed"; }
+  { cat "$tmp/install.log" >&2; e2e_fail "cmake --install failed"; }
 
 echo "== check the installed tree"
 config=$(find "$prefix" -path '*/cmake/fusebox/fusebox-config.cmake' | head -n 1)
-[[ -n "$config" ]] || fail "no lib/cmake/fusebox/fusebox-config.cmake under $prefix"
+[[ -n "$config" ]] || e2e_fail "no lib/cmake/fusebox/fusebox-config.cmake under $prefix"
 cmakedir=$(dirname "$config")
 for f in fusebox-config-version.cmake fusebox-targets.cmake; do
-  [[ -f "$cmakedir/$f" ]] || fail "no $f in $cmakedir"
+  [[ -f "$cmakedir/$f" ]] || e2e_fail "no $f in $cmakedir"
 done
 pc=$(find "$prefix" -path '*/pkgconfig/fusebox.pc' | head -n 1)
-[[ -n "$pc" ]] || fail "no lib/pkgconfig/fusebox.pc under $prefix"
+[[ -n "$pc" ]] || e2e_fail "no lib/pkgconfig/fusebox.pc under $prefix"
 for h in fusebox/config.h fusebox/comm/communicator.h fusebox/comm/backends.h \
          fusebox/comm/types.h fusebox/bucketing/engine.h fusebox/autotune/tuner.h; do
-  [[ -f "$prefix/include/$h" ]] || fail "no include/$h"
+  [[ -f "$prefix/include/$h" ]] || e2e_fail "no include/$h"
 done
-[[ -x "$prefix/bin/fusebox-run" ]] || fail "no bin/fusebox-run"
+[[ -x "$prefix/bin/fusebox-run" ]] || e2e_fail "no bin/fusebox-run"
 # Nothing fusebox builds itself with may reach a consumer: warnings and
 # optimisation levels are fusebox's own business (the build type decides).
 if grep -rnE -- '-W(all|extra|error|no-)|(^|[ ;"])-O([0-3sgz]|fast)?([ ;"]|$)' \
      "$cmakedir" "$pc"; then
-  fail "warning or optimisation flags in the installed package files (above)"
+  e2e_fail "warning or optimisation flags in the installed package files (above)"
 fi
 # The exported targets must not point into the source or build tree.
 if grep -rnF -e "$source_dir" -e "$build_dir" "$cmakedir" "$pc"; then
-  fail "the installed package files refer to the source or build tree (above)"
+  e2e_fail "the installed package files refer to the source or build tree (above)"
 fi
 
 generator=()
@@ -104,14 +93,14 @@ if ! "$cmake_bin" -S "$source_dir/tests/install/consumer" -B "$consumer_build" \
      -DCMAKE_PREFIX_PATH="$prefix" -DCMAKE_FIND_USE_PACKAGE_REGISTRY=OFF \
      -DCMAKE_FIND_USE_SYSTEM_PACKAGE_REGISTRY=OFF >"$tmp/configure.log" 2>&1; then
   cat "$tmp/configure.log" >&2
-  fail "configuring the consumer failed"
+  e2e_fail "configuring the consumer failed"
 fi
 found_dir=$(sed -n 's/^fusebox_DIR:PATH=//p' "$consumer_build/CMakeCache.txt")
-[[ "$found_dir" == "$prefix"/* ]] || fail "find_package(fusebox) found '$found_dir', not $prefix"
+[[ "$found_dir" == "$prefix"/* ]] || e2e_fail "find_package(fusebox) found '$found_dir', not $prefix"
 echo "found fusebox in $found_dir"
 if ! "$cmake_bin" --build "$consumer_build" -j 2 >"$tmp/build.log" 2>&1; then
   cat "$tmp/build.log" >&2
-  fail "building the consumer failed"
+  e2e_fail "building the consumer failed"
 fi
 
 # run_on_two_ranks PROGRAM: under the installed launcher; each rank must
@@ -120,9 +109,9 @@ run_on_two_ranks() {
   local out=$tmp/run.out rc=0
   "$prefix/bin/fusebox-run" -n 2 --timeout 120 -- "$1" "$backend" >"$out" 2>&1 || rc=$?
   cat "$out"
-  [[ $rc -eq 0 ]] || fail "$1 on 2 ranks exited $rc"
+  [[ $rc -eq 0 ]] || e2e_fail "$1 on 2 ranks exited $rc"
   for r in 0 1; do
-    grep -q "OK rank $r/2" "$out" || fail "rank $r did not print OK"
+    grep -q "OK rank $r/2" "$out" || e2e_fail "rank $r did not print OK"
   done
 }
 
@@ -132,7 +121,7 @@ run_on_two_ranks "$consumer_build/fusebox_consumer"
 if command -v pkg-config >/dev/null 2>&1; then
   echo "== build the consumer from fusebox.pc (pkg-config --static)"
   export PKG_CONFIG_PATH=$(dirname "$pc")${PKG_CONFIG_PATH:+:$PKG_CONFIG_PATH}
-  pkg-config --print-errors --exists fusebox || fail "pkg-config cannot read $pc"
+  pkg-config --print-errors --exists fusebox || e2e_fail "pkg-config cannot read $pc"
   cflags=$(pkg-config --cflags fusebox)
   libs=$(pkg-config --static --libs fusebox)
   echo "cflags: $cflags"
@@ -142,7 +131,7 @@ if command -v pkg-config >/dev/null 2>&1; then
   if ! "$cxx" -std=c++17 -O1 $sanitize_flags -o "$tmp/fusebox_consumer_pc" \
        "$source_dir/tests/install/consumer/main.cc" $cflags $libs >"$tmp/pc-build.log" 2>&1; then
     cat "$tmp/pc-build.log" >&2
-    fail "building the consumer from fusebox.pc failed"
+    e2e_fail "building the consumer from fusebox.pc failed"
   fi
   run_on_two_ranks "$tmp/fusebox_consumer_pc"
 else

@@ -13,11 +13,13 @@
 #               `cleanup` then removes the namespaces
 # Usage: emucluster_e2e.sh CASE SCRIPT FUSEBOX_RUN FUSEBOX_PERF
 set -u
-case_name=$1
+# shellcheck source-path=SCRIPTDIR source=../lib/e2e.sh
+source "$(dirname "${BASH_SOURCE[0]}")/../lib/e2e.sh"
+e2e_need_args 4 "$0 CASE SCRIPT FUSEBOX_RUN FUSEBOX_PERF" "$@"
+E2E_CASE=$1
 script=$2
 run_tool=$3
 perf_tool=$4
-work=$(mktemp -d "${TMPDIR:-/tmp}/fusebox-emucluster.XXXXXX")
 
 probe="fbprobe$$"
 if [[ $(id -u) -ne 0 ]] || ! command -v tc >/dev/null || ! ip netns add "$probe" 2>/dev/null; then
@@ -25,21 +27,25 @@ if [[ $(id -u) -ne 0 ]] || ! command -v tc >/dev/null || ! ip netns add "$probe"
   exit 77
 fi
 ip netns del "$probe"
-case $case_name in
+case $E2E_CASE in
   allreduce) prefix=fbta subnet=91 port=29661 ;;
   rank_killed) prefix=fbtk subnet=92 port=29662 ;;
   sigterm) prefix=fbtt subnet=93 port=29663 ;;
   sigkill) prefix=fbtx subnet=94 port=29664 ;;
-  *) echo "unknown case $case_name" >&2; exit 2 ;;
+  *) e2e_unknown_case ;;
 esac
-marker="fusebox-emucluster-$case_name-$$"
-trap '/usr/bin/python3 "$script" cleanup --prefix $prefix >/dev/null 2>&1; pkill -9 -f "$marker" 2>/dev/null; rm -rf "$work"' EXIT
-
-fail() {
-  echo "FAIL [$case_name]: $*" >&2
-  [ -f "$work/out" ] && { echo "--- output:" >&2; tail -c 4000 "$work/out" >&2; }
-  exit 1
+[ -f "$script" ] || e2e_fail "no script '$script'"
+e2e_need_exec "$run_tool" fusebox-run
+e2e_need_exec "$perf_tool" fusebox-perf
+marker="fusebox-emucluster-$E2E_CASE-$$"
+e2e_workdir fusebox-emucluster
+work=$E2E_WORK
+e2e_show_on_fail "$work/out"
+emu_cleanup() {
+  /usr/bin/python3 "$script" cleanup --prefix $prefix >/dev/null 2>&1
+  e2e_kill_procs "$marker"
 }
+e2e_at_exit emu_cleanup
 
 emu() {  # emu ARGS... (in the background; pid in $emu_pid)
   /usr/bin/python3 "$script" run --prefix $prefix --subnet $subnet --port $port \
@@ -50,31 +56,29 @@ emu() {  # emu ARGS... (in the background; pid in $emu_pid)
 nothing_left() {
   local left
   left=$(ip netns list | awk '{print $1}' | grep "^$prefix" || true)
-  [ -z "$left" ] || fail "namespaces left behind: $left"
+  [ -z "$left" ] || e2e_fail "namespaces left behind: $left"
   # (Links live only in those namespaces.) Give killed processes a moment
   # to be reaped; neither ranks nor launchers may survive.
-  for _ in $(seq 50); do
-    pgrep -f "$marker" >/dev/null || pgrep -f "master-port $port" >/dev/null || return 0
-    sleep 0.1
-  done
-  fail "processes left behind: $(pgrep -af "$marker"; pgrep -af "master-port $port")"
+  e2e_expect_no_procs "$marker|master-port $port" 5 "processes left behind"
+}
+
+ranks_reported() {  # ranks_reported N: at least N ranks have reported
+  local n
+  n=$(grep -c "rank .* of" "$work/out" 2>/dev/null)
+  [ "${n:-0}" -ge "$1" ]
 }
 
 wait_for_ranks() {  # wait_for_ranks N: until N ranks have reported
-  for _ in $(seq 200); do
-    [ "$(grep -c "rank .* of" "$work/out" 2>/dev/null)" -ge "$1" ] && return 0
-    sleep 0.1
-  done
-  fail "ranks did not start"
+  e2e_wait_until 20 ranks_reported "$1" || e2e_fail "ranks did not start"
 }
 
-case $case_name in
+case $E2E_CASE in
   allreduce)
     emu --hosts 3 --rate 2gbit --timeout 120 -- "$perf_tool" allreduce -b 4K -e 4M -f 32 -n 3 -w 1 \
       --progress 0
-    wait $emu_pid || fail "run exited $?"
-    grep -q "backend ucx, 3 ranks" "$work/out" || fail "no 3-rank UCX run"
-    grep -q "# Out of bounds values : 0 OK" "$work/out" || fail "results not checked OK"
+    wait $emu_pid || e2e_fail "run exited $?"
+    grep -q "backend ucx, 3 ranks" "$work/out" || e2e_fail "no 3-rank UCX run"
+    grep -q "# Out of bounds values : 0 OK" "$work/out" || e2e_fail "results not checked OK"
     nothing_left
     ;;
   rank_killed)
@@ -82,9 +86,9 @@ case $case_name in
     start=$(date +%s)
     wait $emu_pid
     rc=$?
-    [ $rc -ne 0 ] || fail "exit status 0 after a rank was killed"
-    (( $(date +%s) - start < 20 )) || fail "took $(( $(date +%s) - start )) s to notice"
-    grep -q "rank 1 killed by signal SIGKILL" "$work/out" || fail "the dead rank is not named"
+    [ $rc -ne 0 ] || e2e_fail "exit status 0 after a rank was killed"
+    (( $(date +%s) - start < 20 )) || e2e_fail "took $(( $(date +%s) - start )) s to notice"
+    grep -q "rank 1 killed by signal SIGKILL" "$work/out" || e2e_fail "the dead rank is not named"
     nothing_left
     ;;
   sigterm)
@@ -93,14 +97,14 @@ case $case_name in
     for r in 0 1 2 3; do
       h=$((r / 2))
       grep -q "^\[$r\]: rank $r of 4 local $((r % 2)) of 2 host $h addr 10.231.$subnet.$((h + 1))/24$" "$work/out" ||
-        fail "rank $r: wrong numbering, host or address"
+        e2e_fail "rank $r: wrong numbering, host or address"
     done
-    ip netns exec ${prefix}h1 tc qdisc show dev fbeth | grep -q "tbf.*rate 1Gbit" || fail "host 1's link is not shaped"
-    ip netns exec ${prefix}sw tc qdisc show dev ${prefix}p0 | grep -q "tbf.*rate 1Gbit" || fail "the switch side is not shaped"
+    ip netns exec ${prefix}h1 tc qdisc show dev fbeth | grep -q "tbf.*rate 1Gbit" || e2e_fail "host 1's link is not shaped"
+    ip netns exec ${prefix}sw tc qdisc show dev ${prefix}p0 | grep -q "tbf.*rate 1Gbit" || e2e_fail "the switch side is not shaped"
     kill -TERM $emu_pid
     wait $emu_pid
     rc=$?
-    [ $rc -eq $((128 + 15)) ] || fail "exit status $rc, expected 143"
+    [ $rc -eq $((128 + 15)) ] || e2e_fail "exit status $rc, expected 143"
     nothing_left
     ;;
   sigkill)
@@ -108,10 +112,9 @@ case $case_name in
     wait_for_ranks 2
     kill -KILL $emu_pid
     wait $emu_pid 2>/dev/null
-    for _ in $(seq 50); do pgrep -f "$marker" >/dev/null || break; sleep 0.1; done
-    pgrep -f "$marker" >/dev/null && fail "ranks survived the script's SIGKILL: $(pgrep -af "$marker")"
-    /usr/bin/python3 "$script" cleanup --prefix $prefix || fail "cleanup failed"
+    e2e_expect_no_procs "$marker" 5 "ranks survived the script's SIGKILL"
+    /usr/bin/python3 "$script" cleanup --prefix $prefix || e2e_fail "cleanup failed"
     nothing_left
     ;;
 esac
-echo "PASS [$case_name]"
+echo "PASS [$E2E_CASE]"

@@ -4,31 +4,25 @@
 # Usage: soak_e2e.sh CASE /path/to/fusebox-run /path/to/fusebox_soak
 # Each case exits 0 on success and 1 with a message on failure.
 set -u
+# shellcheck source-path=SCRIPTDIR source=../lib/e2e.sh
+source "$(dirname "${BASH_SOURCE[0]}")/../lib/e2e.sh"
+e2e_need_args 3 "$0 CASE /path/to/fusebox-run /path/to/fusebox_soak" "$@"
 
-case_name=$1
+E2E_CASE=$1
 launcher=$2
 soak=$3
+e2e_need_exec "$launcher" fusebox-run
+e2e_need_exec "$soak" fusebox_soak
 
-work=$(mktemp -d "${TMPDIR:-/tmp}/fusebox-soak-e2e.XXXXXX")
-trap 'rm -rf "$work"' EXIT
+e2e_workdir fusebox-soak-e2e
+work=$E2E_WORK
+E2E_SHOW_BYTES=6000
 
-fail() {
-  echo "FAIL [$case_name]: $*" >&2
-  echo "--- output:" >&2
-  tail -c 6000 "$work/out" >&2
-  exit 1
-}
-
-run() {  # run COMMAND...: output in $work/out, status in $rc
-  "$@" >"$work/out" 2>&1 </dev/null
-  rc=$?
-}
-
-expect_failure_with() {  # expect_failure_with FIXED-STRING...
-  [ "$rc" -ne 0 ] || fail "exited 0, want a failure"
+expect_failure_with() {  # expect_failure_with FIXED-STRING...: in stdout or stderr
+  [ "$rc" -ne 0 ] || e2e_fail "exited 0, want a failure"
   local s
   for s in "$@"; do
-    grep -qF -- "$s" "$work/out" || fail "no '$s' in the output"
+    grep -qF -- "$s" "$work/stdout" "$work/stderr" || e2e_fail "no '$s' in the output"
   done
 }
 
@@ -37,31 +31,31 @@ expect_failure_with() {  # expect_failure_with FIXED-STRING...
 short=(--plan_every 3 --cache_every 7 --rebuild_every 11 --sample_every 2 --direct 2
        --max_tensor_kib 256 --cache_dir "$work/cache")
 
-case "$case_name" in
+case "$E2E_CASE" in
   detects_corruption)
-    run "$launcher" -n 3 --timeout 100 -- "$soak" "${short[@]}" --iterations 30 --corrupt_at 12
+    e2e_capture "$launcher" -n 3 --timeout 100 -- "$soak" "${short[@]}" --iterations 30 --corrupt_at 12
     expect_failure_with "[2]: fusebox_soak rank 2: FAILED: 1 wrong result(s) on rank 2/3: iteration 12," \
                         "1 of " "elements differ, first at [0]" \
                         "rank(s) 2 found wrong results (see their messages); stopping"
     ;;
   detects_memory_growth)
-    run "$launcher" -n 3 --timeout 100 -- "$soak" "${short[@]}" --iterations 40 --leak_kib 1024
+    e2e_capture "$launcher" -n 3 --timeout 100 -- "$soak" "${short[@]}" --iterations 40 --leak_kib 1024
     expect_failure_with "fusebox_soak FAILED rank 0/3: 40 iterations" "RSS grew by" \
                         "more than the bound 8.0MiB; samples: baseline 10:"
     ;;
   usage_errors)
-    run "$soak" --iterations 0
-    [ "$rc" -eq 2 ] || fail "--iterations 0 without --seconds: exit $rc, want 2"
-    grep -qF "one of them > 0" "$work/out" || fail "no message for --iterations 0"
-    run "$soak" --threads 0
-    [ "$rc" -eq 2 ] || fail "--threads 0: exit $rc, want 2"
-    run "$soak" extra
-    [ "$rc" -eq 2 ] || fail "a positional argument: exit $rc, want 2"
-    grep -qF "unexpected argument 'extra'" "$work/out" || fail "no message for 'extra'"
+    e2e_capture "$soak" --iterations 0
+    e2e_expect_status 2 "--iterations 0 without --seconds"
+    grep -qF "one of them > 0" "$work/stdout" "$work/stderr" || e2e_fail "no message for --iterations 0"
+    e2e_capture "$soak" --threads 0
+    e2e_expect_status 2 "--threads 0"
+    e2e_capture "$soak" extra
+    e2e_expect_status 2 "a positional argument"
+    grep -qF "unexpected argument 'extra'" "$work/stdout" "$work/stderr" ||
+      e2e_fail "no message for 'extra'"
     ;;
   *)
-    echo "unknown case $case_name" >&2
-    exit 2
+    e2e_unknown_case
     ;;
 esac
-echo "PASS [$case_name]"
+echo "PASS [$E2E_CASE]"

@@ -8,63 +8,67 @@
 # rank.
 #   cli_e2e.sh TOOL_PATH TOOL_NAME A_FLAG [FUSEBOX_RUN_PATH]
 set -u
+# shellcheck source-path=SCRIPTDIR source=../lib/e2e.sh
+source "$(dirname "${BASH_SOURCE[0]}")/../lib/e2e.sh"
+e2e_need_args 3 "$0 TOOL_PATH TOOL_NAME A_FLAG [FUSEBOX_RUN_PATH]" "$@"
 tool=$1 name=$2 flag=$3 launcher=${4:-}
-fail() { echo "FAIL: $*" >&2; exit 1; }
+e2e_need_exec "$tool" "$name"
+[ -z "$launcher" ] || e2e_need_exec "$launcher" fusebox-run
 
 out=$("$tool" --help 2>&1); rc=$?
-[ "$rc" -eq 0 ] || fail "--help exited $rc"
-grep -q -- "--$flag" <<<"$out" || fail "--help does not list --$flag:"$'\n'"$out"
-grep -q "default:" <<<"$out" || fail "--help shows no defaults"
-grep -q "No flags matched" <<<"$out" && fail "--help says 'No flags matched'"
-grep -q "$name: $name:" <<<"$out" && fail "--help repeats the program name"
+[ "$rc" -eq 0 ] || e2e_fail "--help exited $rc"
+grep -q -- "--$flag" <<<"$out" || e2e_fail "--help does not list --$flag:"$'\n'"$out"
+grep -q "default:" <<<"$out" || e2e_fail "--help shows no defaults"
+grep -q "No flags matched" <<<"$out" && e2e_fail "--help says 'No flags matched'"
+grep -q "$name: $name:" <<<"$out" && e2e_fail "--help repeats the program name"
 
 out=$("$tool" --version 2>&1); rc=$?
-[ "$rc" -eq 0 ] || fail "--version exited $rc"
-grep -qE "^$name [0-9]+\.[0-9]+\.[0-9]+" <<<"$out" || fail "--version printed: $out"
-grep -q "NDEBUG" <<<"$out" && fail "--version talks about NDEBUG: $out"
+[ "$rc" -eq 0 ] || e2e_fail "--version exited $rc"
+grep -qE "^$name [0-9]+\.[0-9]+\.[0-9]+" <<<"$out" || e2e_fail "--version printed: $out"
+grep -q "NDEBUG" <<<"$out" && e2e_fail "--version talks about NDEBUG: $out"
 
 out=$("$tool" --no_such_flag 2>&1); rc=$?
-[ "$rc" -eq 2 ] || fail "an unknown flag exited $rc, want 2"
-grep -q -- "--no_such_flag" <<<"$out" || fail "the error does not name the flag: $out"
+[ "$rc" -eq 2 ] || e2e_fail "an unknown flag exited $rc, want 2"
+grep -q -- "--no_such_flag" <<<"$out" || e2e_fail "the error does not name the flag: $out"
 
 out=$("$tool" "--$flag=not-a-value-of-any-type-%%" 2>&1); rc=$?
-[ "$rc" -eq 2 ] || fail "a bad value exited $rc, want 2 ($out)"
-grep -q -- "--$flag" <<<"$out" || fail "the error does not name --$flag: $out"
-grep -q "rank -1" <<<"$out" && fail "an error names rank -1: $out"
+[ "$rc" -eq 2 ] || e2e_fail "a bad value exited $rc, want 2 ($out)"
+grep -q -- "--$flag" <<<"$out" || e2e_fail "the error does not name --$flag: $out"
+grep -q "rank -1" <<<"$out" && e2e_fail "an error names rank -1: $out"
 # The same flag spelled with dashes is the same flag (one convention for
 # every tool: --cache-dir is --cache_dir).
 dashed=${flag//_/-}
 out=$("$tool" "--$dashed=not-a-value-of-any-type-%%" 2>&1); rc=$?
-[ "$rc" -eq 2 ] || fail "--$dashed with a bad value exited $rc, want 2 ($out)"
-grep -q "unknown flag" <<<"$out" && fail "--$dashed is not taken for --$flag: $out"
+[ "$rc" -eq 2 ] || e2e_fail "--$dashed with a bad value exited $rc, want 2 ($out)"
+grep -q "unknown flag" <<<"$out" && e2e_fail "--$dashed is not taken for --$flag: $out"
 # Log levels.
 case $name in
   fusebox-perf) quick=(allreduce -b 8 -e 8 -n 1 -w 0) ;;
   *) quick=(sweep --profiles resnet50 --presets 25gbe --worlds 8) ;;
 esac
 out=$("$tool" --log_level=loud "${quick[@]}" 2>&1); rc=$?
-[ "$rc" -eq 2 ] || fail "--log_level=loud exited $rc, want 2 ($out)"
-grep -q -- "--log_level: 'loud' is not a log level" <<<"$out" || fail "the error: $out"
+[ "$rc" -eq 2 ] || e2e_fail "--log_level=loud exited $rc, want 2 ($out)"
+grep -q -- "--log_level: 'loud' is not a log level" <<<"$out" || e2e_fail "the error: $out"
 out=$(FUSEBOX_LOG_LEVEL=loud "$tool" "${quick[@]}" 2>&1); rc=$?
-[ "$rc" -eq 2 ] || fail "FUSEBOX_LOG_LEVEL=loud exited $rc, want 2 ($out)"
-grep -q -- "FUSEBOX_LOG_LEVEL: 'loud' is not a log level" <<<"$out" || fail "the error: $out"
+[ "$rc" -eq 2 ] || e2e_fail "FUSEBOX_LOG_LEVEL=loud exited $rc, want 2 ($out)"
+grep -q -- "FUSEBOX_LOG_LEVEL: 'loud' is not a log level" <<<"$out" || e2e_fail "the error: $out"
 # The flag wins over the environment.
 out=$(FUSEBOX_LOG_LEVEL=loud "$tool" --log_level=warning "${quick[@]}" 2>&1 >/dev/null); rc=$?
-[ "$rc" -eq 0 ] || fail "--log_level=warning with FUSEBOX_LOG_LEVEL=loud exited $rc ($out)"
+[ "$rc" -eq 0 ] || e2e_fail "--log_level=warning with FUSEBOX_LOG_LEVEL=loud exited $rc ($out)"
 case $name in
   fusebox-perf)
     out=$("$tool" --log_level=debug --progress=0 "${quick[@]}" 2>&1 >/dev/null); rc=$?
-    [ "$rc" -eq 0 ] || fail "--log_level=debug exited $rc ($out)"
+    [ "$rc" -eq 0 ] || e2e_fail "--log_level=debug exited $rc ($out)"
     grep -q "^fusebox-perf (rank 0): debug: rank 0 of 1 .*backend ucx" <<<"$out" ||
-      fail "no debug line naming rank 0: $out"
+      e2e_fail "no debug line naming rank 0: $out"
     out=$("$tool" --progress=0 "${quick[@]}" 2>&1 >/dev/null)
-    grep -q "debug:" <<<"$out" && fail "debug lines at the default level: $out"
+    grep -q "debug:" <<<"$out" && e2e_fail "debug lines at the default level: $out"
     if [ -n "$launcher" ]; then
       out=$("$launcher" -n 2 --output plain -- "$tool" --log_level=debug --progress=0 \
               "${quick[@]}" 2>&1 >/dev/null); rc=$?
-      [ "$rc" -eq 0 ] || fail "2 ranks at debug exited $rc ($out)"
+      [ "$rc" -eq 0 ] || e2e_fail "2 ranks at debug exited $rc ($out)"
       grep -q "fusebox-perf (rank 1): debug: rank 1 of 2" <<<"$out" ||
-        fail "rank 1's debug line does not name rank 1: $out"
+        e2e_fail "rank 1's debug line does not name rank 1: $out"
     fi
     ;;
   *)
@@ -73,12 +77,12 @@ case $name in
     for how in "env FUSEBOX_LOG_LEVEL=info" "env FUSEBOX_PROGRESS=1" "env --"; do
       extra=(); [ "$how" = "env --" ] && extra=(--progress=1)
       out=$($how "$tool" "${extra[@]}" "${quick[@]}" 2>&1 >/dev/null); rc=$?
-      [ "$rc" -eq 0 ] || fail "$how exited $rc ($out)"
+      [ "$rc" -eq 0 ] || e2e_fail "$how exited $rc ($out)"
       grep -q "^\[fusebox-tune\] sweep 1/1: resnet50 on 25gbe, worlds 8$" <<<"$out" ||
-        fail "no progress line for the sweep with $how ${extra[*]}: $out"
+        e2e_fail "no progress line for the sweep with $how ${extra[*]}: $out"
     done
     out=$(env -u FUSEBOX_PROGRESS "$tool" "${quick[@]}" 2>&1 >/dev/null)
-    grep -q "fusebox-tune\]" <<<"$out" && fail "progress off a terminal by default: $out"
+    grep -q "fusebox-tune\]" <<<"$out" && e2e_fail "progress off a terminal by default: $out"
     ;;
 esac
 echo "OK $name"
