@@ -44,6 +44,16 @@ absl::string_view ReduceOpName(ReduceOp op) {
   return "?";
 }
 
+absl::string_view CollectiveKindName(CollectiveKind k) {
+  switch (k) {
+    case CollectiveKind::kAllReduce: return "AllReduce";
+    case CollectiveKind::kBroadcast: return "Broadcast";
+    case CollectiveKind::kAllGather: return "AllGather";
+    case CollectiveKind::kBarrier: return "Barrier";
+  }
+  return "?";
+}
+
 absl::StatusOr<DataType> ParseDataType(absl::string_view name) {
   const std::string n = absl::AsciiStrToLower(name);
   if (n == "float" || n == "float32" || n == "f32") return DataType::kFloat32;

@@ -51,6 +51,12 @@ absl::string_view ReduceOpName(ReduceOp op);
 absl::StatusOr<DataType> ParseDataType(absl::string_view name);
 absl::StatusOr<ReduceOp> ParseReduceOp(absl::string_view name);
 
+// The collectives of comm/communicator.h, for backends that describe or
+// dispatch them; the values are part of the UCX header's wire format.
+enum class CollectiveKind : uint8_t { kAllReduce = 1, kBroadcast = 2, kAllGather = 3, kBarrier = 4 };
+// "AllReduce", "Broadcast", "AllGather", "Barrier".
+absl::string_view CollectiveKindName(CollectiveKind k);
+
 // OK when `t` and `op` name a known type and operator (values cast from
 // integers read off the wire or a command line may not). Every known pair is
 // supported. Avg divides the exact sum by the world size once, at the end,

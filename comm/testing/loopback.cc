@@ -21,17 +21,7 @@
 namespace fusebox::comm::testing {
 namespace {
 
-enum class Kind : uint8_t { kAllReduce, kBroadcast, kAllGather, kBarrier };
-
-const char* KindName(Kind k) {
-  switch (k) {
-    case Kind::kAllReduce: return "AllReduce";
-    case Kind::kBroadcast: return "Broadcast";
-    case Kind::kAllGather: return "AllGather";
-    case Kind::kBarrier: return "Barrier";
-  }
-  return "?";
-}
+using Kind = CollectiveKind;
 
 // One rank's call of one collective.
 struct Call {
@@ -49,7 +39,7 @@ struct Call {
 
 // As the UCX backend describes a call in its mismatch message.
 std::string Describe(const Call& c) {
-  std::string s = absl::StrCat(KindName(c.kind), "(count=", c.count);
+  std::string s = absl::StrCat(CollectiveKindName(c.kind), "(count=", c.count);
   if (c.kind != Kind::kBarrier) absl::StrAppend(&s, ", type=", DataTypeName(c.type));
   if (c.kind == Kind::kAllReduce) absl::StrAppend(&s, ", op=", ReduceOpName(c.op));
   if (c.kind == Kind::kBroadcast) absl::StrAppend(&s, ", root=", c.root);

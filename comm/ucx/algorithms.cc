@@ -8,16 +8,6 @@
 
 namespace fusebox::comm::ucx {
 
-const char* KindName(Kind k) {
-  switch (k) {
-    case Kind::kAllReduce: return "AllReduce";
-    case Kind::kBroadcast: return "Broadcast";
-    case Kind::kAllGather: return "AllGather";
-    case Kind::kBarrier: return "Barrier";
-  }
-  return "?";
-}
-
 const char* AlgorithmName(Algorithm a) {
   switch (a) {
     case Algorithm::kNone: return "header-round";

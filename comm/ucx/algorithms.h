@@ -35,11 +35,13 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/string_view.h"
+#include "comm/types.h"
+
 namespace fusebox::comm::ucx {
 
-// A collective's kind; the values are part of the UCX header's wire format.
-enum class Kind : uint8_t { kAllReduce = 1, kBroadcast = 2, kAllGather = 3, kBarrier = 4 };
-const char* KindName(Kind k);
+using Kind = CollectiveKind;  // its values are part of the header's wire format
+inline absl::string_view KindName(Kind k) { return CollectiveKindName(k); }
 
 enum class Algorithm : uint8_t {
   kNone,            // the header round is the whole collective (Barrier)
