@@ -8,6 +8,7 @@
 
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_format.h"
 #include "bucketing/planners.h"
 
@@ -195,19 +196,84 @@ absl::StatusOr<Plan> BaselinePlan(const std::string& name, const Profile& profil
       "unknown baseline plan \"", name, "\": expected per-tensor, ddp, horovod, hccl or mg-wfbp"));
 }
 
+namespace {
+
+absl::Status CheckModelError(double model_error) {
+  if (!(model_error >= 0 && model_error <= 10)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "planner: the model error must be a fraction in [0, 10], got ", model_error));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+size_t ChooseWithinModelError(const std::vector<PlanPrediction>& plans, double model_error,
+                              double margin, std::string* why) {
+  size_t best = 0;
+  for (size_t c = 1; c < plans.size(); ++c) {
+    const double a = plans[c].sim.iteration_us, b = plans[best].sim.iteration_us;
+    if (Less(a, b) || (!Less(b, a) && plans[c].plan.buckets.size() <
+                                          plans[best].plan.buckets.size())) {
+      best = c;
+    }
+  }
+  const double best_us = plans[best].sim.iteration_us;
+  size_t chosen = best;
+  int within = 0;
+  for (size_t c = 0; c < plans.size(); ++c) {
+    const PlanPrediction& p = plans[c];
+    const double allowed = std::max(margin * best_us, model_error * p.sim.exposed_us);
+    if (Less(best_us + allowed, p.sim.iteration_us)) continue;
+    ++within;
+    const size_t nb = p.plan.buckets.size(), cb = plans[chosen].plan.buckets.size();
+    if (nb < cb || (nb == cb && Less(p.sim.iteration_us, plans[chosen].sim.iteration_us))) {
+      chosen = c;
+    }
+  }
+  if (why != nullptr) {
+    const std::string tolerance =
+        absl::StrFormat("model error %.0f%% of exposed communication, margin %.1f%%",
+                        100 * model_error, 100 * margin);
+    const PlanPrediction& b = plans[best];
+    if (chosen == best) {
+      *why = absl::StrFormat(
+          "the best predicted plan (%s, %zu buckets, %.3f ms); none with fewer buckets is "
+          "predicted within the model's error of it (%s)",
+          b.name, b.plan.buckets.size(), best_us / 1e3, tolerance);
+    } else {
+      const PlanPrediction& c = plans[chosen];
+      *why = absl::StrFormat(
+          "the fewest buckets (%zu) of %d plans predicted within the model's error of the best "
+          "predicted (%s, %zu buckets, %.3f ms; this plan %.3f ms, +%.2f%%; %s)",
+          c.plan.buckets.size(), within, b.name, b.plan.buckets.size(), best_us / 1e3,
+          c.sim.iteration_us / 1e3, 100 * (c.sim.iteration_us / best_us - 1), tolerance);
+    }
+  }
+  return chosen;
+}
+
 absl::StatusOr<OfflineTuneResult> OfflineTune(const Profile& profile, const CostModel& cost,
                                               const PlannerOptions& o) {
+  if (absl::Status s = CheckModelError(o.model_error); !s.ok()) return s;
   OfflineTuneResult result;
   std::vector<PlanPrediction> candidates;
-  for (int pieces : {o.max_pieces, 1}) {
-    PlannerOptions po = o;
-    po.max_pieces = pieces;
-    auto p = OptimalPartitionPlan(profile, cost, po);
-    if (!p.ok()) return p.status();
-    auto sim = Simulate(profile, *p, cost, o.sim);
-    if (!sim.ok()) return sim.status();
-    candidates.push_back({"tuned", *std::move(p), *std::move(sim)});
-    if (o.max_pieces <= 1) break;
+  // The DP optima, with and without splitting, at the model's latency and
+  // at dearer ones (fewer buckets: what a choice within the model's error
+  // picks from).
+  for (double latency = 1; latency <= 64; latency *= 2) {
+    const CostModel scaled = cost.Scaled(latency, 1);
+    for (int pieces : {o.max_pieces, 1}) {
+      PlannerOptions po = o;
+      po.max_pieces = pieces;
+      auto p = OptimalPartitionPlan(profile, scaled, po);
+      if (!p.ok()) return p.status();
+      auto sim = Simulate(profile, *p, cost, o.sim);
+      if (!sim.ok()) return sim.status();
+      candidates.push_back({latency == 1 ? "tuned" : absl::StrFormat("tuned@lat%g", latency),
+                            *std::move(p), *std::move(sim)});
+      if (o.max_pieces <= 1) break;
+    }
   }
   for (const std::string& name : BaselineNames()) {
     auto p = BaselinePlan(name, profile, cost, o.sim);
@@ -217,15 +283,14 @@ absl::StatusOr<OfflineTuneResult> OfflineTune(const Profile& profile, const Cost
     result.baselines.push_back({name, *p, *sim});
     candidates.push_back({name, *std::move(p), *std::move(sim)});
   }
-  size_t best = 0;
-  for (size_t c = 1; c < candidates.size(); ++c) {
-    if (Less(candidates[c].sim.iteration_us, candidates[best].sim.iteration_us)) best = c;
-  }
-  result.tuned = candidates[best];
+  std::string why;
+  const size_t chosen = ChooseWithinModelError(candidates, o.model_error, 0, &why);
+  result.tuned = candidates[chosen];
   result.tuned.plan.name = "tuned";
-  result.tuned.name = candidates[best].name == "tuned"
+  result.tuned.name = absl::StartsWith(candidates[chosen].name, "tuned")
                           ? "tuned"
-                          : absl::StrCat("tuned (= ", candidates[best].name, ")");
+                          : absl::StrCat("tuned (= ", candidates[chosen].name, ")");
+  result.tuned.why = std::move(why);
   result.lower_bound_us = LowerBoundUs(profile, cost, o.sim);
   return result;
 }
@@ -235,6 +300,7 @@ absl::StatusOr<std::vector<PlanPrediction>> RankCandidates(const Profile& profil
                                                            const PlannerOptions& o, int count,
                                                            const std::vector<Plan>& extra) {
   if (count < 1) return absl::InvalidArgumentError("planner: candidate count must be at least 1");
+  if (absl::Status s = CheckModelError(o.model_error); !s.ok()) return s;
   std::vector<PlanPrediction> out;
   absl::flat_hash_set<uint64_t> seen;
   auto predict = [&](std::string name, Plan plan) -> absl::StatusOr<PlanPrediction> {
@@ -282,25 +348,24 @@ absl::StatusOr<std::vector<PlanPrediction>> RankCandidates(const Profile& profil
                      return Less(a.sim.iteration_us, b.sim.iteration_us);
                    });
   // "tuned": among the optima at latency x1, x2, x4, ... x64 (fewer and
-  // fewer buckets), the one with the fewest buckets predicted within
-  // kRobustMargin of the best: buckets that buy less than that under the
-  // model are not worth the model's error (each costs a launch, a
-  // completion and a wake-up the model does not see).
+  // fewer buckets), the one chosen within the model's error, with a margin
+  // of kRobustMargin of the best at least (Note [Choosing under the model's
+  // error]): buckets that buy less than that under the model are not worth
+  // what it misses per bucket (a launch, a completion and a wake-up).
   constexpr double kRobustMargin = 0.005;
-  std::optional<PlanPrediction> robust;
-  double best_us = 0;
+  std::vector<PlanPrediction> optima;
   for (double latency = 1; latency <= 64; latency *= 2) {
     auto c = dp_at(latency);
     if (!c.ok()) return c.status();
-    if (latency == 1) best_us = c->sim.iteration_us;
-    if (c->sim.iteration_us <= best_us * (1 + kRobustMargin) &&
-        (!robust || c->plan.buckets.size() < robust->plan.buckets.size())) {
-      robust = *std::move(c);
-    }
+    optima.push_back(*std::move(c));
   }
-  robust->name = "tuned";
-  robust->plan.name = "tuned";
-  add(*std::move(robust));
+  std::string why;
+  PlanPrediction robust =
+      std::move(optima[ChooseWithinModelError(optima, o.model_error, kRobustMargin, &why)]);
+  robust.name = "tuned";
+  robust.plan.name = "tuned";
+  robust.why = std::move(why);
+  add(std::move(robust));
   for (double latency : {0.125, 8.0}) {
     auto c = dp_at(latency);
     if (!c.ok()) return c.status();

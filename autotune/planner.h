@@ -26,9 +26,28 @@
 // changes the order only when several buckets wait, which the simulator
 // models.
 //
-// The tuner (OfflineTune) takes the best under the full simulator (copies,
-// window) of the DP plans and every baseline, so it is never predicted
-// behind a baseline.
+// The tuner (OfflineTune) predicts the DP plans, coarser DP optima and
+// every baseline under the full simulator (copies, window) and chooses
+// among them under the model's error (Note [Choosing under the model's
+// error]).
+//
+// Note [Choosing under the model's error]
+// The model is wrong by a known amount: on held-out replays its prediction
+// of exposed communication misses by a median of 15-28% (docs/model.md,
+// "Validation"), and every bucket costs a launch, a completion and a
+// wake-up that it does not see. So a plan predicted a little faster than
+// another is not known to be faster. PlannerOptions::model_error is that
+// calibrated relative error (|predicted - measured| / measured exposed
+// communication, the median over replays that `fusebox-perf overlap
+// --explain` prints as "exp err"). A plan is within the model's error of
+// the best predicted plan when its predicted extra time is at most
+// model_error times its own predicted exposed communication (the model may
+// over-charge it by that much), or at most the margin the caller gives.
+// Among the plans within it, the choice is the one with the fewest buckets
+// (the costs the model misses grow with the bucket count), the faster
+// predicted on a tie. With model_error 0 and no margin this is the best
+// predicted plan, fewer buckets winning exact ties. The choice says why in
+// PlanPrediction::why, which fusebox-tune prints.
 #ifndef FUSEBOX_AUTOTUNE_PLANNER_H_
 #define FUSEBOX_AUTOTUNE_PLANNER_H_
 
@@ -52,6 +71,9 @@ struct PlannerOptions {
   // Largest bucket (fusion-buffer memory); 0: no limit. A single atom
   // larger than the limit still forms a bucket of its own.
   int64_t max_bucket_bytes = 0;
+  // The model's relative error on exposed communication (Note [Choosing
+  // under the model's error]); 0 trusts every prediction. In [0, 10].
+  double model_error = 0;
 };
 
 // The exact optimum of Note [Optimal partition], named "tuned".
@@ -76,7 +98,17 @@ struct PlanPrediction {
   std::string name;
   bucketing::Plan plan;
   SimResult sim;
+  // For a chosen plan: why it was chosen (Note [Choosing under the model's
+  // error]); empty otherwise.
+  std::string why;
 };
+
+// Note [Choosing under the model's error]: the index in `plans` (not empty)
+// of the plan with the fewest buckets among those predicted within
+// max(margin * best iteration, model_error * own exposed) of the best
+// predicted iteration, and in `*why` (when not null) one sentence saying so.
+size_t ChooseWithinModelError(const std::vector<PlanPrediction>& plans, double model_error,
+                              double margin, std::string* why);
 
 struct OfflineTuneResult {
   PlanPrediction tuned;                 // the chosen plan (name "tuned")
@@ -92,9 +124,10 @@ absl::StatusOr<OfflineTuneResult> OfflineTune(const Profile& profile, const Cost
 // Up to `count` distinct plans (by PlanHash) for a closed loop to measure,
 // chosen to span what the model is least sure of, the per-collective
 // latency: `extra` plans first (seeds, e.g. from a cached entry), then
-// "tuned": of the DP optima at latency x1, x2, ... x64, the one with the
-// fewest buckets predicted within 0.5% of the optimum (buckets that buy
-// less are not worth the model's error); then the optima at latency x1/8
+// "tuned": of the DP optima at latency x1, x2, ... x64, the one chosen
+// within the model's error (Note [Choosing under the model's error]) with
+// a margin of at least 0.5% of the optimum (buckets that buy less are not
+// worth what the model misses per bucket); then the optima at latency x1/8
 // and x8 (more and fewer buckets), the best predicted baseline, the exact
 // optimum ("tuned@exact") and the optima at x1/2, x2, x1/32, x32, then the
 // other baselines by prediction. Each DP entry is the better predicted of

@@ -30,15 +30,31 @@ case "$E2E_CASE" in
     e2e_expect stdout "resnet50"
     ;;
   tuned_never_behind_a_baseline)
-    # The "vs tuned" column: every baseline at least as slow as tuned.
-    e2e_run 0 "$tool" --profile bert_large --preset ib-400g --world 512
+    # With --model_error 0 the best predicted plan is chosen: in the "vs tuned"
+    # column every baseline is at least as slow as tuned.
+    e2e_run 0 "$tool" --profile bert_large --preset ib-400g --world 512 --model_error 0
     awk '/^  (per-tensor|ddp|horovod|hccl|mg-wfbp) / { if ($NF + 0 < 1.0) bad = 1 } END { exit bad }' \
       "$work/stdout" || e2e_fail "a baseline is predicted faster than tuned"
+    e2e_expect stdout "# chosen: the best predicted plan"
+    ;;
+  choice_within_model_error)
+    # Note [Choosing under the model's error]: at the default error the plan
+    # has fewer buckets than the best predicted one, says so, and no
+    # baseline is predicted faster by more than the error allows.
+    e2e_run 0 "$tool" --profile resnet50 --preset ib-400g --world 64 --model_error 0
+    exact=$(awk '$1 == "tuned" { print $(NF-4) }' "$work/stdout")
+    e2e_run 0 "$tool" --profile resnet50 --preset ib-400g --world 64
+    e2e_expect stdout "# chosen: the fewest buckets"
+    e2e_expect stdout "model error 25% of exposed communication"
+    robust=$(awk '$1 == "tuned" { print $(NF-4) }' "$work/stdout")
+    [ "$robust" -lt "$exact" ] || e2e_fail "the default error chose $robust buckets, the exact optimum has $exact"
+    e2e_run 1 "$tool" --profile resnet50 --model_error -0.1
+    e2e_expect stderr "--model_error is -0.1"
     ;;
   sweep_small)
     e2e_run 0 "$tool" sweep --profiles resnet50,vit_b16 --presets 25gbe --worlds 8,64
     e2e_expect stdout "# 4 configurations"
-    e2e_expect stdout "configurations where a baseline beats tuned: 0"
+    e2e_expect stdout "; beyond it: 0"
     ;;
   scale_csv_json)
     e2e_run 0 "$tool" scale --profiles resnet50,gpt2_small --presets ib-400g,25gbe \

@@ -740,6 +740,111 @@ TEST(PlannerTest, MgWfbpMergesWhatIsReadyBeforeTheChannelFrees) {
   EXPECT_EQ(plan->buckets[1].slices[0].tensor, 2);
 }
 
+// Note [Choosing under the model's error], on predictions made by hand.
+PlanPrediction Predicted(std::string name, int buckets, double iteration_us, double exposed_us) {
+  PlanPrediction p;
+  p.name = std::move(name);
+  p.plan.buckets.resize(buckets);
+  p.sim.iteration_us = iteration_us;
+  p.sim.exposed_us = exposed_us;
+  return p;
+}
+
+// "many" is the best predicted; "few" is 20 us behind with 120 us exposed;
+// "one" 100 us behind with 200 us exposed.
+std::vector<PlanPrediction> ThreePlans() {
+  return {Predicted("many", 10, 1000, 100), Predicted("few", 3, 1020, 120),
+          Predicted("one", 1, 1100, 200)};
+}
+
+TEST(ChoiceTest, WithoutErrorTheBestPredictedIsChosen) {
+  std::string why;
+  EXPECT_EQ(ChooseWithinModelError(ThreePlans(), 0, 0, &why), 0u);
+  EXPECT_THAT(why, HasSubstr("the best predicted plan (many, 10 buckets, 1.000 ms)"));
+  EXPECT_THAT(why, HasSubstr("model error 0%"));
+}
+
+TEST(ChoiceTest, FewestBucketsWithinTheModelsError) {
+  std::string why;
+  // few: 20 us behind, 0.2 * 120 = 24 us of error: within; one: 100 us behind,
+  // 0.2 * 200 = 40 us: not.
+  EXPECT_EQ(ChooseWithinModelError(ThreePlans(), 0.2, 0, &why), 1u);
+  EXPECT_THAT(why, HasSubstr("the fewest buckets (3) of 2 plans predicted within the model's "
+                             "error of the best predicted (many, 10 buckets, 1.000 ms; this plan "
+                             "1.020 ms, +2.00%; model error 20%"));
+  // 0.16 * 120 = 19.2 us < 20 us: the advantage survives the error.
+  EXPECT_EQ(ChooseWithinModelError(ThreePlans(), 0.16, 0, nullptr), 0u);
+  // 0.5 * 200 = 100 us: even one bucket is within.
+  EXPECT_EQ(ChooseWithinModelError(ThreePlans(), 0.5, 0, nullptr), 2u);
+}
+
+TEST(ChoiceTest, TheMarginWidensTheBand) {
+  EXPECT_EQ(ChooseWithinModelError(ThreePlans(), 0, 0.02, nullptr), 1u);   // 20 us of 1000
+  EXPECT_EQ(ChooseWithinModelError(ThreePlans(), 0, 0.019, nullptr), 0u);  // 19 us
+}
+
+TEST(ChoiceTest, TiesGoToFewerBucketsThenToTheFaster) {
+  EXPECT_EQ(ChooseWithinModelError({Predicted("a", 5, 1000, 10), Predicted("b", 4, 1000, 10)}, 0,
+                                   0, nullptr),
+            1u);
+  EXPECT_EQ(ChooseWithinModelError({Predicted("a", 4, 1010, 100), Predicted("b", 4, 1005, 100),
+                                    Predicted("c", 9, 1000, 100)},
+                                   0.2, 0, nullptr),
+            1u);
+}
+
+TEST(PlannerTest, ModelErrorOutsideItsRangeIsRefused) {
+  auto profile = GenerateModelProfile("resnet50");
+  ASSERT_TRUE(profile.ok());
+  auto c = PresetCostModel("25gbe");
+  for (double e : {-0.1, 10.5, std::nan("")}) {
+    PlannerOptions o;
+    o.sim.world_size = 8;
+    o.model_error = e;
+    auto r = OfflineTune(*profile, *c, o);
+    EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument) << e;
+    EXPECT_THAT(std::string(r.status().message()), HasSubstr("model error")) << e;
+    EXPECT_EQ(RankCandidates(*profile, *c, o, 4).status().code(),
+              absl::StatusCode::kInvalidArgument);
+  }
+}
+
+// On every shipped profile and preset: the plan chosen at a 25% model error
+// is never behind any baseline by more than that error of its own exposed
+// communication, never has more buckets than the plan chosen without error,
+// says why, and somewhere has fewer (the choice is not the exact optimum).
+TEST(PlannerTest, OfflineChoiceStaysWithinTheModelsError) {
+  int fewer = 0;
+  for (const std::string& model : ModelNames()) {
+    auto profile = GenerateModelProfile(model);
+    ASSERT_TRUE(profile.ok());
+    for (const std::string& preset : PresetNames()) {
+      auto c = PresetCostModel(preset);
+      ASSERT_TRUE(c.ok());
+      for (int world : {8, 64, 512}) {
+        PlannerOptions exact;
+        exact.sim.world_size = world;
+        PlannerOptions robust = exact;
+        robust.model_error = 0.25;
+        auto e = OfflineTune(*profile, *c, exact);
+        auto r = OfflineTune(*profile, *c, robust);
+        ASSERT_TRUE(e.ok() && r.ok());
+        const std::string where = absl::StrCat(model, " ", preset, " ", world);
+        EXPECT_LE(r->tuned.plan.buckets.size(), e->tuned.plan.buckets.size()) << where;
+        EXPECT_GE(r->tuned.sim.iteration_us, e->tuned.sim.iteration_us * (1 - 1e-12)) << where;
+        EXPECT_FALSE(r->tuned.why.empty()) << where;
+        for (const PlanPrediction& b : r->baselines) {
+          EXPECT_LE(r->tuned.sim.iteration_us,
+                    b.sim.iteration_us + 0.25 * r->tuned.sim.exposed_us + 1e-6)
+              << where << " vs " << b.name;
+        }
+        if (r->tuned.plan.buckets.size() < e->tuned.plan.buckets.size()) ++fewer;
+      }
+    }
+  }
+  EXPECT_GT(fewer, 0);
+}
+
 TEST(PlannerTest, CandidatesSpanTheLatencyAndStayDistinct) {
   auto profile = GenerateModelProfile("resnet50");
   ASSERT_TRUE(profile.ok());
