@@ -452,3 +452,46 @@ def test_logging_exceptions_and_an_entry_tuned_offline():
         if rank == 0:
             assert res["tune"][0] == 0, res["tune"][1]
         assert res["offline_hit"] == [True, 0, "tuned"], res["offline_hit"]
+
+
+DEVICES = r"""
+import os, torch, torch.distributed as dist
+import fusebox.torch as ft
+from torch.nn.parallel import DistributedDataParallel as DDP
+for comm, devices in (("ucx", ["cuda"]), ("process_group", ["cpu", "cuda"]), ("nccl", ["cuda"])):
+    try:
+        ft._check_devices(comm, devices)
+        print("ACCEPTED", comm)
+    except ValueError as e:
+        print("REFUSED", comm, e)
+ft._check_devices("ddp", ["cuda", "cpu"])
+ft._check_devices("ucx", ["cpu"])
+print("SYNC", ft._device_sync([torch.nn.Parameter(torch.zeros(2))]))
+# The native path's agreements go through a group of its own, always gloo,
+# and the cache key names DDP's backend.
+dist.init_process_group("gloo", rank=0, world_size=1)
+made = []
+real_new_group = dist.new_group
+def new_group(*args, **kw):
+    made.append(kw.get("backend"))
+    return real_new_group(*args, **kw)
+dist.new_group = new_group
+handle = ft.register(DDP(torch.nn.Linear(4, 2)), cache_dir=False)
+print("GROUPS", made, handle.snapshot()["backend"])
+"""
+
+
+def test_models_off_the_cpu_are_refused_at_register_except_on_the_native_path():
+    env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()),
+               OMP_NUM_THREADS="1", PYTHONPATH=PYDIR)
+    p = subprocess.run([sys.executable, "-c", DEVICES], env=env, capture_output=True, text=True,
+                       timeout=120)
+    assert p.returncode == 0, p.stdout + p.stderr
+    out = p.stdout
+    for comm in ("ucx", "process_group", "nccl"):
+        assert ("REFUSED %s communicator=%r reduces DDP's buckets through fusebox, which takes "
+                "CPU gradients only; the model has cuda parameters. Use communicator='ddp'"
+                % (comm, comm)) in out, out
+    assert "ACCEPTED" not in out, out
+    assert "SYNC None" in out, out
+    assert "GROUPS ['gloo'] torch-gloo" in out, out

@@ -228,6 +228,8 @@ std::unique_ptr<Hook> Register(py::object reducer_obj, py::object group_obj, py:
   options.tuner.network = o["network"].cast<std::string>();
   options.tuner.ranks_per_node = o["ranks_per_node"].cast<int>();
   options.tuner.model_label = o["model_label"].cast<std::string>();
+  // The backend family of the cache key ("unknown": the communicator's).
+  if (o.contains("backend")) options.tuner.backend = o["backend"].cast<std::string>();
   options.tuner.candidates = o["candidates"].cast<int>();
   options.tuner.candidates_when_derived = std::min(options.tuner.candidates, 1);
   options.tuner.screening_blocks = o["screening_blocks"].cast<int>();

@@ -140,6 +140,29 @@ def _group_ranks(group):
     return sorted(dist.distributed_c10d._pg_group_ranks[group].keys())
 
 
+def _check_devices(communicator, device_types):
+    """The refusal, at registration, of parameters the chosen communicator
+    cannot reduce: only communicator="ddp" (DDP reduces its own buckets, on
+    whatever device they live) takes parameters that are not on the CPU."""
+    others = sorted(set(device_types) - {"cpu"})
+    if others and communicator != "ddp":
+        raise ValueError(
+            "communicator=%r reduces DDP's buckets through fusebox, which takes CPU gradients "
+            "only; the model has %s parameters. Use communicator='ddp' (the default): DDP "
+            "reduces its own buckets through its process group (NCCL on GPUs) on the plan "
+            "fusebox chooses" % (communicator, " and ".join(others)))
+
+
+def _device_sync(params):
+    """What makes host time stamps at a step's start device times: a CUDA
+    synchronise of the model's device (None for a CPU model)."""
+    for p in params:
+        if p.is_cuda:
+            device = p.device
+            return lambda: torch.cuda.synchronize(device)
+    return None
+
+
 def register(ddp_model, *, cache_dir=None, plan=None, communicator="ddp",
              process_group=None, network="local",
              ranks_per_node=None, candidates=2, screening_blocks=2, verify_pairs=8,
@@ -166,9 +189,17 @@ def register(ddp_model, *, cache_dir=None, plan=None, communicator="ddp",
         reduces through a torch process group (see process_group).
     process_group: with communicator="process_group", the group fusebox
         reduces through; with "ddp", the group the tuner agrees over
-        (a few bytes between steps). Default: a new group of DDP's backend
-        over DDP's ranks (fusebox's collectives must not interleave with
-        DDP's own on one group).
+        (a few bytes between steps, host tensors). Default: a new group over
+        DDP's ranks (fusebox's collectives must not interleave with DDP's own
+        on one group): of DDP's backend for "process_group", of gloo for
+        "ddp" (the agreements are host tensors, which NCCL does not take).
+
+    GPUs: with communicator="ddp" the model may live on a GPU (DDP over
+    NCCL): DDP reduces its own buckets and fusebox chooses them. fusebox
+    then synchronises the model's device at each step's start, so that the
+    step times it measures are the device's (a step no longer overlaps the
+    host's launches of the next one). The other communicators take CPU
+    models only and refuse others here.
     network: names the network in the cache key (e.g. "ib-400g", "25gbe").
     ranks_per_node: default $LOCAL_WORLD_SIZE, else all ranks on one node.
     candidates: the planner's plans measured besides DDP's default and its
@@ -221,13 +252,21 @@ def register(ddp_model, *, cache_dir=None, plan=None, communicator="ddp",
         cache_dir = ""
     if ranks_per_node is None:
         ranks_per_node = int(os.environ.get("LOCAL_WORLD_SIZE", "0"))
+    names, params = _reducer_parameters(ddp_model)
+    _check_devices(communicator, (p.device.type for p in params))
     store = None
+    # The backend family the cache key names: DDP's process group's, also
+    # where fusebox's own agreements go through gloo.
+    backend = "unknown"
     if communicator in ("ddp", "process_group"):
         group = process_group
+        ddp_group = ddp_model.process_group
+        if communicator == "ddp":
+            backend = "torch-" + str(dist.get_backend(ddp_group))
         if group is None:
-            ddp_group = ddp_model.process_group
-            group = dist.new_group(ranks=_group_ranks(ddp_group),
-                                   backend=dist.get_backend(ddp_group))
+            group = dist.new_group(
+                ranks=_group_ranks(ddp_group),
+                backend="gloo" if communicator == "ddp" else dist.get_backend(ddp_group))
     elif communicator == "ucx":
         if process_group is not None:
             raise ValueError("process_group applies to communicator='process_group' only")
@@ -237,8 +276,10 @@ def register(ddp_model, *, cache_dir=None, plan=None, communicator="ddp",
                              "(its ranks are the store's ranks)")
         store = dist.distributed_c10d._get_default_store()
     elif communicator == "nccl":
-        raise ValueError("communicator='nccl' is not available yet: the hook takes CPU "
-                         "gradients only (see plugins/torch/README.md, Known gaps)")
+        raise ValueError("communicator='nccl' is not available yet: fusebox's own NCCL path "
+                         "through DDP's buckets is not built. For a model on GPUs use "
+                         "communicator='ddp' (the default): DDP reduces through NCCL on the plan "
+                         "fusebox chooses (see plugins/torch/README.md, Known gaps)")
     else:
         raise ValueError("communicator must be 'ddp', 'process_group' or 'ucx', got %r"
                          % (communicator,))
@@ -260,9 +301,10 @@ def register(ddp_model, *, cache_dir=None, plan=None, communicator="ddp",
         "verbose": bool(verbose),
         "communicator": communicator,
         "local_rank": int(os.environ.get("LOCAL_RANK", "0")),
+        "backend": backend,
     }
-    names, params = _reducer_parameters(ddp_model)
     _configure_logger(verbose)
+    device_sync = _device_sync(params)
     rank = dist.get_rank(group) if group is not None else dist.get_rank()
     hook = _C._register(ddp_model.reducer, group, options, store, params, names)
     handle = Handle(hook, group, rank)
@@ -272,6 +314,8 @@ def register(ddp_model, *, cache_dir=None, plan=None, communicator="ddp",
         # The training step starts here: the hook closes the last one and may
         # install another plan in DDP before DDP's forward runs.
         if torch.is_grad_enabled() and module.require_backward_grad_sync:
+            if device_sync is not None:
+                device_sync()
             _drain_log(hook, rank)
             hook.on_forward_start()
             if handle._grad_hooks is not None:
