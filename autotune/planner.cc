@@ -271,7 +271,7 @@ absl::StatusOr<OfflineTuneResult> OfflineTune(const Profile& profile, const Cost
       auto sim = Simulate(profile, *p, cost, o.sim);
       if (!sim.ok()) return sim.status();
       candidates.push_back({latency == 1 ? "tuned" : absl::StrFormat("tuned@lat%g", latency),
-                            *std::move(p), *std::move(sim)});
+                            *std::move(p), *std::move(sim), ""});
       if (o.max_pieces <= 1) break;
     }
   }
@@ -280,8 +280,8 @@ absl::StatusOr<OfflineTuneResult> OfflineTune(const Profile& profile, const Cost
     if (!p.ok()) return p.status();
     auto sim = Simulate(profile, *p, cost, o.sim);
     if (!sim.ok()) return sim.status();
-    result.baselines.push_back({name, *p, *sim});
-    candidates.push_back({name, *std::move(p), *std::move(sim)});
+    result.baselines.push_back({name, *p, *sim, ""});
+    candidates.push_back({name, *std::move(p), *std::move(sim), ""});
   }
   std::string why;
   const size_t chosen = ChooseWithinModelError(candidates, o.model_error, 0, &why);
@@ -307,7 +307,7 @@ absl::StatusOr<std::vector<PlanPrediction>> RankCandidates(const Profile& profil
     auto sim = Simulate(profile, plan, cost, o.sim);
     if (!sim.ok()) return sim.status();
     plan.name = name;
-    return PlanPrediction{std::move(name), std::move(plan), *std::move(sim)};
+    return PlanPrediction{std::move(name), std::move(plan), *std::move(sim), ""};
   };
   auto add = [&](PlanPrediction p) {
     if (static_cast<int>(out.size()) < count && seen.insert(bucketing::PlanHash(p.plan)).second) {

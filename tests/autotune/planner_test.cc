@@ -624,7 +624,7 @@ TEST(LowerBoundTest, NoPlanOnAnyShippedProfilePresetOrWorldBeatsIt) {
           ASSERT_TRUE(r.ok()) << r.status();
           std::vector<PlanPrediction> plans = r->baselines;
           plans.push_back(r->tuned);
-          plans.push_back({"per-tensor", bucketing::PerTensorPlan(*layout), {}});
+          plans.push_back({"per-tensor", bucketing::PerTensorPlan(*layout), {}, ""});
           for (const PlanPrediction& p : plans) {
             auto sim = Simulate(profile, p.plan, *c, o.sim);
             ASSERT_TRUE(sim.ok()) << sim.status();
@@ -659,7 +659,7 @@ TEST(LowerBoundTest, HoldsWithStaging) {
         ASSERT_TRUE(r.ok()) << r.status();
         std::vector<PlanPrediction> plans = r->baselines;
         plans.push_back(r->tuned);
-        plans.push_back({"per-tensor", bucketing::PerTensorPlan(*layout), {}});
+        plans.push_back({"per-tensor", bucketing::PerTensorPlan(*layout), {}, ""});
         for (const PlanPrediction& p : plans) {
           auto sim = Simulate(*profile, p.plan, *c, o.sim);
           ASSERT_TRUE(sim.ok()) << sim.status();
