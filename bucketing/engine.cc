@@ -28,14 +28,19 @@ constexpr absl::Duration kWaitSlice = absl::Milliseconds(20);
 struct Engine::Buffers {
   std::vector<char*> data;  // per bucket; nullptr for empty buckets
   int vote_slots = 0;       // per bucket, after its data
-  // Staging buffers for device gradients come from the device (AllocateHost).
+  // Staging buffers for device gradients come from the device
+  // (AllocateHost), and with a device communicator the buffers are device
+  // memory (Allocate).
   comm::Device* device = nullptr;
+  bool on_device = false;
   ~Buffers() {
     for (char* p : data) {
-      if (device != nullptr) {
-        device->FreeHost(p);
-      } else {
+      if (device == nullptr) {
         std::free(p);
+      } else if (on_device) {
+        device->Free(p);
+      } else {
+        device->FreeHost(p);
       }
     }
   }
@@ -45,6 +50,8 @@ Engine::Engine(comm::Communicator& comm, GradientLayout layout, EngineOptions op
     : comm_(comm),
       layout_(std::move(layout)),
       options_(std::move(options)),
+      direct_(comm.memory() == comm::MemoryKind::kDevice),
+      device_(direct_ ? comm.device() : options_.device),
       epoch_(std::chrono::steady_clock::now()),
       epoch_ns_(std::chrono::duration_cast<std::chrono::nanoseconds>(epoch_.time_since_epoch()).count()) {
   if (options_.record_timeline) {
@@ -62,14 +69,34 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(comm::Communicator& comm,
   if (options.timeout <= absl::ZeroDuration()) {
     return absl::InvalidArgumentError("engine: timeout must be positive");
   }
-  const comm::MemoryKind want =
-      options.device != nullptr ? comm::MemoryKind::kDevice : comm::MemoryKind::kHost;
+  // Note [A device communicator]: the engine works on its device.
+  const bool direct = comm.memory() == comm::MemoryKind::kDevice;
+  if (direct) {
+    if (comm.device() == nullptr) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "engine: the %s communicator works on device memory but names no device",
+          comm.backend()));
+    }
+    if (options.device != nullptr && options.device != comm.device()) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "engine: EngineOptions::device (%s) is not the %s communicator's device (%s); with a "
+          "device communicator the engine works on the communicator's device",
+          options.device->name(), comm.backend(), comm.device()->name()));
+    }
+    if (options.schedule != Schedule::kPlanOrder) {
+      return absl::InvalidArgumentError(
+          "engine: with a device communicator the schedule must be plan order (the "
+          "forward-priority schedule's votes are written and read by the host)");
+    }
+  }
+  const comm::MemoryKind want = options.device != nullptr || direct ? comm::MemoryKind::kDevice
+                                                                    : comm::MemoryKind::kHost;
   for (const TensorSpec& t : layout.tensors()) {
     if (t.memory != want) {
       return absl::InvalidArgumentError(
           want == comm::MemoryKind::kHost
               ? absl::StrFormat("engine: tensor \"%s\" is in device memory; pass the device it "
-                                "lives on (EngineOptions::device)",
+                                "lives on (EngineOptions::device) or a device communicator",
                                 t.name)
               : absl::StrFormat("engine: tensor \"%s\" is in host memory, but "
                                 "EngineOptions::device says the gradients live on a device (one "
@@ -77,18 +104,12 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(comm::Communicator& comm,
                                 t.name));
     }
   }
-  if (comm.memory() != comm::MemoryKind::kHost) {
-    return absl::UnimplementedError(absl::StrFormat(
-        "engine: the %s communicator works on device memory; the engine reduces device "
-        "gradients over host communicators (staged) only, for now",
-        comm.backend()));
-  }
-  if (options.device != nullptr &&
+  if ((options.device != nullptr || direct) &&
       (options.external_buffers || options.on_tensor_reduced || options.on_bucket_reduced)) {
     return absl::InvalidArgumentError(
-        "engine: device gradients are staged through the engine's own buffers and finish with "
-        "an event (finished_event); external buffers and the per-tensor/per-bucket callbacks "
-        "are for host gradients");
+        "engine: device gradients go through the engine's own buffers and finish with an "
+        "event (finished_event); external buffers and the per-tensor/per-bucket callbacks are "
+        "for host gradients");
   }
   if (options.external_buffers && options.schedule != Schedule::kPlanOrder) {
     return absl::InvalidArgumentError(
@@ -96,7 +117,7 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(comm::Communicator& comm,
         "caller's buckets)");
   }
   std::unique_ptr<Engine> engine(new Engine(comm, std::move(layout), std::move(options)));
-  if (comm::Device* device = engine->options_.device; device != nullptr) {
+  if (comm::Device* device = engine->device_; device != nullptr) {
     for (auto* stream : {&engine->copy_in_, &engine->copy_out_}) {
       absl::StatusOr<std::unique_ptr<comm::DeviceStream>> made = device->CreateStream();
       if (!made.ok()) {
@@ -116,8 +137,8 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(comm::Communicator& comm,
 Engine::~Engine() {
   // Copies still queued on the device streams run first: the copy-in
   // stream's host functions take mu_, and the copies use the buffers.
-  if (copy_in_ != nullptr) (void)options_.device->SynchronizeStream(*copy_in_);
-  if (copy_out_ != nullptr) (void)options_.device->SynchronizeStream(*copy_out_);
+  if (copy_in_ != nullptr) (void)device_->SynchronizeStream(*copy_in_);
+  if (copy_out_ != nullptr) (void)device_->SynchronizeStream(*copy_out_);
   {
     std::unique_lock<std::mutex> lock(mu_);
     if (failed_.ok()) {
@@ -185,7 +206,7 @@ absl::Status Engine::Install(Plan plan) {
     // The last iteration's copies back may still read the buffers that go
     // now. (The copy-out stream runs no host functions, so waiting here
     // under mu_ cannot deadlock.)
-    if (absl::Status s = options_.device->SynchronizeStream(*copy_out_); !s.ok()) {
+    if (absl::Status s = device_->SynchronizeStream(*copy_out_); !s.ok()) {
       FailLocked(s);
       return s;
     }
@@ -211,7 +232,8 @@ absl::Status Engine::Install(Plan plan) {
   if (reuse == nullptr) {
     buffers->vote_slots = vote_slots;
     buffers->data.assign(nb, nullptr);
-    buffers->device = options_.device;
+    buffers->device = device_;
+    buffers->on_device = direct_;
   }
   std::vector<std::vector<Placement>> placements(layout_.size());
   std::vector<int> slices_per_bucket(nb, 0);
@@ -222,9 +244,10 @@ absl::Status Engine::Install(Plan plan) {
     if (bytes > 0 && !options_.external_buffers && reuse == nullptr) {
       const size_t rounded = (static_cast<size_t>(bytes) + kBufferAlignment - 1) /
                              kBufferAlignment * kBufferAlignment;
-      if (options_.device != nullptr) {
-        absl::StatusOr<void*> host = options_.device->AllocateHost(rounded);
-        buffers->data[b] = host.ok() ? static_cast<char*>(*host) : nullptr;
+      if (device_ != nullptr) {
+        absl::StatusOr<void*> made =
+            direct_ ? device_->Allocate(rounded) : device_->AllocateHost(rounded);
+        buffers->data[b] = made.ok() ? static_cast<char*>(*made) : nullptr;
       } else {
         buffers->data[b] = static_cast<char*>(std::aligned_alloc(kBufferAlignment, rounded));
       }
@@ -250,7 +273,7 @@ absl::Status Engine::Install(Plan plan) {
   for (int id = 0; id < layout_.size(); ++id) {
     const auto& p = placements[id];
     if (layout_.tensor(id).numel > 0 && p.size() == 1 && buffers->data[p[0].bucket] != nullptr &&
-        options_.device == nullptr) {  // staging buffers are no place for a device gradient
+        (device_ == nullptr || direct_)) {  // staging buffers are no place for a device gradient
       storage[id] = buffers->data[p[0].bucket] +
                     p[0].buffer_offset * comm::DataTypeSize(layout_.tensor(id).dtype);
     }
@@ -279,9 +302,7 @@ absl::Status Engine::VerifyAcrossRanks() {
   const int n = comm_.size();
   int64_t mine[2] = {static_cast<int64_t>(layout_.Hash()), static_cast<int64_t>(plan_hash_)};
   std::vector<int64_t> all(2 * static_cast<size_t>(n), 0);
-  auto work = comm_.AllGather(mine, all.data(), 2, comm::DataType::kInt64);
-  if (!work.ok()) return work.status();
-  if (absl::Status s = (*work)->WaitFor(options_.timeout); !s.ok()) {
+  if (absl::Status s = GatherHashes(mine, all); !s.ok()) {
     return absl::Status(s.code(), absl::StrCat("engine: checking layout and plan agreement "
                                                "across ranks: ",
                                                s.message()));
@@ -300,6 +321,33 @@ absl::Status Engine::VerifyAcrossRanks() {
       "plan %016x; %s",
       comm_.rank(), static_cast<uint64_t>(all[0]), static_cast<uint64_t>(all[1]),
       absl::StrJoin(differ, "; ")));
+}
+
+absl::Status Engine::GatherHashes(const int64_t (&mine)[2], std::vector<int64_t>& all) {
+  if (!direct_) {
+    auto work = comm_.AllGather(mine, all.data(), 2, comm::DataType::kInt64);
+    if (!work.ok()) return work.status();
+    return (*work)->WaitFor(options_.timeout);
+  }
+  // A device communicator gathers device memory: in through the copy-in
+  // stream, synchronised before the call (the collective reads what its own
+  // stream finds), out through the copy-out stream once it completed.
+  const size_t bytes = (2 + all.size()) * sizeof(int64_t);
+  absl::StatusOr<void*> made = device_->Allocate(bytes);
+  if (!made.ok()) return made.status();
+  auto* dev = static_cast<int64_t*>(*made);
+  absl::Status s = device_->CopyAsync(dev, mine, sizeof(mine), *copy_in_);
+  if (s.ok()) s = device_->SynchronizeStream(*copy_in_);
+  if (s.ok()) {
+    auto work = comm_.AllGather(dev, dev + 2, 2, comm::DataType::kInt64);
+    s = work.ok() ? (*work)->WaitFor(options_.timeout) : work.status();
+    // A collective that did not complete may still write `dev`: leaked, not freed.
+    if (!s.ok() && work.ok() && !(*work)->Test()) return s;
+  }
+  if (s.ok()) s = device_->CopyAsync(all.data(), dev + 2, all.size() * sizeof(int64_t), *copy_out_);
+  if (s.ok()) s = device_->SynchronizeStream(*copy_out_);
+  device_->Free(dev);
+  return s;
 }
 
 void* Engine::TensorStorage(int id) const {
@@ -485,10 +533,11 @@ absl::Status Engine::MarkReady(int id, void* grad, int64_t numel) {
         "MarkReady: the caller owns the buckets (EngineOptions::external_buffers); use "
         "MarkBucketReady");
   }
-  if (options_.device != nullptr) {
+  if (device_ != nullptr) {
     return absl::FailedPreconditionError(absl::StrCat(
-        "MarkReady: the gradients live on ", options_.device->name(),
-        " (EngineOptions::device); use MarkReadyOnDevice with the producer's event"));
+        "MarkReady: the gradients live on ", device_->name(),
+        " (EngineOptions::device or a device communicator); use MarkReadyOnDevice with the "
+        "producer's event"));
   }
   if (absl::Status s = CheckMark(id, grad, numel); !s.ok()) return s;
   const TensorSpec& t = layout_.tensor(id);
@@ -544,11 +593,11 @@ void Engine::SlicesInLocked(int id, double at_us) {
 
 absl::Status Engine::MarkReadyOnDevice(int id, void* grad, int64_t numel,
                                        const comm::DeviceEvent* ready) {
-  comm::Device* device = options_.device;
+  comm::Device* device = device_;
   if (device == nullptr) {
     return absl::FailedPreconditionError(
         "MarkReadyOnDevice: the engine reduces host gradients (EngineOptions::device is not "
-        "set); use MarkReady");
+        "set and the communicator is on the host); use MarkReady");
   }
   if (absl::Status s = CheckMark(id, grad, numel); !s.ok()) return s;
   const TensorSpec& t = layout_.tensor(id);
@@ -564,23 +613,26 @@ absl::Status Engine::MarkReadyOnDevice(int id, void* grad, int64_t numel,
       return absl::OkStatus();
     }
   }
-  // Behind the producer's event, the slices' device-to-host copies, then
-  // the host function that counts them in (and may launch their buckets).
-  // Buffers and placements stay fixed until the iteration ends: SetPlan
-  // refuses while any tensor is marked.
+  // Behind the producer's event, the slices' copies into the fusion
+  // buffers (none for a view), then: staged, the host function that counts
+  // them in (and may launch their buckets); with a device communicator,
+  // counting them in at once (Note [A device communicator]). Buffers and
+  // placements stay fixed until the iteration ends: SetPlan refuses while
+  // any tensor is marked.
   const size_t esize = comm::DataTypeSize(t.dtype);
+  const bool view = direct_ && grad == storage_[id];
   absl::Status s;
   {
     std::lock_guard<std::mutex> enqueue(device_mu_);
     if (ready != nullptr) s = device->WaitEvent(*copy_in_, *ready);
     for (const Placement& p : placements_[id]) {
-      if (!s.ok()) break;
+      if (!s.ok() || view) break;
       if (p.count == 0) continue;
       s = device->CopyAsync(buffers_->data[p.bucket] + p.buffer_offset * esize,
                             static_cast<const char*>(grad) + p.tensor_offset * esize,
                             p.count * esize, *copy_in_);
     }
-    if (s.ok()) {
+    if (s.ok() && !direct_) {
       s = device->LaunchHostFunc(*copy_in_, [this, id] {
         std::lock_guard<std::mutex> lock(mu_);
         SlicesInLocked(id, NowUs());
@@ -592,6 +644,10 @@ absl::Status Engine::MarkReadyOnDevice(int id, void* grad, int64_t numel,
     FailLocked(absl::Status(s.code(), absl::StrFormat("copying tensor %d (\"%s\") in from %s: %s",
                                                       id, t.name, device->name(), s.message())));
     return failed_;
+  }
+  if (direct_) {
+    std::lock_guard<std::mutex> lock(mu_);
+    SlicesInLocked(id, NowUs());
   }
   return absl::OkStatus();
 }
@@ -701,9 +757,19 @@ void Engine::Launch(int b) {
     // reorder them (Note [Launch order]). Averaging rides in the backend's
     // last pass over the data (kAvg: the exact sum divided once by the
     // world size, in the element type).
-    auto issued = comm_.AllReduce(data, data,
-                                  static_cast<size_t>(count), bucket.dtype,
-                                  options_.average ? comm::ReduceOp::kAvg : comm::ReduceOp::kSum);
+    const comm::ReduceOp op = options_.average ? comm::ReduceOp::kAvg : comm::ReduceOp::kSum;
+    absl::StatusOr<std::shared_ptr<comm::Work>> issued;
+    if (direct_) {
+      // Note [A device communicator]: the collective waits on the device
+      // for every copy in (and producer event) enqueued so far, which
+      // includes all of this bucket's.
+      absl::StatusOr<std::shared_ptr<comm::DeviceEvent>> in = device_->RecordEvent(*copy_in_);
+      issued = in.ok() ? comm_.AllReduceAfter(**in, data, data, static_cast<size_t>(count),
+                                              bucket.dtype, op)
+                       : in.status();
+    } else {
+      issued = comm_.AllReduce(data, data, static_cast<size_t>(count), bucket.dtype, op);
+    }
     if (!issued.ok()) {
       FailLocked(absl::Status(issued.status().code(), absl::StrFormat("launching bucket %d: %s", b,
                                                                       issued.status().message())));
@@ -743,14 +809,17 @@ absl::Status Engine::CopyBack(int b) {
     if (s.count > 0) {
       char* src = buffer + offset * esize;
       char* dst = static_cast<char*>(grads_[s.tensor]) + s.offset * esize;
-      if (options_.device != nullptr) {
-        // Enqueued only: finished_event() says when it is done.
-        if (absl::Status st = options_.device->CopyAsync(dst, src, s.count * esize, *copy_out_);
+      if (dst == src) {
+        // A view: reduced in place.
+      } else if (device_ != nullptr) {
+        // Enqueued only: finished_event() says when it is done. (The
+        // collective is: its Work completed.)
+        if (absl::Status st = device_->CopyAsync(dst, src, s.count * esize, *copy_out_);
             !st.ok()) {
-          return absl::Status(st.code(), absl::StrCat("copying back to ", options_.device->name(),
+          return absl::Status(st.code(), absl::StrCat("copying back to ", device_->name(),
                                                       ": ", st.message()));
         }
-      } else if (dst != src) {
+      } else {
         std::memcpy(dst, src, s.count * esize);
       }
     }
@@ -913,19 +982,18 @@ absl::Status Engine::Finish() {
     FailLocked(absl::DeadlineExceededError(DescribeMissingLocked()));
     return failed_;
   }
-  if (options_.device != nullptr) {
+  if (device_ != nullptr) {
     // The consumer waits on this; so do the next iteration's copies in,
-    // which overwrite the staging buffers the copies back read.
-    absl::StatusOr<std::shared_ptr<comm::DeviceEvent>> event =
-        options_.device->RecordEvent(*copy_out_);
+    // which overwrite the fusion buffers the copies back read.
+    absl::StatusOr<std::shared_ptr<comm::DeviceEvent>> event = device_->RecordEvent(*copy_out_);
     absl::Status s = event.status();
     if (s.ok()) {
       std::lock_guard<std::mutex> enqueue(device_mu_);
-      s = options_.device->WaitEvent(*copy_in_, **event);
+      s = device_->WaitEvent(*copy_in_, **event);
     }
     if (!s.ok()) {
       FailLocked(absl::Status(s.code(), absl::StrCat("ordering the copies back on ",
-                                                     options_.device->name(), ": ", s.message())));
+                                                     device_->name(), ": ", s.message())));
       return failed_;
     }
     finished_ = *std::move(event);

@@ -72,6 +72,28 @@
 // waits for the host collectives, as on the host). No views: the fusion
 // buffers are host memory (TensorStorage is null). on_tensor_reduced and
 // external buffers are for host gradients only.
+//
+// Note [A device communicator]
+// With a communicator on device memory (NCCL; Note [Device communicators]
+// in comm/communicator.h) the fusion buffers are device memory of the
+// communicator's device, and nothing crosses to the host:
+//
+//   producer stream --ready event--> copy-in stream: device-to-device
+//     copies of the gradient's slices into the fusion buffer (none for a
+//     view: a gradient computed in place at TensorStorage(id));
+//   the bucket's last slice marked --> an event recorded on the copy-in
+//     stream, and the collective issued with AllReduceAfter(that event):
+//     it starts on the communicator's stream once every copy in (and
+//     producer event) enqueued so far is done, which includes all of the
+//     bucket's; the marking thread never waits for the device;
+//   the Work completes (the result is in the fusion buffer) --> copy-out
+//     stream: device-to-device copies back (none for views);
+//   Finish() --> finished_event() as with staging.
+//
+// Marking counts a gradient in at once (the copy-in stream orders the
+// data), so launches follow marking, as on the host. The schedule must be
+// plan order (the votes of the forward-priority schedule are host data).
+// Agreement checks (verify_across_ranks) gather through device memory.
 #ifndef FUSEBOX_BUCKETING_ENGINE_H_
 #define FUSEBOX_BUCKETING_ENGINE_H_
 
@@ -206,9 +228,11 @@ class Engine {
  public:
   // Validates the plan against the layout, allocates fusion buffers and
   // (with verify_across_ranks) checks agreement with the other ranks. Device
-  // tensors need EngineOptions::device and a host communicator (staged); a
-  // communicator on device memory (NCCL) is Unimplemented for now. The
-  // communicator must outlive the engine.
+  // tensors need EngineOptions::device and a host communicator (staged:
+  // Note [Device gradients over a host communicator]) or a device
+  // communicator (Note [A device communicator]), whose device the engine
+  // then uses (EngineOptions::device, if set, must be it). The communicator
+  // must outlive the engine.
   static absl::StatusOr<std::unique_ptr<Engine>> Create(comm::Communicator& comm,
                                                         GradientLayout layout, Plan plan,
                                                         EngineOptions options = {});
@@ -250,19 +274,20 @@ class Engine {
   // failed engine.
   absl::Status MarkReady(int id, void* grad, int64_t numel);
 
-  // With options.device: gradient `id` (numel elements of device memory at
-  // `grad`) will be complete once `ready` is (an event recorded on the
-  // stream that computes it; null: it is complete now). Enqueues its copy
-  // to the host fusion buffer behind that event and returns without
-  // waiting; the result is copied back to `grad`, which must stay valid
-  // until finished_event() of this iteration is done. Any thread. Errors
-  // as MarkReady's, and the device's.
+  // With options.device or a device communicator: gradient `id` (numel
+  // elements of device memory at `grad`) will be complete once `ready` is
+  // (an event recorded on the stream that computes it; null: it is complete
+  // now). Enqueues its copy into the fusion buffer behind that event (host
+  // staging, or device memory: none when `grad` is TensorStorage(id)) and
+  // returns without waiting; the result is copied back to `grad`, which
+  // must stay valid until finished_event() of this iteration is done. Any
+  // thread. Errors as MarkReady's, and the device's.
   absl::Status MarkReadyOnDevice(int id, void* grad, int64_t numel,
                                  const comm::DeviceEvent* ready);
 
-  // With options.device, after Finish(): done once every gradient holds its
-  // result in device memory; the consumer's stream waits on it (WaitEvent).
-  // Null before the first Finish and without a device.
+  // With device gradients, after Finish(): done once every gradient holds
+  // its result in device memory; the consumer's stream waits on it
+  // (WaitEvent). Null before the first Finish and for host gradients.
   std::shared_ptr<comm::DeviceEvent> finished_event() const;
 
   // With options.external_buffers: every tensor of `bucket` is ready, packed
@@ -311,6 +336,9 @@ class Engine {
   Engine(comm::Communicator& comm, GradientLayout layout, EngineOptions options);
   absl::Status Install(Plan plan);
   absl::Status VerifyAcrossRanks();
+  // AllGather of two hashes per rank into `all` (staged through device
+  // memory with a device communicator); waits up to options_.timeout.
+  absl::Status GatherHashes(const int64_t (&mine)[2], std::vector<int64_t>& all);
   void ResetIterationLocked();
   void LaunchReadyLocked();
   int ChooseNextLocked() const;  // bucket to launch next, or -1 to wait
@@ -333,6 +361,11 @@ class Engine {
   comm::Communicator& comm_;
   const GradientLayout layout_;
   const EngineOptions options_;
+  // Note [A device communicator]: the communicator reduces device memory.
+  const bool direct_;
+  // Where the gradients live: options_.device, or the device
+  // communicator's device; null for host gradients.
+  comm::Device* const device_;
   const std::chrono::steady_clock::time_point epoch_;
   const int64_t epoch_ns_;  // epoch_ as comm::Work::SteadyNowNs() counts
   int64_t previous_completed_ns_ = 0;  // worker only: the last collective's completion

@@ -27,6 +27,15 @@ absl::StatusOr<std::shared_ptr<Work>> Communicator::AllReduceMulti(
   return Work::All(std::move(parts));
 }
 
+absl::StatusOr<std::shared_ptr<Work>> Communicator::AllReduceAfter(const DeviceEvent&,
+                                                                   const void*, void*, size_t,
+                                                                   DataType, ReduceOp) {
+  return absl::UnimplementedError(absl::StrCat(
+      "AllReduceAfter: the ", backend(),
+      " communicator reduces host memory; it takes no device events (Note [Device "
+      "communicators] in comm/communicator.h)"));
+}
+
 absl::Status ValidateBuffer(const char* what, const void* p, size_t count,
                             DataType type) {
   absl::Status s = CheckSupported(type, ReduceOp::kSum);

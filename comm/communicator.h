@@ -19,6 +19,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
+#include "comm/device.h"
 #include "comm/types.h"
 #include "comm/work.h"
 
@@ -75,6 +76,24 @@ class Communicator {
       const void* send, void* recv, size_t count, DataType type) = 0;
 
   virtual absl::StatusOr<std::shared_ptr<Work>> Barrier() = 0;
+
+  // Note [Device communicators]
+  // A communicator on device memory (memory() == kDevice: NCCL) runs its
+  // collectives on a stream of its own on device(), in issue order, and
+  // completes each Work once the collective's result is in device memory.
+  // Buffers written by another stream must be complete before the
+  // collective reads them, which the caller says with AllReduceAfter: the
+  // collective starts on the device only once `ready` (an event of
+  // device()) is done, and the calling thread does not wait for it. The
+  // other calls read their buffers as the device's stream finds them, so
+  // data written by another stream needs AllReduceAfter or a synchronise
+  // first. Host communicators: device() is null and AllReduceAfter is
+  // Unimplemented.
+  virtual Device* device() const { return nullptr; }
+  virtual absl::StatusOr<std::shared_ptr<Work>> AllReduceAfter(const DeviceEvent& ready,
+                                                               const void* send, void* recv,
+                                                               size_t count, DataType type,
+                                                               ReduceOp op);
 
  protected:
   Communicator() = default;

@@ -22,6 +22,7 @@
 // report). ncclAvg is NCCL's: integers sum then divide, but floating types
 // pre-multiply by 1/size, which is exact only for power-of-two world sizes.
 #include "comm/nccl/communicator.h"
+#include "comm/nccl/cuda_device.h"
 
 #include <cuda_runtime_api.h>
 #include <nccl.h>
@@ -170,10 +171,18 @@ class NcclCommunicator final : public Communicator {
   int size() const override { return size_; }
   std::string backend() const override { return "nccl"; }
   MemoryKind memory() const override { return MemoryKind::kDevice; }
+  // The seam's CUDA device on this communicator's GPU: events recorded on
+  // its streams are what AllReduceAfter waits for.
+  Device* device() const override { return cuda_.get(); }
 
   absl::StatusOr<std::shared_ptr<Work>> AllReduce(const void* send, void* recv,
                                                   size_t count, DataType type,
                                                   ReduceOp op) override;
+  // Note [Device communicators]: cudaStreamWaitEvent on this
+  // communicator's stream, then the allreduce, under one lock.
+  absl::StatusOr<std::shared_ptr<Work>> AllReduceAfter(const DeviceEvent& ready, const void* send,
+                                                       void* recv, size_t count, DataType type,
+                                                       ReduceOp op) override;
   absl::StatusOr<std::shared_ptr<Work>> AllReduceMulti(
       absl::Span<const TensorRef> tensors, ReduceOp op) override;
   absl::StatusOr<std::shared_ptr<Work>> Broadcast(void* buf, size_t count,
@@ -192,14 +201,15 @@ class NcclCommunicator final : public Communicator {
   };
 
   NcclCommunicator(absl::Duration timeout, int rank, int size, int device, UniqueNcclComm comm,
-                   UniqueStream stream, UniqueDeviceBuffer scratch)
+                   UniqueStream stream, UniqueDeviceBuffer scratch, std::unique_ptr<Device> cuda)
       : timeout_(timeout),
         rank_(rank),
         size_(size),
         device_(device),
         comm_(std::move(comm)),
         stream_(std::move(stream)),
-        scratch_(std::move(scratch)) {}
+        scratch_(std::move(scratch)),
+        cuda_(std::move(cuda)) {}
 
   // Runs `launch` (NCCL calls on stream_) under mu_ with device_ current,
   // records an event and queues the Work. `what` names the call in errors.
@@ -218,6 +228,7 @@ class NcclCommunicator final : public Communicator {
   UniqueNcclComm comm_;
   UniqueStream stream_;
   UniqueDeviceBuffer scratch_;  // one float for Barrier
+  const std::unique_ptr<Device> cuda_;  // the seam's device on device_
 
   std::mutex mu_;
   std::condition_variable cv_;
@@ -292,9 +303,12 @@ absl::StatusOr<std::unique_ptr<NcclCommunicator>> NcclCommunicator::Create(
   e = cudaMemset(scratch, 0, sizeof(float));
   if (e != cudaSuccess) return CudaError("cudaMemset", e);
 
+  absl::StatusOr<std::unique_ptr<Device>> cuda = CreateCudaDevice(device);
+  if (!cuda.ok()) return cuda.status();
+
   std::unique_ptr<NcclCommunicator> c(new NcclCommunicator(
       options.timeout, rank, size, device, std::move(comm), std::move(owned_stream),
-      std::move(owned_scratch)));
+      std::move(owned_scratch), *std::move(cuda)));
   c->thread_ = std::thread([p = c.get()] { p->Run(); });
   return c;
 }
@@ -420,6 +434,29 @@ absl::StatusOr<std::shared_ptr<Work>> NcclCommunicator::AllReduce(
     return ncclAllReduce(send, recv, count, NcclType(type), NcclOp(op),
                          comm_.get(), stream_.get());
   });
+}
+
+absl::StatusOr<std::shared_ptr<Work>> NcclCommunicator::AllReduceAfter(
+    const DeviceEvent& ready, const void* send, void* recv, size_t count, DataType type,
+    ReduceOp op) {
+  if (absl::Status s = ValidateAllReduce(send, recv, count, type, op); !s.ok()) return s;
+  cudaEvent_t event = CudaEventOf(ready);
+  if (event == nullptr) {
+    return absl::InvalidArgumentError(
+        "AllReduceAfter: the event is not one of this NCCL communicator's CUDA device "
+        "(device())");
+  }
+  cudaError_t waited = cudaSuccess;
+  auto launched = Launch("ncclAllReduce", [&] {
+    // Under the launch lock: nothing else is enqueued between the wait and
+    // the allreduce.
+    waited = cudaStreamWaitEvent(stream_.get(), event, 0);
+    if (waited != cudaSuccess) return ncclInvalidArgument;
+    return ncclAllReduce(send, recv, count, NcclType(type), NcclOp(op), comm_.get(),
+                         stream_.get());
+  });
+  if (waited != cudaSuccess) return CudaError("cudaStreamWaitEvent", waited);
+  return launched;
 }
 
 absl::StatusOr<std::shared_ptr<Work>> NcclCommunicator::AllReduceMulti(

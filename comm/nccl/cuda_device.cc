@@ -202,4 +202,9 @@ CUstream_st* CudaStreamOf(DeviceStream& stream) {
   return s == nullptr ? nullptr : s->get();
 }
 
+CUevent_st* CudaEventOf(const DeviceEvent& event) {
+  const auto* e = dynamic_cast<const CudaEvent*>(&event);
+  return e == nullptr ? nullptr : e->get();
+}
+
 }  // namespace fusebox::comm

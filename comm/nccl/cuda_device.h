@@ -9,6 +9,7 @@
 #include "comm/device.h"
 
 struct CUstream_st;  // cudaStream_t is CUstream_st* (no CUDA header needed here)
+struct CUevent_st;   // cudaEvent_t is CUevent_st*
 
 namespace fusebox::comm {
 
@@ -23,6 +24,10 @@ absl::StatusOr<std::unique_ptr<Device>> CreateCudaDevice(int ordinal);
 // The CUDA stream behind a stream of a CUDA device (for ncclAllReduce and
 // kernels); nullptr for a stream of another device.
 CUstream_st* CudaStreamOf(DeviceStream& stream);
+
+// The CUDA event behind an event of a CUDA device (for cudaStreamWaitEvent
+// on a stream of one's own); nullptr for an event of another device.
+CUevent_st* CudaEventOf(const DeviceEvent& event);
 
 }  // namespace fusebox::comm
 

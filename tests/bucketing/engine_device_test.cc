@@ -16,6 +16,7 @@
 #include "bucketing/engine.h"
 #include "bucketing/planners.h"
 #include "comm/device.h"
+#include "comm/testing/device_communicator.h"
 #include "comm/testing/exact_data.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -89,14 +90,25 @@ class DeviceGrads {
 // then an event), marked ready with that event from that thread in a
 // random order; after Finish a consumer stream waits on finished_event()
 // and copies every gradient out; each must equal the exact average.
+// With `views`, a gradient that lies whole in one bucket is produced in
+// place there (TensorStorage) and marked with that address.
 void RunDeviceIterations(Engine& engine, comm::Device& device, DeviceGrads& grads, int rank,
-                         int world, int first_iteration, int iterations, int threads) {
+                         int world, int first_iteration, int iterations, int threads,
+                         bool views = false) {
   const GradientLayout& layout = engine.layout();
+  auto at = [&](int id) {
+    void* storage = views ? engine.TensorStorage(id) : nullptr;
+    return storage != nullptr ? storage : grads.at(id);
+  };
   std::vector<std::unique_ptr<comm::DeviceStream>> producers;
   for (int th = 0; th < threads; ++th) producers.push_back(*device.CreateStream());
   auto consumer = *device.CreateStream();
   for (int it = first_iteration; it < first_iteration + iterations; ++it) {
     grads.Poison();
+    for (int id = 0; id < layout.size(); ++id) {  // (emulated device memory, every stream idle)
+      const TensorSpec& t = layout.tensor(id);
+      std::memset(at(id), kPoison, t.numel * comm::DataTypeSize(t.dtype));
+    }
     std::vector<std::vector<unsigned char>> inputs(layout.size()), outputs(layout.size());
     for (int id = 0; id < layout.size(); ++id) {
       const TensorSpec& t = layout.tensor(id);
@@ -115,12 +127,12 @@ void RunDeviceIterations(Engine& engine, comm::Device& device, DeviceGrads& grad
         for (size_t k; (k = next.fetch_add(1)) < order.size();) {
           const int id = order[k];
           const TensorSpec& t = layout.tensor(id);
-          ASSERT_TRUE(device.CopyAsync(grads.at(id), inputs[id].data(),
+          ASSERT_TRUE(device.CopyAsync(at(id), inputs[id].data(),
                                        t.numel * comm::DataTypeSize(t.dtype), producer)
                           .ok());
           auto ready = device.RecordEvent(producer);
           ASSERT_TRUE(ready.ok()) << ready.status();
-          absl::Status s = engine.MarkReadyOnDevice(id, grads.at(id), t.numel, ready->get());
+          absl::Status s = engine.MarkReadyOnDevice(id, at(id), t.numel, ready->get());
           EXPECT_TRUE(s.ok()) << s;
         }
       });
@@ -133,7 +145,7 @@ void RunDeviceIterations(Engine& engine, comm::Device& device, DeviceGrads& grad
     ASSERT_TRUE(device.WaitEvent(*consumer, *finished).ok());
     for (int id = 0; id < layout.size(); ++id) {
       const TensorSpec& t = layout.tensor(id);
-      ASSERT_TRUE(device.CopyAsync(outputs[id].data(), grads.at(id),
+      ASSERT_TRUE(device.CopyAsync(outputs[id].data(), at(id),
                                    t.numel * comm::DataTypeSize(t.dtype), *consumer)
                       .ok());
     }
@@ -302,6 +314,156 @@ TEST(DeviceEngineOrderTest, NextIterationWaitsForTheCopiesBack) {
       engine->reset();
     });
   }
+}
+
+// Note [A device communicator]: fusion buffers in device memory and the
+// collective on the communicator's stream (the emulated device
+// communicator over the loopback, comm/testing/device_communicator.h).
+// Each rank's device runs its streams late at random, later the later they
+// were made: the communicator's stream first (fastest), then the engine's
+// copy streams, then the producers and the consumer (slowest), so a
+// collective that does not wait for its copies in, or copies in that do
+// not wait for their producer, read poison.
+class DeviceCommunicatorEngineTest : public ::testing::TestWithParam<int> {};
+
+TEST_P(DeviceCommunicatorEngineTest, ResultsAreExactForEveryBaselinePlanCopiedAndInPlace) {
+  const int world = GetParam();
+  const GradientLayout layout =
+      OnDevice(RandomLayout(world * 29 + 5, 16, 2000, 12000, /*mixed=*/true));
+  const std::vector<Plan> plans = BaselinePlans(layout);
+  for (bool views : {false, true}) {
+    RunRanks(world, [&](int rank, comm::Communicator& host) {
+      std::unique_ptr<comm::Device> device = comm::CreateEmulatedDevice(LateStreams(rank + 1));
+      auto comm = comm::testing::CreateEmulatedDeviceCommunicator(host, *device);
+      ASSERT_TRUE(comm.ok()) << comm.status();
+      EngineOptions options;
+      options.max_in_flight = 2;
+      options.timeout = absl::Seconds(60);
+      auto engine = Engine::Create(**comm, layout, plans[0], options);
+      ASSERT_TRUE(engine.ok()) << engine.status();
+      DeviceGrads grads(*device, layout);
+      int it = 0;
+      int in_place = 0;  // tensors offered a place in device memory, over the plans
+      for (const Plan& plan : plans) {
+        ASSERT_TRUE((*engine)->SetPlan(plan).ok());
+        for (int id = 0; id < layout.size(); ++id) in_place += (*engine)->TensorStorage(id) != nullptr;
+        RunDeviceIterations(**engine, *device, grads, rank, world, it, 2, /*threads=*/2, views);
+        it += 2;
+      }
+      EXPECT_GT(in_place, 0);  // fusion buffers are device memory: views are offered
+      const std::vector<IterationStats> stats = (*engine)->stats();
+      ASSERT_EQ(stats.size(), 2 * plans.size());
+      EXPECT_EQ(stats.back().copy_in_us, 0.0);  // no CPU thread copied anything
+      engine->reset();  // before the communicator, the device and the gradients
+    });
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Worlds, DeviceCommunicatorEngineTest, ::testing::Values(1, 2, 3),
+                         [](const auto& info) { return "Np" + std::to_string(info.param); });
+
+// The collective waits for its bucket's producer on the device, not on the
+// host: with the producer held behind a gate, marking returns at once and
+// the engine launches (the bucket is complete as far as the host knows),
+// yet the reduced value is the producer's, written after the launch.
+TEST(DeviceCommunicatorEngineOrderTest, TheCollectiveWaitsForTheProducerOnTheDevice) {
+  const GradientLayout layout = OnDevice(testing::MakeLayout({64, 64}));
+  RunRanks(2, [&](int rank, comm::Communicator& host) {
+    std::unique_ptr<comm::Device> device = comm::CreateEmulatedDevice({});
+    auto comm = comm::testing::CreateEmulatedDeviceCommunicator(host, *device);
+    ASSERT_TRUE(comm.ok()) << comm.status();
+    auto engine = Engine::Create(**comm, layout, DdpPlan(layout), EngineOptions{});
+    ASSERT_TRUE(engine.ok()) << engine.status();
+    auto gate_stream = *device->CreateStream();
+    auto producer = *device->CreateStream();
+    std::atomic<bool> open{false};
+    ASSERT_TRUE(device->LaunchHostFunc(*gate_stream, [&] {
+      while (!open.load()) std::this_thread::yield();
+    }).ok());
+    ASSERT_TRUE(device->WaitEvent(*producer, **device->RecordEvent(*gate_stream)).ok());
+    std::vector<float> in(64, 1.0f + rank), out(64, 0.0f);
+    std::vector<void*> where;
+    for (int id = 0; id < 2; ++id) {
+      where.push_back((*engine)->TensorStorage(id));
+      ASSERT_NE(where.back(), nullptr);
+      std::memset(where.back(), kPoison, 64 * 4);
+      ASSERT_TRUE(device->CopyAsync(where.back(), in.data(), 64 * 4, *producer).ok());
+    }
+    auto ready = *device->RecordEvent(*producer);
+    for (int id = 0; id < 2; ++id) {
+      ASSERT_TRUE((*engine)->MarkReadyOnDevice(id, where[id], 64, ready.get()).ok());
+    }
+    absl::SleepFor(absl::Milliseconds(50));
+    EXPECT_FALSE(device->EventDone(*ready).value());  // marking did not wait for it
+    open.store(true);
+    ASSERT_TRUE((*engine)->Finish().ok());
+    auto consumer = *device->CreateStream();
+    ASSERT_TRUE(device->WaitEvent(*consumer, *(*engine)->finished_event()).ok());
+    for (int id = 0; id < 2; ++id) {
+      ASSERT_TRUE(device->CopyAsync(out.data(), where[id], 64 * 4, *consumer).ok());
+      ASSERT_TRUE(device->SynchronizeStream(*consumer).ok());
+      EXPECT_EQ(out, std::vector<float>(64, 1.5f)) << "tensor " << id;  // (1 + 2) / 2
+    }
+    engine->reset();
+  });
+}
+
+TEST(DeviceCommunicatorEngineErrorsTest, WhatADeviceCommunicatorRefuses) {
+  const GradientLayout dev = OnDevice(testing::MakeLayout({4, 4}));
+  RunRanks(1, [&](int, comm::Communicator& host) {
+    std::unique_ptr<comm::Device> device = comm::CreateEmulatedDevice({});
+    std::unique_ptr<comm::Device> other = comm::CreateEmulatedDevice({});
+    auto comm = comm::testing::CreateEmulatedDeviceCommunicator(host, *device);
+    ASSERT_TRUE(comm.ok()) << comm.status();
+    EXPECT_EQ((*comm)->device(), device.get());
+    EXPECT_EQ((*comm)->memory(), comm::MemoryKind::kDevice);
+    // Another device than the communicator's.
+    EngineOptions foreign;
+    foreign.device = other.get();
+    auto e1 = Engine::Create(**comm, dev, PerTensorPlan(dev), foreign);
+    EXPECT_EQ(e1.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(std::string(e1.status().message()), HasSubstr("not the"));
+    // Votes are host data.
+    EngineOptions priority;
+    priority.schedule = Schedule::kForwardPriority;
+    auto e2 = Engine::Create(**comm, dev, PerTensorPlan(dev), priority);
+    EXPECT_EQ(e2.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(std::string(e2.status().message()), HasSubstr("plan order"));
+    // Host tensors, and the host entry point.
+    const GradientLayout host_layout = testing::MakeLayout({4, 4});
+    EXPECT_EQ(Engine::Create(**comm, host_layout, PerTensorPlan(host_layout), EngineOptions{})
+                  .status()
+                  .code(),
+              absl::StatusCode::kInvalidArgument);
+    auto engine = Engine::Create(**comm, dev, PerTensorPlan(dev), EngineOptions{});
+    ASSERT_TRUE(engine.ok()) << engine.status();
+    float g[4] = {};
+    EXPECT_EQ((*engine)->MarkReady(0, g, 4).code(), absl::StatusCode::kFailedPrecondition);
+    // A host communicator takes no device events.
+    auto event = *device->RecordEvent(**device->CreateStream());
+    auto w = host.AllReduceAfter(*event, g, g, 4, comm::DataType::kFloat32, comm::ReduceOp::kSum);
+    EXPECT_EQ(w.status().code(), absl::StatusCode::kUnimplemented);
+    EXPECT_EQ(host.device(), nullptr);
+    engine->reset();
+  });
+}
+
+// Agreement is checked through device memory: ranks with different plans
+// fail on every rank, naming the other's plan.
+TEST(DeviceCommunicatorEngineErrorsTest, PlanMismatchFailsOnEveryRank) {
+  const GradientLayout dev = OnDevice(testing::MakeLayout({64, 64, 64}));
+  RunRanks(2, [&](int rank, comm::Communicator& host) {
+    std::unique_ptr<comm::Device> device = comm::CreateEmulatedDevice({});
+    auto comm = comm::testing::CreateEmulatedDeviceCommunicator(host, *device);
+    ASSERT_TRUE(comm.ok()) << comm.status();
+    EngineOptions options;
+    options.timeout = absl::Seconds(30);
+    auto engine = Engine::Create(**comm, dev, rank == 0 ? PerTensorPlan(dev) : DdpPlan(dev),
+                                 options);
+    ASSERT_FALSE(engine.ok());
+    EXPECT_EQ(engine.status().code(), absl::StatusCode::kFailedPrecondition);
+    EXPECT_THAT(std::string(engine.status().message()), HasSubstr("rank 1 has layout"));
+  });
 }
 
 TEST(DeviceEngineErrorsTest, MemoryKindsAndEntryPointsMustAgree) {
