@@ -3,12 +3,15 @@
 // the availability checks themselves run everywhere.
 #include <cuda_runtime_api.h>
 
+#include <atomic>
 #include <cstdio>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "comm/memory_store.h"
 #include "comm/nccl/communicator.h"
 #include "comm/testing/exact_data.h"
@@ -177,6 +180,45 @@ TEST_F(NcclCommunicatorTest, BroadcastAllGatherAndBarrier) {
   w = comm_->Barrier();
   ASSERT_TRUE(w.ok()) << w.status();
   EXPECT_TRUE((*w)->Wait().ok()) << (*w)->status();
+}
+
+// Note [Device communicators]: AllReduceAfter's collective waits on the
+// GPU for an event of another stream. The input is written there behind a
+// gate (a host function that spins until the test opens it), out of
+// place: a collective that ran before the write would leave the zeros of
+// the output's memset, not the input, and its Work would complete while
+// the gate is closed.
+TEST_F(NcclCommunicatorTest, AllReduceAfterWaitsForAnEventOfAnotherStream) {
+  Device* device = comm_->device();
+  ASSERT_NE(device, nullptr);
+  constexpr size_t kCount = 4096;
+  std::vector<unsigned char> in(kCount * sizeof(float)), want(in.size());
+  FillInput(in.data(), kCount, DataType::kFloat32, ReduceOp::kSum, 0, 9);
+  FillExpected(want.data(), kCount, DataType::kFloat32, ReduceOp::kSum, 1, 9);
+  DeviceBuffer send(in.size()), recv(in.size());
+  ASSERT_TRUE(send.ok() && recv.ok());
+  ASSERT_EQ(cudaMemset(send.get(), 0, in.size()), cudaSuccess);
+  ASSERT_EQ(cudaMemset(recv.get(), 0, in.size()), cudaSuccess);
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  auto producer = device->CreateStream();
+  ASSERT_TRUE(producer.ok()) << producer.status();
+  std::atomic<bool> open{false};
+  ASSERT_TRUE(device->LaunchHostFunc(**producer, [&] {
+    while (!open.load()) std::this_thread::yield();
+  }).ok());
+  ASSERT_TRUE(device->CopyAsync(send.get(), in.data(), in.size(), **producer).ok());
+  auto ready = device->RecordEvent(**producer);
+  ASSERT_TRUE(ready.ok()) << ready.status();
+  auto w = comm_->AllReduceAfter(**ready, send.get(), recv.get(), kCount, DataType::kFloat32,
+                                 ReduceOp::kSum);
+  ASSERT_TRUE(w.ok()) << w.status();
+  absl::SleepFor(absl::Milliseconds(100));
+  EXPECT_FALSE((*w)->Test()) << "the allreduce completed before its input was written";
+  open.store(true);
+  ASSERT_TRUE((*w)->Wait().ok()) << (*w)->status();
+  const std::vector<unsigned char> got = recv.Download();
+  EXPECT_EQ(CountMismatches(got.data(), want.data(), kCount, DataType::kFloat32), 0u);
+  ASSERT_TRUE(device->SynchronizeStream(**producer).ok());
 }
 
 TEST_F(NcclCommunicatorTest, InvalidArgumentsAreRejectedSynchronously) {
