@@ -95,8 +95,8 @@ TORCHVISION_INSTALL = "apt-get install python3-torchvision"
 CELLS = ("ddp25", "ddp1", "ddp5", "ddp100", "fusebox", "nocomm")
 CAPS = ("ddp1", "ddp5", "ddp25", "ddp100")
 REDUCING = CAPS + ("fusebox",)  # nocomm reduces nothing: its losses are its own
-MODELS = ("transformer", "transformer7m", "cnn")
-LMS = ("transformer", "transformer7m")
+MODELS = ("transformer", "transformer7m", "gpt2small", "cnn", "resnet50")
+LMS = ("transformer", "transformer7m", "gpt2small")
 NS = ("fbbenchA", "fbbenchB")
 DEV = ("fbvethA", "fbvethB")
 ADDR = ("10.231.77.1", "10.231.77.2")
@@ -351,23 +351,24 @@ class Rounds:
         batch = args.batch_transformer if model in LMS else args.batch_cnn
         cache = tempfile.mkdtemp(prefix="fusebox-ddp-cache.")  # fresh: tuning from scratch
         partial = out + ".partial"
-        env = dict(os.environ, WORLD_SIZE="2", OMP_NUM_THREADS="1",
+        env = dict(os.environ, WORLD_SIZE=str(args.ranks), OMP_NUM_THREADS="1",
                    PYTHONPATH=os.path.join(os.path.abspath(args.build), "python"))
         if link == "loopback":
             env.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()),
-                       GLOO_SOCKET_IFNAME="lo", LOCAL_WORLD_SIZE="2")
+                       GLOO_SOCKET_IFNAME="lo", LOCAL_WORLD_SIZE=str(args.ranks))
         else:  # one "host" per namespace
             env.update(MASTER_ADDR=ADDR[0], MASTER_PORT=str(NS_PORT + number),
                        LOCAL_WORLD_SIZE="1", LOCAL_RANK="0")
         logs = []
         try:
-            for rank in range(2):
+            for rank in range(args.ranks):
                 rank_env = dict(env, RANK=str(rank))
-                cmd = [PYTHON, WORKER, "--out", partial, "--model", model,
+                cmd = [args.python, WORKER, "--out", partial, "--model", model,
                        "--order", ",".join(order),
                        "--steps", str(args.steps), "--tune_steps", str(args.tune_steps),
                        "--measure", str(args.measure), "--batch", str(batch),
-                       "--cache", cache, "--threads", "1"]
+                       "--cache", cache, "--threads", "1", "--device", args.device,
+                       "--image", str(args.image)]
                 if link == "loopback":
                     rank_env["LOCAL_RANK"] = str(rank)
                 else:
@@ -420,7 +421,8 @@ def log_tails(logs, lines=15):
 def round_params(args):
     """What a stored round must match to be reused by --resume."""
     return {"steps": args.steps, "measure": args.measure, "tune_steps": args.tune_steps,
-            "batch_transformer": args.batch_transformer, "batch_cnn": args.batch_cnn}
+            "batch_transformer": args.batch_transformer, "batch_cnn": args.batch_cnn,
+            "device": args.device, "ranks": args.ranks, "image": args.image}
 
 
 def load_round(path, args):
@@ -482,6 +484,17 @@ def parse_args():
                          "its finished rounds (they must have been run with the same --steps, "
                          "--measure, --tune_steps and batches); report.txt and summary.json "
                          "are rewritten for the settings of this invocation")
+    ap.add_argument("--device", default="cpu", choices=("cpu", "cuda"),
+                    help="where the ranks' models live: cpu, or cuda (ranks share the GPUs "
+                         "visible, LOCAL_RANK modulo their number; DDP reduces over gloo, "
+                         "fusebox on its native path) (default: %(default)s)")
+    ap.add_argument("--ranks", type=int, default=2,
+                    help="ranks per round; more than 2 on loopback only (default: %(default)s)")
+    ap.add_argument("--image", type=int, default=32,
+                    help="cnn and resnet50: image side in pixels (default: %(default)s)")
+    ap.add_argument("--python", default=PYTHON,
+                    help="the Python with torch that runs the ranks (default: %(default)s; on "
+                         "the GPU machines /opt/torch/.venv/bin/python)")
     ap.add_argument("--timeout", type=int, default=3600,
                     help="seconds one round may take before the run fails (default: "
                          "%(default)s)")
@@ -496,6 +509,11 @@ def parse_args():
             ap.error("link %r is neither 'loopback' nor a tc rate like 300mbit" % link)
     if args.rounds < 1:
         ap.error("--rounds must be at least 1")
+    if args.ranks < 2 or (args.ranks != 2 and args.links != ["loopback"]):
+        ap.error("--ranks must be at least 2, and exactly 2 over a shaped link (one rank per "
+                 "namespace)")
+    if args.image < 8:
+        ap.error("--image must be at least 8")
     if not 2 <= args.measure <= args.steps or args.tune_steps < 1:
         ap.error("need 2 <= --measure <= --steps and --tune_steps >= 1")
     return args
@@ -512,10 +530,15 @@ def preflight(args):
             sys.exit("bench_ddp_hook: network namespace(s) %s exist already (another run, or "
                      "one that was killed): delete them with 'ip netns del NAME' if they are "
                      "not in use" % ", ".join(present))
-    if "cnn" in args.models and subprocess.run(
-            [PYTHON, "-c", "import torchvision"], capture_output=True).returncode != 0:
-        sys.exit("bench_ddp_hook: the cnn model needs torchvision: %s" % TORCHVISION_INSTALL)
-    check = subprocess.run([PYTHON, "-c", "import fusebox.torch"], capture_output=True,
+    if {"cnn", "resnet50"} & set(args.models) and subprocess.run(
+            [args.python, "-c", "import torchvision"], capture_output=True).returncode != 0:
+        sys.exit("bench_ddp_hook: the cnn and resnet50 models need torchvision: %s"
+                 % TORCHVISION_INSTALL)
+    if args.device == "cuda" and subprocess.run(
+            [args.python, "-c", "import sys, torch; sys.exit(not torch.cuda.is_available())"],
+            capture_output=True).returncode != 0:
+        sys.exit("bench_ddp_hook: --device cuda, but %s's torch sees no GPU" % args.python)
+    check = subprocess.run([args.python, "-c", "import fusebox.torch"], capture_output=True,
                            text=True, env=dict(os.environ, PYTHONPATH=os.path.join(
                                os.path.abspath(args.build), "python")))
     if check.returncode != 0:
@@ -539,7 +562,7 @@ def main():
         os.makedirs(os.path.join(outdir, sub), exist_ok=True)
     header = "# %s\n# started %s on %s (%d CPUs); ranks: %s %s\n\n" % (
         command, time.strftime("%Y-%m-%d %H:%M:%S"), socket.gethostname(), os.cpu_count(),
-        PYTHON, os.path.relpath(WORKER, REPO))
+        args.python, os.path.relpath(WORKER, REPO))
     print(header, end="", flush=True)
     summary = {"command": command, "args": vars(args), "settings": {}}
     report = header

@@ -63,7 +63,7 @@ CELLS = {"ddp25": None, "ddp1": 1, "ddp5": 5, "ddp100": 100, "fusebox": None, "n
 # "nocomm" is DDP with torch's noop_hook (no allreduce at all): the step's
 # compute alone, which no bucketing can beat (its ranks' weights diverge).
 REDUCING = ("ddp25", "ddp1", "ddp5", "ddp100", "fusebox")
-MODELS = ("transformer", "transformer7m", "cnn")
+MODELS = ("transformer", "transformer7m", "gpt2small", "cnn", "resnet50")
 TORCHVISION_HINT = ("the cnn model needs torchvision: apt-get install python3-torchvision "
                     "(Debian's package, for /usr/bin/python3)")
 
@@ -72,9 +72,14 @@ TORCHVISION_HINT = ("the cnn model needs torchvision: apt-get install python3-to
 # thread of these machines at batch 4. "transformer7m": 7.26 M parameters
 # (29 MB), the first user report's model, where DDP's default leaves most of
 # the layers' gradients to the last bucket.
-LM_SHAPES = {"transformer": (128, 4, 512, 2), "transformer7m": (256, 4, 1024, 4)}
+# "gpt2small": GPT-2 small's layers (d 768, 12 heads, ff 3072, 12 layers) on
+# this vocabulary, 97 M parameters, for the GPU benchmark (perf/gpu/).
+LM_SHAPES = {"transformer": (128, 4, 512, 2), "transformer7m": (256, 4, 1024, 4),
+             "gpt2small": (768, 12, 3072, 12)}
 VOCAB, SEQ = 8000, 64
-CLASSES, IMAGE = 10, 32
+CLASSES = 10
+# torchvision models: "cnn" is ResNet-18, "resnet50" ResNet-50 (10 classes).
+CNNS = {"cnn": "resnet18", "resnet50": "resnet50"}
 
 
 class SmallLM(nn.Module):
@@ -105,17 +110,20 @@ def make_model(kind):
     if kind in LM_SHAPES:
         return SmallLM(*LM_SHAPES[kind])
     import torchvision  # checked in main()
-    return torchvision.models.resnet18(num_classes=CLASSES)
+    return getattr(torchvision.models, CNNS[kind])(num_classes=CLASSES)
 
 
-def make_batch(kind, rank, step, size):
-    """This rank's input and target for `step`: the same in every cell."""
+def make_batch(args, rank, step):
+    """This rank's input and target for `step`, on args.device: the same in
+    every cell."""
     g = torch.Generator().manual_seed(1_000_003 * rank + step)
-    if kind in LM_SHAPES:
-        tokens = torch.randint(0, VOCAB, (size, SEQ + 1), generator=g)
-        return tokens[:, :-1], tokens[:, 1:]
-    return (torch.randn(size, 3, IMAGE, IMAGE, generator=g),
-            torch.randint(0, CLASSES, (size,), generator=g))
+    if args.model in LM_SHAPES:
+        tokens = torch.randint(0, VOCAB, (args.batch, SEQ + 1), generator=g)
+        x, y = tokens[:, :-1], tokens[:, 1:]
+    else:
+        x = torch.randn(args.batch, 3, args.image, args.image, generator=g)
+        y = torch.randint(0, CLASSES, (args.batch,), generator=g)
+    return x.to(args.device), y.to(args.device)
 
 
 def loss_of(kind, output, target):
@@ -144,14 +152,21 @@ def quartiles(values):
 
 
 def timed_step(ddp, opt, args, x, y):
-    """One training step; returns ([forward, backward, optimizer] ms, loss)."""
+    """One training step; returns ([forward, backward, optimizer] ms, loss).
+    On a GPU each phase ends with a synchronise, so that the phases are the
+    device's."""
+    sync = torch.cuda.synchronize if args.device.startswith("cuda") else (lambda: None)
+    sync()
     t0 = time.perf_counter()
     opt.zero_grad()
     loss = loss_of(args.model, ddp(x), y)
+    sync()
     t1 = time.perf_counter()
     loss.backward()  # DDP waits here for every bucket's allreduce
+    sync()
     t2 = time.perf_counter()
     opt.step()
+    sync()
     t3 = time.perf_counter()
     return [(t1 - t0) * 1e3, (t2 - t1) * 1e3, (t3 - t2) * 1e3], loss.item()
 
@@ -164,12 +179,12 @@ def tune(args, rank):
     """Phase 1: the fusebox model trains until its hook has tuned. Returns
     (ddp, optimizer, handle, this rank's step times, steps to tuned)."""
     import fusebox.torch  # checked in main()
-    ddp = DDP(make_model(args.model))
+    ddp = DDP(make_model(args.model).to(args.device))
     handle = fusebox.torch.register(ddp, cache_dir=args.cache, verbose=False)
     opt = make_optimizer(ddp)
     times, tuned_at = [], None
     for step in range(args.tune_steps):
-        x, y = make_batch(args.model, rank, step, args.batch)
+        x, y = make_batch(args, rank, step)
         phases, _ = timed_step(ddp, opt, args, x, y)
         times.append(sum(phases))
         if tuned_at is None and handle.snapshot()["phase"] in ("tuned", "fixed"):
@@ -191,7 +206,7 @@ def side_by_side(args, rank, fused, fused_opt):
         if cell == "fusebox":
             models[cell] = (fused, fused_opt)
             continue
-        model = make_model(args.model)
+        model = make_model(args.model).to(args.device)
         model.load_state_dict(state)
         ddp = DDP(model) if cap is None else DDP(model, bucket_cap_mb=cap)
         if cell == "nocomm":
@@ -205,7 +220,7 @@ def side_by_side(args, rank, fused, fused_opt):
     for block in range(args.steps):
         order = list(args.order) if block == 0 else random.Random(seed + block).sample(
             list(CELLS), len(CELLS))
-        x, y = make_batch(args.model, rank, 1_000_000 + block, args.batch)
+        x, y = make_batch(args, rank, 1_000_000 + block)
         for cell in order:
             ddp, opt = models[cell]
             phases, loss = timed_step(ddp, opt, args, x, y)
@@ -246,9 +261,10 @@ def parse_args(argv=None):
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", required=True, help="JSON file rank 0 writes")
     ap.add_argument("--model", choices=MODELS, required=True,
-                    help="transformer, transformer7m: causal LMs (2.45 M and 7.26 M parameters), batch x "
-                         "%d tokens; cnn: torchvision "
-                         "ResNet-18 (10 classes), batch x 3 x %d x %d" % (SEQ, IMAGE, IMAGE))
+                    help="transformer, transformer7m, gpt2small: causal LMs (2.45 M, 7.26 M "
+                         "and 97 M parameters), batch x %d tokens; cnn, resnet50: torchvision "
+                         "ResNet-18 and ResNet-50 (10 classes), batch x 3 x IMAGE x IMAGE"
+                         % SEQ)
     ap.add_argument("--order", default=",".join(CELLS),
                     help="the cells' order in the first block (a permutation of %s); it also "
                          "seeds the later blocks' orders" % ", ".join(CELLS))
@@ -263,6 +279,10 @@ def parse_args(argv=None):
                     help="fusebox's policy cache directory (give an empty one for an honest "
                          "first-run tuning); required with the fusebox cell")
     ap.add_argument("--threads", type=int, default=1, help="torch intra-op threads per rank")
+    ap.add_argument("--image", type=int, default=32, help="cnn, resnet50: image side in pixels")
+    ap.add_argument("--device", default="cpu",
+                    help="cpu, or cuda: every rank's model on the GPU of its LOCAL_RANK modulo "
+                         "the GPUs visible (ranks may share one), reduced by DDP over gloo")
     args = ap.parse_args(argv)
     order = args.order.split(",")
     if sorted(order) != sorted(CELLS):
@@ -271,13 +291,17 @@ def parse_args(argv=None):
         ap.error("need 2 <= --measure <= --steps")
     if args.cache is None or args.tune_steps < 1:
         ap.error("phase 1 needs --cache and --tune_steps >= 1")
+    if args.device not in ("cpu", "cuda"):
+        ap.error("--device must be cpu or cuda")
+    if args.image < 8:
+        ap.error("--image must be at least 8")
     args.order = order
     return args
 
 
 def main():
     args = parse_args()
-    if args.model == "cnn":
+    if args.model in CNNS:
         try:
             import torchvision  # noqa: F401
         except ImportError:
@@ -285,6 +309,12 @@ def main():
     import fusebox.torch  # noqa: F401  (fail before joining the group)
     torch.set_num_threads(args.threads)
     rank = int(os.environ["RANK"])
+    if args.device == "cuda":
+        if not torch.cuda.is_available():
+            sys.exit("ddp_hook_worker: --device cuda, but torch sees no GPU")
+        index = int(os.environ.get("LOCAL_RANK", "0")) % torch.cuda.device_count()
+        torch.cuda.set_device(index)
+        args.device = "cuda:%d" % index
     dist.init_process_group("gloo")
     fused, fused_opt, handle, tune_times, tuned_at = tune(args, rank)
     snap = handle.snapshot()
@@ -317,6 +347,7 @@ def main():
             "model": args.model, "order": args.order, "blocks": args.steps,
             "measured_blocks": args.measure, "tune_steps": args.tune_steps,
             "batch": args.batch, "threads": args.threads, "world_size": dist.get_world_size(),
+            "device": args.device, "image": args.image,
             "parameters": sum(p.numel() for p in make_model(args.model).parameters()),
             "torch": torch.__version__,
         }
