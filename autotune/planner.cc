@@ -258,10 +258,12 @@ absl::StatusOr<OfflineTuneResult> OfflineTune(const Profile& profile, const Cost
   if (absl::Status s = CheckModelError(o.model_error); !s.ok()) return s;
   OfflineTuneResult result;
   std::vector<PlanPrediction> candidates;
-  // The DP optima, with and without splitting, at the model's latency and
-  // at dearer ones (fewer buckets: what a choice within the model's error
-  // picks from).
-  for (double latency = 1; latency <= 64; latency *= 2) {
+  // The DP optima, with and without splitting, at the model's latency and,
+  // when the model's error is to be allowed for, at dearer ones (fewer
+  // buckets: what a choice within the error picks from; without it they
+  // could only tie with the best).
+  const double max_latency = o.model_error > 0 ? 64 : 1;
+  for (double latency = 1; latency <= max_latency; latency *= 2) {
     const CostModel scaled = cost.Scaled(latency, 1);
     for (int pieces : {o.max_pieces, 1}) {
       PlannerOptions po = o;
