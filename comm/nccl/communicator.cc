@@ -215,6 +215,11 @@ class NcclCommunicator final : public Communicator {
   // records an event and queues the Work. `what` names the call in errors.
   absl::StatusOr<std::shared_ptr<Work>> Launch(
       const char* what, absl::FunctionRef<ncclResult_t()> launch);
+  // AllReduce and AllReduceAfter: the allreduce on stream_, behind
+  // `wait_for` when it is not null.
+  absl::StatusOr<std::shared_ptr<Work>> LaunchAllReduce(cudaEvent_t wait_for, const void* send,
+                                                        void* recv, size_t count, DataType type,
+                                                        ReduceOp op);
   // Completion thread (Note [NCCL completion]).
   void Run();
   // Waits for `event`; an error if it or the communicator failed, or
@@ -429,29 +434,33 @@ void NcclCommunicator::Run() {
 
 absl::StatusOr<std::shared_ptr<Work>> NcclCommunicator::AllReduce(
     const void* send, void* recv, size_t count, DataType type, ReduceOp op) {
-  if (absl::Status s = ValidateAllReduce(send, recv, count, type, op); !s.ok()) return s;
-  return Launch("ncclAllReduce", [&] {
-    return ncclAllReduce(send, recv, count, NcclType(type), NcclOp(op),
-                         comm_.get(), stream_.get());
-  });
+  return LaunchAllReduce(nullptr, send, recv, count, type, op);
 }
 
 absl::StatusOr<std::shared_ptr<Work>> NcclCommunicator::AllReduceAfter(
     const DeviceEvent& ready, const void* send, void* recv, size_t count, DataType type,
     ReduceOp op) {
-  if (absl::Status s = ValidateAllReduce(send, recv, count, type, op); !s.ok()) return s;
   cudaEvent_t event = CudaEventOf(ready);
   if (event == nullptr) {
     return absl::InvalidArgumentError(
         "AllReduceAfter: the event is not one of this NCCL communicator's CUDA device "
         "(device())");
   }
+  return LaunchAllReduce(event, send, recv, count, type, op);
+}
+
+absl::StatusOr<std::shared_ptr<Work>> NcclCommunicator::LaunchAllReduce(
+    cudaEvent_t wait_for, const void* send, void* recv, size_t count, DataType type,
+    ReduceOp op) {
+  if (absl::Status s = ValidateAllReduce(send, recv, count, type, op); !s.ok()) return s;
   cudaError_t waited = cudaSuccess;
   auto launched = Launch("ncclAllReduce", [&] {
     // Under the launch lock: nothing else is enqueued between the wait and
     // the allreduce.
-    waited = cudaStreamWaitEvent(stream_.get(), event, 0);
-    if (waited != cudaSuccess) return ncclInvalidArgument;
+    if (wait_for != nullptr) {
+      waited = cudaStreamWaitEvent(stream_.get(), wait_for, 0);
+      if (waited != cudaSuccess) return ncclInvalidArgument;
+    }
     return ncclAllReduce(send, recv, count, NcclType(type), NcclOp(op), comm_.get(),
                          stream_.get());
   });

@@ -28,15 +28,12 @@ class EmulatedDeviceCommunicator final : public Communicator {
 
   absl::StatusOr<std::shared_ptr<Work>> AllReduce(const void* send, void* recv, size_t count,
                                                   DataType type, ReduceOp op) override {
-    if (absl::Status s = ValidateAllReduce(send, recv, count, type, op); !s.ok()) return s;
-    return Enqueue(nullptr, [=](Communicator& h) { return h.AllReduce(send, recv, count, type, op); });
+    return Reduce(nullptr, send, recv, count, type, op);
   }
   absl::StatusOr<std::shared_ptr<Work>> AllReduceAfter(const DeviceEvent& ready, const void* send,
                                                        void* recv, size_t count, DataType type,
                                                        ReduceOp op) override {
-    if (absl::Status s = ValidateAllReduce(send, recv, count, type, op); !s.ok()) return s;
-    return Enqueue(&ready,
-                   [=](Communicator& h) { return h.AllReduce(send, recv, count, type, op); });
+    return Reduce(&ready, send, recv, count, type, op);
   }
   absl::StatusOr<std::shared_ptr<Work>> Broadcast(void* buf, size_t count, DataType type,
                                                   int root) override {
@@ -53,6 +50,12 @@ class EmulatedDeviceCommunicator final : public Communicator {
   }
 
  private:
+  absl::StatusOr<std::shared_ptr<Work>> Reduce(const DeviceEvent* ready, const void* send,
+                                               void* recv, size_t count, DataType type,
+                                               ReduceOp op) {
+    if (absl::Status s = ValidateAllReduce(send, recv, count, type, op); !s.ok()) return s;
+    return Enqueue(ready, [=](Communicator& h) { return h.AllReduce(send, recv, count, type, op); });
+  }
   // Behind `ready` (if any), a host function on the stream issues the
   // collective through the host communicator, waits for it and completes
   // the Work. Under mu_, so that calls from several threads enter the

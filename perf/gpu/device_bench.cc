@@ -51,19 +51,15 @@ double Median(std::vector<double> v) {
   return v[v.size() / 2];
 }
 
-// Microseconds per call of `run` (which enqueues `iters` calls and waits
-// for them), the median over `reps` repetitions.
-double TimeUs(int reps, int iters, const std::function<absl::Status()>& run) {
-  std::vector<double> us;
-  for (int r = 0; r < reps; ++r) {
-    const auto t0 = Clock::now();
-    if (absl::Status s = run(); !s.ok()) {
-      std::fprintf(stderr, "fusebox-gpu-bench: %s\n", std::string(s.message()).c_str());
-      std::exit(1);
-    }
-    us.push_back(std::chrono::duration<double, std::micro>(Clock::now() - t0).count() / iters);
+// Microseconds per call of one run of `run` (which enqueues `iters` calls
+// and waits for them); a failure ends the program.
+double TimeUs(int iters, const std::function<absl::Status()>& run) {
+  const auto t0 = Clock::now();
+  if (absl::Status s = run(); !s.ok()) {
+    std::fprintf(stderr, "fusebox-gpu-bench: %s\n", std::string(s.message()).c_str());
+    std::exit(1);
   }
-  return Median(us);
+  return std::chrono::duration<double, std::micro>(Clock::now() - t0).count() / iters;
 }
 
 absl::Status Cuda(cudaError_t e, const char* what) {
@@ -131,10 +127,10 @@ int Run() {
     // The two sides alternate within each repetition's pair.
     std::vector<double> seam_us, raw_us, nccl_us, copy_us;
     for (int r = 0; r < reps; ++r) {
-      seam_us.push_back(TimeUs(1, iters, seam_copies));
-      raw_us.push_back(TimeUs(1, iters, raw_copies));
-      nccl_us.push_back(TimeUs(1, iters, allreduces));
-      copy_us.push_back(TimeUs(1, iters, raw_copies));
+      seam_us.push_back(TimeUs(iters, seam_copies));
+      raw_us.push_back(TimeUs(iters, raw_copies));
+      nccl_us.push_back(TimeUs(iters, allreduces));
+      copy_us.push_back(TimeUs(iters, raw_copies));
     }
     const double seam = bytes / Median(seam_us) / 1e3, ref = bytes / Median(raw_us) / 1e3;
     std::printf("  %-8s %12lld %11.2f GB/s %11.2f GB/s %8.3f\n", "copy",
@@ -196,8 +192,8 @@ int Run() {
     };
     std::vector<double> engine_us, hand_us;
     for (int r = 0; r < reps; ++r) {
-      engine_us.push_back(TimeUs(1, iters, iteration));
-      hand_us.push_back(TimeUs(1, iters, by_hand));
+      engine_us.push_back(TimeUs(iters, iteration));
+      hand_us.push_back(TimeUs(iters, by_hand));
     }
     std::printf("  %-8s %12lld %11.2f us   %11.2f us   %8.3f\n", "engine",
                 static_cast<long long>(16 * numel * 4), Median(engine_us), Median(hand_us),
