@@ -70,6 +70,21 @@ size), {build}, {repo}, {mpirun}, {python}. The common arguments are appended. E
 runner before fusebox-perf exists:
   --ucx-cmd '{mpirun} -n {n} --oversubscribe {build}/perf/baselines/fusebox-mpi-allreduce'
 
+Emulated hosts (--emulate RATE; needs root): each world size N of --ranks becomes N emulated
+hosts with one rank each, on perf/cluster/emucluster.py's network namespaces with every host's
+link shaped to RATE (e.g. 1gbit):
+  ucx     emucluster.py run --hosts N --rate RATE -- <build>/perf/fusebox-perf allreduce ...
+          (UCX over TCP on the shaped links: UCX_TLS=tcp)
+  mpi     emucluster.py mpirun --hosts N --rate RATE -- --oversubscribe
+                 <build>/perf/baselines/fusebox-mpi-allreduce ...
+          (OpenMPI over its tcp btl on the same links, one orted per host; where the hosts
+          outnumber the CPUs, with --mca mpi_yield_when_idle 1, as OpenMPI sets itself on a
+          node it knows is oversubscribed: polling ranks that share a core otherwise wait out
+          scheduler ticks, 4 ms per 8 B allreduce at 4 hosts on 2 CPUs)
+  mpi-aK  as mpi, with the algorithm forced.
+Gloo, the memcpy reference and the loaded pass are not run; the targets are "N hosts: busbw
+ucx/mpibest >= 1.0x at every size" for each N.
+
 Exit status: 0 when every run succeeded with no wrong element (targets FAIL too only with
 --strict), 1 when a run failed or reported wrong results, 2 on a usage error or a missing binary.
 Only the Python standard library is used.
@@ -210,6 +225,15 @@ def build_tools(args):
     def mpi_bind(n):
         return ["--bind-to", "core:overload-allowed"] if n > cpus else []
 
+    emucluster = os.path.join(REPO, "perf", "cluster", "emucluster.py")
+
+    def emulated(what, n):
+        # Its own prefix, subnet and port: never another emucluster run's namespaces.
+        return [args.python, emucluster, what, "--hosts", str(n), "--rate", args.emulate,
+                "--prefix", "fbbnch", "--subnet", "97"] + (
+                    ["--port", "29671", "--fusebox_run", launcher] if what == "run" else []
+                ) + ["--"]
+
     defaults = {
         "ucx": (lambda n: [launcher, "-n", str(n)] + ucx_bind(n) +
                 ["--", perf, "allreduce", "--backend", "ucx"],
@@ -224,6 +248,12 @@ def build_tools(args):
                   [args.mpirun, perf], True),
         "memcpy": (lambda n: [memcpy_bin], [memcpy_bin], False),
     }
+    if args.emulate:
+        defaults["ucx"] = (lambda n: emulated("run", n) + [perf, "allreduce", "--backend", "ucx"],
+                           [launcher, perf, emucluster], False)
+        defaults["mpi"] = (lambda n: emulated("mpirun", n) + (
+            ["--mca", "mpi_yield_when_idle", "1"] if n > cpus else []) +
+            ["--oversubscribe", mpi_bin], [args.mpirun, mpi_bin, emucluster], True)
     overrides = {"ucx": args.ucx_cmd, "mpi": args.mpi_cmd, "gloo": args.gloo_cmd,
                  "fbmpi": args.fbmpi_cmd, "memcpy": args.memcpy_cmd}
     tools = {}
@@ -450,9 +480,12 @@ def parse_args(argv):
     p.add_argument("--mode", choices=["oop", "ip"], default="oop",
                    help="numbers to compare: out-of-place (default) or in-place; a tool lacking "
                         "the mode (Gloo has in-place only) falls back to the other, as marked")
-    p.add_argument("--tools", default="ucx,mpi,gloo",
-                   help="subset of ucx,mpi,gloo to run (default all three; mpi brings the "
-                        "mpi-aK of --mpi-algorithms along)")
+    p.add_argument("--tools", default=None,
+                   help="subset of ucx,mpi,gloo to run (default all three; ucx,mpi with "
+                        "--emulate; mpi brings the mpi-aK of --mpi-algorithms along)")
+    p.add_argument("--emulate", default=None, metavar="RATE",
+                   help="emulated hosts (needs root): each world size of --ranks is that many "
+                        "hosts, one rank each, with links shaped to RATE (e.g. 1gbit); see below")
     p.add_argument("--with-fusebox-mpi", action="store_true",
                    help="also run fusebox-perf --backend mpi under mpirun (column 'fbmpi')")
     p.add_argument("--mpi-algorithms", default=",".join(str(k) for k in sorted(MPI_ALGORITHMS)),
@@ -493,10 +526,22 @@ def parse_args(argv):
         p.error("-b is larger than -e")
     if args.repeats < 1 or args.iters < 1 or args.warmup_iters < 0:
         p.error("bad --repeats / -n / -w")
+    if args.tools is None:
+        args.tools = "ucx,mpi" if args.emulate else "ucx,mpi,gloo"
     args.tools = [t.strip() for t in args.tools.split(",") if t.strip()]
     for t in args.tools:
         if t not in ("ucx", "mpi", "gloo"):
             p.error("--tools: unknown tool %r" % t)
+    if args.emulate:
+        if not args.emulate.replace(".", "").isalnum():
+            p.error("--emulate wants a tc rate such as 1gbit or 500mbit, not %r" % args.emulate)
+        if "gloo" in args.tools:
+            p.error("--emulate runs ucx and mpi only (gloo has no emulated-host launcher here)")
+        if args.with_fusebox_mpi:
+            p.error("--emulate and --with-fusebox-mpi do not go together")
+        if not args.dry_run and os.geteuid() != 0:
+            p.error("--emulate needs root (network namespaces and tc)")
+        args.load = False
     try:
         args.mpi_algorithms = sorted({int(x) for x in args.mpi_algorithms.split(",")
                                       if x.strip()})
@@ -531,7 +576,7 @@ def main(argv=None):
     tools = build_tools(args)
 
     # Binaries first: fail before spending minutes on the others.
-    wanted = list(args.tools) + ["memcpy"]
+    wanted = list(args.tools) + ([] if args.emulate else ["memcpy"])
     missing = {k: missing_paths(tools[k].needs) for k in wanted}
     missing = {k: v for k, v in missing.items() if v}
     if missing:
@@ -707,7 +752,8 @@ def main(argv=None):
     cols = [k for k in ("ucx", "mpibest", "mpi", "gloo", "fbmpi")
             if k in coll_tools or (k == "mpibest" and has_mpi)]
     lines = []
-    lines.append("# Allreduce side by side: float32 sum")
+    lines.append("# Allreduce side by side: float32 sum" + (
+        ", emulated hosts (one rank each) on %s links" % args.emulate if args.emulate else ""))
     lines.append("")
     lines.append("- date: %s, host: %s (%s, %d CPUs), git: %s" % (
         datetime.datetime.now().isoformat(timespec="seconds"), platform.node(),
@@ -717,9 +763,15 @@ def main(argv=None):
                      fmt_size(args.minbytes), fmt_size(args.maxbytes), args.stepfactor,
                      (" (+%s as extra runs)" % ", ".join(fmt_size(s) for s in extra))
                      if extra else "", args.iters, args.warmup_iters, args.repeats, wall))
-    lines.append("- memcpy (single thread, %s): %s GB/s (median of %d run(s): %s)" % (
-        fmt_size(args.memcpy_size), fmt_bw(memcpy_gbps), len(memcpy_vals),
-        ", ".join("%.2f" % v for v in memcpy_vals) or "-"))
+    if args.emulate:
+        lines.append("- emulated hosts: perf/cluster/emucluster.py, one network namespace per "
+                     "host, each host's link shaped with tc tbf to %s both ways; ucx runs UCX "
+                     "over TCP, mpi OpenMPI's tcp btl; all hosts share this machine's %d CPUs" % (
+                         args.emulate, os.cpu_count() or 0))
+    else:
+        lines.append("- memcpy (single thread, %s): %s GB/s (median of %d run(s): %s)" % (
+            fmt_size(args.memcpy_size), fmt_bw(memcpy_gbps), len(memcpy_vals),
+            ", ".join("%.2f" % v for v in memcpy_vals) or "-"))
     lines.append("- tools: " + "; ".join("%s = %s" % (k, TOOL_LABELS.get(k, k))
                                          for k in cols + algo_tools))
     if load_tools:
@@ -766,7 +818,7 @@ def main(argv=None):
         launch = "ucx" in cols and any("launch_p50_us" in stats.get(("ucx", n, b), {})
                                        for b in rows_b)
         lines.append("")
-        lines.append("## %d ranks" % n)
+        lines.append("## %d %s" % (n, "hosts" if args.emulate else "ranks"))
         lines.append("")
         lines.append("Numbers: " + ", ".join("%s %s" % (k, {"oop": "out-of-place",
                                                             "ip": "in-place"}.get(modes[k],
@@ -837,8 +889,8 @@ def main(argv=None):
                         " *" if k == best["best_tool"] else ""))
                 arows.append(row)
             lines.append("")
-            lines.append("### OpenMPI allreduce algorithms, %d ranks: busbw (GB/s), * = mpibest"
-                         % n)
+            lines.append("### OpenMPI allreduce algorithms, %d %s: busbw (GB/s), * = mpibest"
+                         % (n, "hosts" if args.emulate else "ranks"))
             lines.append("")
             lines.append(md_table(["size"] + [algo_label(k) for k in acols], arows,
                                   ["r"] * (1 + len(acols))))
@@ -897,13 +949,14 @@ def main(argv=None):
         return " (%s)" % m["best_of"] if m and m.get("best_of") else ""
 
     # ucx vs mpibest at every size measured (the sweep and the extra runs; not the latency run)
-    for n, need in ((2, 1.0), (4, 0.8)):
+    for n, need in ([(n, 1.0) for n in args.ranks] if args.emulate else ((2, 1.0), (4, 0.8))):
         pairs = []
         for b in table_sizes(n):
             u, m = stat("ucx", n, b), stat("mpibest", n, b)
             if u and m and m["busbw"] > 0:
                 pairs.append((u["busbw"] / m["busbw"], b, u, m))
-        name = "%d ranks: busbw ucx/mpibest >= %.1fx at every size" % (n, need)
+        name = "%d %s: busbw ucx/mpibest >= %.1fx at every size" % (
+            n, "hosts at %s" % args.emulate if args.emulate else "ranks", need)
         if not pairs:
             add_target(name, None, None, "not measured (needs ucx and mpi at %d ranks)" % n)
             continue
@@ -916,37 +969,40 @@ def main(argv=None):
                        else "none below", len(pairs)),
                    [p[2] for p in pairs] + [p[3] for p in pairs])
 
-    u, m = stat("ucx", 2, idle_small), stat("mpibest", 2, idle_small)
-    v = u["time_us"] / m["time_us"] if u and m and m["time_us"] > 0 else None
-    add_target("2 ranks: 8 B latency ucx/mpibest <= 1.0x", v, lambda x: x <= 1.0,
-               "ucx %s us vs mpibest %s us%s%s" % (
-                   fmt_time(u["time_us"]), fmt_time(m["time_us"]), best_detail(m),
-                   " (-n %d run)" % args.latency_iters if lat_run else "")
-               if u and m else "not measured", (u, m))
+    # The local targets (memcpy, loaded pass, the 2- and 4-rank latency) mean nothing for
+    # emulated hosts.
+    if not args.emulate:
+        u, m = stat("ucx", 2, idle_small), stat("mpibest", 2, idle_small)
+        v = u["time_us"] / m["time_us"] if u and m and m["time_us"] > 0 else None
+        add_target("2 ranks: 8 B latency ucx/mpibest <= 1.0x", v, lambda x: x <= 1.0,
+                   "ucx %s us vs mpibest %s us%s%s" % (
+                       fmt_time(u["time_us"]), fmt_time(m["time_us"]), best_detail(m),
+                       " (-n %d run)" % args.latency_iters if lat_run else "")
+                   if u and m else "not measured", (u, m))
 
-    u, m = stat("ucx", 2, TARGET_LARGE), stat("mpibest", 2, TARGET_LARGE)
-    add_target("2 ranks: 64 MiB busbw ucx/mpibest >= 2.0x", ratio(u, m), lambda x: x >= 2.0,
-               "ucx %s GB/s vs mpibest %s GB/s%s" % (fmt_bw(u["busbw"]), fmt_bw(m["busbw"]),
-                                                    best_detail(m))
-               if u and m else "not measured (needs ucx and mpi at 64 MiB, 2 ranks)", (u, m))
-    v = u["busbw"] / memcpy_gbps if u and memcpy_gbps else None
-    add_target("2 ranks: 64 MiB busbw ucx / memcpy >= 50%", v, lambda x: x >= 0.5,
-               "ucx %s GB/s vs memcpy %s GB/s" % (fmt_bw(u["busbw"]), fmt_bw(memcpy_gbps))
-               if u and memcpy_gbps else "not measured", (u,))
+        u, m = stat("ucx", 2, TARGET_LARGE), stat("mpibest", 2, TARGET_LARGE)
+        add_target("2 ranks: 64 MiB busbw ucx/mpibest >= 2.0x", ratio(u, m), lambda x: x >= 2.0,
+                   "ucx %s GB/s vs mpibest %s GB/s%s" % (fmt_bw(u["busbw"]), fmt_bw(m["busbw"]),
+                                                        best_detail(m))
+                   if u and m else "not measured (needs ucx and mpi at 64 MiB, 2 ranks)", (u, m))
+        v = u["busbw"] / memcpy_gbps if u and memcpy_gbps else None
+        add_target("2 ranks: 64 MiB busbw ucx / memcpy >= 50%", v, lambda x: x >= 0.5,
+                   "ucx %s GB/s vs memcpy %s GB/s" % (fmt_bw(u["busbw"]), fmt_bw(memcpy_gbps))
+                   if u and memcpy_gbps else "not measured", (u,))
 
-    why_no_load = "loaded pass not run" if not load_tools else "not measured"
-    u, m = load_stats.get(("ucx", 2, load_small)), load_stats.get(("mpi", 2, load_small))
-    v = u["time_us"] / m["time_us"] if u and m and m["time_us"] > 0 else None
-    add_target("loaded, 2 ranks: 8 B latency ucx/mpi <= 1.5x", v, lambda x: x <= 1.5,
-               "ucx %s us vs mpi %s us, %d busy loops" % (
-                   fmt_time(u["time_us"]), fmt_time(m["time_us"]), nloopers)
-               if u and m else why_no_load, (u, m))
-    u, m = load_stats.get(("ucx", 2, LOAD_SIZE)), load_stats.get(("mpi", 2, LOAD_SIZE))
-    add_target("loaded, 2 ranks: %s busbw ucx/mpi >= 0.67x (ucx >= mpi/1.5)"
-               % LOAD_SIZE_NAME, ratio(u, m), lambda x: x >= 1 / 1.5 - 1e-9,
-               "ucx %s GB/s vs mpi %s GB/s, %d busy loops" % (
-                   fmt_bw(u["busbw"]), fmt_bw(m["busbw"]), nloopers)
-               if u and m else why_no_load, (u, m))
+        why_no_load = "loaded pass not run" if not load_tools else "not measured"
+        u, m = load_stats.get(("ucx", 2, load_small)), load_stats.get(("mpi", 2, load_small))
+        v = u["time_us"] / m["time_us"] if u and m and m["time_us"] > 0 else None
+        add_target("loaded, 2 ranks: 8 B latency ucx/mpi <= 1.5x", v, lambda x: x <= 1.5,
+                   "ucx %s us vs mpi %s us, %d busy loops" % (
+                       fmt_time(u["time_us"]), fmt_time(m["time_us"]), nloopers)
+                   if u and m else why_no_load, (u, m))
+        u, m = load_stats.get(("ucx", 2, LOAD_SIZE)), load_stats.get(("mpi", 2, LOAD_SIZE))
+        add_target("loaded, 2 ranks: %s busbw ucx/mpi >= 0.67x (ucx >= mpi/1.5)"
+                   % LOAD_SIZE_NAME, ratio(u, m), lambda x: x >= 1 / 1.5 - 1e-9,
+                   "ucx %s GB/s vs mpi %s GB/s, %d busy loops" % (
+                       fmt_bw(u["busbw"]), fmt_bw(m["busbw"]), nloopers)
+                   if u and m else why_no_load, (u, m))
 
     lines.append("")
     lines.append("## Targets")

@@ -5,6 +5,8 @@ fusebox-run (one launcher per host, TCP rendezvous on host 0).
 
     emucluster.py run --hosts 4 --ranks_per_host 1 --rate 1gbit -- \\
         build/perf/fusebox-perf allreduce -b 1M -e 64M -f 4
+    emucluster.py mpirun --hosts 4 --rate 1gbit -- \\
+        build/perf/baselines/fusebox-mpi-allreduce -b 1M -e 64M -f 4
     emucluster.py cleanup            # after a run that was SIGKILLed
 
 Topology: namespace <prefix>sw holds the bridge <prefix>br; host i is
@@ -17,6 +19,20 @@ latency (inject it in user space if an experiment needs it).
 Ranks get UCX_TLS=tcp and UCX_NET_DEVICES=fbeth (namespaces do not isolate
 shared memory: without this, UCX would bypass the shaped links) and
 GLOO_SOCKET_IFNAME=fbeth. Output lines carry the global rank ("[r]: ").
+
+`mpirun` starts an MPI program the same way, on the same kind of hosts,
+with OpenMPI's own launcher instead of fusebox-run: mpirun runs in host 0's
+namespace and starts one orted per host through an rsh agent (written by
+this script to a temporary directory) that enters the host's namespace
+instead of logging in; each host gets its own hostname (a UTS namespace),
+as a real host has. Hosts are named by address; the TCP byte-transfer
+layer and OpenMPI's out-of-band channel are restricted to fbeth (btl
+self,vader,tcp: vader only joins ranks of the same host), and no rank is
+bound (OpenMPI would bind every host's rank 0 to the same core). Arguments
+after "--" are mpirun's options, then the program and its arguments:
+
+    emucluster.py mpirun --hosts 2 -- --mca coll_tuned_use_dynamic_rules 1 \\
+        --mca coll_tuned_allreduce_algorithm 4 ./prog -b 8 -e 1M
 
 Everything it creates is removed on exit, on failure and on SIGINT/SIGTERM/
 SIGHUP; it kills only the processes it started. If the script itself is
@@ -32,9 +48,11 @@ import argparse
 import ctypes
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -138,6 +156,48 @@ def launch(args, launchers):
                                           start_new_session=True))
 
 
+AGENT = """#!/bin/sh
+# OpenMPI rsh agent written by emucluster.py: "$0 HOST COMMAND..." runs COMMAND
+# (a shell line, as ssh would) inside the namespace of the host whose address
+# is HOST, with that host's own hostname.
+host=$1
+shift
+case $host in
+%s
+  *) echo "emucluster agent: unknown host '$host'" >&2; exit 1 ;;
+esac
+exec ip netns exec "$ns" unshare --uts sh -c "hostname $ns && $*"
+"""
+
+
+def launch_mpirun(args, launchers, tmpdir):
+    """Starts mpirun in host 0's namespace with one slot set per host and the
+    agent that enters the others'."""
+    cases = "\n".join("  %s) ns=%s ;;" % (address(args.subnet, i), host_ns(args.prefix, i))
+                      for i in range(args.hosts))
+    agent = os.path.join(tmpdir, "agent")
+    with open(agent, "w") as f:
+        f.write(AGENT % cases)
+    os.chmod(agent, 0o755)
+    hosts = ",".join("%s:%d" % (address(args.subnet, i), args.ranks_per_host)
+                     for i in range(args.hosts))
+    ns0 = host_ns(args.prefix, 0)
+    mpirun = [args.mpirun, "--allow-run-as-root", "-n", str(args.hosts * args.ranks_per_host),
+              "--host", hosts, "--bind-to", "none", "--tag-output",
+              "--mca", "plm_rsh_agent", agent,
+              "--mca", "btl", "self,vader,tcp", "--mca", "btl_tcp_if_include", IFACE,
+              "--mca", "oob_tcp_if_include", IFACE,
+              "-x", "UCX_TLS=tcp", "-x", "UCX_NET_DEVICES=" + IFACE,
+              "-x", "GLOO_SOCKET_IFNAME=" + IFACE]
+    for e in args.env:
+        mpirun += ["-x", e]
+    cmd = ["ip", "netns", "exec", ns0, "unshare", "--uts", "sh", "-c",
+           'hostname "$0" && exec "$@"', ns0] + mpirun + args.command
+    env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
+    launchers.append(subprocess.Popen(cmd, preexec_fn=die_with_parent(os.getpid()),
+                                      start_new_session=True, env=env))
+
+
 def stop(launchers, grace):
     for p in launchers:
         if p.poll() is None:
@@ -153,10 +213,13 @@ def stop(launchers, grace):
 
 def run(args):
     if not args.command:
-        raise SetupError("no command given (emucluster.py run [options] -- COMMAND ...)")
-    if not os.access(args.fusebox_run, os.X_OK):
+        raise SetupError("no command given (emucluster.py %s [options] -- COMMAND ...)"
+                         % args.what)
+    if args.what == "run" and not os.access(args.fusebox_run, os.X_OK):
         raise SetupError("%s is not executable (build first: bash scripts/build.sh)"
                          % args.fusebox_run)
+    if args.what == "mpirun" and shutil.which(args.mpirun) is None:
+        raise SetupError("no %s (OpenMPI: bash scripts/install-deps.sh)" % args.mpirun)
     got = []
 
     def on_signal(sig, _frame):
@@ -165,9 +228,13 @@ def run(args):
     for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, on_signal)
     launchers = []
+    tmpdir = tempfile.mkdtemp(prefix="fusebox-emucluster-")
     try:
         setup(args)
-        launch(args, launchers)
+        if args.what == "mpirun":
+            launch_mpirun(args, launchers, tmpdir)
+        else:
+            launch(args, launchers)
         deadline = time.monotonic() + args.timeout if args.timeout > 0 else None
         code = 0
         while True:
@@ -200,6 +267,7 @@ def run(args):
             cleanup(args.prefix)
         except SetupError as e:  # report it; keep the run's own exit status
             print("emucluster: cleanup: %s" % e, file=sys.stderr)
+        shutil.rmtree(tmpdir, ignore_errors=True)
 
 
 def main():
@@ -207,20 +275,27 @@ def main():
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = ap.add_subparsers(dest="what", required=True)
     r = sub.add_parser("run", help="set up, run COMMAND on every rank, tear down")
-    r.add_argument("--hosts", type=int, default=2, help="emulated hosts, 1..64 (default 2)")
-    r.add_argument("--ranks_per_host", type=int, default=1, help="ranks per host (default 1)")
-    r.add_argument("--rate", default="1gbit",
-                   help="tc tbf rate of each host's link, both directions (e.g. 1gbit, 500mbit)"
-                        ", or none (default 1gbit)")
-    r.add_argument("--burst", default="256kb", help="tbf burst (default 256kb)")
-    r.add_argument("--prefix", default="fbc", help="name prefix of namespaces and links")
-    r.add_argument("--subnet", type=int, default=90, help="hosts get 10.231.SUBNET.1..N")
+    m = sub.add_parser("mpirun", help="set up, run an MPI program under OpenMPI's mpirun "
+                                      "(one orted per host), tear down")
+    for q in (r, m):
+        q.add_argument("--hosts", type=int, default=2, help="emulated hosts, 1..64 (default 2)")
+        q.add_argument("--ranks_per_host", type=int, default=1,
+                       help="ranks per host (default 1)")
+        q.add_argument("--rate", default="1gbit",
+                       help="tc tbf rate of each host's link, both directions (e.g. 1gbit, "
+                            "500mbit), or none (default 1gbit)")
+        q.add_argument("--burst", default="256kb", help="tbf burst (default 256kb)")
+        q.add_argument("--prefix", default="fbc", help="name prefix of namespaces and links")
+        q.add_argument("--subnet", type=int, default=90, help="hosts get 10.231.SUBNET.1..N")
+        q.add_argument("--timeout", type=float, default=0, help="seconds; 0 = no limit")
+        q.add_argument("--grace", type=float, default=5, help="SIGTERM-to-SIGKILL seconds")
+        q.add_argument("--env", action="append", default=[], help="NAME=VALUE for every rank")
     r.add_argument("--port", type=int, default=29650, help="rendezvous store port on host 0")
-    r.add_argument("--timeout", type=float, default=0, help="seconds; 0 = no limit")
-    r.add_argument("--grace", type=float, default=5, help="SIGTERM-to-SIGKILL seconds")
-    r.add_argument("--env", action="append", default=[], help="NAME=VALUE for every rank")
     r.add_argument("--fusebox_run", default=os.path.join(REPO, "build", "tools", "fusebox-run"))
     r.add_argument("command", nargs=argparse.REMAINDER)
+    m.add_argument("--mpirun", default="mpirun", help="OpenMPI's mpirun (default: from PATH)")
+    m.add_argument("command", nargs=argparse.REMAINDER,
+                   help="mpirun options, then the program and its arguments")
     c = sub.add_parser("cleanup", help="remove what a killed run left behind")
     c.add_argument("--prefix", default="fbc")
     args = ap.parse_args()
