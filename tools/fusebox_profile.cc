@@ -7,6 +7,7 @@
 //   fusebox-profile validate autotune/profiles/*.json
 //   fusebox-profile show autotune/profiles/gpt2_xl.json
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <string>
 #include <system_error>
@@ -20,6 +21,7 @@
 #include "absl/strings/strip.h"
 #include "autotune/models.h"
 #include "autotune/profile.h"
+#include "comm/log.h"
 
 namespace fusebox::tools {
 namespace {
@@ -50,13 +52,14 @@ std::string Usage() {
       "2 on a usage error. Format and compute model: autotune/profiles/README.md.\n");
 }
 
-int UsageError(const std::string& message) {
-  std::fprintf(stderr, "fusebox-profile: %s\n\n%s", message.c_str(), Usage().c_str());
+int UsageError(const comm::Logger& log, const std::string& message) {
+  log.Error(message);
+  std::fprintf(stderr, "\n%s", Usage().c_str());
   return kExitUsage;
 }
 
-int Fail(const absl::Status& status) {
-  std::fprintf(stderr, "fusebox-profile: %s\n", std::string(status.message()).c_str());
+int Fail(const comm::Logger& log, const absl::Status& status) {
+  log.Error(status.message());
   return kExitError;
 }
 
@@ -72,49 +75,49 @@ std::string Thousands(int64_t v) {
 
 double MiB(int64_t bytes) { return static_cast<double>(bytes) / (1 << 20); }
 
-int Generate(const std::vector<std::string>& args) {
+int Generate(const comm::Logger& log, const std::vector<std::string>& args) {
   std::vector<std::string> models;
   std::string out_file, out_dir;
   for (size_t i = 0; i < args.size(); ++i) {
     const std::string& a = args[i];
     if (a == "-o" || a == "--dir") {
-      if (i + 1 >= args.size()) return UsageError(a + " needs a value");
+      if (i + 1 >= args.size()) return UsageError(log, a + " needs a value");
       (a == "-o" ? out_file : out_dir) = args[++i];
     } else if (!a.empty() && a[0] == '-') {
-      return UsageError("generate: unknown option " + a);
+      return UsageError(log, "generate: unknown option " + a);
     } else {
       models.push_back(a);
     }
   }
-  if (models.empty()) return UsageError("generate: which model? (a name or all)");
-  if (!out_file.empty() && !out_dir.empty()) return UsageError("generate: -o or --dir, not both");
+  if (models.empty()) return UsageError(log, "generate: which model? (a name or all)");
+  if (!out_file.empty() && !out_dir.empty()) return UsageError(log, "generate: -o or --dir, not both");
   if (models.size() == 1 && models[0] == "all") models = autotune::ModelNames();
   if (models.size() > 1 && out_dir.empty()) {
-    return UsageError("generate: several models (or all) need --dir DIR");
+    return UsageError(log, "generate: several models (or all) need --dir DIR");
   }
   if (!out_dir.empty()) {
     std::error_code ec;
     std::filesystem::create_directories(out_dir, ec);
-    if (ec) return Fail(absl::UnavailableError(absl::StrCat(out_dir, ": ", ec.message())));
+    if (ec) return Fail(log, absl::UnavailableError(absl::StrCat(out_dir, ": ", ec.message())));
   }
   for (const std::string& m : models) {
     absl::StatusOr<autotune::Profile> p = autotune::GenerateModelProfile(m);
-    if (!p.ok()) return Fail(p.status());
+    if (!p.ok()) return Fail(log, p.status());
     if (out_file.empty() && out_dir.empty()) {
       std::fputs(autotune::SerializeProfile(*p).c_str(), stdout);
       continue;
     }
     const std::string path =
         out_file.empty() ? (std::filesystem::path(out_dir) / (m + ".json")).string() : out_file;
-    if (absl::Status s = autotune::SaveProfile(*p, path); !s.ok()) return Fail(s);
+    if (absl::Status s = autotune::SaveProfile(*p, path); !s.ok()) return Fail(log, s);
     std::fprintf(stderr, "wrote %s (%zu tensors, %.1f MiB)\n", path.c_str(), p->tensors.size(),
                  MiB(p->total_bytes()));
   }
   return 0;
 }
 
-int Validate(const std::vector<std::string>& files) {
-  if (files.empty()) return UsageError("validate: which files?");
+int Validate(const comm::Logger& log, const std::vector<std::string>& files) {
+  if (files.empty()) return UsageError(log, "validate: which files?");
   int rc = 0;
   for (const std::string& f : files) {
     absl::StatusOr<autotune::Profile> p = autotune::LoadProfile(f);
@@ -132,10 +135,10 @@ int Validate(const std::vector<std::string>& files) {
   return rc;
 }
 
-int Show(const std::vector<std::string>& args) {
-  if (args.size() != 1) return UsageError("show: exactly one file");
+int Show(const comm::Logger& log, const std::vector<std::string>& args) {
+  if (args.size() != 1) return UsageError(log, "show: exactly one file");
   absl::StatusOr<autotune::Profile> p = autotune::LoadProfile(args[0]);
-  if (!p.ok()) return Fail(p.status());
+  if (!p.ok()) return Fail(log, p.status());
   int64_t params = 0;
   const autotune::ProfileTensor* largest = nullptr;
   for (const autotune::ProfileTensor& t : p->tensors) {
@@ -165,23 +168,29 @@ int Show(const std::vector<std::string>& args) {
 }
 
 int Main(int argc, char** argv) {
+  // Errors go through comm::Logger at the level FUSEBOX_LOG_LEVEL names
+  // (errors always show); what a command reports is its output.
+  absl::StatusOr<comm::LogLevel> level =
+      comm::ResolveLogLevel("", std::getenv("FUSEBOX_LOG_LEVEL"));
+  const comm::Logger log("fusebox-profile", level.ok() ? *level : comm::LogLevel::kWarning);
+  if (!level.ok()) return UsageError(log, std::string(level.status().message()));
   std::vector<std::string> args(argv + 1, argv + argc);
-  if (args.empty()) return UsageError("which command?");
+  if (args.empty()) return UsageError(log, "which command?");
   const std::string command = args[0];
   args.erase(args.begin());
   if (command == "-h" || command == "--help" || command == "help") {
     std::fputs(Usage().c_str(), stdout);
     return 0;
   }
-  if (command == "generate") return Generate(args);
-  if (command == "validate") return Validate(args);
-  if (command == "show") return Show(args);
+  if (command == "generate") return Generate(log, args);
+  if (command == "validate") return Validate(log, args);
+  if (command == "show") return Show(log, args);
   if (command == "models") {
-    if (!args.empty()) return UsageError("models takes no arguments");
+    if (!args.empty()) return UsageError(log, "models takes no arguments");
     for (const std::string& m : autotune::ModelNames()) std::printf("%s\n", m.c_str());
     return 0;
   }
-  return UsageError("unknown command '" + command + "'");
+  return UsageError(log, "unknown command '" + command + "'");
 }
 
 }  // namespace

@@ -55,6 +55,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
+#include "comm/log.h"
 #include "comm/tcp_store.h"
 #include "comm/unique_fd.h"
 #include "tools/launcher.h"
@@ -82,10 +83,6 @@ bool WriteAll(int fd, absl::string_view data) {
     data.remove_prefix(static_cast<size_t>(n));
   }
   return true;
-}
-
-void Report(absl::string_view message) {
-  WriteAll(STDERR_FILENO, absl::StrCat("fusebox-run: ", message, "\n"));
 }
 
 std::string ErrnoText(absl::string_view what, int err) {
@@ -173,8 +170,10 @@ struct Rank {
 
 class Launcher {
  public:
-  explicit Launcher(LaunchOptions options)
-      : options_(std::move(options)), ranks_(options_.nproc) {}
+  // Messages go to `log` (comm/log.h): a rank that fails is an error;
+  // stopping ranks and forwarding signals are warnings.
+  Launcher(LaunchOptions options, comm::Logger log)
+      : options_(std::move(options)), log_(std::move(log)), ranks_(options_.nproc) {}
   Launcher(const Launcher&) = delete;
   Launcher& operator=(const Launcher&) = delete;
 
@@ -199,6 +198,7 @@ class Launcher {
   std::string RunningRanks() const;
 
   const LaunchOptions options_;
+  const comm::Logger log_;
   std::vector<int> rank_cpus_;  // CPU per rank; empty: ranks are not bound
   std::vector<Rank> ranks_;
   std::vector<Stream> streams_;
@@ -343,6 +343,8 @@ absl::Status Launcher::SetUp() {
   }
   store_ = *std::move(store);
   store_port_ = store_->port();
+  log_.Debug(absl::StrCat("rendezvous store on ", store_options.bind_addr, ":", store_port_,
+                          "; MASTER_PORT ", torch_port_, " left to the command"));
 
   for (char** e = environ; *e != nullptr; ++e) base_env_.emplace_back(*e);
   return absl::OkStatus();
@@ -443,6 +445,12 @@ absl::Status Launcher::StartRank(int rank) {
           Stream{std::move(*fd), target, LinePrefixer(RankPrefix(GlobalRank(options_, rank)))});
     }
   }
+  if (log_.Enabled(comm::LogLevel::kInfo)) {
+    log_.Info(absl::StrCat("rank ", GlobalRank(options_, rank), " started: pid ", pid,
+                           bind ? absl::StrCat(", CPU ", rank_cpus_[rank]) : ", not bound"));
+    log_.Debug(absl::StrCat("rank ", GlobalRank(options_, rank), " runs: ",
+                            absl::StrJoin(options_.command, " ")));
+  }
   return absl::OkStatus();
 }
 
@@ -467,9 +475,13 @@ void Launcher::OnRankExit(int rank, int wait_status) {
   ranks_[rank].running = false;
   ranks_[rank].wait_status = wait_status;
   const bool clean = WIFEXITED(wait_status) && WEXITSTATUS(wait_status) == 0;
-  if (clean || stopping_) return;
-  Report(absl::StrCat("rank ", GlobalRank(options_, rank), " ",
-                      DescribeWaitStatus(wait_status)));
+  if (clean || stopping_) {
+    log_.Info(absl::StrCat("rank ", GlobalRank(options_, rank), " ",
+                           DescribeWaitStatus(wait_status)));
+    return;
+  }
+  log_.Error(absl::StrCat("rank ", GlobalRank(options_, rank), " ",
+                          DescribeWaitStatus(wait_status)));
   if (failed_) return;  // within --failure-grace of an earlier failure
   // (Ranks not started yet still are: a rank can fail before the last one
   // is launched.)
@@ -478,13 +490,13 @@ void Launcher::OnRankExit(int rank, int wait_status) {
     failure_exit_code_ = std::max(1, ExitCodeForWaitStatus(wait_status));
     stop_at_ = Clock::now() + absl::ToChronoNanoseconds(
                                   std::min(options_.failure_grace, absl::Hours(24)));
-    Report(absl::StrCat("the other ranks may exit on their own for ",
+    log_.Warning(absl::StrCat("the other ranks may exit on their own for ",
                         absl::FormatDuration(options_.failure_grace),
                         " (--failure-grace) before they are stopped"));
     return;
   }
   if (RunningCount() > 0) {
-    Report(absl::StrCat("stopping ranks ", RunningRanks(), " (SIGTERM, then ",
+    log_.Warning(absl::StrCat("stopping ranks ", RunningRanks(), " (SIGTERM, then ",
                         "SIGKILL after ", absl::FormatDuration(options_.grace),
                         ")"));
   }
@@ -523,13 +535,12 @@ void Launcher::HandleSignals() {
       continue;
     }
     if (!stopping_) {
-      Report(absl::StrCat("got ", SignalName(sig), "; forwarding it to all ",
+      log_.Warning(absl::StrCat("got ", SignalName(sig), "; forwarding it to all ",
                           "ranks (SIGKILL after ",
                           absl::FormatDuration(options_.grace), ")"));
       BeginShutdown(sig, 128 + sig);
     } else if (!killed_) {
-      Report(
-          absl::StrCat("got ", SignalName(sig), " again; killing all ranks"));
+      log_.Warning(absl::StrCat("got ", SignalName(sig), " again; killing all ranks"));
       SignalAll(SIGKILL);
       killed_ = true;
     }
@@ -591,17 +602,17 @@ void Launcher::EventLoop() {
   while (RunningCount() > 0) {
     const Clock::time_point now = Clock::now();
     if (!stopping_ && now >= timeout_at) {
-      Report(absl::StrCat("timeout of ", absl::FormatDuration(options_.timeout),
+      log_.Error(absl::StrCat("timeout of ", absl::FormatDuration(options_.timeout),
                           " expired; stopping ranks ", RunningRanks()));
       BeginShutdown(SIGTERM, kExitTimeout);
     }
     if (!stopping_ && failed_ && now >= stop_at_) {
-      Report(absl::StrCat("stopping ranks ", RunningRanks(), " (--failure-grace of ",
+      log_.Warning(absl::StrCat("stopping ranks ", RunningRanks(), " (--failure-grace of ",
                           absl::FormatDuration(options_.failure_grace), " expired)"));
       BeginShutdown(SIGTERM, failure_exit_code_);
     }
     if (stopping_ && !killed_ && Clock::now() >= kill_at_) {
-      Report(absl::StrCat("ranks ", RunningRanks(), " still running ",
+      log_.Warning(absl::StrCat("ranks ", RunningRanks(), " still running ",
                           absl::FormatDuration(options_.grace),
                           " after SIGTERM; sending SIGKILL"));
       SignalAll(SIGKILL);
@@ -625,7 +636,7 @@ void Launcher::EventLoop() {
     int ready = poll(fds.data(), fds.size(), poll_ms);
     if (ready < 0) {
       if (errno == EINTR) continue;
-      Report(ErrnoText("poll", errno));
+      log_.Error(ErrnoText("poll", errno));
       BeginShutdown(SIGTERM, kExitLauncherError);
       SignalAll(SIGKILL);
       killed_ = true;
@@ -652,14 +663,14 @@ void Launcher::EventLoop() {
 int Launcher::Run() {
   started_at_ = Clock::now();
   if (absl::Status s = SetUp(); !s.ok()) {
-    Report(s.message());
+    log_.Error(s.message());
     return kExitLauncherError;
   }
   for (int r = 0; r < options_.nproc && !stopping_; ++r) {
     if (absl::Status s = StartRank(r); !s.ok()) {
-      Report(absl::StrCat("rank ", GlobalRank(options_, r), ": ", s.message()));
+      log_.Error(absl::StrCat("rank ", GlobalRank(options_, r), ": ", s.message()));
       if (RunningCount() > 0) {
-        Report(absl::StrCat("stopping ranks ", RunningRanks()));
+        log_.Warning(absl::StrCat("stopping ranks ", RunningRanks()));
       }
       BeginShutdown(SIGTERM, s.code() == absl::StatusCode::kFailedPrecondition
                                  ? 127
@@ -695,6 +706,13 @@ int main(int argc, char** argv) {
   if (isatty(STDERR_FILENO) && std::getenv("FUSEBOX_PROGRESS") == nullptr) {
     options->env.emplace_back("FUSEBOX_PROGRESS", "1");
   }
-  fusebox::tools::Launcher launcher(*std::move(options));
+  absl::StatusOr<fusebox::comm::LogLevel> level =
+      fusebox::comm::ResolveLogLevel(options->log_level, std::getenv("FUSEBOX_LOG_LEVEL"));
+  if (!level.ok()) {
+    fprintf(stderr, "fusebox-run: %s\n", std::string(level.status().message()).c_str());
+    return fusebox::tools::kExitUsage;
+  }
+  fusebox::tools::Launcher launcher(*std::move(options),
+                                    fusebox::comm::Logger("fusebox-run", *level));
   return launcher.Run();
 }

@@ -135,7 +135,8 @@ absl::StatusOr<LaunchOptions> ParseLaunchArgs(
         "--grace",
         "--failure-grace",
         "--bind",
-        "--env"};
+        "--env",
+        "--log-level"};
     if (!kWithValue.contains(name)) {
       return UsageError(absl::StrCat("unknown option '", name, "'"));
     }
@@ -206,6 +207,9 @@ absl::StatusOr<LaunchOptions> ParseLaunchArgs(
       auto d = ParseSeconds(name, value);
       if (!d.ok()) return d.status();
       options.failure_grace = *d;
+    } else if (name == "--log-level") {
+      if (value.empty()) return UsageError("--log-level must not be empty");
+      options.log_level = value;
     } else if (name == "--env") {
       size_t eq = value.find('=');
       if (eq == std::string::npos) {
@@ -307,6 +311,11 @@ Options:
                           when there are at least as many CPUs as ranks;
                           core: always, round-robin; none: never
       --env NAME=VALUE    set a variable for every rank (repeatable)
+      --log-level LEVEL   error, warning (default), info or debug; else
+                          FUSEBOX_LOG_LEVEL. Ranks that fail are errors;
+                          stopping and forwarding signals are warnings; info
+                          adds each rank's start (pid, CPU) and exit; debug
+                          the store's address and the command
   -h, --help              show this help
 
 Seconds may be a number (30, 2.5) or a duration (500ms, 2m).
@@ -326,7 +335,7 @@ Exit status:
   128+SIG  the first failing rank was killed by signal SIG, or the launcher
            received SIG
   124      --timeout expired
-  2        bad command line;  1  the launcher itself failed
+  2        bad command line (or FUSEBOX_LOG_LEVEL);  1  the launcher itself failed
 
 Examples:
   fusebox-run -n 4 ./train --epochs 3

@@ -60,6 +60,9 @@ struct LaunchOptions {
   // unless `help` is set.
   std::vector<std::string> command;
   bool help = false;  // -h / --help: print LaunchUsage() and exit 0
+  // --log-level as given (empty: none); resolved with FUSEBOX_LOG_LEVEL by
+  // the launcher's main (comm/log.h).
+  std::string log_level;
   Binding bind = Binding::kAuto;  // --bind auto|core|none
 };
 

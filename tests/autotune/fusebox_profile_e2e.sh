@@ -69,6 +69,9 @@ case "$E2E_CASE" in
     e2e_expect stderr "unknown model 'resnet51' (known models: resnet50, bert_large"
     run 0 --help
     e2e_expect stdout "fusebox-profile generate <model>|all"
+    FUSEBOX_LOG_LEVEL=loud run 2 models
+    e2e_expect stderr "fusebox-profile: FUSEBOX_LOG_LEVEL: "
+    FUSEBOX_LOG_LEVEL=error run 0 models
     ;;
   *)
     e2e_unknown_case

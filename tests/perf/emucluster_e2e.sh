@@ -11,15 +11,19 @@
 #               the script mid-run: exit 143, nothing left
 #   sigkill     SIGKILL to the script: its launchers and ranks die with it;
 #               `cleanup` then removes the namespaces
-# Usage: emucluster_e2e.sh CASE SCRIPT FUSEBOX_RUN FUSEBOX_PERF
+#   mpirun      `emucluster.py mpirun`, 2 hosts: each rank runs in its own
+#               host's namespace with that host's name and address, and
+#               MPI_PROGRAM's allreduce across them checks every element
+# Usage: emucluster_e2e.sh CASE SCRIPT FUSEBOX_RUN FUSEBOX_PERF [MPI_PROGRAM]
 set -u
 # shellcheck source-path=SCRIPTDIR source=../lib/e2e.sh
 source "$(dirname "${BASH_SOURCE[0]}")/../lib/e2e.sh"
-e2e_need_args 4 "$0 CASE SCRIPT FUSEBOX_RUN FUSEBOX_PERF" "$@"
+e2e_need_args 4 "$0 CASE SCRIPT FUSEBOX_RUN FUSEBOX_PERF [MPI_PROGRAM]" "$@"
 E2E_CASE=$1
 script=$2
 run_tool=$3
 perf_tool=$4
+mpi_tool=${5:-}
 
 probe="fbprobe$$"
 if [[ $(id -u) -ne 0 ]] || ! command -v tc >/dev/null || ! ip netns add "$probe" 2>/dev/null; then
@@ -32,6 +36,7 @@ case $E2E_CASE in
   rank_killed) prefix=fbtk subnet=92 port=29662 ;;
   sigterm) prefix=fbtt subnet=93 port=29663 ;;
   sigkill) prefix=fbtx subnet=94 port=29664 ;;
+  mpirun) prefix=fbtm subnet=95 port=29665 ;;
   *) e2e_unknown_case ;;
 esac
 [ -f "$script" ] || e2e_fail "no script '$script'"
@@ -114,6 +119,27 @@ case $E2E_CASE in
     wait $emu_pid 2>/dev/null
     e2e_expect_no_procs "$marker" 5 "ranks survived the script's SIGKILL"
     /usr/bin/python3 "$script" cleanup --prefix $prefix || e2e_fail "cleanup failed"
+    nothing_left
+    ;;
+  mpirun)
+    if [[ -z $mpi_tool ]] || ! command -v mpirun >/dev/null; then
+      echo "SKIPPED: needs OpenMPI's mpirun and an MPI program"
+      exit 77
+    fi
+    e2e_need_exec "$mpi_tool" "MPI program"
+    mpi() {  # mpi ARGS...: emucluster.py mpirun on 2 hosts, output in $work/out
+      /usr/bin/python3 "$script" mpirun --prefix $prefix --subnet $subnet --hosts 2 --rate 1gbit \
+        --timeout 120 --grace 2 -- "$@" >"$work/out" 2>&1
+    }
+    mpi bash -c 'echo "rank $OMPI_COMM_WORLD_RANK on $(hostname) addr $(ip -o -4 addr show fbeth | awk "{print \$4}")"' ||
+      e2e_fail "mpirun exited $?"
+    for r in 0 1; do
+      grep -q "rank $r on ${prefix}h$r addr 10.231.$subnet.$((r + 1))/24$" "$work/out" ||
+        e2e_fail "rank $r: not on host $r (its name and address)"
+    done
+    nothing_left
+    mpi "$mpi_tool" -b 8 -e 1M -f 32 -n 3 -w 1 || e2e_fail "the MPI allreduce exited $?"
+    grep -q "# Out of bounds values : 0 OK" "$work/out" || e2e_fail "results not checked OK"
     nothing_left
     ;;
 esac

@@ -228,6 +228,34 @@ usage_errors)
   grep -qF "Usage: fusebox-run" "$work/stdout" || e2e_fail "--help prints no usage"
   ;;
 
+log_level)
+  # Errors always show; --log-level info adds each rank's start and exit;
+  # error hides the warnings; a bad level is a usage error naming its source.
+  run -n 2 --log-level info -- sh -c 'exit 0'
+  e2e_expect_status 0 "info"
+  for r in 0 1; do
+    grep -qE "^fusebox-run: info: rank $r started: pid [0-9]+" "$work/stderr" ||
+      e2e_fail "no start of rank $r at info"
+    grep -qF "fusebox-run: info: rank $r exited with status 0" "$work/stderr" ||
+      e2e_fail "no exit of rank $r at info"
+  done
+  run -n 2 -- sh -c 'exit 0'
+  e2e_expect_status 0 "default level"
+  [ ! -s "$work/stderr" ] || e2e_fail "the default level printed: $(cat "$work/stderr")"
+  FUSEBOX_LOG_LEVEL=error run -n 2 --env TAG="$tag" -- \
+    sh -c 'if [ "$RANK" = 1 ]; then exit 3; fi; sleep 30.$TAG'
+  e2e_expect_status 3 "FUSEBOX_LOG_LEVEL=error"
+  grep -qF "fusebox-run: rank 1 exited with status 3" "$work/stderr" || e2e_fail "error hidden"
+  grep -qF "warning:" "$work/stderr" && e2e_fail "a warning shown at level error"
+  expect_no_sleepers
+  FUSEBOX_LOG_LEVEL=loud run -n 1 -- true
+  e2e_expect_status 2 "bad FUSEBOX_LOG_LEVEL"
+  grep -qF "FUSEBOX_LOG_LEVEL" "$work/stderr" || e2e_fail "the bad variable is not named"
+  run -n 1 --log-level=loud -- true
+  e2e_expect_status 2 "bad --log-level"
+  grep -qF "log_level" "$work/stderr" || e2e_fail "the bad flag is not named"
+  ;;
+
 all_succeed)
   run -n 4 -- sh -c 'exit 0'
   e2e_expect_status 0
