@@ -21,6 +21,11 @@ struct UcxOptions {
   // value is raised to 32 KiB (every synchronisation then costs a round of
   // context switches); 0 turns one-shot off everywhere.
   size_t small_message_bytes = 4 << 10;
+  // AllReduce over messages (no shared memory: across hosts) of more than
+  // small_message_bytes and up to this many bytes runs recursive doubling,
+  // log2(p) rounds of latency instead of the ring's 2(p-1) (Note [Algorithm
+  // table] in comm/ucx/algorithms.h); 0 turns it off.
+  size_t recursive_doubling_bytes = 64 << 10;
   // Pipeline chunk of the ring algorithm. Small enough that a received chunk
   // is still in cache when it is reduced.
   size_t chunk_bytes = 256 << 10;

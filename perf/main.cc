@@ -67,6 +67,9 @@ ABSL_FLAG(std::string, ucx_chunk, "256K", "ucx backend: ring pipeline chunk size
 ABSL_FLAG(std::string, ucx_shm_chunk, "128K",
           "ucx backend: bytes each rank owns per round of the shared-memory allreduce "
           "(a multiple of 64)");
+ABSL_FLAG(std::string, ucx_recursive_doubling, "64K",
+          "ucx backend: AllReduce over messages (no shared memory: across hosts) above "
+          "--ucx_small and up to this size uses recursive doubling, above it the ring (0: off)");
 ABSL_FLAG(std::string, ucx_small, "4K",
           "ucx backend: messages up to this size use the one-shot latency algorithm "
           "(raised to 32K where up to 8 ranks outnumber the host's cores; 0: never)");
@@ -230,6 +233,9 @@ absl::StatusOr<comm::BackendOptions> BackendOptionsFromFlags() {
   if (!small.ok()) return small.status();
   b.ucx.chunk_bytes = *chunk;
   b.ucx.small_message_bytes = *small;
+  auto rd = ParseBytes(absl::GetFlag(FLAGS_ucx_recursive_doubling));
+  if (!rd.ok()) return rd.status();
+  b.ucx.recursive_doubling_bytes = *rd;
   auto shm_chunk = ParseBytes(absl::GetFlag(FLAGS_ucx_shm_chunk));
   if (!shm_chunk.ok()) return shm_chunk.status();
   b.ucx.shm_chunk_bytes = *shm_chunk;
@@ -285,7 +291,8 @@ int WithCommunicator(
         backend == "ucx"
             ? absl::StrCat(", UCX transports ", u.transports, ", shared memory ",
                            u.use_shared_memory ? "on" : "off", ", chunk ", u.chunk_bytes,
-                           " B, small messages <= ", u.small_message_bytes, " B, spin ",
+                           " B, small messages <= ", u.small_message_bytes,
+                           " B, recursive doubling <= ", u.recursive_doubling_bytes, " B, spin ",
                            absl::FormatDuration(u.progress_spin))
             : ""));
   }

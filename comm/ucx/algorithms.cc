@@ -15,6 +15,7 @@ const char* AlgorithmName(Algorithm a) {
     case Algorithm::kLocal: return "local";
     case Algorithm::kShmAllReduce: return "shm-allreduce";
     case Algorithm::kRingAllReduce: return "ring-allreduce";
+    case Algorithm::kRecursiveDoublingAllReduce: return "recursive-doubling";
     case Algorithm::kChainBroadcast: return "chain-broadcast";
     case Algorithm::kRingAllGather: return "ring-allgather";
   }
@@ -43,6 +44,10 @@ AlgorithmTable BuildAlgorithmTable(const AlgorithmInputs& in) {
     r.push_back({t.small_bytes_, Algorithm::kOneShot});
     if (t.small_bytes_ == SIZE_MAX) continue;
     Algorithm large = Algorithm::kLocal;
+    if (in.world > 1 && kind == Kind::kAllReduce && !in.shm_allreduce &&
+        t.small_bytes_ < in.recursive_doubling_bytes) {
+      r.push_back({in.recursive_doubling_bytes, Algorithm::kRecursiveDoublingAllReduce});
+    }
     if (in.world > 1) {
       switch (kind) {
         case Kind::kAllReduce:

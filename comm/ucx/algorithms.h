@@ -25,8 +25,12 @@
 //   every rank's copy) beats the three of the shared-memory allreduce.
 // * One rank, above small_bytes: a local copy (kLocal).
 // * AllReduce: the shared-memory allreduce where every rank mapped every
-//   segment, else the pipelined ring. Broadcast: the pipelined chain.
-//   AllGather: the ring.
+//   segment. Else (messages: across hosts) recursive doubling up to
+//   UcxOptions::recursive_doubling_bytes (64 KiB by default), which finishes in log2(p) rounds (plus two
+//   where p is not a power of two) where the ring needs 2(p-1), each a
+//   round trip of latency across hosts; the ring above it, which moves
+//   2(p-1)/p of the data per rank where recursive doubling moves log2(p)
+//   times all of it. Broadcast: the pipelined chain. AllGather: the ring.
 #ifndef FUSEBOX_COMM_UCX_ALGORITHMS_H_
 #define FUSEBOX_COMM_UCX_ALGORITHMS_H_
 
@@ -49,6 +53,7 @@ enum class Algorithm : uint8_t {
   kLocal,           // one rank: a local copy
   kShmAllReduce,    // shm_allreduce.h
   kRingAllReduce,   // ring reduce-scatter + allgather, pipelined in chunks
+  kRecursiveDoublingAllReduce,  // log2(p) pairwise exchanges of the whole vector
   kChainBroadcast,  // pipelined chain from the root
   kRingAllGather,
 };
@@ -58,6 +63,13 @@ const char* AlgorithmName(Algorithm a);
 // table]; measured at 4 ranks on 2 cores), and up to how many ranks.
 inline constexpr size_t kOversubscribedSmallBytes = size_t{32} << 10;
 inline constexpr int kOversubscribedSmallMaxRanks = 8;
+// The default of UcxOptions::recursive_doubling_bytes, recursive doubling's
+// upper limit where AllReduce goes over messages (Note [Algorithm table]).
+// Its break-even with the ring, p ranks, latency L per
+// round and link bandwidth B: (2(p-1) - log2 p) L = (log2 p - 2(p-1)/p) m / B;
+// at 8 hosts on 1 Gbit/s with L ~ 100 us (TCP, measured on emulated hosts)
+// m ~ 110 KB, at 4 Gbit/s ~ 27 KB; 64 KiB sits between.
+inline constexpr size_t kRecursiveDoublingMaxBytes = size_t{64} << 10;
 
 // Everything the table depends on; equal on every rank (Note [Algorithm
 // table]).
@@ -65,6 +77,7 @@ struct AlgorithmInputs {
   int world = 1;
   unsigned cores = 1;               // on this host
   size_t small_message_bytes = 0;   // UcxOptions::small_message_bytes
+  size_t recursive_doubling_bytes = 0;  // UcxOptions::recursive_doubling_bytes
   bool shm_exchange = false;        // the header round goes through shared memory
   bool shm_allreduce = false;       // every rank mapped every segment
 };

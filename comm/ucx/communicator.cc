@@ -12,7 +12,9 @@
 // never a hang or a corruption. Payloads of up to small_message_bytes ride
 // along in the header round ("one-shot"), which finishes small collectives in
 // a single round of latency; each rank then reduces all contributions in rank
-// order, so every rank computes bit-identical results. Larger AllReduce runs a
+// order, so every rank computes bit-identical results. Larger AllReduce runs
+// recursive doubling up to recursive_doubling_bytes (pairwise exchanges of
+// the whole vector, log2(p) rounds; Note [Algorithm table]), and above that a
 // ring reduce-scatter + allgather, pipelined in chunks of chunk_bytes: a chunk
 // received in step k is reduced while later chunks are in flight and is sent
 // on in step k+1 as soon as it is reduced; received chunks land in a small
@@ -31,27 +33,13 @@
 // a round of UCX messages; the headers are compared exactly as after the
 // network round (CheckHeaders).
 //
-// Tags: [seq:24][step:12][index:28]. Step 0 is the header round (index =
-// sender rank); later steps are algorithm steps (index = chunk). At any step
-// a rank receives from exactly one peer, so (seq, step, index) is unique per
-// receiver. The ring's steps reach 2(p-1), hence at most kMaxWorld ranks;
-// the last step number is reserved for failure notices.
-//
-// Note [Failure notices]
-// A rank that gives up on a collective (its deadline passed, or a peer's
-// endpoint failed) sends every peer a FailureNotice before its post-mortem
-// (Note [Timeout post-mortem] in comm/fault.h). Each rank keeps one receive
-// posted for notices (any sender: the tag mask covers the step only), and
-// Progress() fails the running collective, as Aborted, once one has arrived.
-// Without it a rank whose ring neighbour is healthy but itself stuck on a
-// dead rank would wait out its whole deadline, and report long after the
-// ranks that saw the fault, or be named silent by their post-mortems. Ranks
-// aborted by a notice do not send one (their peers have one already). The
-// shared-memory allreduce has its own abandon word (shm_allreduce.h).
+// Messages go through the channel (channel.h: endpoints, tags, waiting
+// under the deadline, failure notices); this file holds the algorithms and
+// the queue that runs them. The ring's steps reach 2(p-1), hence at most
+// ucx::kMaxWorld ranks.
 #include "comm/ucx/communicator.h"
 
 #include <sched.h>
-#include <ucp/api/ucp.h>
 
 #include <algorithm>
 #include <atomic>
@@ -74,6 +62,7 @@
 #include "comm/fault.h"
 #include "comm/reduce.h"
 #include "comm/ucx/algorithms.h"
+#include "comm/ucx/channel.h"
 #include "comm/ucx/ranges.h"
 #include "comm/ucx/shm_allreduce.h"
 
@@ -121,28 +110,6 @@ bool SameCall(const Header& a, const Header& b) {
          a.root == b.root && a.count == b.count && a.seq == b.seq;
 }
 
-constexpr int kSeqBits = 24, kStepBits = 12, kIndexBits = 28;
-constexpr uint64_t kNoticeStep = (1ull << kStepBits) - 1;  // Note [Failure notices]
-constexpr int kMaxWorld = 2048;  // ring steps 1..2(p-1) stay below kNoticeStep
-
-ucp_tag_t MakeTag(uint64_t seq, uint64_t step, uint64_t index) {
-  return ((seq & ((1ull << kSeqBits) - 1)) << (kStepBits + kIndexBits)) |
-         ((step & ((1ull << kStepBits) - 1)) << kIndexBits) |
-         (index & ((1ull << kIndexBits) - 1));
-}
-
-constexpr uint64_t kNoticeTagMask = ((1ull << kStepBits) - 1) << kIndexBits;
-constexpr uint32_t kNoticeMagic = 0x46425846;  // "FBXF"
-
-// Note [Failure notices]: what a rank that gave up tells its peers.
-struct FailureNotice {
-  uint32_t magic;
-  int32_t sender;
-  uint64_t seq;  // the collective it gave up on
-};
-static_assert(sizeof(FailureNotice) == 16, "FailureNotice is a wire format");
-
-std::string UcsError(ucs_status_t s) { return ucs_status_string(s); }
 
 int64_t SteadyNanos() {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(
@@ -158,29 +125,19 @@ struct Request {
   std::shared_ptr<Work> work;
 };
 
-// Completion record of one UCP operation; stable address while in flight.
-struct Pending {
-  int peer = -1;  // the rank on the other side
-  bool done = false;
-  ucs_status_t status = UCS_OK;
-  size_t length = 0;
-  void* request = nullptr;
-};
 
 using ucx::ChunkOf;
+using ucx::MakeTag;
+using ucx::Pending;
 using ucx::Range;
 using ucx::SplitEven;
-
-class UcxCommunicator;
-struct EpErrorArg {
-  UcxCommunicator* self;
-  int peer;
-};
+using ucx::UcsError;
 
 class UcxCommunicator final : public Communicator {
  public:
   UcxCommunicator(const UcxOptions& options, int rank, int size, Store& store)
-      : options_(options), rank_(rank), size_(size), store_(store) {}
+      : options_(options), rank_(rank), size_(size), store_(store),
+        channel_(rank, size, &abort_) {}
   ~UcxCommunicator() override;
 
   absl::Status Init(Store& store);
@@ -219,31 +176,17 @@ class UcxCommunicator final : public Communicator {
   bool ExecuteNext();
   absl::Status Run(const Request& req);
 
-  // --- UCP helpers (progress thread only) ---
-  void PostSend(int peer, const void* buf, size_t len, ucp_tag_t tag, Pending* p);
-  void PostRecv(int peer, void* buf, size_t len, ucp_tag_t tag, Pending* p,
-                ucp_tag_t tag_mask = ~ucp_tag_t{0});
-  // Note [Failure notices]: tells every reachable peer that this rank gave
-  // up on collective `seq`; bounded in time, never fails.
-  void NotifyPeers(uint64_t seq);
-  // The error for a received notice (Aborted), validated.
-  absl::Status NoticeError() const;
-  // Progresses until `p` is done. Fails if the communicator is being
-  // destroyed or the endpoint of p's peer reported an error (a peer that has
-  // left after its last collective is no error for the others).
-  absl::Status WaitFor(Pending* p);
-  absl::Status Finish(Pending* p, const char* what);
-  // Error paths: cancels `p` if it is an unfinished receive and hands its
-  // request back to UCX, which then calls no callback for it (ucp.h,
-  // ucp_request_free), so `p` may go out of scope. Never blocks. A transfer
-  // already under way may still land in the caller's buffer: the collective
-  // has failed and its buffers hold no defined result.
-  void Release(Pending* p, bool is_recv);
-  absl::Status Progress(int peer);
 
   absl::Status HeaderRound(const Request& req, size_t payload_bytes,
                            const void* payload);
   absl::Status RingAllReduce(const Request& req);
+  absl::Status RecursiveDoublingAllReduce(const Request& req);
+  // One pairwise step: sends `len` bytes of `send_buf` (if not null) to
+  // `peer` and receives `len` bytes into `recv_buf` (if not null) from it,
+  // both under `tag`; returns once both are done. On error nothing is left
+  // in flight.
+  absl::Status SendRecv(int peer, const void* send_buf, void* recv_buf, size_t len,
+                        ucp_tag_t tag, const char* what);
   absl::Status ChainBroadcast(const Request& req);
   absl::Status RingAllGather(const Request& req);
   void SmallAllReduce(const Request& req);
@@ -253,9 +196,8 @@ class UcxCommunicator final : public Communicator {
   const int size_;
   Store& store_;  // outlives the communicator; used again only by a post-mortem
 
-  ucp_context_h context_ = nullptr;
-  ucp_worker_h worker_ = nullptr;
-  std::vector<ucp_ep_h> eps_;  // eps_[rank_] unused
+  // Endpoints, tags, waits and failure notices (executor only).
+  ucx::Channel channel_;
 
   // Header-round staging: size_ slots of (Header + small_bytes_).
   size_t slot_bytes_ = 0;
@@ -264,23 +206,14 @@ class UcxCommunicator final : public Communicator {
   // Ring staging: `kRingSlots` chunks.
   static constexpr int kRingSlots = 8;
   std::vector<unsigned char> ring_slots_;
-  // Note [Failure notices]: the posted receive for peers' notices, and this
-  // rank's own (it must stay valid while its sends are in flight).
-  FailureNotice notice_in_{};
-  Pending notice_recv_;
-  FailureNotice notice_out_{};
+  // Recursive doubling's received partials (up to kRecursiveDoublingMaxBytes).
+  std::vector<unsigned char> rd_staging_;
 
   // Shared-memory path (Note [UCX shared-memory allreduce]).
   absl::Status InitSharedMemory(Store& store);
   // Compares the headers in header_slots_ (Note [UCX collective protocol]).
   absl::Status CheckHeaders() const;
   absl::Status ShmAllReduce(const Request& req);
-  // Polls without progress between sched_yield calls: very often when ranks
-  // outnumber cores (a descheduled peer must get to run), rarely otherwise.
-  // (Unbound ranks can still share a core by the scheduler's choice, which
-  // makes small collectives bimodal; fusebox-run binds ranks when they fit.)
-  unsigned yield_mask_ = 63;
-  unsigned idle_polls_ = 0;  // progress thread only
   bool shm_enabled_ = false;
   std::string store_prefix_;  // keys of this communicator's exchanges
   ucp_mem_h shm_memh_ = nullptr;
@@ -331,64 +264,28 @@ class UcxCommunicator final : public Communicator {
   absl::Status failure_;
   std::thread thread_;
 
-  // Per-peer endpoint status, set from UCP's error callback (progress thread).
-  std::vector<ucs_status_t> peer_status_;
-  std::vector<EpErrorArg> ep_error_args_;
   absl::Status broken_;  // executor only: first fatal error
-  // The running collective's deadline (executor only).
-  absl::Time deadline_ = absl::InfiniteFuture();
-  unsigned deadline_polls_ = 0;
 };
 
 // ---------------------------------------------------------------------------
 // Setup and teardown.
 
 absl::Status UcxCommunicator::Init(Store& store) {
-  ucp_config_t* config = nullptr;
-  ucs_status_t st = ucp_config_read(nullptr, nullptr, &config);
-  if (st != UCS_OK) return absl::InternalError("ucp_config_read: " + UcsError(st));
-  std::vector<std::pair<std::string, std::string>> settings;
-  if (!options_.transports.empty()) settings.push_back({"TLS", options_.transports});
-  settings.insert(settings.end(), options_.ucx_config.begin(), options_.ucx_config.end());
-  for (const auto& [name, value] : settings) {
-    st = ucp_config_modify(config, name.c_str(), value.c_str());
-    if (st != UCS_OK) {
-      ucp_config_release(config);
-      return absl::InvalidArgumentError(absl::StrCat(
-          "UCX option ", name, "=", value, ": ", UcsError(st)));
-    }
-  }
-  ucp_params_t params{};
-  params.field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_MT_WORKERS_SHARED;
-  params.features = UCP_FEATURE_TAG | (options_.use_shared_memory ? UCP_FEATURE_RMA : 0);
-  params.mt_workers_shared = 0;
-  st = ucp_init(&params, config, &context_);
-  ucp_config_release(config);
-  if (st != UCS_OK) return absl::UnavailableError("ucp_init: " + UcsError(st));
-
-  ucp_worker_params_t wparams{};
-  wparams.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
-  wparams.thread_mode = UCS_THREAD_MODE_SINGLE;
-  st = ucp_worker_create(context_, &wparams, &worker_);
-  if (st != UCS_OK) return absl::UnavailableError("ucp_worker_create: " + UcsError(st));
-
-  ucp_address_t* addr = nullptr;
-  size_t addr_len = 0;
-  st = ucp_worker_get_address(worker_, &addr, &addr_len);
-  if (st != UCS_OK) return absl::UnavailableError("ucp_worker_get_address: " + UcsError(st));
+  absl::StatusOr<std::string> address = channel_.Open(options_, options_.use_shared_memory);
+  if (!address.ok()) return address.status();
   // Published: [u32 length][the options that decide the algorithms][address].
   // Ranks whose options differ would pick different algorithms and hang, so
   // a difference is an error naming both ranks.
   const std::string settings_text = absl::StrCat(
-      "small_message_bytes=", options_.small_message_bytes, " chunk_bytes=", options_.chunk_bytes,
+      "small_message_bytes=", options_.small_message_bytes, " recursive_doubling_bytes=",
+      options_.recursive_doubling_bytes, " chunk_bytes=", options_.chunk_bytes,
       " use_shared_memory=", options_.use_shared_memory, " shm_chunk_bytes=",
       options_.shm_chunk_bytes, " transports=", options_.transports,
       " detect_peer_failure=", options_.detect_peer_failure);
   const uint32_t settings_len = static_cast<uint32_t>(settings_text.size());
   std::string mine(reinterpret_cast<const char*>(&settings_len), sizeof(settings_len));
   mine += settings_text;
-  mine.append(reinterpret_cast<const char*>(addr), addr_len);
-  ucp_worker_release_address(worker_, addr);
+  mine += *address;
 
   // Every exchange gets keys of its own: "ucx/<n>/<what>/<rank>", where n
   // counts this rank's UCX communicators on the store (the same on all ranks,
@@ -420,40 +317,17 @@ absl::Status UcxCommunicator::Init(Store& store) {
           " has {", configs[r], "}"));
     }
   }
-
-  eps_.assign(size_, nullptr);
-  peer_status_.assign(size_, UCS_OK);
-  ep_error_args_.resize(size_);
-  for (int peer = 0; peer < size_; ++peer) {
-    if (peer == rank_) continue;
-    const std::string& a = addresses[peer];
-    if (a.empty() || a.size() > (1u << 20)) {
-      return absl::DataLossError(absl::StrCat(
-          "rank ", peer, " published a malformed UCX address (", a.size(), " bytes)"));
-    }
-    ucp_ep_params_t ep{};
-    ep.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS |
-                    UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
-                    UCP_EP_PARAM_FIELD_ERR_HANDLER;
-    ep.address = reinterpret_cast<const ucp_address_t*>(a.data());
-    ep.err_mode = options_.detect_peer_failure ? UCP_ERR_HANDLING_MODE_PEER
-                                               : UCP_ERR_HANDLING_MODE_NONE;
-    ep.err_handler.cb = [](void* arg, ucp_ep_h, ucs_status_t status) {
-      auto* a = static_cast<EpErrorArg*>(arg);
-      a->self->peer_status_[a->peer] = status;
-    };
-    ep_error_args_[peer] = {this, peer};
-    ep.err_handler.arg = &ep_error_args_[peer];
-    st = ucp_ep_create(worker_, &ep, &eps_[peer]);
-    if (st != UCS_OK) {
-      return absl::UnavailableError(absl::StrCat(
-          "ucp_ep_create to rank ", peer, ": ", UcsError(st)));
-    }
+  if (absl::Status s = channel_.Connect(addresses, options_.detect_peer_failure); !s.ok()) {
+    return s;
   }
 
   const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
   const bool oversubscribed = static_cast<unsigned>(size_) > cores;
-  yield_mask_ = oversubscribed ? 15 : 1023;
+  // Polls without progress between sched_yield calls: very often when ranks
+  // outnumber cores (a descheduled peer must get to run), rarely otherwise.
+  // (Unbound ranks can still share a core by the scheduler's choice, which
+  // makes small collectives bimodal; fusebox-run binds ranks when they fit.)
+  channel_.set_yield_mask(oversubscribed ? 15 : 1023);
   // Note [Algorithm table]. The mailboxes are sized for the threshold the
   // shared-memory exchange would give; all ranks of a shared-memory group
   // share the host, so they agree (and the segment layout check makes them
@@ -463,6 +337,7 @@ absl::Status UcxCommunicator::Init(Store& store) {
   inputs.world = size_;
   inputs.cores = cores;
   inputs.small_message_bytes = options_.small_message_bytes;
+  inputs.recursive_doubling_bytes = options_.recursive_doubling_bytes;
   inputs.shm_exchange = true;
   small_bytes_ = ucx::SmallMessageBytes(inputs);
 
@@ -484,10 +359,6 @@ absl::Status UcxCommunicator::Init(Store& store) {
   header_recvs_.resize(size_);
   header_sends_.resize(size_);
   ring_slots_.resize(options_.chunk_bytes * kRingSlots);
-  if (size_ > 1) {
-    PostRecv(-1, &notice_in_, sizeof(notice_in_), MakeTag(0, kNoticeStep, 0), &notice_recv_,
-             kNoticeTagMask);
-  }
   exec_->self = this;
   thread_ = std::thread([this] { ProgressLoop(); });
   return absl::OkStatus();
@@ -517,35 +388,15 @@ UcxCommunicator::~UcxCommunicator() {
     while (ExecuteNext()) {
     }
   }
-  Release(&notice_recv_, /*is_recv=*/true);
   // Remote keys go before the endpoints they were unpacked on (ucp.h).
   for (ucp_rkey_h& k : shm_rkeys_) {
     if (k != nullptr) ucp_rkey_destroy(k);
     k = nullptr;
   }
-  // Close endpoints with a flush, bounded in time: a peer that is gone must
-  // not make the destructor hang.
-  std::vector<void*> closing;
-  for (size_t peer = 0; peer < eps_.size(); ++peer) {
-    ucp_ep_h ep = eps_[peer];
-    if (ep == nullptr) continue;
-    ucp_request_param_t p{};
-    p.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
-    // After a failure a peer may be dead or stuck: no flush that waits on it.
-    p.flags = peer_status_[peer] == UCS_OK && broken_.ok() ? 0 : UCP_EP_CLOSE_FLAG_FORCE;
-    ucs_status_ptr_t r = ucp_ep_close_nbx(ep, &p);
-    if (UCS_PTR_IS_PTR(r)) closing.push_back(r);
-  }
-  const absl::Time deadline = absl::Now() + absl::Seconds(2);
-  for (void* r : closing) {
-    while (ucp_request_check_status(r) == UCS_INPROGRESS && absl::Now() < deadline) {
-      ucp_worker_progress(worker_);
-    }
-    if (ucp_request_check_status(r) != UCS_INPROGRESS) ucp_request_free(r);
-  }
-  if (shm_memh_ != nullptr) ucp_mem_unmap(context_, shm_memh_);
-  if (worker_ != nullptr) ucp_worker_destroy(worker_);
-  if (context_ != nullptr) ucp_cleanup(context_);
+  // After a failure a peer may be dead or stuck: no flush that waits on it.
+  channel_.Close(/*force=*/!broken_.ok());
+  if (shm_memh_ != nullptr) ucp_mem_unmap(channel_.context(), shm_memh_);
+  // channel_'s destructor then destroys the worker and the context.
 }
 
 // ---------------------------------------------------------------------------
@@ -684,14 +535,14 @@ bool UcxCommunicator::ExecuteNext() {
   } else if (!broken_.ok()) {
     s = Usable();
   } else {
-    deadline_ = absl::Now() + options_.timeout;
+    channel_.set_deadline(absl::Now() + options_.timeout);
     s = Run(req);
-    deadline_ = absl::InfiniteFuture();
+    channel_.set_deadline(absl::InfiniteFuture());
     // A timeout here, a peer's (which abandons the shared-memory allreduce),
     // or an endpoint failure (the peer may have left because of a third
     // rank): find out who is gone.
     if (!s.ok() && (absl::IsDeadlineExceeded(s) || absl::IsUnavailable(s))) {
-      NotifyPeers(req.header.seq);  // first, so that peers stop waiting at once
+      channel_.NotifyPeers(req.header.seq);  // first, so that peers stop waiting at once
     }
     if (!s.ok() && (absl::IsDeadlineExceeded(s) || absl::IsAborted(s) || absl::IsUnavailable(s))) {
       s = WithPostMortem(req.header, s);
@@ -785,150 +636,14 @@ absl::Status UcxCommunicator::Run(const Request& req) {
       return ShmAllReduce(req);
     case Algorithm::kRingAllReduce:
       return RingAllReduce(req);
+    case Algorithm::kRecursiveDoublingAllReduce:
+      return RecursiveDoublingAllReduce(req);
     case Algorithm::kChainBroadcast:
       return ChainBroadcast(req);
     case Algorithm::kRingAllGather:
       return RingAllGather(req);
   }
   return absl::InternalError("unknown algorithm");
-}
-
-// ---------------------------------------------------------------------------
-// UCP primitives.
-
-void UcxCommunicator::PostSend(int peer, const void* buf, size_t len,
-                               ucp_tag_t tag, Pending* p) {
-  ucp_request_param_t param{};
-  param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
-  param.cb.send = [](void*, ucs_status_t status, void* user) {
-    auto* pp = static_cast<Pending*>(user);
-    pp->status = status;
-    pp->done = true;
-  };
-  param.user_data = p;
-  *p = Pending{};
-  p->peer = peer;
-  ucs_status_ptr_t r = ucp_tag_send_nbx(eps_[peer], buf, len, tag, &param);
-  if (r == nullptr) {
-    p->done = true;
-  } else if (UCS_PTR_IS_ERR(r)) {
-    p->done = true;
-    p->status = UCS_PTR_STATUS(r);
-  } else {
-    p->request = r;
-  }
-}
-
-void UcxCommunicator::PostRecv(int peer, void* buf, size_t len, ucp_tag_t tag, Pending* p,
-                               ucp_tag_t tag_mask) {
-  ucp_request_param_t param{};
-  // Always through the callback, which reports the received length (UCX
-  // 1.13 leaves recv_info empty on immediate completion).
-  param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA |
-                       UCP_OP_ATTR_FLAG_NO_IMM_CMPL;
-  param.cb.recv = [](void*, ucs_status_t status, const ucp_tag_recv_info_t* info,
-                     void* user) {
-    auto* pp = static_cast<Pending*>(user);
-    pp->status = status;
-    pp->length = info != nullptr ? info->length : 0;
-    pp->done = true;
-  };
-  param.user_data = p;
-  *p = Pending{};
-  p->peer = peer;
-  ucs_status_ptr_t r = ucp_tag_recv_nbx(worker_, buf, len, tag, tag_mask, &param);
-  if (UCS_PTR_IS_ERR(r)) {
-    p->done = true;
-    p->status = UCS_PTR_STATUS(r);
-  } else {
-    p->request = r;
-  }
-}
-
-absl::Status UcxCommunicator::Progress(int peer) {
-  if (ucp_worker_progress(worker_) == 0) {
-    // Nothing happened: let an oversubscribed peer run.
-    if ((++idle_polls_ & yield_mask_) == 0) sched_yield();
-  }
-  if (peer >= 0 && peer_status_[peer] != UCS_OK) {
-    return absl::UnavailableError(absl::StrCat(
-        "rank ", peer, " is unreachable (its UCX endpoint failed: ",
-        UcsError(peer_status_[peer]), "); it may have exited or crashed"));
-  }
-  if (abort_.load(std::memory_order_relaxed)) {
-    return absl::CancelledError("communicator destroyed while a collective was in flight");
-  }
-  if (notice_recv_.done) return NoticeError();
-  if ((++deadline_polls_ & 63) == 0 && absl::Now() >= deadline_) {
-    return absl::DeadlineExceededError(
-        peer >= 0 ? absl::StrCat("still waiting for rank ", peer) : "still waiting");
-  }
-  return absl::OkStatus();
-}
-
-absl::Status UcxCommunicator::NoticeError() const {
-  const FailureNotice& n = notice_in_;
-  if (notice_recv_.status != UCS_OK || notice_recv_.length != sizeof(n) ||
-      n.magic != kNoticeMagic || n.sender < 0 || n.sender >= size_ || n.sender == rank_) {
-    return absl::AbortedError(absl::StrCat(
-        "received a malformed failure notice (", notice_recv_.length, " bytes, status ",
-        UcsError(notice_recv_.status), "); treating the job as failed"));
-  }
-  return absl::AbortedError(absl::StrCat("rank ", n.sender, " gave up on collective seq=", n.seq,
-                                         " and told the others"));
-}
-
-void UcxCommunicator::NotifyPeers(uint64_t seq) {
-  notice_out_ = FailureNotice{kNoticeMagic, rank_, seq};
-  std::vector<void*> sending;
-  for (int peer = 0; peer < size_; ++peer) {
-    if (peer == rank_ || peer_status_[peer] != UCS_OK) continue;
-    ucp_request_param_t param{};  // no callback: the requests are freed below
-    ucs_status_ptr_t r = ucp_tag_send_nbx(eps_[peer], &notice_out_, sizeof(notice_out_),
-                                          MakeTag(0, kNoticeStep, rank_), &param);
-    if (UCS_PTR_IS_PTR(r)) sending.push_back(r);
-  }
-  // Small messages mostly go out at once; a peer that is gone must not hold
-  // this rank up. Requests still in flight are handed back to UCX, which
-  // completes or (when the endpoints close) cancels them.
-  const absl::Time until = absl::Now() + absl::Milliseconds(100);
-  for (void* r : sending) {
-    while (ucp_request_check_status(r) == UCS_INPROGRESS && absl::Now() < until) {
-      ucp_worker_progress(worker_);
-    }
-    ucp_request_free(r);
-  }
-}
-
-absl::Status UcxCommunicator::WaitFor(Pending* p) {
-  while (!p->done) {
-    if (absl::Status s = Progress(p->peer); !s.ok()) return s;
-  }
-  return absl::OkStatus();
-}
-
-absl::Status UcxCommunicator::Finish(Pending* p, const char* what) {
-  absl::Status s = WaitFor(p);
-  if (p->request != nullptr && p->done) {
-    ucp_request_free(p->request);
-    p->request = nullptr;
-  }
-  // A failed wait leaves the request to the caller's error path (Release).
-  if (absl::IsDeadlineExceeded(s)) {
-    return absl::DeadlineExceededError(absl::StrCat(s.message(), " (", what, ")"));
-  }
-  if (!s.ok()) return s;
-  if (p->status != UCS_OK) {
-    return absl::UnavailableError(absl::StrCat("UCX ", what, " failed: ", UcsError(p->status)));
-  }
-  return absl::OkStatus();
-}
-
-void UcxCommunicator::Release(Pending* p, bool is_recv) {
-  if (p->request == nullptr) return;
-  if (!p->done && is_recv) ucp_request_cancel(worker_, p->request);
-  ucp_request_free(p->request);
-  p->request = nullptr;
 }
 
 // ---------------------------------------------------------------------------
@@ -945,7 +660,7 @@ absl::Status UcxCommunicator::HeaderRound(const Request& req, size_t payload_byt
     // One write and one flag per rank (Note [Shared-memory exchange]).
     if (absl::Status s = ucx::ShmExchange(shm_group_, mine, sizeof(Header) + payload_bytes,
                                           header_slots_.data(), slot_bytes_, &exchange_lengths_,
-                                          &shm_exchanges_, abort_, deadline_);
+                                          &shm_exchanges_, abort_, channel_.deadline());
         !s.ok()) {
       return s;
     }
@@ -963,21 +678,21 @@ absl::Status UcxCommunicator::HeaderRound(const Request& req, size_t payload_byt
   std::vector<Pending>& sends = header_sends_;
   for (int peer = 0; peer < size_; ++peer) {
     if (peer == rank_) continue;
-    PostRecv(peer, header_slots_.data() + static_cast<size_t>(peer) * slot_bytes_,
+    channel_.PostRecv(peer, header_slots_.data() + static_cast<size_t>(peer) * slot_bytes_,
              slot_bytes_, MakeTag(seq, 0, peer), &recvs[peer]);
   }
   for (int k = 1; k < size_; ++k) {  // staggered so that peers are not all hit at once
     const int peer = (rank_ + k) % size_;
-    PostSend(peer, mine, sizeof(Header) + payload_bytes, MakeTag(seq, 0, rank_), &sends[peer]);
+    channel_.PostSend(peer, mine, sizeof(Header) + payload_bytes, MakeTag(seq, 0, rank_), &sends[peer]);
   }
   absl::Status first;
   for (int peer = 0; peer < size_; ++peer) {
     if (peer == rank_) continue;
     if (!first.ok()) {
-      Release(&recvs[peer], /*is_recv=*/true);
+      channel_.Release(&recvs[peer], /*is_recv=*/true);
       continue;
     }
-    absl::Status s = Finish(&recvs[peer], "header receive");
+    absl::Status s = channel_.Finish(&recvs[peer], "header receive");
     if (s.ok() && recvs[peer].length < sizeof(Header)) {
       s = absl::DataLossError(absl::StrCat("rank ", peer, " sent a short header (",
                                            recvs[peer].length, " bytes)"));
@@ -987,9 +702,9 @@ absl::Status UcxCommunicator::HeaderRound(const Request& req, size_t payload_byt
   for (int peer = 0; peer < size_; ++peer) {
     if (peer == rank_) continue;
     if (first.ok()) {
-      first = Finish(&sends[peer], "header send");
+      first = channel_.Finish(&sends[peer], "header send");
     } else {
-      Release(&sends[peer], /*is_recv=*/false);
+      channel_.Release(&sends[peer], /*is_recv=*/false);
     }
   }
   if (!first.ok()) return first;
@@ -1071,7 +786,7 @@ absl::Status UcxCommunicator::RingAllReduce(const Request& req) {
     const Range r = send_range(step, j);
     if (r.len == 0) return;
     sends.emplace_back();
-    PostSend(next, base + r.off, r.len, MakeTag(seq, 1 + step, j), &sends.back());
+    channel_.PostSend(next, base + r.off, r.len, MakeTag(seq, 1 + step, j), &sends.back());
   };
   // Reap finished sends from the front so the deque stays short.
   const auto reap = [&]() {
@@ -1105,7 +820,7 @@ absl::Status UcxCommunicator::RingAllReduce(const Request& req) {
     }
     unsigned char* dst = step < rs_steps ? ring_slots_.data() + w * options_.chunk_bytes
                                          : out + r.off;
-    PostRecv(prev, dst, r.len, MakeTag(seq, 1 + step, j), &recvs[w]);
+    channel_.PostRecv(prev, dst, r.len, MakeTag(seq, 1 + step, j), &recvs[w]);
   };
   size_t posted = 0;
   for (; posted < std::min(window, total); ++posted) post(posted);
@@ -1114,7 +829,7 @@ absl::Status UcxCommunicator::RingAllReduce(const Request& req) {
     const int step = static_cast<int>(idx / nchunks);
     const size_t j = idx % nchunks;
     const size_t w = idx % window;
-    if (absl::Status s = Finish(&recvs[w], "ring receive"); !s.ok()) {
+    if (absl::Status s = channel_.Finish(&recvs[w], "ring receive"); !s.ok()) {
       first = s;
       break;
     }
@@ -1141,14 +856,107 @@ absl::Status UcxCommunicator::RingAllReduce(const Request& req) {
   // Drain outstanding sends (and receives, on error) before the buffers can
   // be reused by the caller.
   while (!sends.empty() && first.ok()) {
-    if (absl::Status s = WaitFor(&sends.front()); !s.ok()) first = s;
+    if (absl::Status s = channel_.WaitFor(&sends.front()); !s.ok()) first = s;
     reap();
   }
   if (!first.ok()) {
-    for (Pending& r : recvs) Release(&r, /*is_recv=*/true);
-    for (Pending& snd : sends) Release(&snd, /*is_recv=*/false);
+    for (Pending& r : recvs) channel_.Release(&r, /*is_recv=*/true);
+    for (Pending& snd : sends) channel_.Release(&snd, /*is_recv=*/false);
   }
   return first;
+}
+
+absl::Status UcxCommunicator::SendRecv(int peer, const void* send_buf, void* recv_buf,
+                                       size_t len, ucp_tag_t tag, const char* what) {
+  Pending r, snd;
+  if (recv_buf != nullptr) channel_.PostRecv(peer, recv_buf, len, tag, &r);
+  if (send_buf != nullptr) channel_.PostSend(peer, send_buf, len, tag, &snd);
+  absl::Status s;
+  if (recv_buf != nullptr) {
+    s = channel_.Finish(&r, what);
+    if (s.ok() && r.length != len) {
+      s = absl::DataLossError(absl::StrCat(what, " from rank ", peer, ": got ", r.length,
+                                           " bytes, expected ", len));
+    }
+  }
+  if (s.ok() && send_buf != nullptr) s = channel_.Finish(&snd, what);
+  if (!s.ok()) {
+    channel_.Release(&r, /*is_recv=*/true);
+    channel_.Release(&snd, /*is_recv=*/false);
+  }
+  return s;
+}
+
+// Recursive doubling (Note [Algorithm table]): log2(q) pairwise exchanges
+// of the whole vector among q ranks, q the largest power of two <= p. Where
+// p is not one, the first 2(p - q) ranks pair up before (the even one hands
+// its data to the odd one and sits the exchanges out) and after (the odd one
+// hands it the result). Every combination puts the lower rank's partial
+// first, so both partners of an exchange compute the same bits and all
+// ranks end with the same result.
+absl::Status UcxCommunicator::RecursiveDoublingAllReduce(const Request& req) {
+  const Header& h = req.header;
+  const DataType type = static_cast<DataType>(h.type);
+  const ReduceOp op = static_cast<ReduceOp>(h.op);
+  const size_t bytes = h.count * DataTypeSize(type);
+  if (bytes == 0) return absl::OkStatus();
+  const int p = size_;
+  int q = 1, rounds = 0;
+  while (q * 2 <= p) {
+    q *= 2;
+    ++rounds;
+  }
+  const int extra = p - q;  // ranks 0 .. 2*extra-1 pair up around the exchanges
+  if (rd_staging_.size() < bytes) rd_staging_.resize(bytes);
+  unsigned char* staged = rd_staging_.data();
+  auto* out = static_cast<unsigned char*>(req.recv);
+  const unsigned char* mine = static_cast<const unsigned char*>(req.send);  // this rank's partial
+  const uint64_t seq = h.seq;
+  // Tag steps: 1 before, 2 .. rounds+1 the exchanges, rounds+2 after.
+  const bool paired = rank_ < 2 * extra;
+  const bool sits_out = paired && rank_ % 2 == 0;
+  if (paired) {
+    if (sits_out) {
+      if (absl::Status s = SendRecv(rank_ + 1, mine, nullptr, bytes, MakeTag(seq, 1, 0),
+                                    "recursive doubling hand-over");
+          !s.ok()) {
+        return s;
+      }
+    } else {
+      if (absl::Status s = SendRecv(rank_ - 1, nullptr, staged, bytes, MakeTag(seq, 1, 0),
+                                    "recursive doubling hand-over");
+          !s.ok()) {
+        return s;
+      }
+      Reduce(staged, mine, out, h.count, type, op);  // rank_ - 1 first
+      mine = out;
+    }
+  }
+  if (!sits_out) {
+    const int me = paired ? rank_ / 2 : rank_ - extra;  // among the q
+    for (int k = 0; k < rounds; ++k) {
+      const int other = me ^ (1 << k);
+      const int peer = other < extra ? 2 * other + 1 : other + extra;
+      if (absl::Status s = SendRecv(peer, mine, staged, bytes, MakeTag(seq, 2 + k, 0),
+                                    "recursive doubling exchange");
+          !s.ok()) {
+        return s;
+      }
+      if (rank_ < peer) {
+        Reduce(mine, staged, out, h.count, type, op);
+      } else {
+        Reduce(staged, mine, out, h.count, type, op);
+      }
+      mine = out;
+    }
+    if (op == ReduceOp::kAvg) FinishAvg(out, h.count, type, p);
+  }
+  if (paired) {
+    const ucp_tag_t tag = MakeTag(seq, 2 + rounds, 0);
+    return sits_out ? SendRecv(rank_ + 1, nullptr, out, bytes, tag, "recursive doubling result")
+                    : SendRecv(rank_ - 1, out, nullptr, bytes, tag, "recursive doubling result");
+  }
+  return absl::OkStatus();
 }
 
 absl::Status UcxCommunicator::ChainBroadcast(const Request& req) {
@@ -1167,25 +975,25 @@ absl::Status UcxCommunicator::ChainBroadcast(const Request& req) {
   if (pos != 0) {
     for (size_t j = 0; j < nchunks; ++j) {
       const Range r = ChunkOf(all, chunk, j);
-      PostRecv((rank_ - 1 + p) % p, buf + r.off, r.len, MakeTag(h.seq, 1, j), &recvs[j]);
+      channel_.PostRecv((rank_ - 1 + p) % p, buf + r.off, r.len, MakeTag(h.seq, 1, j), &recvs[j]);
     }
   }
   absl::Status first;
   for (size_t j = 0; j < nchunks && first.ok(); ++j) {
     const Range r = ChunkOf(all, chunk, j);
-    if (pos != 0) first = Finish(&recvs[j], "broadcast receive");
+    if (pos != 0) first = channel_.Finish(&recvs[j], "broadcast receive");
     if (first.ok() && has_next) {
       sends.emplace_back();
-      PostSend(next, buf + r.off, r.len, MakeTag(h.seq, 1, j), &sends.back());
+      channel_.PostSend(next, buf + r.off, r.len, MakeTag(h.seq, 1, j), &sends.back());
     }
   }
   for (Pending& s : sends) {
     if (!first.ok()) break;
-    first = Finish(&s, "broadcast send");
+    first = channel_.Finish(&s, "broadcast send");
   }
   if (!first.ok()) {
-    for (Pending& r : recvs) Release(&r, /*is_recv=*/true);
-    for (Pending& snd : sends) Release(&snd, /*is_recv=*/false);
+    for (Pending& r : recvs) channel_.Release(&r, /*is_recv=*/true);
+    for (Pending& snd : sends) channel_.Release(&snd, /*is_recv=*/false);
   }
   return first;
 }
@@ -1207,7 +1015,7 @@ absl::Status UcxCommunicator::RingAllGather(const Request& req) {
   for (int step = 0; step < p - 1; ++step) {
     for (size_t j = 0; j < nchunks; ++j) {
       const Range r = ChunkOf(block(step), chunk, j);
-      PostRecv((rank_ - 1 + p) % p, out + r.off, r.len, MakeTag(h.seq, 1 + step, j),
+      channel_.PostRecv((rank_ - 1 + p) % p, out + r.off, r.len, MakeTag(h.seq, 1 + step, j),
                &recvs[step * nchunks + j]);
     }
   }
@@ -1215,26 +1023,26 @@ absl::Status UcxCommunicator::RingAllGather(const Request& req) {
   for (size_t j = 0; j < nchunks; ++j) {
     const Range r = ChunkOf(own, chunk, j);
     sends.emplace_back();
-    PostSend(next, out + r.off, r.len, MakeTag(h.seq, 1, j), &sends.back());
+    channel_.PostSend(next, out + r.off, r.len, MakeTag(h.seq, 1, j), &sends.back());
   }
   absl::Status first;
   for (int step = 0; step < p - 1 && first.ok(); ++step) {
     for (size_t j = 0; j < nchunks && first.ok(); ++j) {
-      first = Finish(&recvs[step * nchunks + j], "allgather receive");
+      first = channel_.Finish(&recvs[step * nchunks + j], "allgather receive");
       if (first.ok() && step + 1 < p - 1) {
         const Range r = ChunkOf(block(step), chunk, j);
         sends.emplace_back();
-        PostSend(next, out + r.off, r.len, MakeTag(h.seq, 2 + step, j), &sends.back());
+        channel_.PostSend(next, out + r.off, r.len, MakeTag(h.seq, 2 + step, j), &sends.back());
       }
     }
   }
   for (Pending& s : sends) {
     if (!first.ok()) break;
-    first = Finish(&s, "allgather send");
+    first = channel_.Finish(&s, "allgather send");
   }
   if (!first.ok()) {
-    for (Pending& r : recvs) Release(&r, /*is_recv=*/true);
-    for (Pending& snd : sends) Release(&snd, /*is_recv=*/false);
+    for (Pending& r : recvs) channel_.Release(&r, /*is_recv=*/true);
+    for (Pending& snd : sends) channel_.Release(&snd, /*is_recv=*/false);
   }
   return first;
 }
@@ -1260,7 +1068,7 @@ absl::Status UcxCommunicator::InitSharedMemory(Store& store) {
   mp.flags = UCP_MEM_MAP_ALLOCATE;
   std::string mine;
   void* local = nullptr;
-  ucs_status_t st = ucp_mem_map(context_, &mp, &shm_memh_);
+  ucs_status_t st = ucp_mem_map(channel_.context(), &mp, &shm_memh_);
   if (st == UCS_OK) {
     ucp_mem_attr_t attr{};
     attr.field_mask = UCP_MEM_ATTR_FIELD_ADDRESS;
@@ -1269,7 +1077,7 @@ absl::Status UcxCommunicator::InitSharedMemory(Store& store) {
   }
   void* packed = nullptr;
   size_t packed_len = 0;
-  if (st == UCS_OK) st = ucp_rkey_pack(context_, shm_memh_, &packed, &packed_len);
+  if (st == UCS_OK) st = ucp_rkey_pack(channel_.context(), shm_memh_, &packed, &packed_len);
   if (st == UCS_OK) {
     const uint64_t addr = reinterpret_cast<uintptr_t>(local);
     mine.assign(reinterpret_cast<const char*>(&addr), sizeof(addr));
@@ -1286,21 +1094,9 @@ absl::Status UcxCommunicator::InitSharedMemory(Store& store) {
   if (!all.ok()) return all.status();
 
   // Endpoints must be wired up before remote keys can be unpacked.
-  for (int peer = 0; peer < size_; ++peer) {
-    if (peer == rank_) continue;
-    ucp_request_param_t fp{};
-    ucs_status_ptr_t r = ucp_ep_flush_nbx(eps_[peer], &fp);
-    ucs_status_t fst = UCS_PTR_STATUS(r);
-    if (UCS_PTR_IS_PTR(r)) {
-      const absl::Time flush_deadline = absl::Now() + options_.rendezvous_timeout;
-      while ((fst = ucp_request_check_status(r)) == UCS_INPROGRESS && absl::Now() < flush_deadline) {
-        ucp_worker_progress(worker_);
-      }
-      ucp_request_free(r);
-    }
-    if (fst != UCS_OK && why.empty()) {
-      why = absl::StrCat("rank ", rank_, " could not connect to rank ", peer, ": ", UcsError(fst));
-    }
+  if (absl::Status s = channel_.FlushEndpoints(absl::Now() + options_.rendezvous_timeout);
+      !s.ok() && why.empty()) {
+    why = std::string(s.message());
   }
   shm_group_ = ucx::ShmGroup{rank_, size_, options_.shm_chunk_bytes, {}, mailbox_bytes};
   shm_group_.bases.assign(size_, nullptr);
@@ -1315,7 +1111,7 @@ absl::Status UcxCommunicator::InitSharedMemory(Store& store) {
     }
     uint64_t raddr;
     std::memcpy(&raddr, blob.data(), sizeof(raddr));
-    st = ucp_ep_rkey_unpack(eps_[peer], blob.data() + sizeof(raddr), &shm_rkeys_[peer]);
+    st = ucp_ep_rkey_unpack(channel_.endpoint(peer), blob.data() + sizeof(raddr), &shm_rkeys_[peer]);
     void* ptr = nullptr;
     if (st == UCS_OK) st = ucp_rkey_ptr(shm_rkeys_[peer], raddr, &ptr);
     if (st != UCS_OK) {
@@ -1342,7 +1138,7 @@ absl::Status UcxCommunicator::InitSharedMemory(Store& store) {
 absl::Status UcxCommunicator::ShmAllReduce(const Request& req) {
   const Header& h = req.header;
   return ucx::ShmAllReduce(shm_group_, req.send, req.recv, h.count, static_cast<DataType>(h.type),
-                           static_cast<ReduceOp>(h.op), &shm_round_, abort_, deadline_);
+                           static_cast<ReduceOp>(h.op), &shm_round_, abort_, channel_.deadline());
 }
 
 }  // namespace
@@ -1367,10 +1163,15 @@ absl::StatusOr<std::unique_ptr<Communicator>> CreateUcxCommunicator(
     return absl::InvalidArgumentError(absl::StrCat(
         "UCX small_message_bytes must be at most 64 MiB, got ", options.small_message_bytes));
   }
+  if (options.recursive_doubling_bytes > (64u << 20)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("UCX recursive_doubling_bytes must be at most 64 MiB, got ",
+                     options.recursive_doubling_bytes));
+  }
   if (absl::Status s = ValidateCollectiveTimeout("UCX", options.timeout); !s.ok()) return s;
-  if (size > kMaxWorld) {
+  if (size > ucx::kMaxWorld) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "the UCX communicator supports at most ", kMaxWorld,
+        "the UCX communicator supports at most ", ucx::kMaxWorld,
         " ranks (its ring's step numbers must fit its tags), got ", size));
   }
   auto comm = std::make_unique<UcxCommunicator>(options, rank, size, store);

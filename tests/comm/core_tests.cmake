@@ -19,6 +19,13 @@ if(FUSEBOX_WITH_UCX)
     fusebox::comm_ucx fusebox::comm_testing GTest::gtest_main)
   target_include_directories(ucx_communicator_test PRIVATE ${PROJECT_SOURCE_DIR})
   gtest_discover_tests(ucx_communicator_test DISCOVERY_TIMEOUT 60 PROPERTIES TIMEOUT 300)
+
+  # The UCX channel alone (comm/ucx/channel.h): tags, deadlines, notices.
+  add_executable(ucx_channel_test ${CMAKE_CURRENT_SOURCE_DIR}/ucx_channel_test.cc)
+  target_link_libraries(ucx_channel_test PRIVATE fusebox::comm_ucx ucx::ucp ucx::ucs
+    GTest::gtest_main)
+  target_include_directories(ucx_channel_test PRIVATE ${PROJECT_SOURCE_DIR})
+  gtest_discover_tests(ucx_channel_test DISCOVERY_TIMEOUT 60 PROPERTIES TIMEOUT 120)
 endif()
 
 # Real multi-process runs: one process per rank, under fusebox-run (TCP

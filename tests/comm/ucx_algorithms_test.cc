@@ -20,6 +20,7 @@ AlgorithmInputs Inputs(int world, unsigned cores, size_t option, bool exchange, 
   in.world = world;
   in.cores = cores;
   in.small_message_bytes = option;
+  in.recursive_doubling_bytes = kRecursiveDoublingMaxBytes;
   in.shm_exchange = exchange;
   in.shm_allreduce = shm;
   return in;
@@ -61,8 +62,21 @@ TEST(AlgorithmTableTest, OneShotUpToTheOptionThenTheLargeAlgorithmOfTheWorld) {
   EXPECT_EQ(shm.Select(Kind::kAllGather, 4097), Algorithm::kRingAllGather);
   EXPECT_EQ(shm.Select(Kind::kBarrier, 0), Algorithm::kNone);
 
+  // Messages (across hosts): recursive doubling, then the ring; only for
+  // AllReduce.
   const AlgorithmTable net = BuildAlgorithmTable(Inputs(2, 2, 4096, false, false));
-  EXPECT_EQ(net.Select(Kind::kAllReduce, 4097), Algorithm::kRingAllReduce);
+  EXPECT_EQ(net.Select(Kind::kAllReduce, 4096), Algorithm::kOneShot);
+  EXPECT_EQ(net.Select(Kind::kAllReduce, 4097), Algorithm::kRecursiveDoublingAllReduce);
+  EXPECT_EQ(net.Select(Kind::kAllReduce, kRecursiveDoublingMaxBytes),
+            Algorithm::kRecursiveDoublingAllReduce);
+  EXPECT_EQ(net.Select(Kind::kAllReduce, kRecursiveDoublingMaxBytes + 1),
+            Algorithm::kRingAllReduce);
+  EXPECT_EQ(net.Select(Kind::kBroadcast, 4097), Algorithm::kChainBroadcast);
+  EXPECT_EQ(net.Select(Kind::kAllGather, 4097), Algorithm::kRingAllGather);
+  // A one-shot limit at or above it leaves no room for it.
+  const AlgorithmTable big = BuildAlgorithmTable(Inputs(5, 16, 1 << 20, false, false));
+  EXPECT_EQ(big.Select(Kind::kAllReduce, 1 << 20), Algorithm::kOneShot);
+  EXPECT_EQ(big.Select(Kind::kAllReduce, (1 << 20) + 1), Algorithm::kRingAllReduce);
 
   const AlgorithmTable one = BuildAlgorithmTable(Inputs(1, 2, 4096, false, false));
   EXPECT_EQ(one.Select(Kind::kAllReduce, 100), Algorithm::kOneShot);
@@ -100,6 +114,9 @@ TEST(AlgorithmTableTest, DescribeNamesEveryRange) {
   EXPECT_THAT(d, HasSubstr("AllReduce: 0-4096 B one-shot, 4097 B+ shm-allreduce"));
   EXPECT_THAT(d, HasSubstr("Broadcast: 0-4096 B one-shot, 4097 B+ chain-broadcast"));
   EXPECT_THAT(d, HasSubstr("Barrier: 0 B+ header-round"));
+  EXPECT_THAT(BuildAlgorithmTable(Inputs(4, 2, 4096, false, false)).Describe(),
+              HasSubstr("AllReduce: 0-4096 B one-shot, 4097-65536 B recursive-doubling, "
+                        "65537 B+ ring-allreduce"));
 }
 
 }  // namespace

@@ -39,7 +39,19 @@ void RunRanks(int world, const UcxOptions& options, const RankFn& fn) {
 UcxOptions RingOnly() {
   UcxOptions o;
   o.small_message_bytes = 0;
+  o.recursive_doubling_bytes = 0;
   o.chunk_bytes = 64;
+  o.use_shared_memory = false;
+  return o;
+}
+
+// Recursive doubling for every AllReduce, as across hosts (no shared
+// memory, no one-shot): world sizes that are not powers of two exercise the
+// hand-over before and after the exchanges.
+UcxOptions RecursiveDoublingOnly() {
+  UcxOptions o;
+  o.small_message_bytes = 0;
+  o.recursive_doubling_bytes = 64 << 20;
   o.use_shared_memory = false;
   return o;
 }
@@ -78,7 +90,7 @@ class UcxAllReduceTest : public ::testing::TestWithParam<int> {};
 
 TEST_P(UcxAllReduceTest, EveryTypeAndOpSmallSizes) {
   const int world = GetParam();
-  for (const UcxOptions& options : {UcxOptions{}, RingOnly(), ShmOnly()}) {
+  for (const UcxOptions& options : {UcxOptions{}, RingOnly(), ShmOnly(), RecursiveDoublingOnly()}) {
     RunRanks(world, options, [&](int rank, Communicator& comm) {
       // 4096 and 4097 doubles lie either side of the 32 KiB that ride in the
       // shared-memory exchange where ranks outnumber cores.
@@ -115,6 +127,19 @@ TEST_P(UcxAllReduceTest, MillionPlusThreeElementsOverTheRing) {
   UcxOptions ring;
   ring.use_shared_memory = false;
   RunRanks(world, ring, [&](int rank, Communicator& comm) {
+    for (int t = 0; t < kNumDataTypes; ++t) {
+      CheckAllReduce(rank, world, comm, kCount, static_cast<DataType>(t), ReduceOp::kSum, t % 2 == 0);
+    }
+    for (int o = 0; o < kNumReduceOps; ++o) {
+      CheckAllReduce(rank, world, comm, kCount, DataType::kFloat32, static_cast<ReduceOp>(o), o % 2 == 1);
+    }
+  });
+}
+
+TEST_P(UcxAllReduceTest, MillionPlusThreeElementsByRecursiveDoubling) {
+  const int world = GetParam();
+  constexpr size_t kCount = (1u << 20) + 3;
+  RunRanks(world, RecursiveDoublingOnly(), [&](int rank, Communicator& comm) {
     for (int t = 0; t < kNumDataTypes; ++t) {
       CheckAllReduce(rank, world, comm, kCount, static_cast<DataType>(t), ReduceOp::kSum, t % 2 == 0);
     }
@@ -480,6 +505,9 @@ TEST(UcxCommunicatorTest, RejectsBadOptions) {
             absl::StatusCode::kInvalidArgument);
   o = UcxOptions{};
   o.small_message_bytes = 1u << 30;
+  EXPECT_EQ(CreateUcxCommunicator(o, 0, 1, store).status().code(), absl::StatusCode::kInvalidArgument);
+  o = UcxOptions{};
+  o.recursive_doubling_bytes = (64u << 20) + 1;
   EXPECT_EQ(CreateUcxCommunicator(o, 0, 1, store).status().code(), absl::StatusCode::kInvalidArgument);
   // A shared-memory round that is not whole cache lines would misalign the
   // segments' elements and flags.

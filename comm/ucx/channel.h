@@ -1,0 +1,186 @@
+// The UCX backend's channel: a UCP context and worker, one endpoint per
+// peer, tagged sends and receives, waiting on them under the running
+// collective's deadline, and failure notices. The algorithms
+// (communicator.cc, Note [UCX collective protocol]) are written against it
+// and never call UCP's messaging themselves.
+//
+//   Channel ch(rank, size, &abort);
+//   std::string me = *ch.Open(options);          // this rank's worker address
+//   ... every rank publishes `me` and gathers the others' ...
+//   ch.Connect(addresses);                       // endpoints; notices listened for
+//   ch.set_deadline(absl::Now() + timeout);
+//   Pending r, s;
+//   ch.PostRecv(peer, buf, n, MakeTag(seq, 1, 0), &r);
+//   ch.PostSend(peer, data, n, MakeTag(seq, 1, 0), &s);
+//   absl::Status st = ch.Finish(&r, "receive");  // then Finish(&s, "send")
+//
+// A channel is not thread-safe: it is used by one thread at a time (the
+// communicator's executor, Note [Who executes a collective]), which is why
+// its worker runs in UCS_THREAD_MODE_SINGLE.
+//
+// Tags: [seq:24][step:12][index:28]. Step 0 is the header round (index =
+// sender rank); later steps are algorithm steps (index = chunk). At any step
+// a rank receives from exactly one peer, so (seq, step, index) is unique per
+// receiver. The last step number is reserved for failure notices.
+//
+// Note [Failure notices]
+// A rank that gives up on a collective (its deadline passed, or a peer's
+// endpoint failed) sends every peer a FailureNotice (NotifyPeers) before its
+// post-mortem (Note [Timeout post-mortem] in comm/fault.h). Each rank keeps
+// one receive posted for notices (any sender: the tag mask covers the step
+// only), and Progress() fails the running collective, as Aborted, once one
+// has arrived. Without it a rank whose ring neighbour is healthy but itself
+// stuck on a dead rank would wait out its whole deadline, and report long
+// after the ranks that saw the fault, or be named silent by their
+// post-mortems. Ranks aborted by a notice do not send one (their peers have
+// one already). The shared-memory allreduce has its own abandon word
+// (shm_allreduce.h).
+#ifndef FUSEBOX_COMM_UCX_CHANNEL_H_
+#define FUSEBOX_COMM_UCX_CHANNEL_H_
+
+#include <ucp/api/ucp.h>
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "comm/options.h"
+
+namespace fusebox::comm::ucx {
+
+inline constexpr int kSeqBits = 24, kStepBits = 12, kIndexBits = 28;
+inline constexpr uint64_t kNoticeStep = (uint64_t{1} << kStepBits) - 1;
+// Algorithm steps stay below kNoticeStep up to this many ranks (the ring's
+// reach 2(p-1)).
+inline constexpr int kMaxWorld = 2048;
+
+inline ucp_tag_t MakeTag(uint64_t seq, uint64_t step, uint64_t index) {
+  return ((seq & ((uint64_t{1} << kSeqBits) - 1)) << (kStepBits + kIndexBits)) |
+         ((step & ((uint64_t{1} << kStepBits) - 1)) << kIndexBits) |
+         (index & ((uint64_t{1} << kIndexBits) - 1));
+}
+
+std::string UcsError(ucs_status_t s);
+
+// Completion record of one UCP operation; its address must stay valid while
+// the operation is in flight (until Finish, WaitFor or Release).
+struct Pending {
+  int peer = -1;  // the rank on the other side; -1: any
+  bool done = false;
+  ucs_status_t status = UCS_OK;
+  size_t length = 0;  // bytes received
+  void* request = nullptr;
+};
+
+class Channel {
+ public:
+  // `abort` (owned by the caller, outliving the channel) set makes every
+  // wait fail as Cancelled: the communicator is being destroyed.
+  Channel(int rank, int size, const std::atomic<bool>* abort)
+      : rank_(rank), size_(size), abort_(abort) {}
+  // Closes what Close() has not, forcing, then destroys the worker and the
+  // context.
+  ~Channel();
+  Channel(const Channel&) = delete;
+  Channel& operator=(const Channel&) = delete;
+
+  // Creates the context (with RMA when `rma`, for the shared-memory segments)
+  // and the worker, applying options.transports and options.ucx_config.
+  // Returns this rank's worker address, to publish to the peers.
+  absl::StatusOr<std::string> Open(const UcxOptions& options, bool rma);
+  // Creates an endpoint to every peer from the addresses every rank
+  // published (addresses[rank()] is not used; each is at most 1 MiB), then
+  // posts the receive for failure notices. `detect_peer_failure`: UCX
+  // reports failed peers (UCP_ERR_HANDLING_MODE_PEER).
+  absl::Status Connect(const std::vector<std::string>& addresses, bool detect_peer_failure);
+  // Flushes every endpoint (so that remote keys can be unpacked on them),
+  // waiting until `deadline`. An error names the first peer that failed.
+  absl::Status FlushEndpoints(absl::Time deadline);
+  // Cancels the notice receive and closes the endpoints: with a flush
+  // bounded to 2 s, or forced where `force` (after a failure a peer may be
+  // dead or stuck) or the peer's endpoint failed. Idempotent.
+  void Close(bool force);
+
+  int rank() const { return rank_; }
+  int size() const { return size_; }
+  ucp_context_h context() const { return context_; }
+  ucp_ep_h endpoint(int peer) const { return eps_[peer]; }
+
+  // The running collective's deadline (InfiniteFuture when none), which
+  // Progress enforces.
+  void set_deadline(absl::Time deadline) { deadline_ = deadline; }
+  absl::Time deadline() const { return deadline_; }
+  // Progress yields the core (sched_yield) on every (mask + 1)-th poll that
+  // found nothing to do: often where ranks outnumber cores.
+  void set_yield_mask(unsigned mask) { yield_mask_ = mask; }
+
+  void PostSend(int peer, const void* buf, size_t len, ucp_tag_t tag, Pending* p);
+  void PostRecv(int peer, void* buf, size_t len, ucp_tag_t tag, Pending* p,
+                ucp_tag_t tag_mask = ~ucp_tag_t{0});
+  // One step of progress. Fails if the communicator is being destroyed, the
+  // endpoint of `peer` (when >= 0) reported an error, a failure notice
+  // arrived (Aborted), or the deadline passed.
+  absl::Status Progress(int peer);
+  // Progresses until `p` is done (or Progress fails).
+  absl::Status WaitFor(Pending* p);
+  // WaitFor, then hands the request back to UCX and turns a failed
+  // operation into Unavailable naming `what`. A failed wait leaves the
+  // request for Release.
+  absl::Status Finish(Pending* p, const char* what);
+  // Error paths: cancels `p` if it is an unfinished receive and hands its
+  // request back to UCX, which then calls no callback for it (ucp.h,
+  // ucp_request_free), so `p` may go out of scope. Never blocks. A transfer
+  // already under way may still land in the caller's buffer: the collective
+  // has failed and its buffers hold no defined result.
+  void Release(Pending* p, bool is_recv);
+  // Note [Failure notices]: tells every reachable peer that this rank gave
+  // up on collective `seq`; bounded in time (100 ms), never fails.
+  void NotifyPeers(uint64_t seq);
+
+ private:
+  struct EpErrorArg {
+    Channel* self;
+    int peer;
+  };
+  // What a rank that gave up tells its peers (a wire format).
+  struct FailureNotice {
+    uint32_t magic;
+    int32_t sender;
+    uint64_t seq;  // the collective it gave up on
+  };
+  static_assert(sizeof(FailureNotice) == 16, "FailureNotice is a wire format");
+
+  // The error for a received notice (Aborted), validated.
+  absl::Status NoticeError() const;
+
+  const int rank_;
+  const int size_;
+  const std::atomic<bool>* const abort_;
+
+  ucp_context_h context_ = nullptr;
+  ucp_worker_h worker_ = nullptr;
+  std::vector<ucp_ep_h> eps_;  // eps_[rank_] unused
+  // Per-peer endpoint status, set from UCP's error callback (during progress).
+  std::vector<ucs_status_t> peer_status_;
+  std::vector<EpErrorArg> ep_error_args_;
+  // Note [Failure notices]: the posted receive for peers' notices, and this
+  // rank's own (it must stay valid while its sends are in flight).
+  FailureNotice notice_in_{};
+  Pending notice_recv_;
+  FailureNotice notice_out_{};
+  bool closed_ = false;
+
+  absl::Time deadline_ = absl::InfiniteFuture();
+  unsigned deadline_polls_ = 0;
+  unsigned yield_mask_ = 1023;
+  unsigned idle_polls_ = 0;
+};
+
+}  // namespace fusebox::comm::ucx
+
+#endif  // FUSEBOX_COMM_UCX_CHANNEL_H_

@@ -1,0 +1,178 @@
+// The UCX channel (comm/ucx/channel.h) on its own, without the algorithms:
+// two channels in one process, each driven by one thread at a time.
+#include "comm/ucx/channel.h"
+
+#include <atomic>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/time/clock.h"
+#include "gtest/gtest.h"
+
+namespace fusebox::comm::ucx {
+namespace {
+
+// Two connected channels, ranks 0 and 1 (ranks 2.. of a larger world are
+// not created: a test must not wait on them).
+struct Pair {
+  std::atomic<bool> abort0{false}, abort1{false};
+  std::unique_ptr<Channel> ch[2];
+
+  explicit Pair(int world = 2) {
+    ch[0] = std::make_unique<Channel>(0, world, &abort0);
+    ch[1] = std::make_unique<Channel>(1, world, &abort1);
+  }
+  absl::Status Connect() {
+    std::vector<std::string> addresses(2);
+    for (int r = 0; r < 2; ++r) {
+      absl::StatusOr<std::string> a = ch[r]->Open(UcxOptions{}, /*rma=*/false);
+      if (!a.ok()) return a.status();
+      addresses[r] = *a;
+    }
+    for (int r = 0; r < 2; ++r) {
+      if (absl::Status s = ch[r]->Connect(addresses, false); !s.ok()) return s;
+    }
+    return absl::OkStatus();
+  }
+};
+
+TEST(UcxChannelTest, TaggedMessagesArriveWholeAndMatchTheirTag) {
+  Pair p;
+  ASSERT_TRUE(p.Connect().ok());
+  // Two messages with different tags, received in the opposite order from
+  // the one they were sent in: each receive gets exactly its own.
+  std::vector<int> a(1000), b(10);
+  for (int i = 0; i < 1000; ++i) a[i] = 3 * i + 1;
+  for (int i = 0; i < 10; ++i) b[i] = -i;
+  std::vector<int> got_a(1000, 0), got_b(16, 7);
+  absl::Status recv_status, send_status;
+  size_t len_a = 0, len_b = 0;
+  std::thread receiver([&] {
+    Channel& c = *p.ch[0];
+    c.set_deadline(absl::Now() + absl::Seconds(30));
+    Pending rb, ra;
+    c.PostRecv(1, got_b.data(), got_b.size() * sizeof(int), MakeTag(5, 2, 0), &rb);
+    c.PostRecv(1, got_a.data(), got_a.size() * sizeof(int), MakeTag(5, 1, 0), &ra);
+    recv_status = c.Finish(&rb, "b");
+    if (recv_status.ok()) recv_status = c.Finish(&ra, "a");
+    len_a = ra.length;
+    len_b = rb.length;
+  });
+  std::thread sender([&] {
+    Channel& c = *p.ch[1];
+    c.set_deadline(absl::Now() + absl::Seconds(30));
+    Pending sa, sb;
+    c.PostSend(0, a.data(), a.size() * sizeof(int), MakeTag(5, 1, 0), &sa);
+    c.PostSend(0, b.data(), b.size() * sizeof(int), MakeTag(5, 2, 0), &sb);
+    send_status = c.Finish(&sa, "a");
+    if (send_status.ok()) send_status = c.Finish(&sb, "b");
+  });
+  receiver.join();
+  sender.join();
+  ASSERT_TRUE(recv_status.ok()) << recv_status;
+  ASSERT_TRUE(send_status.ok()) << send_status;
+  EXPECT_EQ(got_a, a);
+  EXPECT_EQ(len_a, a.size() * sizeof(int));
+  EXPECT_EQ(len_b, b.size() * sizeof(int));
+  EXPECT_EQ(std::vector<int>(got_b.begin(), got_b.begin() + 10), b);
+  EXPECT_EQ(got_b[10], 7) << "wrote past the message";
+}
+
+TEST(UcxChannelTest, AWaitPastTheDeadlineNamesThePeerAndWhat) {
+  Pair p;
+  ASSERT_TRUE(p.Connect().ok());
+  Channel& c = *p.ch[0];
+  int buf = 0;
+  Pending r;
+  c.set_deadline(absl::Now() + absl::Milliseconds(50));
+  const absl::Time start = absl::Now();
+  c.PostRecv(1, &buf, sizeof(buf), MakeTag(1, 1, 0), &r);
+  absl::Status s = c.Finish(&r, "ring receive");
+  EXPECT_TRUE(absl::IsDeadlineExceeded(s)) << s;
+  EXPECT_NE(s.message().find("still waiting for rank 1 (ring receive)"), std::string::npos) << s;
+  EXPECT_LT(absl::Now() - start, absl::Seconds(5));
+  c.Release(&r, /*is_recv=*/true);
+  EXPECT_EQ(r.request, nullptr);
+}
+
+TEST(UcxChannelTest, AFailureNoticeAbortsAPeerWaitingOnSomeoneElse) {
+  // Rank 0 waits for rank 2 (which never sends); rank 1 gives up on
+  // collective 7 and says so: rank 0's wait ends as Aborted naming rank 1
+  // and the collective, long before its own deadline.
+  Pair p(/*world=*/3);
+  std::vector<std::string> addresses(3);
+  for (int r = 0; r < 2; ++r) {
+    absl::StatusOr<std::string> a = p.ch[r]->Open(UcxOptions{}, false);
+    ASSERT_TRUE(a.ok()) << a.status();
+    addresses[r] = *a;
+  }
+  addresses[2] = addresses[1];  // an endpoint that nobody answers on behalf of rank 2
+  for (int r = 0; r < 2; ++r) ASSERT_TRUE(p.ch[r]->Connect(addresses, false).ok());
+  std::atomic<bool> stop{false};
+  absl::Status waited;
+  const absl::Time start = absl::Now();
+  std::thread waiter([&] {
+    Channel& c = *p.ch[0];
+    c.set_deadline(absl::Now() + absl::Seconds(60));
+    int buf = 0;
+    Pending r;
+    c.PostRecv(2, &buf, sizeof(buf), MakeTag(7, 1, 0), &r);
+    waited = c.Finish(&r, "receive");
+    c.Release(&r, true);
+    stop = true;
+  });
+  std::thread quitter([&] {
+    Channel& c = *p.ch[1];
+    c.NotifyPeers(7);
+    while (!stop) (void)c.Progress(-1);  // deliver what is still queued
+  });
+  waiter.join();
+  quitter.join();
+  EXPECT_TRUE(absl::IsAborted(waited)) << waited;
+  EXPECT_NE(waited.message().find("rank 1 gave up on collective seq=7"), std::string::npos)
+      << waited;
+  EXPECT_LT(absl::Now() - start, absl::Seconds(30));
+}
+
+TEST(UcxChannelTest, TheAbortFlagCancelsAWait) {
+  Pair p;
+  ASSERT_TRUE(p.Connect().ok());
+  Channel& c = *p.ch[0];
+  int buf = 0;
+  Pending r;
+  c.PostRecv(1, &buf, sizeof(buf), MakeTag(2, 1, 0), &r);
+  p.abort0 = true;
+  absl::Status s = c.Finish(&r, "receive");
+  EXPECT_TRUE(absl::IsCancelled(s)) << s;
+  c.Release(&r, true);
+}
+
+TEST(UcxChannelTest, BadAddressesAreRefusedNamingTheRank) {
+  Pair p;
+  absl::StatusOr<std::string> a0 = p.ch[0]->Open(UcxOptions{}, false);
+  ASSERT_TRUE(a0.ok()) << a0.status();
+  absl::Status s = p.ch[0]->Connect({*a0}, false);
+  EXPECT_TRUE(absl::IsInvalidArgument(s)) << s;
+  s = p.ch[0]->Connect({*a0, ""}, false);
+  EXPECT_TRUE(absl::IsDataLoss(s)) << s;
+  EXPECT_NE(s.message().find("rank 1 published a malformed UCX address (0 bytes)"),
+            std::string::npos)
+      << s;
+}
+
+TEST(UcxChannelTest, ABadUcxOptionIsNamed) {
+  std::atomic<bool> abort{false};
+  Channel c(0, 1, &abort);
+  UcxOptions o;
+  o.ucx_config = {{"RNDV_THRESH", "lots"}};
+  absl::StatusOr<std::string> a = c.Open(o, false);
+  ASSERT_FALSE(a.ok());
+  EXPECT_NE(a.status().message().find("UCX option RNDV_THRESH=lots"), std::string::npos) << a.status();
+}
+
+}  // namespace
+}  // namespace fusebox::comm::ucx
