@@ -29,10 +29,13 @@ absl::string_view LogLevelName(LogLevel level) {
   return "?";
 }
 
-absl::StatusOr<LogLevel> ResolveLogLevel(absl::string_view flag, const char* env) {
+absl::StatusOr<LogLevel> ResolveLogLevel(absl::string_view flag, const char* env,
+                                         absl::string_view flag_name) {
   if (!flag.empty()) {
     absl::StatusOr<LogLevel> l = ParseLogLevel(flag);
-    if (!l.ok()) return absl::InvalidArgumentError(absl::StrCat("--log_level: ", l.status().message()));
+    if (!l.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat(flag_name, ": ", l.status().message()));
+    }
     return l;
   }
   if (env != nullptr && *env != '\0') {

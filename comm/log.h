@@ -33,10 +33,12 @@ enum class LogLevel : int { kError = 0, kWarning = 1, kInfo = 2, kDebug = 3 };
 absl::StatusOr<LogLevel> ParseLogLevel(absl::string_view text);
 absl::string_view LogLevelName(LogLevel level);
 
-// The level a tool runs at: `flag` when not empty (a --log_level the user
-// gave), else `env` when set and not empty (FUSEBOX_LOG_LEVEL), else
-// warning. The error names which of the two did not parse.
-absl::StatusOr<LogLevel> ResolveLogLevel(absl::string_view flag, const char* env);
+// The level a tool runs at: `flag` when not empty (the level flag the user
+// gave, spelt `flag_name` in errors), else `env` when set and not empty
+// (FUSEBOX_LOG_LEVEL), else warning. The error names which of the two did
+// not parse.
+absl::StatusOr<LogLevel> ResolveLogLevel(absl::string_view flag, const char* env,
+                                         absl::string_view flag_name = "--log_level");
 
 class Logger {
  public:

@@ -15,8 +15,8 @@ namespace fusebox::comm {
 struct UcxOptions {
   // Collectives of up to this many bytes carry their payload in the header
   // round ("one-shot": one round of latency, each rank reduces all
-  // contributions). Larger AllReduce uses shared memory (below) or the
-  // pipelined ring. Measured here, the shared-memory path wins from ~4 KiB.
+  // contributions). Larger AllReduce uses shared memory (below), or over
+  // messages recursive doubling and then the pipelined ring. Measured here, the shared-memory path wins from ~4 KiB.
   // Where up to 8 ranks share a host with fewer cores than ranks, a non-zero
   // value is raised to 32 KiB (every synchronisation then costs a round of
   // context switches); 0 turns one-shot off everywhere.
@@ -39,7 +39,8 @@ struct UcxOptions {
   // every rank (ucp_mem_map + ucp_rkey_ptr) instead of the tag ring: ranks
   // reduce straight out of each other's staging with no kernel copies. Used
   // only when every rank can map every other rank's staging; otherwise (e.g.
-  // UCX_TLS=tcp, or ranks on several hosts) the ring runs.
+  // UCX_TLS=tcp, or ranks on several hosts) recursive doubling or the ring
+  // runs.
   bool use_shared_memory = true;
   // Bytes each rank owns per round of the shared-memory algorithm: a
   // multiple of 64 (a cache line), so that every element and counter in the

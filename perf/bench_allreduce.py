@@ -83,7 +83,8 @@ link shaped to RATE (e.g. 1gbit):
           scheduler ticks, 4 ms per 8 B allreduce at 4 hosts on 2 CPUs)
   mpi-aK  as mpi, with the algorithm forced.
 Gloo, the memcpy reference and the loaded pass are not run; the targets are "N hosts: busbw
-ucx/mpibest >= 1.0x at every size" for each N.
+ucx/mpibest >= 1.0x at every size" for each N. The namespaces' names are fixed (prefix fbbnch):
+run one emulated benchmark at a time.
 
 Exit status: 0 when every run succeeded with no wrong element (targets FAIL too only with
 --strict), 1 when a run failed or reported wrong results, 2 on a usage error or a missing binary.
@@ -229,10 +230,11 @@ def build_tools(args):
 
     def emulated(what, n):
         # Its own prefix, subnet and port: never another emucluster run's namespaces.
+        # --grace 2: its teardown ends within kill_group's 5 s after a --timeout.
         return [args.python, emucluster, what, "--hosts", str(n), "--rate", args.emulate,
-                "--prefix", "fbbnch", "--subnet", "97"] + (
-                    ["--port", "29671", "--fusebox_run", launcher] if what == "run" else []
-                ) + ["--"]
+                "--prefix", "fbbnch", "--subnet", "97", "--grace", "2"] + (
+                    ["--port", "29671", "--fusebox_run", launcher] if what == "run"
+                    else ["--mpirun", args.mpirun]) + ["--"]
 
     defaults = {
         "ucx": (lambda n: [launcher, "-n", str(n)] + ucx_bind(n) +
@@ -969,8 +971,8 @@ def main(argv=None):
                        else "none below", len(pairs)),
                    [p[2] for p in pairs] + [p[3] for p in pairs])
 
-    # The local targets (memcpy, loaded pass, the 2- and 4-rank latency) mean nothing for
-    # emulated hosts.
+    # The local targets (2-rank latency and 64 MiB, memcpy, the loaded pass) mean nothing
+    # for emulated hosts.
     if not args.emulate:
         u, m = stat("ucx", 2, idle_small), stat("mpibest", 2, idle_small)
         v = u["time_us"] / m["time_us"] if u and m and m["time_us"] > 0 else None

@@ -90,7 +90,8 @@ int Generate(const comm::Logger& log, const std::vector<std::string>& args) {
     }
   }
   if (models.empty()) return UsageError(log, "generate: which model? (a name or all)");
-  if (!out_file.empty() && !out_dir.empty()) return UsageError(log, "generate: -o or --dir, not both");
+  if (!out_file.empty() && !out_dir.empty())
+    return UsageError(log, "generate: -o or --dir, not both");
   if (models.size() == 1 && models[0] == "all") models = autotune::ModelNames();
   if (models.size() > 1 && out_dir.empty()) {
     return UsageError(log, "generate: several models (or all) need --dir DIR");

@@ -448,8 +448,8 @@ absl::Status Launcher::StartRank(int rank) {
   if (log_.Enabled(comm::LogLevel::kInfo)) {
     log_.Info(absl::StrCat("rank ", GlobalRank(options_, rank), " started: pid ", pid,
                            bind ? absl::StrCat(", CPU ", rank_cpus_[rank]) : ", not bound"));
-    log_.Debug(absl::StrCat("rank ", GlobalRank(options_, rank), " runs: ",
-                            absl::StrJoin(options_.command, " ")));
+    log_.Debug(absl::StrCat("rank ", GlobalRank(options_, rank),
+                            " runs: ", absl::StrJoin(options_.command, " ")));
   }
   return absl::OkStatus();
 }
@@ -476,12 +476,12 @@ void Launcher::OnRankExit(int rank, int wait_status) {
   ranks_[rank].wait_status = wait_status;
   const bool clean = WIFEXITED(wait_status) && WEXITSTATUS(wait_status) == 0;
   if (clean || stopping_) {
-    log_.Info(absl::StrCat("rank ", GlobalRank(options_, rank), " ",
-                           DescribeWaitStatus(wait_status)));
+    log_.Info(
+        absl::StrCat("rank ", GlobalRank(options_, rank), " ", DescribeWaitStatus(wait_status)));
     return;
   }
-  log_.Error(absl::StrCat("rank ", GlobalRank(options_, rank), " ",
-                          DescribeWaitStatus(wait_status)));
+  log_.Error(
+      absl::StrCat("rank ", GlobalRank(options_, rank), " ", DescribeWaitStatus(wait_status)));
   if (failed_) return;  // within --failure-grace of an earlier failure
   // (Ranks not started yet still are: a rank can fail before the last one
   // is launched.)
@@ -491,14 +491,13 @@ void Launcher::OnRankExit(int rank, int wait_status) {
     stop_at_ = Clock::now() + absl::ToChronoNanoseconds(
                                   std::min(options_.failure_grace, absl::Hours(24)));
     log_.Warning(absl::StrCat("the other ranks may exit on their own for ",
-                        absl::FormatDuration(options_.failure_grace),
-                        " (--failure-grace) before they are stopped"));
+                              absl::FormatDuration(options_.failure_grace),
+                              " (--failure-grace) before they are stopped"));
     return;
   }
   if (RunningCount() > 0) {
     log_.Warning(absl::StrCat("stopping ranks ", RunningRanks(), " (SIGTERM, then ",
-                        "SIGKILL after ", absl::FormatDuration(options_.grace),
-                        ")"));
+                              "SIGKILL after ", absl::FormatDuration(options_.grace), ")"));
   }
   BeginShutdown(SIGTERM, std::max(1, ExitCodeForWaitStatus(wait_status)));
 }
@@ -536,8 +535,8 @@ void Launcher::HandleSignals() {
     }
     if (!stopping_) {
       log_.Warning(absl::StrCat("got ", SignalName(sig), "; forwarding it to all ",
-                          "ranks (SIGKILL after ",
-                          absl::FormatDuration(options_.grace), ")"));
+                                "ranks (SIGKILL after ", absl::FormatDuration(options_.grace),
+                                ")"));
       BeginShutdown(sig, 128 + sig);
     } else if (!killed_) {
       log_.Warning(absl::StrCat("got ", SignalName(sig), " again; killing all ranks"));
@@ -603,18 +602,18 @@ void Launcher::EventLoop() {
     const Clock::time_point now = Clock::now();
     if (!stopping_ && now >= timeout_at) {
       log_.Error(absl::StrCat("timeout of ", absl::FormatDuration(options_.timeout),
-                          " expired; stopping ranks ", RunningRanks()));
+                              " expired; stopping ranks ", RunningRanks()));
       BeginShutdown(SIGTERM, kExitTimeout);
     }
     if (!stopping_ && failed_ && now >= stop_at_) {
       log_.Warning(absl::StrCat("stopping ranks ", RunningRanks(), " (--failure-grace of ",
-                          absl::FormatDuration(options_.failure_grace), " expired)"));
+                                absl::FormatDuration(options_.failure_grace), " expired)"));
       BeginShutdown(SIGTERM, failure_exit_code_);
     }
     if (stopping_ && !killed_ && Clock::now() >= kill_at_) {
       log_.Warning(absl::StrCat("ranks ", RunningRanks(), " still running ",
-                          absl::FormatDuration(options_.grace),
-                          " after SIGTERM; sending SIGKILL"));
+                                absl::FormatDuration(options_.grace),
+                                " after SIGTERM; sending SIGKILL"));
       SignalAll(SIGKILL);
       killed_ = true;
     }
@@ -706,8 +705,8 @@ int main(int argc, char** argv) {
   if (isatty(STDERR_FILENO) && std::getenv("FUSEBOX_PROGRESS") == nullptr) {
     options->env.emplace_back("FUSEBOX_PROGRESS", "1");
   }
-  absl::StatusOr<fusebox::comm::LogLevel> level =
-      fusebox::comm::ResolveLogLevel(options->log_level, std::getenv("FUSEBOX_LOG_LEVEL"));
+  absl::StatusOr<fusebox::comm::LogLevel> level = fusebox::comm::ResolveLogLevel(
+      options->log_level, std::getenv("FUSEBOX_LOG_LEVEL"), "--log-level");
   if (!level.ok()) {
     fprintf(stderr, "fusebox-run: %s\n", std::string(level.status().message()).c_str());
     return fusebox::tools::kExitUsage;

@@ -26,11 +26,12 @@
 // * One rank, above small_bytes: a local copy (kLocal).
 // * AllReduce: the shared-memory allreduce where every rank mapped every
 //   segment. Else (messages: across hosts) recursive doubling up to
-//   UcxOptions::recursive_doubling_bytes (64 KiB by default), which finishes in log2(p) rounds (plus two
-//   where p is not a power of two) where the ring needs 2(p-1), each a
-//   round trip of latency across hosts; the ring above it, which moves
-//   2(p-1)/p of the data per rank where recursive doubling moves log2(p)
-//   times all of it. Broadcast: the pipelined chain. AllGather: the ring.
+//   UcxOptions::recursive_doubling_bytes (64 KiB by default): log2(p)
+//   rounds (two more where p is not a power of two) where the ring needs
+//   2(p-1), each a round trip of latency across hosts. Above it the ring,
+//   which moves 2(p-1)/p of the data per rank where recursive doubling
+//   moves log2(p) times all of it. Broadcast: the pipelined chain.
+//   AllGather: the ring.
 #ifndef FUSEBOX_COMM_UCX_ALGORITHMS_H_
 #define FUSEBOX_COMM_UCX_ALGORITHMS_H_
 
@@ -65,10 +66,14 @@ inline constexpr size_t kOversubscribedSmallBytes = size_t{32} << 10;
 inline constexpr int kOversubscribedSmallMaxRanks = 8;
 // The default of UcxOptions::recursive_doubling_bytes, recursive doubling's
 // upper limit where AllReduce goes over messages (Note [Algorithm table]).
-// Its break-even with the ring, p ranks, latency L per
-// round and link bandwidth B: (2(p-1) - log2 p) L = (log2 p - 2(p-1)/p) m / B;
-// at 8 hosts on 1 Gbit/s with L ~ 100 us (TCP, measured on emulated hosts)
-// m ~ 110 KB, at 4 Gbit/s ~ 27 KB; 64 KiB sits between.
+// Its break-even with the ring, p ranks, latency L per round and link
+// bandwidth B: m = (2(p-1) - log2 p) L B / (log2 p - 2(p-1)/p). With
+// L ~ 100 us (TCP between emulated hosts) and 1 Gbit/s that is ~100 KB at
+// 4 ranks and ~110 KB at 8, and it grows with B and L (at 2 ranks the two
+// move the same bytes and recursive doubling always wins): 64 KiB stays
+// below the break-even wherever it was estimated. Measured on emulated
+// hosts it shortened 4 KiB at 2 and 4 hosts and changed nothing at 8
+// (docs/allreduce/20261126-emulated-rd-1gbit).
 inline constexpr size_t kRecursiveDoublingMaxBytes = size_t{64} << 10;
 
 // Everything the table depends on; equal on every rank (Note [Algorithm

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 
 namespace fusebox::comm::ucx {
 namespace {
@@ -63,11 +64,10 @@ absl::StatusOr<std::string> Channel::Open(const UcxOptions& options, bool rma) {
   return mine;
 }
 
-absl::Status Channel::Connect(const std::vector<std::string>& addresses,
-                              bool detect_peer_failure) {
+absl::Status Channel::Connect(const std::vector<std::string>& addresses, bool detect_peer_failure) {
   if (static_cast<int>(addresses.size()) != size_) {
-    return absl::InvalidArgumentError(absl::StrCat("UCX channel: ", addresses.size(),
-                                                   " addresses for ", size_, " ranks"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("UCX channel: ", addresses.size(), " addresses for ", size_, " ranks"));
   }
   eps_.assign(size_, nullptr);
   peer_status_.assign(size_, UCS_OK);
@@ -76,8 +76,8 @@ absl::Status Channel::Connect(const std::vector<std::string>& addresses,
     if (peer == rank_) continue;
     const std::string& a = addresses[peer];
     if (a.empty() || a.size() > (1u << 20)) {
-      return absl::DataLossError(absl::StrCat("rank ", peer, " published a malformed UCX address (",
-                                              a.size(), " bytes)"));
+      return absl::DataLossError(
+          absl::StrCat("rank ", peer, " published a malformed UCX address (", a.size(), " bytes)"));
     }
     ucp_ep_params_t ep{};
     ep.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
@@ -117,8 +117,8 @@ absl::Status Channel::FlushEndpoints(absl::Time deadline) {
       ucp_request_free(r);
     }
     if (fst != UCS_OK && first.ok()) {
-      first = absl::UnavailableError(absl::StrCat("rank ", rank_, " could not connect to rank ",
-                                                  peer, ": ", UcsError(fst)));
+      first = absl::UnavailableError(
+          absl::StrCat("rank ", rank_, " could not connect to rank ", peer, ": ", UcsError(fst)));
     }
   }
   return first;
@@ -212,8 +212,8 @@ absl::Status Channel::Progress(int peer) {
   }
   if (notice_recv_.done) return NoticeError();
   if ((++deadline_polls_ & 63) == 0 && absl::Now() >= deadline_) {
-    return absl::DeadlineExceededError(
-        peer >= 0 ? absl::StrCat("still waiting for rank ", peer) : "still waiting");
+    return absl::DeadlineExceededError(peer >= 0 ? absl::StrCat("still waiting for rank ", peer)
+                                                 : "still waiting");
   }
   return absl::OkStatus();
 }
@@ -274,6 +274,27 @@ absl::Status Channel::Finish(Pending* p, const char* what) {
     return absl::UnavailableError(absl::StrCat("UCX ", what, " failed: ", UcsError(p->status)));
   }
   return absl::OkStatus();
+}
+
+absl::Status Channel::SendRecv(int peer, const void* send_buf, void* recv_buf, size_t len,
+                               ucp_tag_t tag, const char* what) {
+  Pending r, snd;
+  if (recv_buf != nullptr) PostRecv(peer, recv_buf, len, tag, &r);
+  if (send_buf != nullptr) PostSend(peer, send_buf, len, tag, &snd);
+  absl::Status s;
+  if (recv_buf != nullptr) {
+    s = Finish(&r, what);
+    if (s.ok() && r.length != len) {
+      s = absl::DataLossError(
+          absl::StrCat(what, " from rank ", peer, ": got ", r.length, " bytes, expected ", len));
+    }
+  }
+  if (s.ok() && send_buf != nullptr) s = Finish(&snd, what);
+  if (!s.ok()) {
+    Release(&r, /*is_recv=*/true);
+    Release(&snd, /*is_recv=*/false);
+  }
+  return s;
 }
 
 void Channel::Release(Pending* p, bool is_recv) {

@@ -5,14 +5,15 @@
 // and never call UCP's messaging themselves.
 //
 //   Channel ch(rank, size, &abort);
-//   std::string me = *ch.Open(options);          // this rank's worker address
+//   std::string me = *ch.Open(options, /*rma=*/false);  // this rank's worker address
 //   ... every rank publishes `me` and gathers the others' ...
-//   ch.Connect(addresses);                       // endpoints; notices listened for
+//   ch.Connect(addresses, /*detect_peer_failure=*/false);  // endpoints; notices listened for
 //   ch.set_deadline(absl::Now() + timeout);
 //   Pending r, s;
 //   ch.PostRecv(peer, buf, n, MakeTag(seq, 1, 0), &r);
 //   ch.PostSend(peer, data, n, MakeTag(seq, 1, 0), &s);
 //   absl::Status st = ch.Finish(&r, "receive");  // then Finish(&s, "send")
+//   st = ch.SendRecv(peer, data, buf, n, MakeTag(seq, 2, 0), "exchange");  // both at once
 //
 // A channel is not thread-safe: it is used by one thread at a time (the
 // communicator's executor, Note [Who executes a collective]), which is why
@@ -138,6 +139,14 @@ class Channel {
   // already under way may still land in the caller's buffer: the collective
   // has failed and its buffers hold no defined result.
   void Release(Pending* p, bool is_recv);
+  // One pairwise step: sends `len` bytes of `send_buf` (if not null) to
+  // `peer` and receives `len` bytes into `recv_buf` (if not null) from it,
+  // both under `tag`, and returns once both are done; a receive of another
+  // length is DataLoss naming `what` and the peer. On error nothing is left
+  // for the caller to release (a send handed back to UCX may still read
+  // `send_buf` until the endpoints close).
+  absl::Status SendRecv(int peer, const void* send_buf, void* recv_buf, size_t len, ucp_tag_t tag,
+                        const char* what);
   // Note [Failure notices]: tells every reachable peer that this rank gave
   // up on collective `seq`; bounded in time (100 ms), never fails.
   void NotifyPeers(uint64_t seq);

@@ -43,11 +43,11 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <chrono>
 #include <deque>
 #include <functional>
 #include <mutex>
@@ -62,6 +62,7 @@
 #include "comm/fault.h"
 #include "comm/reduce.h"
 #include "comm/ucx/algorithms.h"
+#include "comm/ucx/allreduce_recursive_doubling.h"
 #include "comm/ucx/channel.h"
 #include "comm/ucx/ranges.h"
 #include "comm/ucx/shm_allreduce.h"
@@ -110,7 +111,6 @@ bool SameCall(const Header& a, const Header& b) {
          a.root == b.root && a.count == b.count && a.seq == b.seq;
 }
 
-
 int64_t SteadyNanos() {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(
              std::chrono::steady_clock::now().time_since_epoch())
@@ -125,7 +125,6 @@ struct Request {
   std::shared_ptr<Work> work;
 };
 
-
 using ucx::ChunkOf;
 using ucx::MakeTag;
 using ucx::Pending;
@@ -136,8 +135,7 @@ using ucx::UcsError;
 class UcxCommunicator final : public Communicator {
  public:
   UcxCommunicator(const UcxOptions& options, int rank, int size, Store& store)
-      : options_(options), rank_(rank), size_(size), store_(store),
-        channel_(rank, size, &abort_) {}
+      : options_(options), rank_(rank), size_(size), store_(store), channel_(rank, size, &abort_) {}
   ~UcxCommunicator() override;
 
   absl::Status Init(Store& store);
@@ -176,17 +174,9 @@ class UcxCommunicator final : public Communicator {
   bool ExecuteNext();
   absl::Status Run(const Request& req);
 
-
   absl::Status HeaderRound(const Request& req, size_t payload_bytes,
                            const void* payload);
   absl::Status RingAllReduce(const Request& req);
-  absl::Status RecursiveDoublingAllReduce(const Request& req);
-  // One pairwise step: sends `len` bytes of `send_buf` (if not null) to
-  // `peer` and receives `len` bytes into `recv_buf` (if not null) from it,
-  // both under `tag`; returns once both are done. On error nothing is left
-  // in flight.
-  absl::Status SendRecv(int peer, const void* send_buf, void* recv_buf, size_t len,
-                        ucp_tag_t tag, const char* what);
   absl::Status ChainBroadcast(const Request& req);
   absl::Status RingAllGather(const Request& req);
   void SmallAllReduce(const Request& req);
@@ -196,9 +186,6 @@ class UcxCommunicator final : public Communicator {
   const int size_;
   Store& store_;  // outlives the communicator; used again only by a post-mortem
 
-  // Endpoints, tags, waits and failure notices (executor only).
-  ucx::Channel channel_;
-
   // Header-round staging: size_ slots of (Header + small_bytes_).
   size_t slot_bytes_ = 0;
   std::vector<unsigned char> header_slots_;
@@ -206,7 +193,8 @@ class UcxCommunicator final : public Communicator {
   // Ring staging: `kRingSlots` chunks.
   static constexpr int kRingSlots = 8;
   std::vector<unsigned char> ring_slots_;
-  // Recursive doubling's received partials (up to kRecursiveDoublingMaxBytes).
+  // Recursive doubling's received partials: grows to the largest message it
+  // has run (at most options_.recursive_doubling_bytes).
   std::vector<unsigned char> rd_staging_;
 
   // Shared-memory path (Note [UCX shared-memory allreduce]).
@@ -257,6 +245,9 @@ class UcxCommunicator final : public Communicator {
   bool thread_sleeping_ = false;  // guarded by mu_: progress thread in cv_.wait
   std::atomic<size_t> queued_{0};  // queue_.size(), for the spinning thread
   std::atomic<bool> abort_{false};
+  // Endpoints, tags, waits and failure notices (executor only). After
+  // abort_, which its waits read.
+  ucx::Channel channel_;
   // Set once a collective has failed: every later call is refused
   // synchronously with failure_ (guarded by failure_mu_).
   std::atomic<bool> failed_{false};
@@ -277,10 +268,10 @@ absl::Status UcxCommunicator::Init(Store& store) {
   // Ranks whose options differ would pick different algorithms and hang, so
   // a difference is an error naming both ranks.
   const std::string settings_text = absl::StrCat(
-      "small_message_bytes=", options_.small_message_bytes, " recursive_doubling_bytes=",
-      options_.recursive_doubling_bytes, " chunk_bytes=", options_.chunk_bytes,
-      " use_shared_memory=", options_.use_shared_memory, " shm_chunk_bytes=",
-      options_.shm_chunk_bytes, " transports=", options_.transports,
+      "small_message_bytes=", options_.small_message_bytes,
+      " recursive_doubling_bytes=", options_.recursive_doubling_bytes,
+      " chunk_bytes=", options_.chunk_bytes, " use_shared_memory=", options_.use_shared_memory,
+      " shm_chunk_bytes=", options_.shm_chunk_bytes, " transports=", options_.transports,
       " detect_peer_failure=", options_.detect_peer_failure);
   const uint32_t settings_len = static_cast<uint32_t>(settings_text.size());
   std::string mine(reinterpret_cast<const char*>(&settings_len), sizeof(settings_len));
@@ -637,7 +628,9 @@ absl::Status UcxCommunicator::Run(const Request& req) {
     case Algorithm::kRingAllReduce:
       return RingAllReduce(req);
     case Algorithm::kRecursiveDoublingAllReduce:
-      return RecursiveDoublingAllReduce(req);
+      return ucx::RecursiveDoublingAllReduce(
+          channel_, {req.send, req.recv, h.count, type, static_cast<ReduceOp>(h.op), h.seq},
+          &rd_staging_);
     case Algorithm::kChainBroadcast:
       return ChainBroadcast(req);
     case Algorithm::kRingAllGather:
@@ -679,11 +672,12 @@ absl::Status UcxCommunicator::HeaderRound(const Request& req, size_t payload_byt
   for (int peer = 0; peer < size_; ++peer) {
     if (peer == rank_) continue;
     channel_.PostRecv(peer, header_slots_.data() + static_cast<size_t>(peer) * slot_bytes_,
-             slot_bytes_, MakeTag(seq, 0, peer), &recvs[peer]);
+                      slot_bytes_, MakeTag(seq, 0, peer), &recvs[peer]);
   }
   for (int k = 1; k < size_; ++k) {  // staggered so that peers are not all hit at once
     const int peer = (rank_ + k) % size_;
-    channel_.PostSend(peer, mine, sizeof(Header) + payload_bytes, MakeTag(seq, 0, rank_), &sends[peer]);
+    channel_.PostSend(peer, mine, sizeof(Header) + payload_bytes, MakeTag(seq, 0, rank_),
+                      &sends[peer]);
   }
   absl::Status first;
   for (int peer = 0; peer < size_; ++peer) {
@@ -866,99 +860,6 @@ absl::Status UcxCommunicator::RingAllReduce(const Request& req) {
   return first;
 }
 
-absl::Status UcxCommunicator::SendRecv(int peer, const void* send_buf, void* recv_buf,
-                                       size_t len, ucp_tag_t tag, const char* what) {
-  Pending r, snd;
-  if (recv_buf != nullptr) channel_.PostRecv(peer, recv_buf, len, tag, &r);
-  if (send_buf != nullptr) channel_.PostSend(peer, send_buf, len, tag, &snd);
-  absl::Status s;
-  if (recv_buf != nullptr) {
-    s = channel_.Finish(&r, what);
-    if (s.ok() && r.length != len) {
-      s = absl::DataLossError(absl::StrCat(what, " from rank ", peer, ": got ", r.length,
-                                           " bytes, expected ", len));
-    }
-  }
-  if (s.ok() && send_buf != nullptr) s = channel_.Finish(&snd, what);
-  if (!s.ok()) {
-    channel_.Release(&r, /*is_recv=*/true);
-    channel_.Release(&snd, /*is_recv=*/false);
-  }
-  return s;
-}
-
-// Recursive doubling (Note [Algorithm table]): log2(q) pairwise exchanges
-// of the whole vector among q ranks, q the largest power of two <= p. Where
-// p is not one, the first 2(p - q) ranks pair up before (the even one hands
-// its data to the odd one and sits the exchanges out) and after (the odd one
-// hands it the result). Every combination puts the lower rank's partial
-// first, so both partners of an exchange compute the same bits and all
-// ranks end with the same result.
-absl::Status UcxCommunicator::RecursiveDoublingAllReduce(const Request& req) {
-  const Header& h = req.header;
-  const DataType type = static_cast<DataType>(h.type);
-  const ReduceOp op = static_cast<ReduceOp>(h.op);
-  const size_t bytes = h.count * DataTypeSize(type);
-  if (bytes == 0) return absl::OkStatus();
-  const int p = size_;
-  int q = 1, rounds = 0;
-  while (q * 2 <= p) {
-    q *= 2;
-    ++rounds;
-  }
-  const int extra = p - q;  // ranks 0 .. 2*extra-1 pair up around the exchanges
-  if (rd_staging_.size() < bytes) rd_staging_.resize(bytes);
-  unsigned char* staged = rd_staging_.data();
-  auto* out = static_cast<unsigned char*>(req.recv);
-  const unsigned char* mine = static_cast<const unsigned char*>(req.send);  // this rank's partial
-  const uint64_t seq = h.seq;
-  // Tag steps: 1 before, 2 .. rounds+1 the exchanges, rounds+2 after.
-  const bool paired = rank_ < 2 * extra;
-  const bool sits_out = paired && rank_ % 2 == 0;
-  if (paired) {
-    if (sits_out) {
-      if (absl::Status s = SendRecv(rank_ + 1, mine, nullptr, bytes, MakeTag(seq, 1, 0),
-                                    "recursive doubling hand-over");
-          !s.ok()) {
-        return s;
-      }
-    } else {
-      if (absl::Status s = SendRecv(rank_ - 1, nullptr, staged, bytes, MakeTag(seq, 1, 0),
-                                    "recursive doubling hand-over");
-          !s.ok()) {
-        return s;
-      }
-      Reduce(staged, mine, out, h.count, type, op);  // rank_ - 1 first
-      mine = out;
-    }
-  }
-  if (!sits_out) {
-    const int me = paired ? rank_ / 2 : rank_ - extra;  // among the q
-    for (int k = 0; k < rounds; ++k) {
-      const int other = me ^ (1 << k);
-      const int peer = other < extra ? 2 * other + 1 : other + extra;
-      if (absl::Status s = SendRecv(peer, mine, staged, bytes, MakeTag(seq, 2 + k, 0),
-                                    "recursive doubling exchange");
-          !s.ok()) {
-        return s;
-      }
-      if (rank_ < peer) {
-        Reduce(mine, staged, out, h.count, type, op);
-      } else {
-        Reduce(staged, mine, out, h.count, type, op);
-      }
-      mine = out;
-    }
-    if (op == ReduceOp::kAvg) FinishAvg(out, h.count, type, p);
-  }
-  if (paired) {
-    const ucp_tag_t tag = MakeTag(seq, 2 + rounds, 0);
-    return sits_out ? SendRecv(rank_ + 1, nullptr, out, bytes, tag, "recursive doubling result")
-                    : SendRecv(rank_ - 1, out, nullptr, bytes, tag, "recursive doubling result");
-  }
-  return absl::OkStatus();
-}
-
 absl::Status UcxCommunicator::ChainBroadcast(const Request& req) {
   const Header& h = req.header;
   const size_t bytes = h.count * DataTypeSize(static_cast<DataType>(h.type));
@@ -1016,7 +917,7 @@ absl::Status UcxCommunicator::RingAllGather(const Request& req) {
     for (size_t j = 0; j < nchunks; ++j) {
       const Range r = ChunkOf(block(step), chunk, j);
       channel_.PostRecv((rank_ - 1 + p) % p, out + r.off, r.len, MakeTag(h.seq, 1 + step, j),
-               &recvs[step * nchunks + j]);
+                        &recvs[step * nchunks + j]);
     }
   }
   const Range own{static_cast<size_t>(rank_) * bytes, bytes};
@@ -1111,7 +1012,8 @@ absl::Status UcxCommunicator::InitSharedMemory(Store& store) {
     }
     uint64_t raddr;
     std::memcpy(&raddr, blob.data(), sizeof(raddr));
-    st = ucp_ep_rkey_unpack(channel_.endpoint(peer), blob.data() + sizeof(raddr), &shm_rkeys_[peer]);
+    st =
+        ucp_ep_rkey_unpack(channel_.endpoint(peer), blob.data() + sizeof(raddr), &shm_rkeys_[peer]);
     void* ptr = nullptr;
     if (st == UCS_OK) st = ucp_rkey_ptr(shm_rkeys_[peer], raddr, &ptr);
     if (st != UCS_OK) {
@@ -1170,9 +1072,9 @@ absl::StatusOr<std::unique_ptr<Communicator>> CreateUcxCommunicator(
   }
   if (absl::Status s = ValidateCollectiveTimeout("UCX", options.timeout); !s.ok()) return s;
   if (size > ucx::kMaxWorld) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "the UCX communicator supports at most ", ucx::kMaxWorld,
-        " ranks (its ring's step numbers must fit its tags), got ", size));
+    return absl::InvalidArgumentError(
+        absl::StrCat("the UCX communicator supports at most ", ucx::kMaxWorld,
+                     " ranks (its ring's step numbers must fit its tags), got ", size));
   }
   auto comm = std::make_unique<UcxCommunicator>(options, rank, size, store);
   if (absl::Status s = comm->Init(store); !s.ok()) return s;

@@ -35,10 +35,12 @@ after "--" are mpirun's options, then the program and its arguments:
         --mca coll_tuned_allreduce_algorithm 4 ./prog -b 8 -e 1M
 
 Everything it creates is removed on exit, on failure and on SIGINT/SIGTERM/
-SIGHUP; it kills only the processes it started. If the script itself is
-SIGKILLed, its launchers die with it (PR_SET_PDEATHSIG) and so do their
-ranks; the namespaces stay until `cleanup` or the next run with the same
-prefix removes them. Needs root (ip netns, tc).
+SIGHUP; it kills only the processes it started (every process inside its
+namespaces). If the script itself is SIGKILLed, its launchers die with it
+(PR_SET_PDEATHSIG) and so do fusebox-run's ranks; mpirun's orteds and
+ranks, and the namespaces, stay until `cleanup` (which kills whatever runs
+inside the namespaces) or the next run with the same prefix. Needs root
+(ip netns, tc).
 
 Exit status: a failing host's launcher status (its first failing rank's;
 the lowest-numbered host when several are found failed at once), 124 on
@@ -228,7 +230,7 @@ def run(args):
     for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, on_signal)
     launchers = []
-    tmpdir = tempfile.mkdtemp(prefix="fusebox-emucluster-")
+    tmpdir = tempfile.mkdtemp(prefix="fusebox-emucluster-") if args.what == "mpirun" else None
     try:
         setup(args)
         if args.what == "mpirun":
@@ -267,7 +269,8 @@ def run(args):
             cleanup(args.prefix)
         except SetupError as e:  # report it; keep the run's own exit status
             print("emucluster: cleanup: %s" % e, file=sys.stderr)
-        shutil.rmtree(tmpdir, ignore_errors=True)
+        if tmpdir is not None:
+            shutil.rmtree(tmpdir, ignore_errors=True)
 
 
 def main():

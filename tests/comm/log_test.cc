@@ -39,6 +39,9 @@ TEST(LogLevelTest, TheFlagWinsOverTheEnvironmentAndWarningIsTheDefault) {
   absl::StatusOr<LogLevel> env = ResolveLogLevel("", "loud");
   ASSERT_FALSE(env.ok());
   EXPECT_THAT(env.status().message(), HasSubstr("FUSEBOX_LOG_LEVEL: 'loud'"));
+  EXPECT_NE(ResolveLogLevel("loud", nullptr, "--log-level").status().message().find(
+                "--log-level: "),
+            std::string::npos);
   absl::StatusOr<LogLevel> flag = ResolveLogLevel("loud", "info");
   ASSERT_FALSE(flag.ok());
   EXPECT_THAT(flag.status().message(), HasSubstr("--log_level: 'loud'"));

@@ -1,7 +1,5 @@
 // The UCX channel (comm/ucx/channel.h) on its own, without the algorithms:
 // two channels in one process, each driven by one thread at a time.
-#include "comm/ucx/channel.h"
-
 #include <atomic>
 #include <cstring>
 #include <memory>
@@ -11,6 +9,7 @@
 
 #include "absl/status/status.h"
 #include "absl/time/clock.h"
+#include "comm/ucx/channel.h"
 #include "gtest/gtest.h"
 
 namespace fusebox::comm::ucx {
@@ -171,7 +170,8 @@ TEST(UcxChannelTest, ABadUcxOptionIsNamed) {
   o.ucx_config = {{"RNDV_THRESH", "lots"}};
   absl::StatusOr<std::string> a = c.Open(o, false);
   ASSERT_FALSE(a.ok());
-  EXPECT_NE(a.status().message().find("UCX option RNDV_THRESH=lots"), std::string::npos) << a.status();
+  EXPECT_NE(a.status().message().find("UCX option RNDV_THRESH=lots"), std::string::npos)
+      << a.status();
 }
 
 }  // namespace

@@ -141,10 +141,37 @@ TEST_P(UcxAllReduceTest, MillionPlusThreeElementsByRecursiveDoubling) {
   constexpr size_t kCount = (1u << 20) + 3;
   RunRanks(world, RecursiveDoublingOnly(), [&](int rank, Communicator& comm) {
     for (int t = 0; t < kNumDataTypes; ++t) {
-      CheckAllReduce(rank, world, comm, kCount, static_cast<DataType>(t), ReduceOp::kSum, t % 2 == 0);
+      CheckAllReduce(rank, world, comm, kCount, static_cast<DataType>(t), ReduceOp::kSum,
+                     t % 2 == 0);
     }
     for (int o = 0; o < kNumReduceOps; ++o) {
-      CheckAllReduce(rank, world, comm, kCount, DataType::kFloat32, static_cast<ReduceOp>(o), o % 2 == 1);
+      CheckAllReduce(rank, world, comm, kCount, DataType::kFloat32, static_cast<ReduceOp>(o),
+                     o % 2 == 1);
+    }
+  });
+}
+
+// Sums of floats that are not exact: every rank must still hold the same
+// bits (both partners of an exchange combine in the same order).
+TEST_P(UcxAllReduceTest, RecursiveDoublingGivesEveryRankTheSameBits) {
+  const int world = GetParam();
+  constexpr size_t kCount = 3001;
+  RunRanks(world, RecursiveDoublingOnly(), [&](int rank, Communicator& comm) {
+    std::vector<float> x(kCount);
+    uint32_t state = 2654435761u * static_cast<uint32_t>(rank + 1);
+    for (float& v : x) {
+      state = state * 1664525u + 1013904223u;
+      v = static_cast<float>(state >> 8) * 1e-7f * ((state & 1) ? 1.0f : -3.0f);
+    }
+    ASSERT_TRUE(
+        AllReduceSync(comm, x.data(), x.data(), kCount, DataType::kFloat32, ReduceOp::kSum).ok());
+    std::vector<float> all(kCount * world);
+    auto w = comm.AllGather(x.data(), all.data(), kCount, DataType::kFloat32);
+    ASSERT_TRUE(w.ok()) << w.status();
+    ASSERT_TRUE((*w)->Wait().ok());
+    for (int r = 0; r < world; ++r) {
+      EXPECT_EQ(std::memcmp(all.data() + r * kCount, x.data(), kCount * sizeof(float)), 0)
+          << "rank " << rank << " and rank " << r << " differ";
     }
   });
 }
@@ -463,23 +490,35 @@ TEST(UcxCommunicatorTest, ARankThatGivesUpTellsThePeersThatAreStillWaiting) {
   for (auto& t : threads) t.join();
 }
 
-TEST(UcxCommunicatorTest, OptionsThatDifferAcrossRanksAreAnErrorNamingBoth) {
+// Options that pick algorithms must agree: ranks that picked different ones
+// would wait for messages their peers never send.
+void ExpectOptionsThatDifferAreRefused(const std::function<void(int rank, UcxOptions&)>& set,
+                                       const std::string& rank0, const std::string& rank1) {
   MemoryStore store;
   std::vector<absl::Status> results(2);
   std::vector<std::thread> threads;
   for (int r = 0; r < 2; ++r) {
     threads.emplace_back([&, r] {
       UcxOptions o;
-      o.small_message_bytes = r == 0 ? 16384 : 4096;  // would pick different algorithms
+      set(r, o);
       results[r] = CreateUcxCommunicator(o, r, 2, store).status();
     });
   }
   for (auto& t : threads) t.join();
   for (const absl::Status& s : results) {
     EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
-    EXPECT_NE(s.message().find("small_message_bytes=16384"), std::string::npos) << s;
-    EXPECT_NE(s.message().find("small_message_bytes=4096"), std::string::npos) << s;
+    EXPECT_NE(s.message().find(rank0), std::string::npos) << s;
+    EXPECT_NE(s.message().find(rank1), std::string::npos) << s;
   }
+}
+
+TEST(UcxCommunicatorTest, OptionsThatDifferAcrossRanksAreAnErrorNamingBoth) {
+  ExpectOptionsThatDifferAreRefused(
+      [](int r, UcxOptions& o) { o.small_message_bytes = r == 0 ? 16384 : 4096; },
+      "small_message_bytes=16384", "small_message_bytes=4096");
+  ExpectOptionsThatDifferAreRefused(
+      [](int r, UcxOptions& o) { o.recursive_doubling_bytes = r == 0 ? 0 : 65536; },
+      "recursive_doubling_bytes=0", "recursive_doubling_bytes=65536");
 }
 
 TEST(UcxCommunicatorTest, CountsThatOverflowAreRejected) {
@@ -508,7 +547,8 @@ TEST(UcxCommunicatorTest, RejectsBadOptions) {
   EXPECT_EQ(CreateUcxCommunicator(o, 0, 1, store).status().code(), absl::StatusCode::kInvalidArgument);
   o = UcxOptions{};
   o.recursive_doubling_bytes = (64u << 20) + 1;
-  EXPECT_EQ(CreateUcxCommunicator(o, 0, 1, store).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(CreateUcxCommunicator(o, 0, 1, store).status().code(),
+            absl::StatusCode::kInvalidArgument);
   // A shared-memory round that is not whole cache lines would misalign the
   // segments' elements and flags.
   o = UcxOptions{};

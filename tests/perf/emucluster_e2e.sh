@@ -129,7 +129,11 @@ case $E2E_CASE in
     e2e_need_exec "$mpi_tool" "MPI program"
     mpi() {  # mpi ARGS...: emucluster.py mpirun on 2 hosts, output in $work/out
       /usr/bin/python3 "$script" mpirun --prefix $prefix --subnet $subnet --hosts 2 --rate 1gbit \
-        --timeout 120 --grace 2 -- "$@" >"$work/out" 2>&1
+        --timeout 60 --grace 2 -- "$@" >"$work/out" 2>&1
+    }
+    mpi_left() {  # no orted or MPI program of this case survives
+      e2e_expect_no_procs "orted.*10\\.231\\.$subnet\\.|$(basename "$mpi_tool").*-e 1M -f 32" 5 \
+        "MPI processes left behind"
     }
     mpi bash -c 'echo "rank $OMPI_COMM_WORLD_RANK on $(hostname) addr $(ip -o -4 addr show fbeth | awk "{print \$4}")"' ||
       e2e_fail "mpirun exited $?"
@@ -141,6 +145,7 @@ case $E2E_CASE in
     mpi "$mpi_tool" -b 8 -e 1M -f 32 -n 3 -w 1 || e2e_fail "the MPI allreduce exited $?"
     grep -q "# Out of bounds values : 0 OK" "$work/out" || e2e_fail "results not checked OK"
     nothing_left
+    mpi_left
     ;;
 esac
 echo "PASS [$E2E_CASE]"

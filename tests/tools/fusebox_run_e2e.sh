@@ -239,7 +239,7 @@ log_level)
     grep -qF "fusebox-run: info: rank $r exited with status 0" "$work/stderr" ||
       e2e_fail "no exit of rank $r at info"
   done
-  run -n 2 -- sh -c 'exit 0'
+  e2e_capture env -u FUSEBOX_LOG_LEVEL "$launcher" -n 2 -- sh -c 'exit 0'
   e2e_expect_status 0 "default level"
   [ ! -s "$work/stderr" ] || e2e_fail "the default level printed: $(cat "$work/stderr")"
   FUSEBOX_LOG_LEVEL=error run -n 2 --env TAG="$tag" -- \
@@ -253,7 +253,11 @@ log_level)
   grep -qF "FUSEBOX_LOG_LEVEL" "$work/stderr" || e2e_fail "the bad variable is not named"
   run -n 1 --log-level=loud -- true
   e2e_expect_status 2 "bad --log-level"
-  grep -qF "log_level" "$work/stderr" || e2e_fail "the bad flag is not named"
+  grep -qF -- "--log-level: " "$work/stderr" || e2e_fail "the bad flag is not named"
+  # The flag wins over the variable.
+  FUSEBOX_LOG_LEVEL=loud run -n 1 --log-level info -- true
+  e2e_expect_status 0 "--log-level over a bad FUSEBOX_LOG_LEVEL"
+  grep -qF "fusebox-run: info: rank 0 started" "$work/stderr" || e2e_fail "the flag did not win"
   ;;
 
 all_succeed)
