@@ -16,7 +16,8 @@ struct UcxOptions {
   // Collectives of up to this many bytes carry their payload in the header
   // round ("one-shot": one round of latency, each rank reduces all
   // contributions). Larger AllReduce uses shared memory (below), or over
-  // messages recursive doubling and then the pipelined ring. Measured here, the shared-memory path wins from ~4 KiB.
+  // messages recursive doubling and then the pipelined ring. Measured here,
+  // the shared-memory path wins from ~4 KiB.
   // Where up to 8 ranks share a host with fewer cores than ranks, a non-zero
   // value is raised to 32 KiB (every synchronisation then costs a round of
   // context switches); 0 turns one-shot off everywhere.
@@ -24,7 +25,15 @@ struct UcxOptions {
   // AllReduce over messages (no shared memory: across hosts) of more than
   // small_message_bytes and up to this many bytes runs recursive doubling,
   // log2(p) rounds of latency instead of the ring's 2(p-1) (Note [Algorithm
-  // table] in comm/ucx/algorithms.h); 0 turns it off.
+  // table] in comm/ucx/algorithms.h); 0 turns it off. Its break-even with
+  // the ring, p ranks, latency L per round and link bandwidth B:
+  // m = (2(p-1) - log2 p) L B / (log2 p - 2(p-1)/p). With L ~ 100 us (TCP
+  // between emulated hosts) and 1 Gbit/s that is ~100 KB at 4 ranks and
+  // ~110 KB at 8, and it grows with B and L (at 2 ranks the two move the
+  // same bytes and recursive doubling always wins): 64 KiB stays below the
+  // break-even wherever it was estimated. Measured on emulated hosts it
+  // shortened 4 KiB at 2 and 4 hosts and changed nothing at 8
+  // (docs/allreduce/20261126-emulated-rd-1gbit).
   size_t recursive_doubling_bytes = 64 << 10;
   // Pipeline chunk of the ring algorithm. Small enough that a received chunk
   // is still in cache when it is reduced.

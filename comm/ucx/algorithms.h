@@ -64,17 +64,6 @@ const char* AlgorithmName(Algorithm a);
 // table]; measured at 4 ranks on 2 cores), and up to how many ranks.
 inline constexpr size_t kOversubscribedSmallBytes = size_t{32} << 10;
 inline constexpr int kOversubscribedSmallMaxRanks = 8;
-// The default of UcxOptions::recursive_doubling_bytes, recursive doubling's
-// upper limit where AllReduce goes over messages (Note [Algorithm table]).
-// Its break-even with the ring, p ranks, latency L per round and link
-// bandwidth B: m = (2(p-1) - log2 p) L B / (log2 p - 2(p-1)/p). With
-// L ~ 100 us (TCP between emulated hosts) and 1 Gbit/s that is ~100 KB at
-// 4 ranks and ~110 KB at 8, and it grows with B and L (at 2 ranks the two
-// move the same bytes and recursive doubling always wins): 64 KiB stays
-// below the break-even wherever it was estimated. Measured on emulated
-// hosts it shortened 4 KiB at 2 and 4 hosts and changed nothing at 8
-// (docs/allreduce/20261126-emulated-rd-1gbit).
-inline constexpr size_t kRecursiveDoublingMaxBytes = size_t{64} << 10;
 
 // Everything the table depends on; equal on every rank (Note [Algorithm
 // table]).

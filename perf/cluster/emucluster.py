@@ -59,6 +59,9 @@ import time
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 IFACE = "fbeth"
+# What every rank is given, under either launcher: namespaces do not isolate
+# shared memory, so UCX must be kept to TCP on the shaped interface.
+RANK_ENV = ("UCX_TLS=tcp", "UCX_NET_DEVICES=" + IFACE, "GLOO_SOCKET_IFNAME=" + IFACE)
 PR_SET_PDEATHSIG = 1
 
 
@@ -146,10 +149,8 @@ def launch(args, launchers):
     for i in range(args.hosts):
         cmd = ["ip", "netns", "exec", host_ns(args.prefix, i), args.fusebox_run,
                "-n", str(args.ranks_per_host), "--nnodes", str(args.hosts), "--node-rank", str(i),
-               "--master-addr", master, "--master-port", str(args.port), "--bind", "none",
-               "--env", "UCX_TLS=tcp", "--env", "UCX_NET_DEVICES=" + IFACE,
-               "--env", "GLOO_SOCKET_IFNAME=" + IFACE, "--env", "FUSEBOX_EMULATED_HOST=%d" % i]
-        for e in args.env:
+               "--master-addr", master, "--master-port", str(args.port), "--bind", "none"]
+        for e in RANK_ENV + ("FUSEBOX_EMULATED_HOST=%d" % i,) + tuple(args.env):
             cmd += ["--env", e]
         cmd += ["--"] + args.command
         # A session of its own: a terminal's ^C reaches only this script,
@@ -188,10 +189,8 @@ def launch_mpirun(args, launchers, tmpdir):
               "--host", hosts, "--bind-to", "none", "--tag-output",
               "--mca", "plm_rsh_agent", agent,
               "--mca", "btl", "self,vader,tcp", "--mca", "btl_tcp_if_include", IFACE,
-              "--mca", "oob_tcp_if_include", IFACE,
-              "-x", "UCX_TLS=tcp", "-x", "UCX_NET_DEVICES=" + IFACE,
-              "-x", "GLOO_SOCKET_IFNAME=" + IFACE]
-    for e in args.env:
+              "--mca", "oob_tcp_if_include", IFACE]
+    for e in RANK_ENV + tuple(args.env):
         mpirun += ["-x", e]
     cmd = ["ip", "netns", "exec", ns0, "unshare", "--uts", "sh", "-c",
            'hostname "$0" && exec "$@"', ns0] + mpirun + args.command

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 
+#include "comm/options.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -13,6 +14,9 @@ namespace {
 
 using ::testing::HasSubstr;
 
+// UcxOptions' default recursive-doubling limit, which the tables below use.
+const size_t kDefaultRecursiveDoubling = UcxOptions{}.recursive_doubling_bytes;
+
 constexpr Kind kKinds[] = {Kind::kAllReduce, Kind::kBroadcast, Kind::kAllGather, Kind::kBarrier};
 
 AlgorithmInputs Inputs(int world, unsigned cores, size_t option, bool exchange, bool shm) {
@@ -20,7 +24,7 @@ AlgorithmInputs Inputs(int world, unsigned cores, size_t option, bool exchange, 
   in.world = world;
   in.cores = cores;
   in.small_message_bytes = option;
-  in.recursive_doubling_bytes = kRecursiveDoublingMaxBytes;
+  in.recursive_doubling_bytes = kDefaultRecursiveDoubling;
   in.shm_exchange = exchange;
   in.shm_allreduce = shm;
   return in;
@@ -67,9 +71,9 @@ TEST(AlgorithmTableTest, OneShotUpToTheOptionThenTheLargeAlgorithmOfTheWorld) {
   const AlgorithmTable net = BuildAlgorithmTable(Inputs(2, 2, 4096, false, false));
   EXPECT_EQ(net.Select(Kind::kAllReduce, 4096), Algorithm::kOneShot);
   EXPECT_EQ(net.Select(Kind::kAllReduce, 4097), Algorithm::kRecursiveDoublingAllReduce);
-  EXPECT_EQ(net.Select(Kind::kAllReduce, kRecursiveDoublingMaxBytes),
+  EXPECT_EQ(net.Select(Kind::kAllReduce, kDefaultRecursiveDoubling),
             Algorithm::kRecursiveDoublingAllReduce);
-  EXPECT_EQ(net.Select(Kind::kAllReduce, kRecursiveDoublingMaxBytes + 1),
+  EXPECT_EQ(net.Select(Kind::kAllReduce, kDefaultRecursiveDoubling + 1),
             Algorithm::kRingAllReduce);
   EXPECT_EQ(net.Select(Kind::kBroadcast, 4097), Algorithm::kChainBroadcast);
   EXPECT_EQ(net.Select(Kind::kAllGather, 4097), Algorithm::kRingAllGather);
