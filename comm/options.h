@@ -58,7 +58,7 @@ struct UcxOptions {
   // UCX configuration overrides applied with ucp_config_modify, e.g.
   // {"TLS", "tcp,cma"}; UCX_* environment variables still apply underneath.
   std::vector<std::pair<std::string, std::string>> ucx_config;
-  // Note [Progress without sleeping] (comm/ucx/communicator.cc): how long
+  // Note [Progress without sleeping] (comm/async_core.h): how long
   // the progress thread keeps looking for the next collective (yielding the
   // core on every look) after the queue runs empty, before it blocks until
   // an issue wakes it. A collective issued within this window starts with no

@@ -1,21 +1,23 @@
 // MPI backend. See comm/mpi/communicator.h for the contract.
 //
 // Note [MPI progress thread]
-// Every communicator owns two duplicates of MPI_COMM_WORLD and one progress
-// thread, which makes every MPI call on them. Callers only validate their
-// arguments, take a sequence number and queue an Op under mu_; the thread
-//   1. issues the descriptor check of every queued Op on check_comm_
-//      (Note [Descriptor check]), as soon as it sees the Op;
-//   2. issues the data collective (MPI_Iallreduce / MPI_Ibcast /
-//      MPI_Iallgather) on data_comm_ once that Op's check has passed and every
-//      earlier Op has passed or failed its own check, so data collectives are
-//      issued in sequence order on every rank;
-//   3. polls all outstanding requests with MPI_Testsome, finishes avg (one
-//      division of the sum) on completion, and completes the Works strictly
-//      in sequence order;
-//   4. yields between polls while anything is in flight (ranks are often
-//      oversubscribed), looks for new work for kIdleSpin when idle, then
-//      sleeps on cv_.
+// Every communicator owns two duplicates of MPI_COMM_WORLD and the shared
+// core's progress thread (comm/async_core.h), which makes every MPI call on
+// them (callers never execute: callers_execute is off). Callers only go
+// through the core's checks, sequence number and queue; on the thread
+//   1. Start issues the descriptor check of each queued call on check_comm_
+//      (Note [Descriptor check]) as soon as the core hands it over, and
+//      leaves it in flight;
+//   2. Poll tests all outstanding requests with MPI_Testsome, finishes avg
+//      (one division of the sum) on completion, and issues the data
+//      collective (MPI_Iallreduce / MPI_Ibcast / MPI_Iallgather) on
+//      data_comm_ once that Op's check has passed and every earlier Op has
+//      passed or failed its own check, so data collectives are issued in
+//      sequence order on every rank;
+//   3. the core completes the Works strictly in sequence order, times out
+//      the oldest, yields between polls while anything is in flight (ranks
+//      are often oversubscribed), looks for new work for kIdleSpin when
+//      idle, then sleeps.
 // While anything is in flight the thread polls without sleeping, as MPI's
 // own blocking calls do: one core per communicator with outstanding work.
 // MPI must provide MPI_THREAD_MULTIPLE (InitMpi asks for it) when several
@@ -47,19 +49,18 @@
 #include <algorithm>
 #include <array>
 #include <atomic>
-#include <chrono>
 #include <climits>
-#include <condition_variable>
 #include <cstdint>
 #include <deque>
 #include <memory>
-#include <mutex>
 #include <string>
-#include <thread>
 #include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/time.h"
+#include "comm/async_core.h"
+#include "comm/communicator.h"
 #include "comm/fault.h"
 #include "comm/reduce.h"
 
@@ -309,9 +310,13 @@ absl::Status CheckResult(const CheckRecord& r, uint64_t seq) {
 // ---- The communicator -------------------------------------------------------
 
 // How long an idle progress thread keeps looking for work before sleeping.
-constexpr std::chrono::microseconds kIdleSpin{50};
+constexpr absl::Duration kIdleSpin = absl::Microseconds(50);
 
-class MpiCommunicator final : public Communicator {
+// The queue, the progress thread, sequence numbers, sticky failure and
+// deadlines are the shared core's (comm/async_core.h); this class issues
+// each collective's check and data collective and polls them (several in
+// flight at once).
+class MpiCommunicator final : public Communicator, private CollectiveExecutor {
  public:
   // Collective over MPI_COMM_WORLD (duplicates it twice). `store` (may be
   // null) serves the post-mortem of a timeout.
@@ -319,8 +324,8 @@ class MpiCommunicator final : public Communicator {
                                                                  Store* store);
 
   // Waits for every queued and in-flight collective to finish (their
-  // buffers are in use until then), joins the progress thread, then frees
-  // the communicators and operators.
+  // buffers are in use until then: the core's kDrain), joins the progress
+  // thread, then frees the communicators and operators.
   ~MpiCommunicator() override;
 
   int rank() const override { return rank_; }
@@ -345,7 +350,7 @@ class MpiCommunicator final : public Communicator {
     kChecking,  // descriptor check in flight
     kChecked,   // check finished, data collective not yet issued
     kRunning,   // data collective in flight
-    kFinished,  // status final; Work completes when it reaches the front
+    kFinished,  // status final; reported to the core by Poll
   };
 
   struct Op {
@@ -357,8 +362,6 @@ class MpiCommunicator final : public Communicator {
     DataType type = DataType::kFloat32;
     ReduceOp op = ReduceOp::kSum;
     int root = -1;
-    std::shared_ptr<Work> work = std::make_shared<Work>();
-    // Owned by the progress thread from here on.
     Phase phase = Phase::kQueued;
     CheckRecord check{};
     MPI_Request request = MPI_REQUEST_NULL;
@@ -369,26 +372,36 @@ class MpiCommunicator final : public Communicator {
                   MpiComm data_comm, MpiComm check_comm, MpiType check_type, MpiOp check_op,
                   std::array<MpiOp, 2 * kNumWireOps> half_ops);
 
-  // OK, or the error that made the communicator unusable.
-  absl::Status Usable() {
-    std::lock_guard<std::mutex> lock(mu_);
-    return broken_;
+  static AsyncCoreOptions CoreOptions(const MpiOptions& o, int rank, int size) {
+    AsyncCoreOptions c;
+    c.backend = "MPI";
+    c.rank = rank;
+    c.size = size;
+    c.timeout = o.timeout;
+    c.idle_spin = kIdleSpin;
+    // Only the progress thread calls MPI (Note [MPI progress thread]).
+    c.callers_execute = false;
+    c.on_stop = AsyncCoreOptions::OnStop::kDrain;
+    return c;
   }
-  // Assigns the sequence number and hands `op` to the progress thread.
-  std::shared_ptr<Work> Enqueue(std::unique_ptr<Op> op);
 
-  // Progress thread (Note [MPI progress thread]).
-  void Run();
-  // One pass over `active`; true if any Op changed phase.
-  bool Advance(std::deque<std::unique_ptr<Op>>& active);
+  // CollectiveExecutor (Note [MPI progress thread]).
+  absl::Status CheckLimits(const CollectiveCall& call) const override;
+  // Issues the call's descriptor check; it stays in flight.
+  StartOutcome Start(CollectiveCall& call) override;
+  // Polls the checks and data collectives in flight, issues data
+  // collectives in sequence order, reports the Ops that finished.
+  absl::Status Poll(std::vector<FinishedCall>* finished) override;
+  // The error of an Op that has been the oldest for longer than
+  // options_.timeout, with the post-mortem when a store is at hand (Note
+  // [Timeout post-mortem]).
+  absl::Status TimedOut(const CollectiveCall& oldest) override;
+  // Keeps the Ops whose MPI requests are outstanding (abandoned_).
+  void AbandonInFlight() override;
+
   absl::Status IssueCheck(Op& op);
   // Issues the data collective, or finishes `op` if it has none.
   absl::Status IssueData(Op& op);
-  // Fails every Op (the communicator is unusable after an MPI error).
-  void Break(std::deque<std::unique_ptr<Op>>& active, const absl::Status& s);
-  // The error of an Op that has waited longer than options_.timeout, with
-  // the post-mortem when a store is at hand (Note [Timeout post-mortem]).
-  absl::Status TimeoutError(const Op& op);
 
   const MpiOptions options_;
   Store* const store_;       // may be null
@@ -401,32 +414,21 @@ class MpiCommunicator final : public Communicator {
   MpiOp check_op_;
   std::array<MpiOp, 2 * kNumWireOps> half_ops_;
 
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::deque<std::unique_ptr<Op>> pending_;  // guarded by mu_
-  uint64_t next_seq_ = 0;                    // guarded by mu_
-  bool stopping_ = false;                    // guarded by mu_
-  absl::Status broken_;                      // guarded by mu_
-  // pending_ is non-empty; written under mu_, read without it while the
-  // progress thread spins for work.
-  std::atomic<bool> has_pending_{false};
-
-  // The oldest unfinished Op and since when it has been the oldest
-  // (progress thread only).
-  uint64_t head_seq_ = UINT64_MAX;
-  absl::Time head_since_;
-
-  // Scratch of Advance, used by the progress thread only.
+  // Executor state (the core's progress thread): the Ops in flight, in
+  // sequence order.
+  std::deque<std::unique_ptr<Op>> active_;
   std::vector<MPI_Request> poll_requests_;
   std::vector<Op*> poll_owners_;
   std::vector<int> poll_indices_;
 
-  // Ops whose MPI requests were abandoned by Break (progress thread until
-  // it is joined). MPI cannot cancel a collective, so their memory is never
-  // freed: the destructor leaks it on purpose.
+  // Ops whose MPI requests were abandoned after a fatal error (progress
+  // thread until it is joined). MPI cannot cancel a collective, so their
+  // memory is never freed: the destructor leaks it on purpose.
   std::vector<std::unique_ptr<Op>> abandoned_;
 
-  std::thread thread_;  // started last, joined first
+  // Issue, queue, progress thread, sticky failure, deadlines (Note
+  // [Asynchronous core]); started last, stopped first.
+  AsyncCore core_;
 };
 
 absl::StatusOr<std::unique_ptr<MpiCommunicator>> MpiCommunicator::Create(
@@ -490,14 +492,13 @@ absl::StatusOr<std::unique_ptr<MpiCommunicator>> MpiCommunicator::Create(
     if (!instance.ok()) return instance.status();
     c->store_scope_ = absl::StrCat("mpi/", *instance);
   }
-  c->thread_ = std::thread([p = c.get()] { p->Run(); });
+  c->core_.Start(c.get());
   return c;
 }
 
 MpiCommunicator::MpiCommunicator(const MpiOptions& options, Store* store, int rank, int size,
                                  MpiComm data_comm, MpiComm check_comm, MpiType check_type,
-                                 MpiOp check_op,
-                                 std::array<MpiOp, 2 * kNumWireOps> half_ops)
+                                 MpiOp check_op, std::array<MpiOp, 2 * kNumWireOps> half_ops)
     : options_(options),
       store_(store),
       rank_(rank),
@@ -506,15 +507,11 @@ MpiCommunicator::MpiCommunicator(const MpiOptions& options, Store* store, int ra
       check_comm_(std::move(check_comm)),
       check_type_(std::move(check_type)),
       check_op_(std::move(check_op)),
-      half_ops_(std::move(half_ops)) {}
+      half_ops_(std::move(half_ops)),
+      core_(CoreOptions(options, rank, size)) {}
 
 MpiCommunicator::~MpiCommunicator() {
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    stopping_ = true;
-  }
-  cv_.notify_all();
-  if (thread_.joinable()) thread_.join();
+  core_.Stop();  // drains: every collective finishes (or the communicator fails) first
   for (std::unique_ptr<Op>& op : abandoned_) {
     Op* leaked = op.release();
 #if FUSEBOX_HAS_LSAN
@@ -525,133 +522,77 @@ MpiCommunicator::~MpiCommunicator() {
   }
 }
 
-std::shared_ptr<Work> MpiCommunicator::Enqueue(std::unique_ptr<Op> op) {
-  std::shared_ptr<Work> work = op->work;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (!broken_.ok()) return Work::Done(broken_);  // Usable() raced with the failure
-    op->seq = next_seq_++;
-    pending_.push_back(std::move(op));
-    has_pending_.store(true, std::memory_order_release);
-  }
-  cv_.notify_one();
-  return work;
-}
-
 // Counts beyond INT_MAX would need splitting (MPI counts are int); callers
 // (the bucketing engine) use far smaller buckets, so they are rejected.
-absl::Status CheckCount(const char* what, size_t count) {
-  if (count > static_cast<size_t>(INT_MAX)) {
+absl::Status MpiCommunicator::CheckLimits(const CollectiveCall& call) const {
+  if (call.count > static_cast<size_t>(INT_MAX)) {
     return absl::InvalidArgumentError(absl::StrCat(
-        what, ": count ", count, " exceeds the MPI backend's limit of ",
-        INT_MAX, " elements per call; split the buffer"));
+        CollectiveKindName(call.kind), ": count ", call.count,
+        " exceeds the MPI backend's limit of ", INT_MAX, " elements per call; split the buffer"));
   }
   return absl::OkStatus();
 }
 
 absl::StatusOr<std::shared_ptr<Work>> MpiCommunicator::AllReduce(
     const void* send, void* recv, size_t count, DataType type, ReduceOp op) {
-  if (absl::Status s = Usable(); !s.ok()) return s;
-  absl::Status s = ValidateAllReduce(send, recv, count, type, op);
-  if (!s.ok()) return s;
-  if (s = CheckCount("AllReduce", count); !s.ok()) return s;
-  auto o = std::make_unique<Op>();
-  o->kind = OpKind::kAllReduce;
-  o->send = send;
-  o->recv = recv;
-  o->count = count;
-  o->type = type;
-  o->op = op;
-  return Enqueue(std::move(o));
+  return core_.Issue(CollectiveKind::kAllReduce, send, recv, count, type, op, 0);
 }
 
 absl::StatusOr<std::shared_ptr<Work>> MpiCommunicator::Broadcast(
     void* buf, size_t count, DataType type, int root) {
-  if (absl::Status s = Usable(); !s.ok()) return s;
-  absl::Status s = ValidateBroadcast(buf, count, type, root, size_);
-  if (!s.ok()) return s;
-  if (s = CheckCount("Broadcast", count); !s.ok()) return s;
-  auto o = std::make_unique<Op>();
-  o->kind = OpKind::kBroadcast;
-  o->send = buf;
-  o->recv = buf;
-  o->count = count;
-  o->type = type;
-  o->root = root;
-  return Enqueue(std::move(o));
+  return core_.Issue(CollectiveKind::kBroadcast, buf, buf, count, type, ReduceOp::kSum, root);
 }
 
 absl::StatusOr<std::shared_ptr<Work>> MpiCommunicator::AllGather(
     const void* send, void* recv, size_t count, DataType type) {
-  if (absl::Status s = Usable(); !s.ok()) return s;
-  absl::Status s = ValidateAllGather(send, recv, count, type, size_);
-  if (!s.ok()) return s;
-  if (s = CheckCount("AllGather", count); !s.ok()) return s;
-  auto o = std::make_unique<Op>();
-  o->kind = OpKind::kAllGather;
-  o->send = send;
-  o->recv = recv;
-  o->count = count;
-  o->type = type;
-  return Enqueue(std::move(o));
+  return core_.Issue(CollectiveKind::kAllGather, send, recv, count, type, ReduceOp::kSum, 0);
 }
 
 absl::StatusOr<std::shared_ptr<Work>> MpiCommunicator::Barrier() {
-  if (absl::Status s = Usable(); !s.ok()) return s;
-  auto o = std::make_unique<Op>();
-  o->kind = OpKind::kBarrier;
-  return Enqueue(std::move(o));
+  return core_.Issue(CollectiveKind::kBarrier, nullptr, nullptr, 0, DataType::kUInt8,
+                     ReduceOp::kSum, 0);
 }
 
-void MpiCommunicator::Run() {
-  std::deque<std::unique_ptr<Op>> active;
-  for (;;) {
-    if (active.empty()) {
-      // Collectives tend to come in bursts (one per gradient bucket): look
-      // for the next one briefly before paying for a sleep and a wake-up.
-      const auto until = std::chrono::steady_clock::now() + kIdleSpin;
-      while (!has_pending_.load(std::memory_order_acquire) &&
-             std::chrono::steady_clock::now() < until) {
-        std::this_thread::yield();
-      }
-    }
-    {
-      std::unique_lock<std::mutex> lock(mu_);
-      if (active.empty()) {
-        cv_.wait(lock, [&] { return stopping_ || !pending_.empty(); });
-        if (pending_.empty()) return;  // stopping_ and fully drained
-      }
-      while (!pending_.empty()) {
-        active.push_back(std::move(pending_.front()));
-        pending_.pop_front();
-      }
-      has_pending_.store(false, std::memory_order_relaxed);
-    }
-    if (!Advance(active)) std::this_thread::yield();
+OpKind ToOpKind(CollectiveKind k) {
+  switch (k) {
+    case CollectiveKind::kAllReduce: return OpKind::kAllReduce;
+    case CollectiveKind::kBroadcast: return OpKind::kBroadcast;
+    case CollectiveKind::kAllGather: return OpKind::kAllGather;
+    case CollectiveKind::kBarrier: return OpKind::kBarrier;
   }
+  return OpKind::kBarrier;
 }
 
-bool MpiCommunicator::Advance(std::deque<std::unique_ptr<Op>>& active) {
-  bool progressed = false;
-  // 1. Start the checks of newly queued Ops (in sequence order).
-  for (auto& op : active) {
-    if (op->phase != Phase::kQueued) continue;
-    absl::Status s = IssueCheck(*op);
-    if (!s.ok()) {
-      Break(active, s);
-      return true;
-    }
-    op->phase = Phase::kChecking;
-    progressed = true;
+StartOutcome MpiCommunicator::Start(CollectiveCall& call) {
+  auto op = std::make_unique<Op>();
+  op->seq = call.seq;
+  op->kind = ToOpKind(call.kind);
+  op->send = call.send;
+  op->recv = call.recv;
+  op->count = call.count;
+  op->type = call.type;
+  op->op = call.op;
+  op->root = call.kind == CollectiveKind::kBroadcast ? call.root : -1;
+  StartOutcome o;
+  if (absl::Status s = IssueCheck(*op); !s.ok()) {
+    o.status = std::move(s);
+    o.fatal = true;
+    return o;
   }
+  op->phase = Phase::kChecking;
+  active_.push_back(std::move(op));
+  o.in_flight = true;
+  return o;
+}
 
-  // 2. Poll everything in flight.
+absl::Status MpiCommunicator::Poll(std::vector<FinishedCall>* finished) {
+  // 1. Poll everything in flight.
   std::vector<MPI_Request>& requests = poll_requests_;
   std::vector<Op*>& owners = poll_owners_;
   std::vector<int>& indices = poll_indices_;
   requests.clear();
   owners.clear();
-  for (auto& op : active) {
+  for (auto& op : active_) {
     if (op->request != MPI_REQUEST_NULL) {
       requests.push_back(op->request);
       owners.push_back(op.get());
@@ -663,15 +604,11 @@ bool MpiCommunicator::Advance(std::deque<std::unique_ptr<Op>>& active) {
     const int rc = MPI_Testsome(static_cast<int>(requests.size()),
                                 requests.data(), &done, indices.data(),
                                 MPI_STATUSES_IGNORE);
-    if (rc != MPI_SUCCESS) {
-      Break(active, MpiError("MPI_Testsome", rc));
-      return true;
-    }
+    if (rc != MPI_SUCCESS) return MpiError("MPI_Testsome", rc);
     if (done == MPI_UNDEFINED) done = 0;
     for (int i = 0; i < done; ++i) {
       Op& op = *owners[static_cast<size_t>(indices[static_cast<size_t>(i)])];
       op.request = MPI_REQUEST_NULL;
-      progressed = true;
       if (op.phase == Phase::kChecking) {
         op.phase = Phase::kChecked;
       } else if (op.phase == Phase::kRunning) {
@@ -683,49 +620,29 @@ bool MpiCommunicator::Advance(std::deque<std::unique_ptr<Op>>& active) {
     }
   }
 
-  // 3. Issue data collectives in sequence order: an Op whose check is still
+  // 2. Issue data collectives in sequence order: an Op whose check is still
   //    in flight holds back every later one.
-  for (auto& op : active) {
+  for (auto& op : active_) {
     if (op->phase == Phase::kQueued || op->phase == Phase::kChecking) break;
     if (op->phase != Phase::kChecked) continue;
-    progressed = true;
     op->status = CheckResult(op->check, op->seq);
     if (!op->status.ok()) {
-      op->phase = Phase::kFinished;
+      op->phase = Phase::kFinished;  // a mismatch: this call fails, on every rank
       continue;
     }
-    absl::Status s = IssueData(*op);
-    if (!s.ok()) {
-      Break(active, s);
-      return true;
-    }
+    if (absl::Status s = IssueData(*op); !s.ok()) return s;
   }
 
-  // 4. The oldest unfinished Op holds back every later one: if it has been
-  //    the oldest for longer than the timeout, some rank is not joining it.
-  //    (Timed from when it became the oldest, not from when it was issued:
-  //    a queue of many Ops must not time out its tail.)
-  if (!active.empty() && (active.front()->phase == Phase::kChecking ||
-                          active.front()->phase == Phase::kRunning)) {
-    const Op& oldest = *active.front();
-    const absl::Time now = absl::Now();
-    if (oldest.seq != head_seq_) {
-      head_seq_ = oldest.seq;
-      head_since_ = now;
-    } else if (now - head_since_ > options_.timeout) {
-      Break(active, TimeoutError(oldest));
-      return true;
+  // 3. Report what finished (the core completes Works in sequence order).
+  for (auto it = active_.begin(); it != active_.end();) {
+    if ((*it)->phase != Phase::kFinished) {
+      ++it;
+      continue;
     }
+    finished->push_back(FinishedCall{(*it)->seq, std::move((*it)->status)});
+    it = active_.erase(it);
   }
-
-  // 5. Complete Works in issue order.
-  while (!active.empty() && active.front()->phase == Phase::kFinished) {
-    std::unique_ptr<Op> op = std::move(active.front());
-    active.pop_front();
-    op->work->Complete(std::move(op->status));
-    progressed = true;
-  }
-  return progressed;
+  return absl::OkStatus();
 }
 
 absl::Status MpiCommunicator::IssueCheck(Op& op) {
@@ -787,33 +704,26 @@ absl::Status MpiCommunicator::IssueData(Op& op) {
   return absl::OkStatus();
 }
 
-void MpiCommunicator::Break(std::deque<std::unique_ptr<Op>>& active,
-                            const absl::Status& s) {
-  const absl::Status broken = absl::FailedPreconditionError(absl::StrCat(
-      "MPI communicator (rank ", rank_, ") is unusable after an earlier error; recreate it. "
-      "The error: ", s.message()));
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    broken_ = broken;
-    while (!pending_.empty()) {
-      active.push_back(std::move(pending_.front()));
-      pending_.pop_front();
-    }
-  }
+void MpiCommunicator::AbandonInFlight() {
   // Requests still in flight are abandoned, not freed: MPI may still be
-  // writing their buffers, and the communicator is not used again. The Ops
-  // that were running report the error itself; the rest, that they were
-  // never run.
-  for (auto& op : active) {
-    const bool started = op->phase == Phase::kChecking || op->phase == Phase::kRunning;
-    op->work->Complete(started ? s : broken);
-    // MPI may still write the check record of a request it owns.
+  // writing their buffers (and check records), and the communicator is not
+  // used again.
+  for (auto& op : active_) {
     if (op->request != MPI_REQUEST_NULL) abandoned_.push_back(std::move(op));
   }
-  active.clear();
+  active_.clear();
 }
 
-absl::Status MpiCommunicator::TimeoutError(const Op& op) {
+absl::Status MpiCommunicator::TimedOut(const CollectiveCall& oldest) {
+  const Op* found = nullptr;
+  for (const auto& a : active_) {
+    if (a->seq == oldest.seq) found = a.get();
+  }
+  if (found == nullptr) {
+    return absl::InternalError(
+        absl::StrCat("MPI collective #", oldest.seq, " timed out but is not in flight"));
+  }
+  const Op& op = *found;
   std::string what = absl::StrCat(KindName(static_cast<int64_t>(op.kind)), " #", op.seq);
   const std::string fields = DescribeFields(op.check.data());
   if (!fields.empty()) absl::StrAppend(&what, " (", fields, ")");

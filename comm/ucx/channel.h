@@ -16,7 +16,8 @@
 //   st = ch.SendRecv(peer, data, buf, n, MakeTag(seq, 2, 0), "exchange");  // both at once
 //
 // A channel is not thread-safe: it is used by one thread at a time (the
-// communicator's executor, Note [Who executes a collective]), which is why
+// communicator's executor, Note [Who executes a collective] in
+// comm/async_core.h), which is why
 // its worker runs in UCS_THREAD_MODE_SINGLE.
 //
 // Tags: [seq:24][step:12][index:28]. Step 0 is the header round (index =

@@ -2,9 +2,10 @@
 //
 // Note [UCX collective protocol]
 // Collectives run one at a time, in issue order, on whichever thread holds the
-// executor lock (Note [Who executes a collective]): the communicator's
-// progress thread or a caller blocked in Wait(). Only that thread touches the
-// UCP worker (UCS_THREAD_MODE_SINGLE, serialised by the lock).
+// core's executor lock (Note [Who executes a collective] in
+// comm/async_core.h): the communicator's progress thread or a caller blocked
+// in Wait(). Only that thread touches the UCP worker (UCS_THREAD_MODE_SINGLE,
+// serialised by the lock).
 // Every collective opens with a header round: each rank sends every peer a
 // Header (kind, count, type, op, root, sequence number). All ranks therefore
 // see all descriptors and reach the same verdict on a mismatch: the Work fails
@@ -39,18 +40,9 @@
 // ucx::kMaxWorld ranks.
 #include "comm/ucx/communicator.h"
 
-#include <sched.h>
-
 #include <algorithm>
-#include <atomic>
-#include <chrono>
-#include <condition_variable>
-#include <cstdio>
-#include <cstdlib>
 #include <cstring>
 #include <deque>
-#include <functional>
-#include <mutex>
 #include <string>
 #include <thread>
 #include <utility>
@@ -59,6 +51,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "comm/async_core.h"
 #include "comm/fault.h"
 #include "comm/reduce.h"
 #include "comm/ucx/algorithms.h"
@@ -111,18 +104,12 @@ bool SameCall(const Header& a, const Header& b) {
          a.root == b.root && a.count == b.count && a.seq == b.seq;
 }
 
-int64_t SteadyNanos() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(
-             std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
-
-// One queued collective.
+// One collective being executed: its header (the wire descriptor) and
+// buffers.
 struct Request {
   Header header{};
   const void* send = nullptr;
   void* recv = nullptr;
-  std::shared_ptr<Work> work;
 };
 
 using ucx::ChunkOf;
@@ -132,10 +119,19 @@ using ucx::Range;
 using ucx::SplitEven;
 using ucx::UcsError;
 
-class UcxCommunicator final : public Communicator {
+// The queue, the progress thread, sequence numbers, sticky failure and
+// deadlines are the shared core's (comm/async_core.h); this class executes
+// one collective at a time (Start runs it to its end, so a caller blocked
+// in Wait() may run it: callers_execute).
+class UcxCommunicator final : public Communicator, private CollectiveExecutor {
  public:
   UcxCommunicator(const UcxOptions& options, int rank, int size, Store& store)
-      : options_(options), rank_(rank), size_(size), store_(store), channel_(rank, size, &abort_) {}
+      : options_(options),
+        rank_(rank),
+        size_(size),
+        store_(store),
+        core_(CoreOptions(options, rank, size)),
+        channel_(rank, size, &core_.aborted()) {}
   ~UcxCommunicator() override;
 
   absl::Status Init(Store& store);
@@ -157,21 +153,25 @@ class UcxCommunicator final : public Communicator {
   absl::StatusOr<std::shared_ptr<Work>> Barrier() override;
 
  private:
-  // OK, or the error that made the communicator unusable.
-  absl::Status Usable();
-  // Records the first failure (any thread holding the executor).
-  void Fail(const absl::Status& s);
+  static AsyncCoreOptions CoreOptions(const UcxOptions& o, int rank, int size) {
+    AsyncCoreOptions c;
+    c.backend = "UCX";
+    c.rank = rank;
+    c.size = size;
+    c.timeout = o.timeout;
+    c.idle_spin = o.progress_spin;
+    c.callers_execute = true;
+    c.on_stop = AsyncCoreOptions::OnStop::kCancel;
+    return c;
+  }
+  // CollectiveExecutor: runs `call` to its end; every error is fatal.
+  StartOutcome Start(CollectiveCall& call) override;
+  // Never called: nothing stays in flight after Start.
+  absl::Status TimedOut(const CollectiveCall& oldest) override;
   // The error of a collective that timed out (or was abandoned by a peer
   // that did): what, on whom, and the post-mortem (Note [Timeout
   // post-mortem]).
   absl::Status WithPostMortem(const Header& h, const absl::Status& s);
-  std::shared_ptr<Work> Enqueue(Kind kind, const void* send, void* recv,
-                                size_t count, DataType type, ReduceOp op,
-                                int root);
-  void ProgressLoop();
-  // Runs the oldest queued collective on the calling thread; false if the
-  // queue is empty. Caller holds exec_->mu.
-  bool ExecuteNext();
   absl::Status Run(const Request& req);
 
   absl::Status HeaderRound(const Request& req, size_t payload_bytes,
@@ -220,42 +220,11 @@ class UcxCommunicator final : public Communicator {
   uint64_t shm_exchanges_ = 0;                // exchanges completed (all ranks agree)
   std::vector<size_t> exchange_lengths_;
 
-  // Note [Who executes a collective]
-  // Collectives run one at a time, in issue order, on whichever thread holds
-  // exec_->mu: the progress thread, or a caller blocked in Work::Wait() (the
-  // Work's driver), which then runs the queue head itself instead of waiting
-  // for a hand-off: a caller that issues and waits executes its own
-  // collective when the progress thread has not already taken it, while a
-  // caller that does not wait has it run by the progress thread (Note
-  // [Progress without sleeping]). Everything that touches the UCP worker or
-  // algorithm state happens under exec_->mu.
-  // The state is shared with the drivers so that a driver outliving the
-  // communicator finds `self` null instead of a dangling pointer.
-  struct ExecState {
-    std::mutex mu;
-    UcxCommunicator* self = nullptr;  // null once the communicator is gone
-  };
-  std::shared_ptr<ExecState> exec_ = std::make_shared<ExecState>();
-
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::deque<Request> queue_;  // guarded by mu_
-  uint64_t next_seq_ = 0;      // guarded by mu_
-  bool stopping_ = false;      // guarded by mu_
-  bool thread_sleeping_ = false;  // guarded by mu_: progress thread in cv_.wait
-  std::atomic<size_t> queued_{0};  // queue_.size(), for the spinning thread
-  std::atomic<bool> abort_{false};
-  // Endpoints, tags, waits and failure notices (executor only). After
-  // abort_, which its waits read.
+  // Issue, queue, progress thread, sticky failure, deadlines (Note
+  // [Asynchronous core]). Before channel_, whose waits read its abort flag.
+  AsyncCore core_;
+  // Endpoints, tags, waits and failure notices (executor only).
   ucx::Channel channel_;
-  // Set once a collective has failed: every later call is refused
-  // synchronously with failure_ (guarded by failure_mu_).
-  std::atomic<bool> failed_{false};
-  std::mutex failure_mu_;
-  absl::Status failure_;
-  std::thread thread_;
-
-  absl::Status broken_;  // executor only: first fatal error
 };
 
 // ---------------------------------------------------------------------------
@@ -350,42 +319,21 @@ absl::Status UcxCommunicator::Init(Store& store) {
   header_recvs_.resize(size_);
   header_sends_.resize(size_);
   ring_slots_.resize(options_.chunk_bytes * kRingSlots);
-  exec_->self = this;
-  thread_ = std::thread([this] { ProgressLoop(); });
+  core_.Start(this);
   return absl::OkStatus();
 }
 
 UcxCommunicator::~UcxCommunicator() {
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    stopping_ = true;
-  }
-  abort_.store(true);  // in-flight and queued collectives fail as Cancelled
-  cv_.notify_all();
-  // Destroying the communicator from its own progress thread (from a Work
-  // callback) is a caller bug; join() would throw inside this destructor.
-  if (thread_.joinable()) {
-    if (thread_.get_id() == std::this_thread::get_id()) {
-      std::fprintf(stderr, "fusebox: UCX communicator destroyed from its own progress thread\n");
-      std::abort();
-    }
-    thread_.join();
-  }
-  {
-    // Drivers from here on find no communicator; collectives still queued
-    // (issued concurrently with destruction) are cancelled.
-    std::lock_guard<std::mutex> exec(exec_->mu);
-    exec_->self = nullptr;
-    while (ExecuteNext()) {
-    }
-  }
+  // In-flight and queued collectives end as Cancelled; the progress thread
+  // is joined.
+  core_.Stop();
   // Remote keys go before the endpoints they were unpacked on (ucp.h).
   for (ucp_rkey_h& k : shm_rkeys_) {
     if (k != nullptr) ucp_rkey_destroy(k);
     k = nullptr;
   }
   // After a failure a peer may be dead or stuck: no flush that waits on it.
-  channel_.Close(/*force=*/!broken_.ok());
+  channel_.Close(/*force=*/core_.failed());
   if (shm_memh_ != nullptr) ucp_mem_unmap(channel_.context(), shm_memh_);
   // channel_'s destructor then destroys the worker and the context.
 }
@@ -393,167 +341,61 @@ UcxCommunicator::~UcxCommunicator() {
 // ---------------------------------------------------------------------------
 // Issue side (any thread).
 
-absl::Status UcxCommunicator::Usable() {
-  if (!failed_.load(std::memory_order_acquire)) return absl::OkStatus();
-  std::lock_guard<std::mutex> lock(failure_mu_);
-  return failure_;
-}
-
 absl::StatusOr<std::shared_ptr<Work>> UcxCommunicator::AllReduce(
     const void* send, void* recv, size_t count, DataType type, ReduceOp op) {
-  if (absl::Status s = Usable(); !s.ok()) return s;
-  if (absl::Status s = ValidateAllReduce(send, recv, count, type, op); !s.ok()) return s;
-  return Enqueue(Kind::kAllReduce, send, recv, count, type, op, 0);
+  return core_.Issue(Kind::kAllReduce, send, recv, count, type, op, 0);
 }
 
 absl::StatusOr<std::shared_ptr<Work>> UcxCommunicator::Broadcast(
     void* buf, size_t count, DataType type, int root) {
-  if (absl::Status s = Usable(); !s.ok()) return s;
-  if (absl::Status s = ValidateBroadcast(buf, count, type, root, size_); !s.ok()) return s;
-  return Enqueue(Kind::kBroadcast, buf, buf, count, type, ReduceOp::kSum, root);
+  return core_.Issue(Kind::kBroadcast, buf, buf, count, type, ReduceOp::kSum, root);
 }
 
 absl::StatusOr<std::shared_ptr<Work>> UcxCommunicator::AllGather(
     const void* send, void* recv, size_t count, DataType type) {
-  if (absl::Status s = Usable(); !s.ok()) return s;
-  if (absl::Status s = ValidateAllGather(send, recv, count, type, size_); !s.ok()) return s;
-  return Enqueue(Kind::kAllGather, send, recv, count, type, ReduceOp::kSum, 0);
+  return core_.Issue(Kind::kAllGather, send, recv, count, type, ReduceOp::kSum, 0);
 }
 
 absl::StatusOr<std::shared_ptr<Work>> UcxCommunicator::Barrier() {
-  if (absl::Status s = Usable(); !s.ok()) return s;
-  return Enqueue(Kind::kBarrier, nullptr, nullptr, 0, DataType::kUInt8, ReduceOp::kSum, 0);
-}
-
-std::shared_ptr<Work> UcxCommunicator::Enqueue(Kind kind, const void* send,
-                                               void* recv, size_t count,
-                                               DataType type, ReduceOp op,
-                                               int root) {
-  Request r;
-  r.header.magic = kHeaderMagic;
-  r.header.kind = static_cast<uint8_t>(kind);
-  r.header.type = static_cast<uint8_t>(type);
-  r.header.op = static_cast<uint8_t>(op);
-  r.header.root = root;
-  r.header.sender = rank_;
-  r.header.count = count;
-  r.send = send;
-  r.recv = recv;
-  r.work = std::make_shared<Work>();
-  r.work->SetDriver([exec = exec_] {
-    std::unique_lock<std::mutex> lock(exec->mu, std::try_to_lock);
-    return lock.owns_lock() && exec->self != nullptr && exec->self->ExecuteNext();
-  });
-  std::shared_ptr<Work> w = r.work;
-  bool wake = false;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    r.header.seq = next_seq_++;
-    queue_.push_back(std::move(r));
-    queued_.store(queue_.size(), std::memory_order_release);
-    wake = thread_sleeping_;
-  }
-  // Note [Progress without sleeping]: a spinning thread sees queued_ itself.
-  if (wake) cv_.notify_one();
-  return w;
+  return core_.Issue(Kind::kBarrier, nullptr, nullptr, 0, DataType::kUInt8, ReduceOp::kSum, 0);
 }
 
 // ---------------------------------------------------------------------------
-// Progress thread.
+// Execution (the core's executing thread, Note [Asynchronous core]).
 
-void UcxCommunicator::ProgressLoop() {
-  // Note [Progress without sleeping]
-  // A collective nobody waits for (a gradient bucket launched from backward)
-  // is executed by this thread, so the time from its issue to its first byte
-  // moving is this thread's reaction time. The loop therefore never naps on
-  // a timer: after the queue runs empty it keeps looking for
-  // options_.progress_spin (yielding the core on each look, so compute and
-  // peers sharing the core are not starved), then blocks on cv_ until an
-  // Enqueue wakes it; Enqueue notifies whenever the thread is blocked, so a
-  // collective issued to an idle communicator waits one futex wake-up, and
-  // one issued within the spin window none. A caller blocked in Wait() may
-  // execute the queue head itself (Note [Who executes a collective]); then
-  // this thread waits for it on exec_->mu instead of napping, and takes
-  // whatever is left the moment the caller lets go.
-  // Sharing cores with compute (the design decision): the thread is not
-  // bound and runs at normal priority; it never busy-waits for long (the
-  // spin yields, and a collective's own waits poll with sched_yield when
-  // ranks outnumber cores), so training's compute threads keep their cores
-  // and the thread competes for one only while a collective is in flight. A
-  // blocking caller executes its collective itself (polling in the caller,
-  // as MPI does), which is what keeps small blocking collectives fast when
-  // every core is busy: no thread has to be scheduled for them.
-  const int64_t spin_ns = absl::ToInt64Nanoseconds(options_.progress_spin);
-  for (;;) {
-    {
-      std::unique_lock<std::mutex> lock(mu_);
-      if (queue_.empty() && !stopping_) {
-        lock.unlock();
-        const int64_t until = SteadyNanos() + spin_ns;
-        while (queued_.load(std::memory_order_acquire) == 0 && SteadyNanos() < until) {
-          std::this_thread::yield();
-        }
-        lock.lock();
-        if (queue_.empty() && !stopping_) {
-          thread_sleeping_ = true;
-          cv_.wait(lock, [&] { return !queue_.empty() || stopping_; });
-          thread_sleeping_ = false;
-        }
-      }
-      if (queue_.empty()) {
-        if (stopping_) return;  // drained
-        continue;
-      }
-    }
-    std::lock_guard<std::mutex> exec(exec_->mu);  // behind a driving caller, if any
-    ExecuteNext();
-  }
-}
-
-bool UcxCommunicator::ExecuteNext() {
+StartOutcome UcxCommunicator::Start(CollectiveCall& call) {
   Request req;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (queue_.empty()) return false;
-    req = std::move(queue_.front());
-    queue_.pop_front();
-    queued_.store(queue_.size(), std::memory_order_release);
+  req.header.magic = kHeaderMagic;
+  req.header.kind = static_cast<uint8_t>(call.kind);
+  req.header.type = static_cast<uint8_t>(call.type);
+  req.header.op = static_cast<uint8_t>(call.op);
+  req.header.root = call.root;
+  req.header.sender = rank_;
+  req.header.count = call.count;
+  req.header.seq = call.seq;
+  req.send = call.send;
+  req.recv = call.recv;
+  channel_.set_deadline(call.deadline);
+  absl::Status s = Run(req);
+  channel_.set_deadline(absl::InfiniteFuture());
+  // A timeout here, a peer's (which abandons the shared-memory allreduce),
+  // or an endpoint failure (the peer may have left because of a third
+  // rank): find out who is gone.
+  if (!s.ok() && (absl::IsDeadlineExceeded(s) || absl::IsUnavailable(s))) {
+    channel_.NotifyPeers(req.header.seq);  // first, so that peers stop waiting at once
   }
-  req.work->MarkStarted();
-  absl::Status s;
-  if (abort_.load(std::memory_order_relaxed)) {
-    s = absl::CancelledError("communicator destroyed before the collective ran");
-  } else if (!broken_.ok()) {
-    s = Usable();
-  } else {
-    channel_.set_deadline(absl::Now() + options_.timeout);
-    s = Run(req);
-    channel_.set_deadline(absl::InfiniteFuture());
-    // A timeout here, a peer's (which abandons the shared-memory allreduce),
-    // or an endpoint failure (the peer may have left because of a third
-    // rank): find out who is gone.
-    if (!s.ok() && (absl::IsDeadlineExceeded(s) || absl::IsUnavailable(s))) {
-      channel_.NotifyPeers(req.header.seq);  // first, so that peers stop waiting at once
-    }
-    if (!s.ok() && (absl::IsDeadlineExceeded(s) || absl::IsAborted(s) || absl::IsUnavailable(s))) {
-      s = WithPostMortem(req.header, s);
-    }
+  if (!s.ok() && (absl::IsDeadlineExceeded(s) || absl::IsAborted(s) || absl::IsUnavailable(s))) {
+    s = WithPostMortem(req.header, s);
   }
-  if (!s.ok() && broken_.ok()) {
-    broken_ = s;
-    Fail(s);
-  }
-  req.work->Complete(std::move(s));
-  return true;
+  StartOutcome o;
+  o.fatal = !s.ok();
+  o.status = std::move(s);
+  return o;
 }
 
-void UcxCommunicator::Fail(const absl::Status& s) {
-  std::lock_guard<std::mutex> lock(failure_mu_);
-  if (!failure_.ok()) return;
-  failure_ = absl::FailedPreconditionError(absl::StrCat(
-      "UCX communicator (rank ", rank_, ") is unusable after an earlier error; recreate it. "
-      "The error: ", s.message()));
-  failed_.store(true, std::memory_order_release);
+absl::Status UcxCommunicator::TimedOut(const CollectiveCall& oldest) {
+  return absl::InternalError(absl::StrCat("UCX collective #", oldest.seq,
+                                          " was left in flight, which this backend never does"));
 }
 
 absl::Status UcxCommunicator::WithPostMortem(const Header& h, const absl::Status& s) {
@@ -653,7 +495,7 @@ absl::Status UcxCommunicator::HeaderRound(const Request& req, size_t payload_byt
     // One write and one flag per rank (Note [Shared-memory exchange]).
     if (absl::Status s = ucx::ShmExchange(shm_group_, mine, sizeof(Header) + payload_bytes,
                                           header_slots_.data(), slot_bytes_, &exchange_lengths_,
-                                          &shm_exchanges_, abort_, channel_.deadline());
+                                          &shm_exchanges_, core_.aborted(), channel_.deadline());
         !s.ok()) {
       return s;
     }
@@ -1040,7 +882,8 @@ absl::Status UcxCommunicator::InitSharedMemory(Store& store) {
 absl::Status UcxCommunicator::ShmAllReduce(const Request& req) {
   const Header& h = req.header;
   return ucx::ShmAllReduce(shm_group_, req.send, req.recv, h.count, static_cast<DataType>(h.type),
-                           static_cast<ReduceOp>(h.op), &shm_round_, abort_, channel_.deadline());
+                           static_cast<ReduceOp>(h.op), &shm_round_, core_.aborted(),
+                           channel_.deadline());
 }
 
 }  // namespace

@@ -1,0 +1,262 @@
+#include "comm/async_core.h"
+
+#include <cstdio>
+#include <cstdlib>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "comm/communicator.h"
+
+namespace fusebox::comm {
+
+AsyncCore::AsyncCore(AsyncCoreOptions options) : options_(std::move(options)) {}
+
+AsyncCore::~AsyncCore() { Stop(); }
+
+void AsyncCore::Start(CollectiveExecutor* executor) {
+  executor_ = executor;
+  exec_->self = this;
+  thread_ = std::thread([this] { Loop(); });
+}
+
+void AsyncCore::Stop() {
+  if (stopped_) return;
+  stopped_ = true;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stopping_ = true;
+  }
+  // kCancel: the call in flight and those queued end as Cancelled.
+  if (options_.on_stop == AsyncCoreOptions::OnStop::kCancel) abort_.store(true);
+  cv_.notify_all();
+  if (thread_.joinable()) {
+    // Destroying the communicator from its own progress thread (from a Work
+    // callback) is a caller bug; join() would throw inside a destructor.
+    if (thread_.get_id() == std::this_thread::get_id()) {
+      std::fprintf(stderr, "fusebox: %s communicator destroyed from its own progress thread\n",
+                   options_.backend.c_str());
+      std::abort();
+    }
+    thread_.join();
+  }
+  // Drivers from here on find no core. Calls issued concurrently with the
+  // destruction (a caller bug, but not a hang) are cancelled unrun.
+  std::deque<CollectiveCall> left;
+  {
+    std::lock_guard<std::mutex> exec(exec_->mu);
+    exec_->self = nullptr;
+    abort_.store(true);
+    std::lock_guard<std::mutex> lock(mu_);
+    left.swap(queue_);
+    queued_.store(0, std::memory_order_release);
+  }
+  for (CollectiveCall& c : left) {
+    c.work->Complete(absl::CancelledError("communicator destroyed before the collective ran"));
+  }
+}
+
+absl::Status AsyncCore::Usable() const {
+  if (!failed_.load(std::memory_order_acquire)) return absl::OkStatus();
+  std::lock_guard<std::mutex> lock(mu_);
+  return failure_;
+}
+
+absl::StatusOr<std::shared_ptr<Work>> AsyncCore::Issue(CollectiveKind kind, const void* send,
+                                                       void* recv, size_t count, DataType type,
+                                                       ReduceOp op, int root) {
+  if (absl::Status s = Usable(); !s.ok()) return s;
+  absl::Status s;
+  switch (kind) {
+    case CollectiveKind::kAllReduce:
+      s = ValidateAllReduce(send, recv, count, type, op);
+      break;
+    case CollectiveKind::kBroadcast:
+      s = ValidateBroadcast(recv, count, type, root, options_.size);
+      break;
+    case CollectiveKind::kAllGather:
+      s = ValidateAllGather(send, recv, count, type, options_.size);
+      break;
+    case CollectiveKind::kBarrier:
+      break;
+  }
+  if (!s.ok()) return s;
+  CollectiveCall call;
+  call.kind = kind;
+  call.send = send;
+  call.recv = recv;
+  call.count = count;
+  call.type = type;
+  call.op = op;
+  call.root = root;
+  if (executor_ != nullptr) {
+    if (s = executor_->CheckLimits(call); !s.ok()) return s;
+  }
+  call.work = std::make_shared<Work>();
+  if (options_.callers_execute) {
+    call.work->SetDriver([exec = exec_] {
+      std::unique_lock<std::mutex> lock(exec->mu, std::try_to_lock);
+      return lock.owns_lock() && exec->self != nullptr && exec->self->Step();
+    });
+  }
+  std::shared_ptr<Work> w = call.work;
+  bool wake = false;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    call.seq = next_seq_++;
+    queue_.push_back(std::move(call));
+    queued_.store(queue_.size(), std::memory_order_release);
+    wake = sleeping_;
+  }
+  // Note [Progress without sleeping]: a spinning thread sees queued_ itself.
+  if (wake) cv_.notify_one();
+  return w;
+}
+
+void AsyncCore::Loop() {
+  const int64_t spin_ns = absl::ToInt64Nanoseconds(options_.idle_spin);
+  for (;;) {
+    if (queued_.load(std::memory_order_acquire) == 0 &&
+        in_flight_count_.load(std::memory_order_acquire) == 0) {
+      const int64_t until = Work::SteadyNowNs() + spin_ns;
+      while (queued_.load(std::memory_order_acquire) == 0 && Work::SteadyNowNs() < until) {
+        std::this_thread::yield();
+      }
+      std::unique_lock<std::mutex> lock(mu_);
+      if (queue_.empty() && in_flight_count_.load(std::memory_order_acquire) == 0) {
+        if (stopping_) return;  // drained
+        sleeping_ = true;
+        cv_.wait(lock, [&] { return !queue_.empty() || stopping_; });
+        sleeping_ = false;
+        if (queue_.empty()) continue;  // stopping: returns above once nothing is in flight
+      }
+    }
+    bool progressed = false;
+    {
+      std::lock_guard<std::mutex> exec(exec_->mu);  // behind a driving caller, if any
+      progressed = Step();
+    }
+    if (!progressed) std::this_thread::yield();
+  }
+}
+
+bool AsyncCore::Step() {
+  bool progressed = false;
+  // 1. Start queued calls in sequence order: every one that goes in flight,
+  //    and at most one that runs to its end inside Start, so that a caller
+  //    driving its own call is not kept running later ones.
+  for (;;) {
+    CollectiveCall call;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (queue_.empty()) break;
+      call = std::move(queue_.front());
+      queue_.pop_front();
+      queued_.store(queue_.size(), std::memory_order_release);
+    }
+    progressed = true;
+    call.work->MarkStarted();
+    if (abort_.load(std::memory_order_relaxed)) {
+      call.work->Complete(absl::CancelledError("communicator destroyed before the collective ran"));
+      continue;
+    }
+    if (broken_) {
+      call.work->Complete(Usable());
+      continue;
+    }
+    call.deadline = absl::Now() + options_.timeout;
+    StartOutcome o = executor_->Start(call);
+    if (o.in_flight) {
+      in_flight_.push_back(InFlight{std::move(call), false, absl::Status()});
+      in_flight_count_.store(in_flight_.size(), std::memory_order_release);
+      continue;
+    }
+    if (o.fatal && !o.status.ok()) {
+      Fail(o.status, &call);
+      return true;
+    }
+    if (in_flight_.empty()) {
+      call.work->Complete(std::move(o.status));  // nothing earlier is pending
+    } else {
+      in_flight_.push_back(InFlight{std::move(call), true, std::move(o.status)});
+      in_flight_count_.store(in_flight_.size(), std::memory_order_release);
+    }
+    break;
+  }
+  if (in_flight_.empty()) return progressed;
+
+  // 2. Poll what is in flight.
+  finished_.clear();
+  if (absl::Status s = executor_->Poll(&finished_); !s.ok()) {
+    Fail(s, nullptr);
+    return true;
+  }
+  for (FinishedCall& f : finished_) {
+    for (InFlight& e : in_flight_) {
+      if (e.call.seq == f.seq && !e.finished) {
+        e.finished = true;
+        e.status = std::move(f.status);
+        progressed = true;
+        break;
+      }
+    }
+  }
+
+  // 3. The oldest unfinished call holds back every later one: if it has
+  //    been the oldest for longer than the timeout, some rank is not joining
+  //    it.
+  if (!in_flight_.front().finished) {
+    const absl::Time now = absl::Now();
+    const CollectiveCall& oldest = in_flight_.front().call;
+    if (oldest.seq != head_seq_) {
+      head_seq_ = oldest.seq;
+      head_since_ = now;
+    } else if (now - head_since_ > options_.timeout) {
+      Fail(executor_->TimedOut(oldest), nullptr);
+      return true;
+    }
+  }
+
+  // 4. Complete in sequence order.
+  while (!in_flight_.empty() && in_flight_.front().finished) {
+    InFlight e = std::move(in_flight_.front());
+    in_flight_.pop_front();
+    in_flight_count_.store(in_flight_.size(), std::memory_order_release);
+    e.call.work->Complete(std::move(e.status));
+    progressed = true;
+  }
+  return progressed;
+}
+
+void AsyncCore::Fail(const absl::Status& s, CollectiveCall* current) {
+  broken_ = true;
+  const absl::Status unusable = absl::FailedPreconditionError(
+      absl::StrCat(options_.backend, " communicator (rank ", options_.rank,
+                   ") is unusable after an earlier error; recreate it. The error: ", s.message()));
+  std::deque<CollectiveCall> queued;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (failure_.ok()) {
+      failure_ = unusable;
+      failed_.store(true, std::memory_order_release);
+    }
+    queued.swap(queue_);
+    queued_.store(0, std::memory_order_release);
+  }
+  executor_->AbandonInFlight();
+  std::deque<InFlight> flight;
+  flight.swap(in_flight_);
+  in_flight_count_.store(0, std::memory_order_release);
+  // In sequence order: the calls that were running report the error
+  // itself; those that had finished, and those never started, that the
+  // communicator is unusable.
+  for (InFlight& e : flight) e.call.work->Complete(e.finished ? unusable : s);
+  if (current != nullptr) current->work->Complete(s);
+  // Stopping (kCancel) is why the call failed: the rest are cancelled.
+  const absl::Status never_ran =
+      abort_.load(std::memory_order_relaxed)
+          ? absl::CancelledError("communicator destroyed before the collective ran")
+          : unusable;
+  for (CollectiveCall& c : queued) c.work->Complete(never_ran);
+}
+
+}  // namespace fusebox::comm

@@ -1,0 +1,229 @@
+// AsyncCore: what every host backend needs between a call and its transport.
+//
+// Note [Asynchronous core]
+// A host backend (UCX, MPI) owns an AsyncCore and implements
+// CollectiveExecutor, the execution of one collective; the core owns the
+// rest, so that it is written, tested and fixed once:
+// * Issue (any thread): the checks of comm/communicator.h's contract, in the
+//   same words on every backend, then the backend's own limits
+//   (CheckLimits); the sequence number; the queue. Returns the Work at once.
+// * Who executes (Note [Who executes a collective]): calls enter the
+//   executor one at a time, under the core's executor lock, in sequence
+//   order, on the core's progress thread or, when the backend allows it, on
+//   a caller blocked in Work::Wait().
+// * Start and poll: Start(call) either runs the call to its end (UCX: one
+//   collective at a time, its waits inside Start) or issues it and leaves it
+//   in flight (MPI: several at once); Poll advances what is in flight. Works
+//   complete in sequence order, on the executing thread, whatever order the
+//   transport finishes them in.
+// * Deadlines: every call is given call.deadline = start + timeout for the
+//   waits an executor makes inside Start. A call left in flight is timed
+//   from when it became the oldest unfinished one (a long queue must not
+//   time out its tail); past the timeout the executor words the error
+//   (TimedOut: what was stuck, and the post-mortem of comm/fault.h).
+// * Sticky failure: an outcome marked fatal (every error on UCX; transport
+//   errors and timeouts on MPI, not a descriptor mismatch) makes the
+//   communicator unusable. The calls in flight fail with the error (those
+//   already finished but not yet completed, and every queued one, with
+//   "<backend> communicator (rank r) is unusable after an earlier error;
+//   recreate it. The error: ..."), and later calls are refused
+//   synchronously with that status.
+// * Stop (the backend's destructor, first): kCancel raises aborted() (which
+//   the executor's waits read) and completes queued calls with Cancelled;
+//   kDrain lets every queued and in-flight call finish first (MPI, whose
+//   buffers are in use until the library is done with them). Then the
+//   thread is joined; callers still waiting on a Work then find no core.
+//
+// Note [Progress without sleeping]
+// A collective nobody waits for (a gradient bucket launched from backward)
+// is executed by the progress thread, so the time from its issue to its
+// first byte moving is that thread's reaction time. The loop therefore never
+// naps on a timer: while anything is in flight it polls (yielding the core
+// when a pass did nothing); once idle it keeps looking for new calls for
+// `idle_spin` (yielding on each look, so compute and peers sharing the core
+// are not starved), then blocks on a condition variable that Issue signals
+// whenever the thread is blocked, so a call issued to an idle communicator
+// waits one futex wake-up, and one issued within the spin window none.
+// Sharing cores with compute (the design decision): the thread is not bound
+// and runs at normal priority; it busy-waits only while a collective is in
+// flight or just after one, so training's compute threads keep their cores.
+// A caller that blocks on its collective executes it itself where the
+// backend allows (polling in the caller, as MPI's blocking calls do), which
+// keeps small blocking collectives fast when every core is busy: no thread
+// has to be scheduled for them.
+//
+// Note [Who executes a collective]
+// With callers_execute, a Work's driver (Work::SetDriver) tries the
+// executor lock and, when it gets it, runs one step of the core (start the
+// next queued call, or poll what is in flight) on the waiting caller's
+// thread instead of waiting for a hand-off: a caller that issues and waits
+// runs its own collective when the progress thread has not already taken
+// it, while one that does not wait has it run by the progress thread. The
+// progress thread takes the executor lock behind a driving caller and picks
+// up whatever is left the moment the caller lets go. Drivers share the lock
+// through a shared_ptr, so one that outlives the core finds it gone
+// (self == nullptr) instead of a dangling pointer.
+#ifndef FUSEBOX_COMM_ASYNC_CORE_H_
+#define FUSEBOX_COMM_ASYNC_CORE_H_
+
+#include <atomic>
+#include <condition_variable>
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "comm/types.h"
+#include "comm/work.h"
+
+namespace fusebox::comm {
+
+// One collective as issued.
+struct CollectiveCall {
+  CollectiveKind kind = CollectiveKind::kBarrier;
+  const void* send = nullptr;
+  void* recv = nullptr;  // Broadcast: the buffer (send == recv)
+  size_t count = 0;
+  DataType type = DataType::kUInt8;
+  ReduceOp op = ReduceOp::kSum;
+  int root = 0;      // Broadcast's; 0 for the others
+  uint64_t seq = 0;  // 0, 1, 2, ... per communicator: the same call on every rank
+  // Set when the call starts: start + timeout, for waits inside Start.
+  absl::Time deadline = absl::InfiniteFuture();
+  std::shared_ptr<Work> work;
+};
+
+// What Start made of a call.
+struct StartOutcome {
+  // True: the call is in flight and Poll reports its end. False: it ran to
+  // its end in Start and `status` is its result.
+  bool in_flight = false;
+  absl::Status status;
+  // The error makes the communicator unusable (Note [Asynchronous core]).
+  bool fatal = false;
+};
+
+// A call in flight that Poll found finished.
+struct FinishedCall {
+  uint64_t seq = 0;
+  absl::Status status;  // its own result; not fatal (Poll returns those)
+};
+
+// The backend's half (Note [Asynchronous core]). Start, Poll, TimedOut and
+// AbandonInFlight run on the executing thread under the executor lock;
+// CheckLimits on the issuing thread.
+class CollectiveExecutor {
+ public:
+  virtual ~CollectiveExecutor() = default;
+  // The backend's own limits beyond the shared checks (MPI's int counts):
+  // InvalidArgument naming the call, or OK.
+  virtual absl::Status CheckLimits(const CollectiveCall& /*call*/) const {
+    return absl::OkStatus();
+  }
+  // Begins `call` (calls arrive in sequence order).
+  virtual StartOutcome Start(CollectiveCall& call) = 0;
+  // Advances the calls in flight and appends those that finished. A non-OK
+  // return is a fatal error of the communicator.
+  virtual absl::Status Poll(std::vector<FinishedCall>* /*finished*/) { return absl::OkStatus(); }
+  // The error for `oldest`, still in flight after the timeout: what it was
+  // waiting for and who is gone. Fatal.
+  virtual absl::Status TimedOut(const CollectiveCall& oldest) = 0;
+  // After a fatal error: forget every call in flight (the core completes
+  // their Works; MPI must keep what the library may still write).
+  virtual void AbandonInFlight() {}
+};
+
+struct AsyncCoreOptions {
+  std::string backend;  // "UCX", "MPI": names the communicator in errors
+  int rank = 0;
+  int size = 1;
+  absl::Duration timeout = absl::Seconds(300);  // must be positive
+  absl::Duration idle_spin = absl::Microseconds(50);
+  bool callers_execute = false;  // Note [Who executes a collective]
+  enum class OnStop { kCancel, kDrain };
+  OnStop on_stop = OnStop::kCancel;
+};
+
+class AsyncCore {
+ public:
+  explicit AsyncCore(AsyncCoreOptions options);
+  ~AsyncCore();  // Stop()
+  AsyncCore(const AsyncCore&) = delete;
+  AsyncCore& operator=(const AsyncCore&) = delete;
+
+  // Starts the progress thread on `executor`, which must outlive Stop().
+  void Start(CollectiveExecutor* executor);
+  // Note [Asynchronous core]. Idempotent; must not be called from a Work's
+  // completion callback (the progress thread cannot join itself: aborts).
+  void Stop();
+
+  // Issue (any thread). Send, recv, count, type, op and root as in
+  // comm/communicator.h; Broadcast passes its buffer as both.
+  absl::StatusOr<std::shared_ptr<Work>> Issue(CollectiveKind kind, const void* send, void* recv,
+                                              size_t count, DataType type, ReduceOp op, int root);
+
+  // OK, or the status later calls are refused with.
+  absl::Status Usable() const;
+  bool failed() const { return failed_.load(std::memory_order_acquire); }
+  // Raised by Stop in kCancel mode: the executor's waits end at once.
+  const std::atomic<bool>& aborted() const { return abort_; }
+  const AsyncCoreOptions& options() const { return options_; }
+
+ private:
+  struct InFlight {
+    CollectiveCall call;
+    bool finished = false;
+    absl::Status status;
+  };
+  struct ExecState {
+    std::mutex mu;
+    AsyncCore* self = nullptr;  // null once the core has stopped
+  };
+
+  void Loop();
+  // One step on the executing thread (exec_->mu held): start the next
+  // queued call(s), poll, time out the oldest, complete in order. True if
+  // anything changed.
+  bool Step();
+  // The fatal path (exec_->mu held): `current`, when not null, is the call
+  // that failed inside Start (completed with `s` after those before it).
+  void Fail(const absl::Status& s, CollectiveCall* current);
+
+  const AsyncCoreOptions options_;
+  CollectiveExecutor* executor_ = nullptr;
+  std::shared_ptr<ExecState> exec_ = std::make_shared<ExecState>();
+
+  // Issue side.
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<CollectiveCall> queue_;        // guarded by mu_
+  uint64_t next_seq_ = 0;                   // guarded by mu_
+  bool stopping_ = false;                   // guarded by mu_
+  bool sleeping_ = false;                   // guarded by mu_: the thread is in cv_.wait
+  std::atomic<size_t> queued_{0};           // queue_.size(), for the spinning thread
+  std::atomic<size_t> in_flight_count_{0};  // in_flight_.size()
+  std::atomic<bool> abort_{false};
+  std::atomic<bool> failed_{false};
+  absl::Status failure_;  // guarded by mu_; set once, with failed_
+
+  // Executor side (exec_->mu).
+  std::deque<InFlight> in_flight_;
+  std::vector<FinishedCall> finished_;
+  uint64_t head_seq_ = UINT64_MAX;
+  absl::Time head_since_;
+  bool broken_ = false;
+
+  std::thread thread_;
+  bool stopped_ = false;  // Stop() ran (owner's thread only)
+};
+
+}  // namespace fusebox::comm
+
+#endif  // FUSEBOX_COMM_ASYNC_CORE_H_

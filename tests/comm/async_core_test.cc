@@ -1,0 +1,343 @@
+// The shared asynchronous core (comm/async_core.h) on an executor made for
+// the test: order, sticky failure, deadlines, stop, and who executes.
+#include "comm/async_core.h"
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace fusebox::comm {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+
+// Records what the core hands it. Synchronous by default (Start runs the
+// call to its end); with `async`, calls stay in flight until the test
+// releases them (Finish), and Poll reports them.
+class FakeExecutor : public CollectiveExecutor {
+ public:
+  explicit FakeExecutor(bool async = false) : async_(async) {}
+
+  absl::Status CheckLimits(const CollectiveCall& call) const override {
+    if (call.count > 1000) return absl::InvalidArgumentError("count over the fake's limit");
+    return absl::OkStatus();
+  }
+
+  StartOutcome Start(CollectiveCall& call) override {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      started_.push_back(call.seq);
+      start_threads_.push_back(std::this_thread::get_id());
+      deadlines_.push_back(call.deadline);
+    }
+    StartOutcome o;
+    if (block_until_abort_ && call.seq == 0) {
+      while (!core_->aborted().load()) std::this_thread::yield();
+      o.status = absl::CancelledError("aborted while running");
+      o.fatal = true;
+      return o;
+    }
+    if (call.seq == fail_seq_) {
+      o.status = fail_status_;
+      o.fatal = fail_fatal_;
+      return o;
+    }
+    if (async_) {
+      o.in_flight = true;
+      std::lock_guard<std::mutex> lock(mu_);
+      in_flight_.insert(call.seq);
+    }
+    return o;
+  }
+
+  absl::Status Poll(std::vector<FinishedCall>* finished) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (auto it = released_.begin(); it != released_.end();) {
+      if (in_flight_.erase(it->seq) == 1) {
+        finished->push_back(*it);
+        it = released_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status TimedOut(const CollectiveCall& oldest) override {
+    return absl::DeadlineExceededError(absl::StrCat("fake: #", oldest.seq, " is stuck"));
+  }
+
+  void AbandonInFlight() override {
+    std::lock_guard<std::mutex> lock(mu_);
+    abandoned_ += in_flight_.size();
+    in_flight_.clear();
+  }
+
+  // Test side.
+  void Finish(uint64_t seq, absl::Status s = absl::OkStatus()) {
+    std::lock_guard<std::mutex> lock(mu_);
+    released_.push_back(FinishedCall{seq, std::move(s)});
+  }
+  std::vector<uint64_t> started() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return started_;
+  }
+  std::vector<std::thread::id> start_threads() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return start_threads_;
+  }
+  std::vector<absl::Time> deadlines() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return deadlines_;
+  }
+  size_t abandoned() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return abandoned_;
+  }
+
+  uint64_t fail_seq_ = UINT64_MAX;
+  absl::Status fail_status_;
+  bool fail_fatal_ = true;
+  bool block_until_abort_ = false;
+  AsyncCore* core_ = nullptr;
+
+ private:
+  const bool async_;
+  std::mutex mu_;
+  std::vector<uint64_t> started_;
+  std::vector<std::thread::id> start_threads_;
+  std::vector<absl::Time> deadlines_;
+  std::set<uint64_t> in_flight_;
+  std::vector<FinishedCall> released_;
+  size_t abandoned_ = 0;
+};
+
+AsyncCoreOptions Options(bool callers_execute = true,
+                         AsyncCoreOptions::OnStop on_stop = AsyncCoreOptions::OnStop::kCancel,
+                         absl::Duration timeout = absl::Seconds(60)) {
+  AsyncCoreOptions o;
+  o.backend = "TEST";
+  o.rank = 1;
+  o.size = 2;
+  o.timeout = timeout;
+  o.callers_execute = callers_execute;
+  o.on_stop = on_stop;
+  return o;
+}
+
+std::shared_ptr<Work> IssueAllReduce(AsyncCore& core, float* buf, size_t count = 4) {
+  auto w = core.Issue(CollectiveKind::kAllReduce, buf, buf, count, DataType::kFloat32,
+                      ReduceOp::kSum, 0);
+  EXPECT_TRUE(w.ok()) << w.status();
+  return w.ok() ? *w : nullptr;
+}
+
+TEST(AsyncCoreTest, BadArgumentsAreRefusedInTheSharedWordsAndNeverReachTheBackend) {
+  FakeExecutor ex;
+  AsyncCore core(Options());
+  core.Start(&ex);
+  float buf[4] = {};
+  auto null_buf = core.Issue(CollectiveKind::kAllReduce, nullptr, nullptr, 4, DataType::kFloat32,
+                             ReduceOp::kSum, 0);
+  ASSERT_FALSE(null_buf.ok());
+  EXPECT_EQ(null_buf.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(null_buf.status().message(), HasSubstr("null buffer"));
+  auto bad_root =
+      core.Issue(CollectiveKind::kBroadcast, buf, buf, 4, DataType::kFloat32, ReduceOp::kSum, 2);
+  ASSERT_FALSE(bad_root.ok());
+  EXPECT_THAT(bad_root.status().message(), HasSubstr("root 2 is out of range"));
+  auto over_limit =
+      core.Issue(CollectiveKind::kAllReduce, buf, buf, 5000, DataType::kFloat32, ReduceOp::kSum, 0);
+  ASSERT_FALSE(over_limit.ok());
+  EXPECT_THAT(over_limit.status().message(), HasSubstr("over the fake's limit"));
+  ASSERT_TRUE(IssueAllReduce(core, buf)->Wait().ok());
+  // Only the valid call reached the executor, and it was call #0.
+  EXPECT_THAT(ex.started(), ElementsAre(0u));
+}
+
+TEST(AsyncCoreTest, CallsStartInIssueOrderWithSequenceNumbersAndADeadline) {
+  FakeExecutor ex;
+  AsyncCore core(Options());
+  core.Start(&ex);
+  float buf[4] = {};
+  std::vector<std::shared_ptr<Work>> works;
+  const absl::Time before = absl::Now();
+  for (int i = 0; i < 50; ++i) works.push_back(IssueAllReduce(core, buf));
+  for (auto& w : works) ASSERT_TRUE(w->Wait().ok());
+  std::vector<uint64_t> want(50);
+  for (uint64_t i = 0; i < 50; ++i) want[i] = i;
+  EXPECT_EQ(ex.started(), want);
+  for (const auto& w : works) {
+    EXPECT_GE(w->started_ns(), w->issued_ns());
+    EXPECT_GE(w->completed_ns(), w->started_ns());
+  }
+  // Each call's deadline is its start plus the timeout.
+  for (absl::Time d : ex.deadlines()) {
+    EXPECT_GE(d, before + absl::Seconds(60));
+    EXPECT_LE(d, absl::Now() + absl::Seconds(60));
+  }
+}
+
+TEST(AsyncCoreTest, CallsInFlightCompleteInSequenceOrderWhateverOrderTheyFinishIn) {
+  FakeExecutor ex(/*async=*/true);
+  AsyncCore core(Options(/*callers_execute=*/false));
+  core.Start(&ex);
+  float buf[4] = {};
+  std::mutex mu;
+  std::vector<int> order;
+  std::vector<std::shared_ptr<Work>> works;
+  for (int i = 0; i < 3; ++i) {
+    works.push_back(IssueAllReduce(core, buf));
+    works.back()->OnComplete([&, i](const absl::Status&) {
+      std::lock_guard<std::mutex> lock(mu);
+      order.push_back(i);
+    });
+  }
+  while (ex.started().size() < 3) std::this_thread::yield();
+  ex.Finish(2);
+  ex.Finish(1, absl::InvalidArgumentError("mismatch in #1"));
+  // #2 and #1 are finished but wait behind #0.
+  absl::SleepFor(absl::Milliseconds(20));
+  EXPECT_FALSE(works[1]->Test());
+  EXPECT_FALSE(works[2]->Test());
+  ex.Finish(0);
+  for (auto& w : works) w->Wait().IgnoreError();
+  EXPECT_TRUE(works[0]->status().ok());
+  EXPECT_THAT(works[1]->status().message(), HasSubstr("mismatch in #1"));
+  EXPECT_TRUE(works[2]->status().ok());
+  std::lock_guard<std::mutex> lock(mu);
+  EXPECT_THAT(order, ElementsAre(0, 1, 2));
+  // A call's own (non-fatal) error leaves the communicator usable.
+  EXPECT_TRUE(core.Usable().ok());
+}
+
+TEST(AsyncCoreTest, AFatalErrorFailsLaterCallsAndRefusesNewOnes) {
+  FakeExecutor ex;
+  ex.fail_seq_ = 1;
+  ex.fail_status_ = absl::UnavailableError("peer 0 is gone");
+  AsyncCore core(Options());
+  core.Start(&ex);
+  float buf[4] = {};
+  auto w0 = IssueAllReduce(core, buf);
+  auto w1 = IssueAllReduce(core, buf);
+  auto w2 = IssueAllReduce(core, buf);
+  EXPECT_TRUE(w0->Wait().ok());
+  absl::Status s1 = w1->Wait();
+  EXPECT_EQ(s1.code(), absl::StatusCode::kUnavailable);
+  EXPECT_EQ(s1.message(), "peer 0 is gone");
+  absl::Status s2 = w2->Wait();
+  EXPECT_EQ(s2.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(s2.message(),
+            "TEST communicator (rank 1) is unusable after an earlier error; recreate it. "
+            "The error: peer 0 is gone");
+  EXPECT_TRUE(core.failed());
+  auto later = core.Issue(CollectiveKind::kBarrier, nullptr, nullptr, 0, DataType::kUInt8,
+                          ReduceOp::kSum, 0);
+  ASSERT_FALSE(later.ok());
+  EXPECT_EQ(later.status(), s2);
+  // #2 never reached the executor.
+  EXPECT_THAT(ex.started(), ElementsAre(0u, 1u));
+}
+
+TEST(AsyncCoreTest, TheOldestCallInFlightTimesOutAndTheExecutorWordsIt) {
+  FakeExecutor ex(/*async=*/true);
+  AsyncCore core(Options(false, AsyncCoreOptions::OnStop::kDrain, absl::Milliseconds(100)));
+  core.Start(&ex);
+  float buf[4] = {};
+  auto w0 = IssueAllReduce(core, buf);
+  auto w1 = IssueAllReduce(core, buf);
+  absl::Status s0 = w0->Wait();
+  EXPECT_EQ(s0.code(), absl::StatusCode::kDeadlineExceeded);
+  EXPECT_EQ(s0.message(), "fake: #0 is stuck");
+  // #1 was in flight too: it fails with the same error.
+  EXPECT_EQ(w1->Wait(), s0);
+  EXPECT_EQ(ex.abandoned(), 2u);
+  EXPECT_THAT(core.Usable().message(), HasSubstr("The error: fake: #0 is stuck"));
+}
+
+TEST(AsyncCoreTest, TheTimeoutCountsFromWhenACallBecameTheOldest) {
+  // Each call is the oldest for 0.6 s of a 1 s timeout; together they are
+  // in flight for 1.2 s. Timed from its issue, #1 would time out.
+  FakeExecutor ex(/*async=*/true);
+  AsyncCore core(Options(false, AsyncCoreOptions::OnStop::kDrain, absl::Seconds(1)));
+  core.Start(&ex);
+  float buf[4] = {};
+  auto w0 = IssueAllReduce(core, buf);
+  auto w1 = IssueAllReduce(core, buf);
+  absl::SleepFor(absl::Milliseconds(600));
+  ex.Finish(0);
+  ASSERT_TRUE(w0->Wait().ok());
+  absl::SleepFor(absl::Milliseconds(600));
+  ex.Finish(1);
+  EXPECT_TRUE(w1->Wait().ok());
+}
+
+TEST(AsyncCoreTest, StopCancelsTheRunningAndTheQueuedCalls) {
+  FakeExecutor ex;
+  ex.block_until_abort_ = true;
+  auto core = std::make_unique<AsyncCore>(Options(/*callers_execute=*/false));
+  ex.core_ = core.get();
+  core->Start(&ex);
+  float buf[4] = {};
+  auto w0 = IssueAllReduce(*core, buf);
+  while (ex.started().empty()) std::this_thread::yield();
+  auto w1 = IssueAllReduce(*core, buf);
+  core->Stop();
+  ASSERT_TRUE(w0->Test());
+  ASSERT_TRUE(w1->Test());
+  EXPECT_EQ(w0->status().code(), absl::StatusCode::kCancelled);
+  EXPECT_EQ(w1->status().code(), absl::StatusCode::kCancelled);
+  EXPECT_THAT(w1->status().message(), HasSubstr("destroyed before the collective ran"));
+  EXPECT_THAT(ex.started(), ElementsAre(0u));
+}
+
+TEST(AsyncCoreTest, StopInDrainModeLetsEveryCallFinish) {
+  FakeExecutor ex(/*async=*/true);
+  AsyncCore core(Options(false, AsyncCoreOptions::OnStop::kDrain));
+  core.Start(&ex);
+  float buf[4] = {};
+  std::vector<std::shared_ptr<Work>> works;
+  for (int i = 0; i < 3; ++i) works.push_back(IssueAllReduce(core, buf));
+  std::thread finisher([&] {
+    absl::SleepFor(absl::Milliseconds(50));
+    for (uint64_t i = 0; i < 3; ++i) ex.Finish(i);
+  });
+  core.Stop();  // returns only once all three have finished
+  for (auto& w : works) {
+    ASSERT_TRUE(w->Test());
+    EXPECT_TRUE(w->status().ok());
+  }
+  finisher.join();
+}
+
+TEST(AsyncCoreTest, OnlyACoreThatAllowsItLetsBlockedCallersExecute) {
+  float buf[4] = {};
+  for (bool callers_execute : {false, true}) {
+    FakeExecutor ex;
+    AsyncCore core(Options(callers_execute));
+    core.Start(&ex);
+    for (int i = 0; i < 200; ++i) ASSERT_TRUE(IssueAllReduce(core, buf)->Wait().ok());
+    const std::vector<std::thread::id> threads = ex.start_threads();
+    const auto on_caller = std::count(threads.begin(), threads.end(), std::this_thread::get_id());
+    if (callers_execute) {
+      // A caller that issues and waits runs its call itself (almost always:
+      // the progress thread can take it first).
+      EXPECT_GT(on_caller, 0) << "callers_execute";
+    } else {
+      EXPECT_EQ(on_caller, 0);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace fusebox::comm
