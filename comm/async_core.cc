@@ -27,7 +27,8 @@ void AsyncCore::Stop() {
     std::lock_guard<std::mutex> lock(mu_);
     stopping_ = true;
   }
-  // kCancel: the call in flight and those queued end as Cancelled.
+  // kCancel: the executor's waits read aborted() and end the call running
+  // (as Cancelled); queued calls are cancelled unrun.
   if (options_.on_stop == AsyncCoreOptions::OnStop::kCancel) abort_.store(true);
   cv_.notify_all();
   if (thread_.joinable()) {
@@ -40,19 +41,27 @@ void AsyncCore::Stop() {
     }
     thread_.join();
   }
-  // Drivers from here on find no core. Calls issued concurrently with the
-  // destruction (a caller bug, but not a hang) are cancelled unrun.
-  std::deque<CollectiveCall> left;
-  {
-    std::lock_guard<std::mutex> exec(exec_->mu);
-    exec_->self = nullptr;
-    abort_.store(true);
-    std::lock_guard<std::mutex> lock(mu_);
-    left.swap(queue_);
-    queued_.store(0, std::memory_order_release);
-  }
-  for (CollectiveCall& c : left) {
-    c.work->Complete(absl::CancelledError("communicator destroyed before the collective ran"));
+  // Drivers from here on find no core. Calls still queued (issued while
+  // stopping, from a completion callback or another thread) are cancelled
+  // unrun, until the queue stays empty; Issue cancels any call after that.
+  std::lock_guard<std::mutex> exec(exec_->mu);
+  exec_->self = nullptr;
+  abort_.store(true);
+  for (;;) {
+    std::deque<CollectiveCall> left;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (queue_.empty()) {
+        closed_ = true;
+        break;
+      }
+      left.swap(queue_);
+      queued_.store(0, std::memory_order_release);
+    }
+    cancelled_any_.store(true, std::memory_order_relaxed);
+    for (CollectiveCall& c : left) {
+      c.work->Complete(absl::CancelledError("communicator destroyed before the collective ran"));
+    }
   }
 }
 
@@ -103,6 +112,9 @@ absl::StatusOr<std::shared_ptr<Work>> AsyncCore::Issue(CollectiveKind kind, cons
   bool wake = false;
   {
     std::lock_guard<std::mutex> lock(mu_);
+    if (closed_) {
+      return Work::Done(absl::CancelledError("communicator destroyed before the collective ran"));
+    }
     call.seq = next_seq_++;
     queue_.push_back(std::move(call));
     queued_.store(queue_.size(), std::memory_order_release);
@@ -124,11 +136,24 @@ void AsyncCore::Loop() {
       }
       std::unique_lock<std::mutex> lock(mu_);
       if (queue_.empty() && in_flight_count_.load(std::memory_order_acquire) == 0) {
-        if (stopping_) return;  // drained
+        if (stopping_) {
+          // Drained, unless a driving caller holds a call between the
+          // queue and in_flight_: decided under the executor lock.
+          lock.unlock();
+          std::lock_guard<std::mutex> exec(exec_->mu);
+          std::lock_guard<std::mutex> relock(mu_);
+          if (queue_.empty() && in_flight_.empty()) return;
+          continue;
+        }
         sleeping_ = true;
-        cv_.wait(lock, [&] { return !queue_.empty() || stopping_; });
+        // A caller's Step that leaves a call in flight wakes the thread to
+        // poll it (WakeToPoll).
+        cv_.wait(lock, [&] {
+          return !queue_.empty() || stopping_ ||
+                 in_flight_count_.load(std::memory_order_acquire) != 0;
+        });
         sleeping_ = false;
-        if (queue_.empty()) continue;  // stopping: returns above once nothing is in flight
+        continue;
       }
     }
     bool progressed = false;
@@ -142,10 +167,12 @@ void AsyncCore::Loop() {
 
 bool AsyncCore::Step() {
   bool progressed = false;
-  // 1. Start queued calls in sequence order: every one that goes in flight,
-  //    and at most one that runs to its end inside Start, so that a caller
-  //    driving its own call is not kept running later ones.
-  for (;;) {
+  // 1. Start queued calls in sequence order: those queued when the step
+  //    began that go in flight, and at most one that runs to its end inside
+  //    Start, so that a caller driving its own call is not kept running
+  //    later ones. (A caller that keeps issuing must not keep this loop from
+  //    polling and from timing out what is already in flight.)
+  for (size_t budget = queued_.load(std::memory_order_acquire); budget > 0; --budget) {
     CollectiveCall call;
     {
       std::lock_guard<std::mutex> lock(mu_);
@@ -157,6 +184,7 @@ bool AsyncCore::Step() {
     progressed = true;
     call.work->MarkStarted();
     if (abort_.load(std::memory_order_relaxed)) {
+      cancelled_any_.store(true, std::memory_order_relaxed);
       call.work->Complete(absl::CancelledError("communicator destroyed before the collective ran"));
       continue;
     }
@@ -172,6 +200,7 @@ bool AsyncCore::Step() {
     if (o.in_flight) {
       in_flight_.push_back(InFlight{std::move(call), false, absl::Status()});
       in_flight_count_.store(in_flight_.size(), std::memory_order_release);
+      if (in_flight_.size() == 1) WakeToPoll();
       continue;
     }
     if (o.fatal && !o.status.ok()) {
@@ -231,6 +260,19 @@ bool AsyncCore::Step() {
   return progressed;
 }
 
+void AsyncCore::WakeToPoll() {
+  // A call left in flight by a caller driving Step must still be polled
+  // once that caller stops (its Wait sleeps after a while): the progress
+  // thread, if asleep, is woken. The predicate reads in_flight_count_,
+  // stored before this takes mu_, so the wake-up cannot be lost.
+  bool wake = false;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    wake = sleeping_;
+  }
+  if (wake) cv_.notify_one();
+}
+
 void AsyncCore::Fail(const absl::Status& s, CollectiveCall* current) {
   broken_ = true;
   const absl::Status unusable = absl::FailedPreconditionError(
@@ -256,10 +298,11 @@ void AsyncCore::Fail(const absl::Status& s, CollectiveCall* current) {
   for (InFlight& e : flight) e.call.work->Complete(e.finished ? unusable : s);
   if (current != nullptr) current->work->Complete(s);
   // Stopping (kCancel) is why the call failed: the rest are cancelled.
+  const bool cancelling = abort_.load(std::memory_order_relaxed);
+  if (cancelling && !queued.empty()) cancelled_any_.store(true, std::memory_order_relaxed);
   const absl::Status never_ran =
-      abort_.load(std::memory_order_relaxed)
-          ? absl::CancelledError("communicator destroyed before the collective ran")
-          : unusable;
+      cancelling ? absl::CancelledError("communicator destroyed before the collective ran")
+                 : unusable;
   for (CollectiveCall& c : queued) c.work->Complete(never_ran);
 }
 

@@ -23,16 +23,17 @@
 //   (TimedOut: what was stuck, and the post-mortem of comm/fault.h).
 // * Sticky failure: an outcome marked fatal (every error on UCX; transport
 //   errors and timeouts on MPI, not a descriptor mismatch) makes the
-//   communicator unusable. The calls in flight fail with the error (those
-//   already finished but not yet completed, and every queued one, with
-//   "<backend> communicator (rank r) is unusable after an earlier error;
-//   recreate it. The error: ..."), and later calls are refused
-//   synchronously with that status.
+//   communicator unusable. The call that failed and every call still
+//   unfinished in flight fail with the error itself; those already finished
+//   but not yet completed, and every queued one, with "<backend>
+//   communicator (rank r) is unusable after an earlier error; recreate it.
+//   The error: ..."; later calls are refused synchronously with that status.
 // * Stop (the backend's destructor, first): kCancel raises aborted() (which
-//   the executor's waits read) and completes queued calls with Cancelled;
-//   kDrain lets every queued and in-flight call finish first (MPI, whose
-//   buffers are in use until the library is done with them). Then the
-//   thread is joined; callers still waiting on a Work then find no core.
+//   the executor's waits read, ending the call running) and cancels queued
+//   calls unrun; kDrain lets every queued and in-flight call finish first
+//   (MPI, whose buffers are in use until the library is done with them).
+//   Then the thread is joined; callers still waiting on a Work find no
+//   core, and calls issued after that complete at once as Cancelled.
 //
 // Note [Progress without sleeping]
 // A collective nobody waits for (a gradient bucket launched from backward)
@@ -160,8 +161,11 @@ class AsyncCore {
 
   // Starts the progress thread on `executor`, which must outlive Stop().
   void Start(CollectiveExecutor* executor);
-  // Note [Asynchronous core]. Idempotent; must not be called from a Work's
-  // completion callback (the progress thread cannot join itself: aborts).
+  // Note [Asynchronous core]. Idempotent. Must not be called from a Work's
+  // completion callback: on the progress thread it aborts the process (the
+  // thread cannot join itself); on a caller driving its Wait it deadlocks
+  // (that caller holds the executor lock). Calls issued once Stop has
+  // finished complete at once as Cancelled.
   void Stop();
 
   // Issue (any thread). Send, recv, count, type, op and root as in
@@ -174,6 +178,8 @@ class AsyncCore {
   bool failed() const { return failed_.load(std::memory_order_acquire); }
   // Raised by Stop in kCancel mode: the executor's waits end at once.
   const std::atomic<bool>& aborted() const { return abort_; }
+  // Whether any call was cancelled unrun (after Stop: read it then).
+  bool cancelled_any() const { return cancelled_any_.load(std::memory_order_relaxed); }
   const AsyncCoreOptions& options() const { return options_; }
 
  private:
@@ -192,6 +198,8 @@ class AsyncCore {
   // queued call(s), poll, time out the oldest, complete in order. True if
   // anything changed.
   bool Step();
+  // Wakes a sleeping progress thread to poll a call left in flight.
+  void WakeToPoll();
   // The fatal path (exec_->mu held): `current`, when not null, is the call
   // that failed inside Start (completed with `s` after those before it).
   void Fail(const absl::Status& s, CollectiveCall* current);
@@ -207,9 +215,11 @@ class AsyncCore {
   uint64_t next_seq_ = 0;                   // guarded by mu_
   bool stopping_ = false;                   // guarded by mu_
   bool sleeping_ = false;                   // guarded by mu_: the thread is in cv_.wait
+  bool closed_ = false;                     // guarded by mu_: Stop is done, Issue cancels
   std::atomic<size_t> queued_{0};           // queue_.size(), for the spinning thread
   std::atomic<size_t> in_flight_count_{0};  // in_flight_.size()
   std::atomic<bool> abort_{false};
+  std::atomic<bool> cancelled_any_{false};
   std::atomic<bool> failed_{false};
   absl::Status failure_;  // guarded by mu_; set once, with failed_
 

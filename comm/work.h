@@ -17,8 +17,8 @@
 namespace fusebox::comm {
 
 // A Work is created by a backend when a collective is issued and completed
-// exactly once by that backend (from its progress thread). Any thread may
-// Test or Wait; waiting never drives the backend, so a caller that never
+// exactly once by that backend (from its progress thread, or from a caller
+// that runs it: SetDriver). Any thread may Test or Wait; a caller that never
 // waits still sees its collective finish. Cheap to share (shared_ptr).
 class Work {
  public:

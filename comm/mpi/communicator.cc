@@ -346,7 +346,7 @@ class MpiCommunicator final : public Communicator, private CollectiveExecutor {
 
  private:
   enum class Phase {
-    kQueued,    // not yet seen by the progress thread
+    kQueued,    // created, its check not yet issued (only inside Start)
     kChecking,  // descriptor check in flight
     kChecked,   // check finished, data collective not yet issued
     kRunning,   // data collective in flight

@@ -35,8 +35,9 @@
 // network round (CheckHeaders).
 //
 // Messages go through the channel (channel.h: endpoints, tags, waiting
-// under the deadline, failure notices); this file holds the algorithms and
-// the queue that runs them. The ring's steps reach 2(p-1), hence at most
+// under the deadline, failure notices); the queue that runs them is the
+// shared core's (comm/async_core.h); this file holds the algorithms and
+// their execution. The ring's steps reach 2(p-1), hence at most
 // ucx::kMaxWorld ranks.
 #include "comm/ucx/communicator.h"
 
@@ -333,7 +334,7 @@ UcxCommunicator::~UcxCommunicator() {
     k = nullptr;
   }
   // After a failure a peer may be dead or stuck: no flush that waits on it.
-  channel_.Close(/*force=*/core_.failed());
+  channel_.Close(/*force=*/core_.failed() || core_.cancelled_any());
   if (shm_memh_ != nullptr) ucp_mem_unmap(channel_.context(), shm_memh_);
   // channel_'s destructor then destroys the worker and the context.
 }

@@ -62,6 +62,7 @@ class FakeExecutor : public CollectiveExecutor {
 
   absl::Status Poll(std::vector<FinishedCall>* finished) override {
     std::lock_guard<std::mutex> lock(mu_);
+    if (!poll_error_.ok()) return poll_error_;
     for (auto it = released_.begin(); it != released_.end();) {
       if (in_flight_.erase(it->seq) == 1) {
         finished->push_back(*it);
@@ -87,6 +88,15 @@ class FakeExecutor : public CollectiveExecutor {
   void Finish(uint64_t seq, absl::Status s = absl::OkStatus()) {
     std::lock_guard<std::mutex> lock(mu_);
     released_.push_back(FinishedCall{seq, std::move(s)});
+  }
+  void FailPolls(absl::Status s) {
+    std::lock_guard<std::mutex> lock(mu_);
+    poll_error_ = std::move(s);
+  }
+  // Released calls that Poll has not reported yet.
+  size_t unreported() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return released_.size();
   }
   std::vector<uint64_t> started() {
     std::lock_guard<std::mutex> lock(mu_);
@@ -119,6 +129,7 @@ class FakeExecutor : public CollectiveExecutor {
   std::vector<absl::Time> deadlines_;
   std::set<uint64_t> in_flight_;
   std::vector<FinishedCall> released_;
+  absl::Status poll_error_;
   size_t abandoned_ = 0;
 };
 
@@ -206,7 +217,8 @@ TEST(AsyncCoreTest, CallsInFlightCompleteInSequenceOrderWhateverOrderTheyFinishI
   while (ex.started().size() < 3) std::this_thread::yield();
   ex.Finish(2);
   ex.Finish(1, absl::InvalidArgumentError("mismatch in #1"));
-  // #2 and #1 are finished but wait behind #0.
+  // Once Poll has reported #2 and #1, they wait behind #0.
+  while (ex.unreported() != 0) std::this_thread::yield();
   absl::SleepFor(absl::Milliseconds(20));
   EXPECT_FALSE(works[1]->Test());
   EXPECT_FALSE(works[2]->Test());
@@ -251,7 +263,7 @@ TEST(AsyncCoreTest, AFatalErrorFailsLaterCallsAndRefusesNewOnes) {
 
 TEST(AsyncCoreTest, TheOldestCallInFlightTimesOutAndTheExecutorWordsIt) {
   FakeExecutor ex(/*async=*/true);
-  AsyncCore core(Options(false, AsyncCoreOptions::OnStop::kDrain, absl::Milliseconds(100)));
+  AsyncCore core(Options(false, AsyncCoreOptions::OnStop::kDrain, absl::Milliseconds(300)));
   core.Start(&ex);
   float buf[4] = {};
   auto w0 = IssueAllReduce(core, buf);
@@ -266,18 +278,18 @@ TEST(AsyncCoreTest, TheOldestCallInFlightTimesOutAndTheExecutorWordsIt) {
 }
 
 TEST(AsyncCoreTest, TheTimeoutCountsFromWhenACallBecameTheOldest) {
-  // Each call is the oldest for 0.6 s of a 1 s timeout; together they are
-  // in flight for 1.2 s. Timed from its issue, #1 would time out.
+  // Each call is the oldest for 1 s of a 1.6 s timeout; together they are
+  // in flight for 2 s. Timed from its issue, #1 would time out.
   FakeExecutor ex(/*async=*/true);
-  AsyncCore core(Options(false, AsyncCoreOptions::OnStop::kDrain, absl::Seconds(1)));
+  AsyncCore core(Options(false, AsyncCoreOptions::OnStop::kDrain, absl::Milliseconds(1600)));
   core.Start(&ex);
   float buf[4] = {};
   auto w0 = IssueAllReduce(core, buf);
   auto w1 = IssueAllReduce(core, buf);
-  absl::SleepFor(absl::Milliseconds(600));
+  absl::SleepFor(absl::Seconds(1));
   ex.Finish(0);
   ASSERT_TRUE(w0->Wait().ok());
-  absl::SleepFor(absl::Milliseconds(600));
+  absl::SleepFor(absl::Seconds(1));
   ex.Finish(1);
   EXPECT_TRUE(w1->Wait().ok());
 }
@@ -318,6 +330,62 @@ TEST(AsyncCoreTest, StopInDrainModeLetsEveryCallFinish) {
     EXPECT_TRUE(w->status().ok());
   }
   finisher.join();
+}
+
+TEST(AsyncCoreTest, APollErrorFailsEveryCallInFlightAndTheCommunicator) {
+  FakeExecutor ex(/*async=*/true);
+  AsyncCore core(Options(false, AsyncCoreOptions::OnStop::kDrain));
+  core.Start(&ex);
+  float buf[4] = {};
+  auto w0 = IssueAllReduce(core, buf);
+  auto w1 = IssueAllReduce(core, buf);
+  while (ex.started().size() < 2) std::this_thread::yield();
+  ex.FailPolls(absl::InternalError("transport broke"));
+  EXPECT_EQ(w0->Wait(), absl::InternalError("transport broke"));
+  EXPECT_EQ(w1->Wait(), absl::InternalError("transport broke"));
+  EXPECT_EQ(ex.abandoned(), 2u);
+  EXPECT_THAT(core.Usable().message(), HasSubstr("The error: transport broke"));
+}
+
+TEST(AsyncCoreTest, ACallIssuedAfterStopIsCancelledNotLost) {
+  FakeExecutor ex;
+  AsyncCore core(Options());
+  core.Start(&ex);
+  core.Stop();
+  float buf[4] = {};
+  auto w = IssueAllReduce(core, buf);
+  ASSERT_TRUE(w->Test());
+  EXPECT_EQ(w->status().code(), absl::StatusCode::kCancelled);
+  EXPECT_TRUE(ex.started().empty());
+}
+
+TEST(AsyncCoreTest, ACallerThatLeavesItsCallInFlightIsNotLeftWithoutAPoller) {
+  // A caller that drives Step may leave a call in flight (an executor that
+  // issues and polls) and then sleep in Wait: the progress thread must be
+  // woken to poll it, or the call would never complete.
+  FakeExecutor ex(/*async=*/true);
+  AsyncCore core(Options(/*callers_execute=*/true, AsyncCoreOptions::OnStop::kDrain));
+  core.Start(&ex);
+  float buf[4] = {};
+  for (int i = 0; i < 20; ++i) {
+    std::atomic<bool> done{false};
+    // Issues and waits at once, so that it usually runs Start itself.
+    std::thread caller([&] {
+      auto w = IssueAllReduce(core, buf);
+      EXPECT_TRUE(w->Wait().ok());
+      done.store(true);
+    });
+    while (ex.started().size() < static_cast<size_t>(i + 1)) std::this_thread::yield();
+    absl::SleepFor(absl::Milliseconds(5));  // long enough for Wait to go to sleep
+    ex.Finish(static_cast<uint64_t>(i));
+    const absl::Time give_up = absl::Now() + absl::Seconds(30);
+    while (!done.load() && absl::Now() < give_up) absl::SleepFor(absl::Milliseconds(1));
+    if (!done.load()) {
+      caller.detach();  // stuck for good: the process is failing anyway
+      FAIL() << "call #" << i << " was never completed";
+    }
+    caller.join();
+  }
 }
 
 TEST(AsyncCoreTest, OnlyACoreThatAllowsItLetsBlockedCallersExecute) {
