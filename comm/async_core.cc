@@ -9,6 +9,15 @@
 #include "comm/communicator.h"
 
 namespace fusebox::comm {
+namespace {
+
+// The status of a call cancelled unrun because its communicator is being
+// destroyed.
+absl::Status NeverRan() {
+  return absl::CancelledError("communicator destroyed before the collective ran");
+}
+
+}  // namespace
 
 AsyncCore::AsyncCore(AsyncCoreOptions options) : options_(std::move(options)) {}
 
@@ -60,7 +69,7 @@ void AsyncCore::Stop() {
     }
     cancelled_any_.store(true, std::memory_order_relaxed);
     for (CollectiveCall& c : left) {
-      c.work->Complete(absl::CancelledError("communicator destroyed before the collective ran"));
+      c.work->Complete(NeverRan());
     }
   }
 }
@@ -113,7 +122,7 @@ absl::StatusOr<std::shared_ptr<Work>> AsyncCore::Issue(CollectiveKind kind, cons
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (closed_) {
-      return Work::Done(absl::CancelledError("communicator destroyed before the collective ran"));
+      return Work::Done(NeverRan());
     }
     call.seq = next_seq_++;
     queue_.push_back(std::move(call));
@@ -185,7 +194,7 @@ bool AsyncCore::Step() {
     call.work->MarkStarted();
     if (abort_.load(std::memory_order_relaxed)) {
       cancelled_any_.store(true, std::memory_order_relaxed);
-      call.work->Complete(absl::CancelledError("communicator destroyed before the collective ran"));
+      call.work->Complete(NeverRan());
       continue;
     }
     if (broken_) {
@@ -300,9 +309,7 @@ void AsyncCore::Fail(const absl::Status& s, CollectiveCall* current) {
   // Stopping (kCancel) is why the call failed: the rest are cancelled.
   const bool cancelling = abort_.load(std::memory_order_relaxed);
   if (cancelling && !queued.empty()) cancelled_any_.store(true, std::memory_order_relaxed);
-  const absl::Status never_ran =
-      cancelling ? absl::CancelledError("communicator destroyed before the collective ran")
-                 : unusable;
+  const absl::Status never_ran = cancelling ? NeverRan() : unusable;
   for (CollectiveCall& c : queued) c.work->Complete(never_ran);
 }
 

@@ -180,7 +180,6 @@ class AsyncCore {
   const std::atomic<bool>& aborted() const { return abort_; }
   // Whether any call was cancelled unrun (after Stop: read it then).
   bool cancelled_any() const { return cancelled_any_.load(std::memory_order_relaxed); }
-  const AsyncCoreOptions& options() const { return options_; }
 
  private:
   struct InFlight {
