@@ -80,9 +80,9 @@ absl::Status AsyncCore::Usable() const {
   return failure_;
 }
 
-absl::StatusOr<std::shared_ptr<Work>> AsyncCore::Issue(CollectiveKind kind, const void* send,
-                                                       void* recv, size_t count, DataType type,
-                                                       ReduceOp op, int root) {
+absl::StatusOr<CollectiveCall> AsyncCore::Prepare(CollectiveKind kind, const void* send, void* recv,
+                                                  size_t count, DataType type, ReduceOp op,
+                                                  int root) const {
   if (absl::Status s = Usable(); !s.ok()) return s;
   absl::Status s;
   switch (kind) {
@@ -110,13 +110,30 @@ absl::StatusOr<std::shared_ptr<Work>> AsyncCore::Issue(CollectiveKind kind, cons
   if (executor_ != nullptr) {
     if (s = executor_->CheckLimits(call); !s.ok()) return s;
   }
-  call.work = std::make_shared<Work>();
+  return call;
+}
+
+std::shared_ptr<Work> AsyncCore::NewWork() const {
+  auto work = std::make_shared<Work>();
   if (options_.callers_execute) {
-    call.work->SetDriver([exec = exec_] {
+    work->SetDriver([exec = exec_] {
       std::unique_lock<std::mutex> lock(exec->mu, std::try_to_lock);
       return lock.owns_lock() && exec->self != nullptr && exec->self->Step();
     });
   }
+  return work;
+}
+
+absl::StatusOr<std::shared_ptr<Work>> AsyncCore::Issue(CollectiveKind kind, const void* send,
+                                                       void* recv, size_t count, DataType type,
+                                                       ReduceOp op, int root) {
+  absl::StatusOr<CollectiveCall> call = Prepare(kind, send, recv, count, type, op, root);
+  if (!call.ok()) return call.status();
+  return Enqueue(*std::move(call));
+}
+
+std::shared_ptr<Work> AsyncCore::Enqueue(CollectiveCall call) {
+  call.work = NewWork();
   std::shared_ptr<Work> w = call.work;
   bool wake = false;
   {
@@ -132,6 +149,45 @@ absl::StatusOr<std::shared_ptr<Work>> AsyncCore::Issue(CollectiveKind kind, cons
   // Note [Progress without sleeping]: a spinning thread sees queued_ itself.
   if (wake) cv_.notify_one();
   return w;
+}
+
+absl::Status AsyncCore::Run(CollectiveKind kind, const void* send, void* recv, size_t count,
+                            DataType type, ReduceOp op, int root) {
+  absl::StatusOr<CollectiveCall> call = Prepare(kind, send, recv, count, type, op, root);
+  if (!call.ok()) return call.status();
+  if (options_.callers_execute) {
+    std::unique_lock<std::mutex> exec(exec_->mu);  // behind whoever executes now
+    bool mine = false;
+    if (exec_->self != nullptr && in_flight_.empty()) {
+      std::lock_guard<std::mutex> lock(mu_);
+      // Nothing queued ahead and nothing in flight: under the executor lock
+      // no other call can start before this one, and later ones queue
+      // behind it with later sequence numbers.
+      if (queue_.empty() && !stopping_) {
+        call->seq = next_seq_++;
+        mine = true;
+      }
+    }
+    if (mine) {
+      if (broken_) return Usable();
+      call->deadline = absl::FromChrono(std::chrono::system_clock::now()) + options_.timeout;
+      StartOutcome o = executor_->Start(*call);
+      if (o.in_flight) {
+        // An executor that left it in flight: wait for it like an issued
+        // call, the core polling it.
+        call->work = NewWork();
+        std::shared_ptr<Work> w = call->work;
+        in_flight_.push_back(InFlight{*std::move(call), false, absl::Status()});
+        in_flight_count_.store(in_flight_.size(), std::memory_order_release);
+        WakeToPoll();
+        exec.unlock();
+        return w->Wait();
+      }
+      if (o.fatal && !o.status.ok()) Fail(o.status, nullptr);
+      return o.status;
+    }
+  }
+  return Enqueue(*std::move(call))->Wait();
 }
 
 void AsyncCore::Loop() {

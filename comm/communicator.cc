@@ -91,17 +91,36 @@ absl::Status ValidateCollectiveTimeout(const char* backend, absl::Duration timeo
   return absl::OkStatus();
 }
 
-absl::Status AllReduceSync(Communicator& c, const void* send, void* recv,
-                           size_t count, DataType type, ReduceOp op) {
-  auto w = c.AllReduce(send, recv, count, type, op);
+namespace {
+
+absl::Status WaitOn(absl::StatusOr<std::shared_ptr<Work>> w) {
   if (!w.ok()) return w.status();
   return (*w)->Wait();
 }
 
-absl::Status BarrierSync(Communicator& c) {
-  auto w = c.Barrier();
-  if (!w.ok()) return w.status();
-  return (*w)->Wait();
+}  // namespace
+
+absl::Status Communicator::AllReduceBlocking(const void* send, void* recv, size_t count,
+                                             DataType type, ReduceOp op) {
+  return WaitOn(AllReduce(send, recv, count, type, op));
 }
+
+absl::Status Communicator::BroadcastBlocking(void* buf, size_t count, DataType type, int root) {
+  return WaitOn(Broadcast(buf, count, type, root));
+}
+
+absl::Status Communicator::AllGatherBlocking(const void* send, void* recv, size_t count,
+                                             DataType type) {
+  return WaitOn(AllGather(send, recv, count, type));
+}
+
+absl::Status Communicator::BarrierBlocking() { return WaitOn(Barrier()); }
+
+absl::Status AllReduceSync(Communicator& c, const void* send, void* recv, size_t count,
+                           DataType type, ReduceOp op) {
+  return c.AllReduceBlocking(send, recv, count, type, op);
+}
+
+absl::Status BarrierSync(Communicator& c) { return c.BarrierBlocking(); }
 
 }  // namespace fusebox::comm

@@ -77,6 +77,18 @@ class Communicator {
 
   virtual absl::StatusOr<std::shared_ptr<Work>> Barrier() = 0;
 
+  // Blocking forms: return once the collective has finished, with its
+  // status (bad arguments as above). The defaults issue and wait; a backend
+  // whose callers can execute their own collectives (UCX) runs one on the
+  // calling thread when nothing is queued ahead of it, with no Work and no
+  // hand-off to its progress thread. The ordering rules are those of the
+  // calls above.
+  virtual absl::Status AllReduceBlocking(const void* send, void* recv, size_t count, DataType type,
+                                         ReduceOp op);
+  virtual absl::Status BroadcastBlocking(void* buf, size_t count, DataType type, int root);
+  virtual absl::Status AllGatherBlocking(const void* send, void* recv, size_t count, DataType type);
+  virtual absl::Status BarrierBlocking();
+
   // Note [Device communicators]
   // A communicator on device memory (memory() == kDevice: NCCL) runs its
   // collectives on a stream of its own on device(), in issue order, and
@@ -116,7 +128,8 @@ absl::Status ValidateAllGather(const void* send, const void* recv, size_t count,
 // `backend` ("UCX", "MPI", "NCCL") names it in the error.
 absl::Status ValidateCollectiveTimeout(const char* backend, absl::Duration timeout);
 
-// Blocking conveniences for tests and tools.
+// Blocking conveniences for tests and tools: AllReduceBlocking and
+// BarrierBlocking.
 absl::Status AllReduceSync(Communicator& c, const void* send, void* recv,
                            size_t count, DataType type, ReduceOp op);
 absl::Status BarrierSync(Communicator& c);

@@ -5,6 +5,11 @@ PyTorch Gloo, idle and under load.
 Runs, in one invocation, for every world size in --ranks (float32 sum, -b .. -e bytes):
 
   ucx     <build>/tools/fusebox-run -n N -- <build>/perf/fusebox-perf allreduce --backend ucx ...
+          (non-blocking, nccl-tests' way: -n calls issued back to back, then waited)
+  ucxz    the same with -z 1: each call is the communicator's blocking allreduce
+          (AllReduceBlocking), finished before the next is issued, as MPI_Allreduce is; run
+          whenever ucx is. The busbw targets compare it with OpenMPI's blocking MPI_Allreduce;
+          the non-blocking sweep is reported beside it (ucx/mpibest) for reference.
   mpi     mpirun -n N --oversubscribe <build>/perf/baselines/fusebox-mpi-allreduce ...
           (plain MPI_Allreduce, OpenMPI's own default: ob1 + vader, coll/tuned's fixed decision)
           When N exceeds the CPUs, both are bound round-robin, two or more ranks per CPU
@@ -120,6 +125,7 @@ MPI_ALGORITHMS = {1: "basic_linear", 2: "nonoverlapping", 3: "recursive_doubling
 MPI_ALGO_TOOLS = tuple("mpi-a%d" % k for k in sorted(MPI_ALGORITHMS))
 MPI_CANDIDATES = ("mpi",) + MPI_ALGO_TOOLS  # what "mpibest" picks from
 LOAD_TOOLS = ("ucx", "mpi")                 # run again under load
+UCX_TOOLS = ("ucxz", "ucx")                 # fusebox's blocking and non-blocking sweeps
 
 # Tools with a dedicated 8 B latency run. Gloo's 8 B time (~0.3-2 ms) is in its sweep already.
 LAT_TOOLS = ("ucx", "fbmpi") + MPI_CANDIDATES
@@ -127,7 +133,8 @@ LAT_TOOLS = ("ucx", "fbmpi") + MPI_CANDIDATES
 MPI_ENV = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"}
 
 TOOL_LABELS = {
-    "ucx": "fusebox UCX",
+    "ucx": "fusebox UCX, non-blocking (issue -n calls, then wait)",
+    "ucxz": "fusebox UCX, blocking calls (-z 1, AllReduceBlocking, as MPI_Allreduce)",
     "mpi": "MPI_Allreduce (OpenMPI default decision)",
     "mpibest": "MPI_Allreduce, best of OpenMPI's default and each tuned algorithm, per size",
     "gloo": "PyTorch Gloo",
@@ -266,6 +273,8 @@ def build_tools(args):
                               template_needs(tmpl, ctx), True)
         else:
             tools[key] = Tool(key, fn, needs, mpi)
+    # "ucxz": the "ucx" command; its runs add -z 1 (blocking calls).
+    tools["ucxz"] = Tool("ucxz", tools["ucx"].prefix_fn, tools["ucx"].needs, tools["ucx"].mpi)
     # "mpi-aK": the "mpi" command with OpenMPI's allreduce algorithm K forced.
     for k in MPI_ALGORITHMS:
         tools["mpi-a%d" % k] = Tool("mpi-a%d" % k,
@@ -555,6 +564,8 @@ def parse_args(argv):
                     "the 'mpi' tool)" % (k, ",".join(str(a) for a in sorted(MPI_ALGORITHMS))))
     if "mpi" in args.tools:
         args.tools += ["mpi-a%d" % k for k in args.mpi_algorithms]
+    if "ucx" in args.tools:
+        args.tools.insert(args.tools.index("ucx"), "ucxz")
     if args.with_fusebox_mpi:
         args.tools.append("fbmpi")
     args.build = os.path.abspath(args.build)
@@ -672,6 +683,8 @@ def main(argv=None):
                 argv += ["-z", "1"]
         else:
             argv = tools[k].prefix_fn(n) + common(lo, hi, json_path)
+            if k == "ucxz":
+                argv += ["-z", "1"]
         commands_seen.setdefault((k, n, tag), argv)
         note = "  # while %d busy loops run" % nloopers if loaded else ""
         if args.dry_run:
@@ -751,7 +764,7 @@ def main(argv=None):
     # ------------------------------------------------------------------ tables
     has_mpi = any(k in coll_tools for k in MPI_CANDIDATES)
     algo_tools = [k for k in MPI_ALGO_TOOLS if k in coll_tools]
-    cols = [k for k in ("ucx", "mpibest", "mpi", "gloo", "fbmpi")
+    cols = [k for k in ("ucxz", "ucx", "mpibest", "mpi", "gloo", "fbmpi")
             if k in coll_tools or (k == "mpibest" and has_mpi)]
     lines = []
     lines.append("# Allreduce side by side: float32 sum" + (
@@ -834,8 +847,12 @@ def main(argv=None):
                 header.append("ucx launch p50/p99 us")
             if k == "mpibest":
                 header.append("mpibest is")
-        if "ucx" in cols:
-            header += ["ucx/%s busbw" % k for k in cols if k != "ucx"]
+        # fusebox's figure per size: the blocking calls where run, else the sweep's.
+        fb = "ucxz" if "ucxz" in cols else "ucx"
+        if fb in cols:
+            header += ["%s/%s busbw" % (fb, k) for k in cols if k not in UCX_TOOLS]
+        if fb == "ucxz" and "mpibest" in cols:
+            header.append("ucx/mpibest busbw")
         rows = []
         for b in rows_b:
             row = [fmt_size(b) if b != LAT_KEY else "8 (lat)"]
@@ -850,9 +867,13 @@ def main(argv=None):
                                if st and "launch_p50_us" in st else "-")
                 if k == "mpibest":
                     row.append(st["best_of"] if st else "-")
-            if "ucx" in cols:
-                u = stats.get(("ucx", n, b))
-                row += [fmt_ratio(ratio(u, stats.get((k, n, b)))) for k in cols if k != "ucx"]
+            if fb in cols:
+                u = stats.get((fb, n, b))
+                row += [fmt_ratio(ratio(u, stats.get((k, n, b)))) for k in cols
+                        if k not in UCX_TOOLS]
+            if fb == "ucxz" and "mpibest" in cols:
+                row.append(fmt_ratio(ratio(stats.get(("ucx", n, b)),
+                                           stats.get(("mpibest", n, b)))))
             rows.append(row)
         lines.append(md_table(header, rows, ["r"] * len(header)))
         notes = []
@@ -868,6 +889,11 @@ def main(argv=None):
                              " Not at %s: only ucx and mpi run that size (for the loaded "
                              "pass's idle figure)." % LOAD_SIZE_NAME
                              if n == LOAD_NRANKS and load_extra else ""))
+        if fb == "ucxz":
+            notes.append("ucxz: fusebox's blocking allreduce, like with like with "
+                         "MPI_Allreduce (the targets use it; its 8 (lat) row is ucx's, which "
+                         "is blocking too). ucx: the non-blocking sweep, -n calls issued and "
+                         "then waited, for reference.")
         if launch:
             notes.append("ucx launch p50/p99: fusebox-perf's launch-to-start of non-blocking "
                          "calls issued to an idle communicator (median over repeats).")
@@ -950,23 +976,38 @@ def main(argv=None):
     def best_detail(m):
         return " (%s)" % m["best_of"] if m and m.get("best_of") else ""
 
-    # ucx vs mpibest at every size measured (the sweep and the extra runs; not the latency run)
+    # fusebox vs mpibest at every size measured (the sweep and the extra runs; not the latency
+    # run): the blocking calls (ucxz) against MPI_Allreduce, like with like; the non-blocking
+    # sweep (ucx) follows as a line for reference.
+    fb = "ucxz" if "ucxz" in coll_tools else "ucx"
+    reference = []
     for n, need in ([(n, 1.0) for n in args.ranks] if args.emulate else ((2, 1.0), (4, 0.8))):
         pairs = []
         for b in table_sizes(n):
-            u, m = stat("ucx", n, b), stat("mpibest", n, b)
+            u, m = stat(fb, n, b), stat("mpibest", n, b)
             if u and m and m["busbw"] > 0:
                 pairs.append((u["busbw"] / m["busbw"], b, u, m))
-        name = "%d %s: busbw ucx/mpibest >= %.1fx at every size" % (
-            n, "hosts at %s" % args.emulate if args.emulate else "ranks", need)
+        if fb == "ucxz":
+            nb = [(stat("ucx", n, b)["busbw"] / stat("mpibest", n, b)["busbw"], b)
+                  for b in table_sizes(n) if stat("ucx", n, b) and stat("mpibest", n, b)
+                  and stat("mpibest", n, b)["busbw"] > 0]
+            if nb:
+                w = min(nb)
+                reference.append("%d %s, non-blocking sweep: ucx/mpibest min %.2fx at %s; %d of "
+                                 "%d sizes below %.1fx" % (
+                                     n, "hosts" if args.emulate else "ranks", w[0],
+                                     fmt_size(w[1]), sum(1 for x in nb if x[0] < need), len(nb),
+                                     need))
+        name = "%d %s: busbw %s/mpibest >= %.1fx at every size" % (
+            n, "hosts at %s" % args.emulate if args.emulate else "ranks", fb, need)
         if not pairs:
             add_target(name, None, None, "not measured (needs ucx and mpi at %d ranks)" % n)
             continue
         v, b, u, m = min(pairs, key=lambda p: p[0])
         below = [fmt_size(p[1]) for p in pairs if p[0] < need]
         add_target(name, v, lambda x, need=need: x >= need,
-                   "min at %s: ucx %s vs mpibest %s GB/s%s; %s of %d sizes" % (
-                       fmt_size(b), fmt_bw(u["busbw"]), fmt_bw(m["busbw"]), best_detail(m),
+                   "min at %s: %s %s vs mpibest %s GB/s%s; %s of %d sizes" % (
+                       fmt_size(b), fb, fmt_bw(u["busbw"]), fmt_bw(m["busbw"]), best_detail(m),
                        ("%d below (%s)" % (len(below), ", ".join(below))) if below
                        else "none below", len(pairs)),
                    [p[2] for p in pairs] + [p[3] for p in pairs])
@@ -1016,6 +1057,11 @@ def main(argv=None):
         trows.append([t["status"], t["target"], val, t["detail"]])
     lines.append(md_table(["result", "target", "measured", "detail"], trows,
                           ["l", "l", "r", "l"]))
+    if reference:
+        lines.append("")
+        lines.append("For reference (not a target):")
+        lines.append("")
+        lines.extend("- " + r for r in reference)
     lines.append("")
     lines.append("## Problems")
     lines.append("")
@@ -1040,7 +1086,7 @@ def main(argv=None):
                  "busy_loops": nloopers if load_tools else 0, "busbw_bytes": LOAD_SIZE},
         "idle_vs_loaded": idle_vs_loaded,
         "results": results,
-        "targets": targets, "problems": problems,
+        "targets": targets, "reference": reference, "problems": problems,
         "loadavg_start": load_start, "loadavg_end": load_end,
         "runs": [{k: v for k, v in r.items() if k != "doc"} for r in runs],
         "wall_s": wall,

@@ -60,6 +60,20 @@ absl::StatusOr<double> Context::Time(
   return std::chrono::duration<double, std::micro>(t1 - t0).count() / std::max(1, iters);
 }
 
+absl::StatusOr<double> Context::TimeBlocking(const std::function<absl::Status()>& run, int iters,
+                                             int warmup) {
+  for (int i = 0; i < warmup; ++i) {
+    if (absl::Status s = run(); !s.ok()) return s;
+  }
+  if (absl::Status s = comm::BarrierSync(comm_); !s.ok()) return s;
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int i = 0; i < iters; ++i) {
+    if (absl::Status s = run(); !s.ok()) return s;
+  }
+  const auto t1 = std::chrono::steady_clock::now();
+  return std::chrono::duration<double, std::micro>(t1 - t0).count() / std::max(1, iters);
+}
+
 absl::StatusOr<std::optional<Context::LaunchDelay>> Context::LaunchToStart(
     const std::function<absl::StatusOr<std::shared_ptr<comm::Work>>()>& issue, int samples,
     absl::Duration idle) {

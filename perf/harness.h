@@ -74,6 +74,12 @@ class Context {
       const std::function<absl::StatusOr<std::shared_ptr<comm::Work>>()>& issue,
       int iters, int warmup, bool blocking);
 
+  // Times `run` (one blocking collective per call): `warmup` calls, a
+  // barrier, then `iters` calls. Returns the mean time per call in
+  // microseconds on this rank.
+  absl::StatusOr<double> TimeBlocking(const std::function<absl::Status()>& run, int iters,
+                                      int warmup);
+
   // Launch-to-start of non-blocking calls issued to an idle communicator:
   // `samples` times, a barrier, a pause of `idle`, one call, then polled
   // with Test() (never driven) until done; each sample is the Work's

@@ -49,7 +49,9 @@ ABSL_FLAG(int, c, 1, "-c: check results (1) or not (0); #wrong must be 0");
 ABSL_FLAG(std::string, d, "float",
           "-d: data type: float, double, half, bfloat16, int32, int64, uint8, or all");
 ABSL_FLAG(std::string, o, "sum", "-o: reduction: sum, avg, min, max, prod, or all");
-ABSL_FLAG(int, z, 0, "-z: 1 = wait for each collective before issuing the next");
+ABSL_FLAG(int, z, 0,
+          "-z: 1 = blocking: each collective finishes before the next is issued (the "
+          "communicator's blocking call, as MPI_Allreduce is MPI's)");
 ABSL_FLAG(std::string, backend, "ucx", "communication backend: ucx, mpi or nccl");
 ABSL_FLAG(std::string, json, "", "also write the results as JSON to this file (rank 0)");
 ABSL_FLAG(int, tensors, 1,

@@ -152,6 +152,21 @@ class UcxCommunicator final : public Communicator, private CollectiveExecutor {
                                                   size_t count,
                                                   DataType type) override;
   absl::StatusOr<std::shared_ptr<Work>> Barrier() override;
+  // Note [Blocking calls]: on the calling thread when nothing is ahead.
+  absl::Status AllReduceBlocking(const void* send, void* recv, size_t count, DataType type,
+                                 ReduceOp op) override {
+    return core_.Run(Kind::kAllReduce, send, recv, count, type, op, 0);
+  }
+  absl::Status BroadcastBlocking(void* buf, size_t count, DataType type, int root) override {
+    return core_.Run(Kind::kBroadcast, buf, buf, count, type, ReduceOp::kSum, root);
+  }
+  absl::Status AllGatherBlocking(const void* send, void* recv, size_t count,
+                                 DataType type) override {
+    return core_.Run(Kind::kAllGather, send, recv, count, type, ReduceOp::kSum, 0);
+  }
+  absl::Status BarrierBlocking() override {
+    return core_.Run(Kind::kBarrier, nullptr, nullptr, 0, DataType::kUInt8, ReduceOp::kSum, 0);
+  }
 
  private:
   static AsyncCoreOptions CoreOptions(const UcxOptions& o, int rank, int size) {

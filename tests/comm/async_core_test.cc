@@ -41,6 +41,9 @@ class FakeExecutor : public CollectiveExecutor {
       deadlines_.push_back(call.deadline);
     }
     StartOutcome o;
+    if (gate_ != nullptr && call.seq == 0) {
+      while (!gate_->load()) std::this_thread::yield();
+    }
     if (block_until_abort_ && call.seq == 0) {
       while (!core_->aborted().load()) std::this_thread::yield();
       o.status = absl::CancelledError("aborted while running");
@@ -52,7 +55,7 @@ class FakeExecutor : public CollectiveExecutor {
       o.fatal = fail_fatal_;
       return o;
     }
-    if (async_) {
+    if (async_ && (!only_first_in_flight_ || call.seq == 0)) {
       o.in_flight = true;
       std::lock_guard<std::mutex> lock(mu_);
       in_flight_.insert(call.seq);
@@ -119,6 +122,8 @@ class FakeExecutor : public CollectiveExecutor {
   absl::Status fail_status_;
   bool fail_fatal_ = true;
   bool block_until_abort_ = false;
+  bool only_first_in_flight_ = false;        // async: later calls run to their end in Start
+  const std::atomic<bool>* gate_ = nullptr;  // call #0 waits in Start until it is set
   AsyncCore* core_ = nullptr;
 
  private:
@@ -405,6 +410,118 @@ TEST(AsyncCoreTest, OnlyACoreThatAllowsItLetsBlockedCallersExecute) {
       EXPECT_EQ(on_caller, 0);
     }
   }
+}
+
+absl::Status RunAllReduce(AsyncCore& core, float* buf, size_t count = 4) {
+  return core.Run(CollectiveKind::kAllReduce, buf, buf, count, DataType::kFloat32, ReduceOp::kSum,
+                  0);
+}
+
+TEST(AsyncCoreTest, ABlockingCallRunsOnTheCallerWhenNothingIsAheadOfIt) {
+  float buf[4] = {};
+  for (bool callers_execute : {false, true}) {
+    FakeExecutor ex;
+    AsyncCore core(Options(callers_execute));
+    core.Start(&ex);
+    for (int i = 0; i < 200; ++i) ASSERT_TRUE(RunAllReduce(core, buf).ok());
+    std::vector<uint64_t> want(200);
+    for (uint64_t i = 0; i < 200; ++i) want[i] = i;
+    EXPECT_EQ(ex.started(), want);
+    const std::vector<std::thread::id> threads = ex.start_threads();
+    const auto on_caller = std::count(threads.begin(), threads.end(), std::this_thread::get_id());
+    // Every one, not almost every one: the progress thread never sees them.
+    EXPECT_EQ(on_caller, callers_execute ? 200 : 0) << "callers_execute " << callers_execute;
+  }
+}
+
+TEST(AsyncCoreTest, ABlockingCallQueuesBehindCallsInFlightAndCompletesInOrder) {
+  for (bool only_first : {false, true}) {
+    SCOPED_TRACE(only_first ? "the blocking call runs to its end in Start"
+                            : "the blocking call stays in flight");
+    FakeExecutor ex(/*async=*/true);
+    ex.only_first_in_flight_ = only_first;
+    AsyncCore core(Options(/*callers_execute=*/true, AsyncCoreOptions::OnStop::kDrain));
+    core.Start(&ex);
+    float buf[4] = {};
+    auto w0 = IssueAllReduce(core, buf);
+    while (ex.started().size() < 1) std::this_thread::yield();
+    std::atomic<bool> returned{false};
+    absl::Status s1;
+    std::thread caller([&] {
+      s1 = RunAllReduce(core, buf);
+      returned.store(true);
+    });
+    while (ex.started().size() < 2) std::this_thread::yield();
+    if (!only_first) {
+      ex.Finish(1);
+      while (ex.unreported() != 0) std::this_thread::yield();
+    }
+    absl::SleepFor(absl::Milliseconds(20));
+    EXPECT_FALSE(returned.load())
+        << "the blocking call finished before the call issued ahead of it";
+    ex.Finish(0);
+    caller.join();
+    EXPECT_TRUE(s1.ok()) << s1;
+    EXPECT_TRUE(w0->Test());
+    EXPECT_THAT(ex.started(), ElementsAre(0u, 1u));
+  }
+}
+
+TEST(AsyncCoreTest, ACallIssuedWhileABlockingCallRunsGetsTheNextSequenceNumber) {
+  FakeExecutor ex;
+  std::atomic<bool> gate{false};
+  ex.gate_ = &gate;
+  AsyncCore core(Options());
+  core.Start(&ex);
+  float buf[4] = {};
+  std::thread::id runner;
+  absl::Status s0;
+  std::thread caller([&] {
+    runner = std::this_thread::get_id();
+    s0 = RunAllReduce(core, buf);
+  });
+  while (ex.started().size() < 1) std::this_thread::yield();
+  auto w1 = IssueAllReduce(core, buf);
+  absl::SleepFor(absl::Milliseconds(20));
+  EXPECT_EQ(ex.started().size(), 1u) << "a call started while a blocking call was running";
+  gate.store(true);
+  caller.join();
+  ASSERT_TRUE(s0.ok()) << s0;
+  ASSERT_TRUE(w1->Wait().ok());
+  EXPECT_THAT(ex.started(), ElementsAre(0u, 1u));
+  EXPECT_EQ(ex.start_threads()[0], runner);
+}
+
+TEST(AsyncCoreTest, ABlockingCallChecksItsArgumentsAndFailsTheCommunicatorOnAFatalError) {
+  FakeExecutor ex;
+  ex.fail_seq_ = 0;
+  ex.fail_status_ = absl::UnavailableError("peer 0 is gone");
+  AsyncCore core(Options());
+  core.Start(&ex);
+  absl::Status bad = core.Run(CollectiveKind::kAllReduce, nullptr, nullptr, 4, DataType::kFloat32,
+                              ReduceOp::kSum, 0);
+  EXPECT_EQ(bad.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(bad.message(), HasSubstr("null buffer"));
+  float buf[4] = {};
+  EXPECT_EQ(RunAllReduce(core, buf), absl::UnavailableError("peer 0 is gone"));
+  EXPECT_TRUE(core.failed());
+  absl::Status later = RunAllReduce(core, buf);
+  EXPECT_EQ(later.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(later.message(), HasSubstr("The error: peer 0 is gone"));
+  auto issued = core.Issue(CollectiveKind::kBarrier, nullptr, nullptr, 0, DataType::kUInt8,
+                           ReduceOp::kSum, 0);
+  EXPECT_EQ(issued.status(), later);
+  EXPECT_THAT(ex.started(), ElementsAre(0u));
+}
+
+TEST(AsyncCoreTest, ABlockingCallAfterStopIsCancelled) {
+  FakeExecutor ex;
+  AsyncCore core(Options());
+  core.Start(&ex);
+  core.Stop();
+  float buf[4] = {};
+  EXPECT_EQ(RunAllReduce(core, buf).code(), absl::StatusCode::kCancelled);
+  EXPECT_TRUE(ex.started().empty());
 }
 
 }  // namespace

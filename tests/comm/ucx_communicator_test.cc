@@ -258,6 +258,36 @@ TEST_P(UcxAllReduceTest, ManyOutstandingCollectivesCompleteInOrder) {
   });
 }
 
+TEST_P(UcxAllReduceTest, BlockingFormsAreExactAndFinishAfterCallsIssuedBeforeThem) {
+  const int world = GetParam();
+  RunRanks(world, UcxOptions{}, [&](int rank, Communicator& comm) {
+    // A large call issued first is still running when the blocking ones
+    // come; they queue behind it. Later ones find nothing ahead and run on
+    // this thread.
+    std::vector<int64_t> big(70000, rank);
+    auto w = comm.AllReduce(big.data(), big.data(), big.size(), DataType::kInt64, ReduceOp::kSum);
+    ASSERT_TRUE(w.ok());
+    for (int round = 0; round < 3; ++round) {
+      std::vector<int64_t> small(3, rank + round), sum(3, -1);
+      ASSERT_TRUE(
+          comm.AllReduceBlocking(small.data(), sum.data(), 3, DataType::kInt64, ReduceOp::kMax)
+              .ok());
+      if (round == 0)
+        ASSERT_TRUE((*w)->Test()) << "the blocking call finished before an earlier one";
+      for (int64_t v : sum) ASSERT_EQ(v, world - 1 + round);
+      std::vector<int32_t> b(5, rank == world - 1 ? 7 + round : -1);
+      ASSERT_TRUE(comm.BroadcastBlocking(b.data(), 5, DataType::kInt32, world - 1).ok());
+      for (int32_t v : b) ASSERT_EQ(v, 7 + round);
+      std::vector<int64_t> all(world, -1);
+      const int64_t mine = 10 * rank + round;
+      ASSERT_TRUE(comm.AllGatherBlocking(&mine, all.data(), 1, DataType::kInt64).ok());
+      for (int r = 0; r < world; ++r) ASSERT_EQ(all[r], 10 * r + round);
+      ASSERT_TRUE(comm.BarrierBlocking().ok());
+    }
+    for (int64_t v : big) ASSERT_EQ(v, int64_t{world} * (world - 1) / 2);
+  });
+}
+
 INSTANTIATE_TEST_SUITE_P(WorldSizes, UcxAllReduceTest, ::testing::Values(1, 2, 3, 4, 5),
                          [](const auto& info) { return absl::StrCat("World", info.param); });
 
