@@ -519,6 +519,9 @@ def parse_args(argv):
                    help="skip a tool whose binary is missing instead of stopping")
     p.add_argument("--strict", action="store_true", help="exit 1 when a target FAILs")
     p.add_argument("--dry-run", action="store_true", help="print the commands only")
+    p.add_argument("--reuse", action="store_true",
+                   help="keep the results of runs whose JSON is already in --out (run the "
+                        "others): to rebuild the report of an earlier run with the same flags")
     for key in ("ucx", "mpi", "gloo", "fbmpi", "memcpy"):
         p.add_argument("--%s-cmd" % key, default=None, metavar="TEMPLATE",
                        help=argparse.SUPPRESS if key != "ucx" else
@@ -690,6 +693,13 @@ def main(argv=None):
         if args.dry_run:
             print(" ".join(shlex.quote(a) for a in argv) + note)
             continue
+        if args.reuse and load_json(json_path) is not None:
+            print("[%d/%d] %-6s np=%d rep %d %-8s reused %s" % (
+                i + 1, len(plan), k, n, rep + 1, tag, json_path), flush=True)
+            runs.append({"rep": rep, "tool": k, "n": n, "tag": tag, "loaded": loaded, "rc": 0,
+                         "secs": 0.0, "json": json_path, "log": log_path,
+                         "doc": load_json(json_path), "reused": True})
+            continue
         if os.path.exists(json_path):
             os.remove(json_path)
         print("[%d/%d] %-6s np=%d rep %d %-8s%s ..." % (
@@ -758,8 +768,12 @@ def main(argv=None):
         cands = [(k, stats[(k, n, b)]) for k in MPI_CANDIDATES if (k, n, b) in stats]
         pool = [c for c in cands if not c[1]["wrong"]] or cands
         k, st = min(pool, key=lambda c: c[1]["time_us"])
+        # Per repeat, OpenMPI's best in that repeat: for ratios repeat by repeat.
+        reps = min(len(c[1]["samples_time_us"]) for c in pool)
+        per_rep = [min(c[1]["samples_time_us"][i] for c in pool) for i in range(reps)]
         stats[("mpibest", n, b)] = dict(st, best_of=algo_label(k), best_tool=k,
-                                        candidates={c: s["time_us"] for c, s in cands})
+                                        candidates={c: s["time_us"] for c, s in cands},
+                                        samples_time_us=per_rep)
 
     # ------------------------------------------------------------------ tables
     has_mpi = any(k in coll_tools for k in MPI_CANDIDATES)
@@ -805,6 +819,11 @@ def main(argv=None):
     lines.append("- load average (1 min): %.1f at start, %.1f at end, on %d CPUs%s" % (
         load_start[0], load_end[0], ncpu,
         " (the loaded pass raises it itself)" if load_tools else ""))
+    reused = sum(1 for r in runs if r.get("reused"))
+    if reused:
+        lines.append("- %d of %d runs reused from an earlier invocation into this directory "
+                     "(--reuse): the wall time and load averages above are this invocation's, "
+                     "not theirs" % (reused, len(runs)))
     if max(load_start[0], load_end[0]) > 0.5 * ncpu + 0.5:
         lines.append("")
         lines.append("**WARNING: the machine was busy with other work (load %.1f on %d CPUs); "
@@ -976,6 +995,17 @@ def main(argv=None):
     def best_detail(m):
         return " (%s)" % m["best_of"] if m and m.get("best_of") else ""
 
+    def spread(u, m, lower_is_better):
+        """The ratio repeat by repeat (repeat i of u against repeat i of m; mpibest's is the best
+        algorithm of that repeat): how far one repeat moves the median ratio."""
+        if not u or not m:
+            return ""
+        rs = [(ut / mt if lower_is_better else mt / ut)
+              for ut, mt in zip(u["samples_time_us"], m["samples_time_us"]) if ut > 0 and mt > 0]
+        if len(rs) < 2:
+            return ""
+        return "; per repeat %.2f-%.2fx" % (min(rs), max(rs))
+
     # fusebox vs mpibest at every size measured (the sweep and the extra runs; not the latency
     # run): the blocking calls (ucxz) against MPI_Allreduce, like with like; the non-blocking
     # sweep (ucx) follows as a line for reference.
@@ -1006,8 +1036,9 @@ def main(argv=None):
         v, b, u, m = min(pairs, key=lambda p: p[0])
         below = [fmt_size(p[1]) for p in pairs if p[0] < need]
         add_target(name, v, lambda x, need=need: x >= need,
-                   "min at %s: %s %s vs mpibest %s GB/s%s; %s of %d sizes" % (
+                   "min at %s: %s %s vs mpibest %s GB/s%s%s; %s of %d sizes" % (
                        fmt_size(b), fb, fmt_bw(u["busbw"]), fmt_bw(m["busbw"]), best_detail(m),
+                       spread(u, m, False),
                        ("%d below (%s)" % (len(below), ", ".join(below))) if below
                        else "none below", len(pairs)),
                    [p[2] for p in pairs] + [p[3] for p in pairs])
@@ -1018,15 +1049,17 @@ def main(argv=None):
         u, m = stat("ucx", 2, idle_small), stat("mpibest", 2, idle_small)
         v = u["time_us"] / m["time_us"] if u and m and m["time_us"] > 0 else None
         add_target("2 ranks: 8 B latency ucx/mpibest <= 1.0x", v, lambda x: x <= 1.0,
-                   "ucx %s us vs mpibest %s us%s%s" % (
+                   "ucx %s us vs mpibest %s us%s%s%s" % (
                        fmt_time(u["time_us"]), fmt_time(m["time_us"]), best_detail(m),
-                       " (-n %d run)" % args.latency_iters if lat_run else "")
+                       " (-n %d run)" % args.latency_iters if lat_run else "",
+                       spread(u, m, True))
                    if u and m else "not measured", (u, m))
 
         u, m = stat("ucx", 2, TARGET_LARGE), stat("mpibest", 2, TARGET_LARGE)
         add_target("2 ranks: 64 MiB busbw ucx/mpibest >= 2.0x", ratio(u, m), lambda x: x >= 2.0,
-                   "ucx %s GB/s vs mpibest %s GB/s%s" % (fmt_bw(u["busbw"]), fmt_bw(m["busbw"]),
-                                                        best_detail(m))
+                   "ucx %s GB/s vs mpibest %s GB/s%s%s" % (
+                       fmt_bw(u["busbw"]), fmt_bw(m["busbw"]), best_detail(m),
+                       spread(u, m, False))
                    if u and m else "not measured (needs ucx and mpi at 64 MiB, 2 ranks)", (u, m))
         v = u["busbw"] / memcpy_gbps if u and memcpy_gbps else None
         add_target("2 ranks: 64 MiB busbw ucx / memcpy >= 50%", v, lambda x: x >= 0.5,
@@ -1037,14 +1070,15 @@ def main(argv=None):
         u, m = load_stats.get(("ucx", 2, load_small)), load_stats.get(("mpi", 2, load_small))
         v = u["time_us"] / m["time_us"] if u and m and m["time_us"] > 0 else None
         add_target("loaded, 2 ranks: 8 B latency ucx/mpi <= 1.5x", v, lambda x: x <= 1.5,
-                   "ucx %s us vs mpi %s us, %d busy loops" % (
-                       fmt_time(u["time_us"]), fmt_time(m["time_us"]), nloopers)
+                   "ucx %s us vs mpi %s us, %d busy loops%s" % (
+                       fmt_time(u["time_us"]), fmt_time(m["time_us"]), nloopers,
+                       spread(u, m, True))
                    if u and m else why_no_load, (u, m))
         u, m = load_stats.get(("ucx", 2, LOAD_SIZE)), load_stats.get(("mpi", 2, LOAD_SIZE))
         add_target("loaded, 2 ranks: %s busbw ucx/mpi >= 0.67x (ucx >= mpi/1.5)"
                    % LOAD_SIZE_NAME, ratio(u, m), lambda x: x >= 1 / 1.5 - 1e-9,
-                   "ucx %s GB/s vs mpi %s GB/s, %d busy loops" % (
-                       fmt_bw(u["busbw"]), fmt_bw(m["busbw"]), nloopers)
+                   "ucx %s GB/s vs mpi %s GB/s, %d busy loops%s" % (
+                       fmt_bw(u["busbw"]), fmt_bw(m["busbw"]), nloopers, spread(u, m, False))
                    if u and m else why_no_load, (u, m))
 
     lines.append("")
