@@ -142,7 +142,8 @@ class CollectiveExecutor {
   virtual absl::Status CheckLimits(const CollectiveCall& /*call*/) const {
     return absl::OkStatus();
   }
-  // Begins `call` (calls arrive in sequence order).
+  // Begins `call` (calls arrive in sequence order). call.work is null for a
+  // blocking call run on its caller (Note [Blocking calls]).
   virtual StartOutcome Start(CollectiveCall& call) = 0;
   // Advances the calls in flight and appends those that finished. A non-OK
   // return is a fatal error of the communicator.

@@ -82,7 +82,9 @@ class Communicator {
   // whose callers can execute their own collectives (UCX) runs one on the
   // calling thread when nothing is queued ahead of it, with no Work and no
   // hand-off to its progress thread. The ordering rules are those of the
-  // calls above.
+  // calls above. Like Work::Wait, they must not be called from a Work's
+  // completion callback (OnComplete), which runs while the communicator
+  // executes: that deadlocks.
   virtual absl::Status AllReduceBlocking(const void* send, void* recv, size_t count, DataType type,
                                          ReduceOp op);
   virtual absl::Status BroadcastBlocking(void* buf, size_t count, DataType type, int root);

@@ -492,6 +492,58 @@ TEST(AsyncCoreTest, ACallIssuedWhileABlockingCallRunsGetsTheNextSequenceNumber) 
   EXPECT_EQ(ex.start_threads()[0], runner);
 }
 
+TEST(AsyncCoreTest, ABlockingCallWaitsBehindACallQueuedWhileAnotherRan) {
+  // #0 runs on a caller (gated); a second blocking call waits for the
+  // executor lock; #1 is issued and queued behind them (the progress thread
+  // then waits for the lock too, after the second caller). Once #0 ends,
+  // the second caller gets the lock first and must not run ahead of #1.
+  FakeExecutor ex;
+  std::atomic<bool> gate{false};
+  ex.gate_ = &gate;
+  AsyncCore core(Options());
+  core.Start(&ex);
+  float buf[4] = {};
+  absl::Status s0, s2;
+  std::thread first([&] { s0 = RunAllReduce(core, buf); });
+  while (ex.started().size() < 1) std::this_thread::yield();
+  std::thread second([&] { s2 = RunAllReduce(core, buf); });
+  absl::SleepFor(absl::Milliseconds(20));  // let it block on the executor lock
+  auto w1 = IssueAllReduce(core, buf);
+  absl::SleepFor(absl::Milliseconds(20));
+  gate.store(true);
+  first.join();
+  second.join();
+  ASSERT_TRUE(s0.ok()) << s0;
+  ASSERT_TRUE(w1->Wait().ok());
+  ASSERT_TRUE(s2.ok()) << s2;
+  EXPECT_THAT(ex.started(), ElementsAre(0u, 1u, 2u));
+}
+
+TEST(AsyncCoreTest, ABlockingCallThatTheExecutorLeavesInFlightEndsWhenPollReportsIt) {
+  FakeExecutor ex(/*async=*/true);
+  AsyncCore core(Options(/*callers_execute=*/true, AsyncCoreOptions::OnStop::kDrain));
+  core.Start(&ex);
+  float buf[4] = {};
+  std::atomic<bool> returned{false};
+  absl::Status s0;
+  std::thread::id runner;
+  std::thread caller([&] {
+    runner = std::this_thread::get_id();
+    s0 = RunAllReduce(core, buf);
+    returned.store(true);
+  });
+  while (ex.started().size() < 1) std::this_thread::yield();
+  absl::SleepFor(absl::Milliseconds(20));
+  EXPECT_FALSE(returned.load()) << "returned while its call was still in flight";
+  ex.Finish(0, absl::InvalidArgumentError("mismatch in #0"));
+  caller.join();
+  EXPECT_EQ(s0, absl::InvalidArgumentError("mismatch in #0"));
+  // Nothing was ahead of it: it started on the caller, not the progress thread.
+  EXPECT_EQ(ex.start_threads()[0], runner);
+  // A call's own (non-fatal) error leaves the communicator usable.
+  EXPECT_TRUE(core.Usable().ok());
+}
+
 TEST(AsyncCoreTest, ABlockingCallChecksItsArgumentsAndFailsTheCommunicatorOnAFatalError) {
   FakeExecutor ex;
   ex.fail_seq_ = 0;
