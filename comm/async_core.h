@@ -223,6 +223,12 @@ class AsyncCore {
   // queued call(s), poll, time out the oldest, complete in order. True if
   // anything changed.
   bool Step();
+  // Gives `call` its deadline (start + timeout) and starts it on the
+  // executor (exec_->mu held).
+  StartOutcome StartCall(CollectiveCall& call);
+  // Appends to in_flight_ (exec_->mu held); the first entry wakes a sleeping
+  // progress thread to poll it.
+  void PushInFlight(InFlight e);
   // Wakes a sleeping progress thread to poll a call left in flight.
   void WakeToPoll();
   // The fatal path (exec_->mu held): `current`, when not null, is the call

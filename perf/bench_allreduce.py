@@ -677,28 +677,27 @@ def main(argv=None):
         log_path = os.path.join(args.out, "logs", base + ".log")
         if k == "memcpy":
             argv = tools[k].prefix_fn(1) + ["--size", str(args.memcpy_size), "--json", json_path]
-        elif tag == "lat" or (tag == "lat-load" and args.latency_iters > 0):
-            argv = tools[k].prefix_fn(n) + common(lo, hi, json_path, args.latency_iters,
-                                                  args.latency_warmup)
-            if k in ("ucx", "fbmpi"):
-                # Blocking, like MPI_Allreduce: each call is waited before the
-                # next is issued, so the latencies compare like with like.
-                argv += ["-z", "1"]
         else:
-            argv = tools[k].prefix_fn(n) + common(lo, hi, json_path)
-            if k == "ucxz":
+            lat = tag == "lat" or (tag == "lat-load" and args.latency_iters > 0)
+            argv = tools[k].prefix_fn(n) + (
+                common(lo, hi, json_path, args.latency_iters, args.latency_warmup) if lat
+                else common(lo, hi, json_path))
+            if k == "ucxz" or (lat and k in ("ucx", "fbmpi")):
+                # Blocking, like MPI_Allreduce: each call is waited before the
+                # next is issued, so the times compare like with like.
                 argv += ["-z", "1"]
         commands_seen.setdefault((k, n, tag), argv)
         note = "  # while %d busy loops run" % nloopers if loaded else ""
         if args.dry_run:
             print(" ".join(shlex.quote(a) for a in argv) + note)
             continue
-        if args.reuse and load_json(json_path) is not None:
+        doc = load_json(json_path) if args.reuse else None
+        if doc is not None:
             print("[%d/%d] %-6s np=%d rep %d %-8s reused %s" % (
                 i + 1, len(plan), k, n, rep + 1, tag, json_path), flush=True)
             runs.append({"rep": rep, "tool": k, "n": n, "tag": tag, "loaded": loaded, "rc": 0,
-                         "secs": 0.0, "json": json_path, "log": log_path,
-                         "doc": load_json(json_path), "reused": True})
+                         "secs": 0.0, "json": json_path, "log": log_path, "doc": doc,
+                         "reused": True})
             continue
         if os.path.exists(json_path):
             os.remove(json_path)
@@ -1011,23 +1010,24 @@ def main(argv=None):
     # sweep (ucx) follows as a line for reference.
     fb = "ucxz" if "ucxz" in coll_tools else "ucx"
     reference = []
-    for n, need in ([(n, 1.0) for n in args.ranks] if args.emulate else ((2, 1.0), (4, 0.8))):
-        pairs = []
+    def busbw_ratios(k, n):
+        """(k/mpibest busbw, size, k's stats, mpibest's) at every size both measured."""
+        out = []
         for b in table_sizes(n):
-            u, m = stat(fb, n, b), stat("mpibest", n, b)
+            u, m = stat(k, n, b), stat("mpibest", n, b)
             if u and m and m["busbw"] > 0:
-                pairs.append((u["busbw"] / m["busbw"], b, u, m))
-        if fb == "ucxz":
-            nb = [(stat("ucx", n, b)["busbw"] / stat("mpibest", n, b)["busbw"], b)
-                  for b in table_sizes(n) if stat("ucx", n, b) and stat("mpibest", n, b)
-                  and stat("mpibest", n, b)["busbw"] > 0]
-            if nb:
-                w = min(nb)
-                reference.append("%d %s, non-blocking sweep: ucx/mpibest min %.2fx at %s; %d of "
-                                 "%d sizes below %.1fx" % (
-                                     n, "hosts" if args.emulate else "ranks", w[0],
-                                     fmt_size(w[1]), sum(1 for x in nb if x[0] < need), len(nb),
-                                     need))
+                out.append((u["busbw"] / m["busbw"], b, u, m))
+        return out
+
+    for n, need in ([(n, 1.0) for n in args.ranks] if args.emulate else ((2, 1.0), (4, 0.8))):
+        pairs = busbw_ratios(fb, n)
+        nb = busbw_ratios("ucx", n) if fb == "ucxz" else []
+        if nb:
+            w = min(nb, key=lambda p: p[0])
+            reference.append("%d %s, non-blocking sweep: ucx/mpibest min %.2fx at %s; %d of "
+                             "%d sizes below %.1fx" % (
+                                 n, "hosts" if args.emulate else "ranks", w[0], fmt_size(w[1]),
+                                 sum(1 for x in nb if x[0] < need), len(nb), need))
         name = "%d %s: busbw %s/mpibest >= %.1fx at every size" % (
             n, "hosts at %s" % args.emulate if args.emulate else "ranks", fb, need)
         if not pairs:
