@@ -7,7 +7,11 @@
 #include <utility>
 #include <vector>
 
+#include "absl/algorithm/container.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/string_view.h"
 #include "absl/time/clock.h"
 
 namespace fusebox::comm::ucx {
@@ -20,6 +24,23 @@ constexpr uint32_t kNoticeMagic = 0x46425846;  // "FBXF"
 
 std::string UcsError(ucs_status_t s) { return ucs_status_string(s); }
 
+std::vector<std::pair<std::string, std::string>> UcxSettings(const UcxOptions& options) {
+  std::vector<std::pair<std::string, std::string>> settings;
+  if (!options.transports.empty()) settings.push_back({"TLS", options.transports});
+  bool tcp_only = !options.transports.empty();
+  for (absl::string_view t : absl::StrSplit(options.transports, ',')) {
+    if (t != "tcp" && t != "self") tcp_only = false;
+  }
+  const bool user_set = absl::c_any_of(options.ucx_config, [](const auto& kv) {
+    return absl::EqualsIgnoreCase(kv.first, "RNDV_THRESH");
+  });
+  if (tcp_only && options.tcp_eager_bytes > 0 && !user_set) {
+    settings.push_back({"RNDV_THRESH", absl::StrCat(options.tcp_eager_bytes)});
+  }
+  settings.insert(settings.end(), options.ucx_config.begin(), options.ucx_config.end());
+  return settings;
+}
+
 Channel::~Channel() {
   Close(/*force=*/true);
   if (worker_ != nullptr) ucp_worker_destroy(worker_);
@@ -30,10 +51,7 @@ absl::StatusOr<std::string> Channel::Open(const UcxOptions& options, bool rma) {
   ucp_config_t* config = nullptr;
   ucs_status_t st = ucp_config_read(nullptr, nullptr, &config);
   if (st != UCS_OK) return absl::InternalError("ucp_config_read: " + UcsError(st));
-  std::vector<std::pair<std::string, std::string>> settings;
-  if (!options.transports.empty()) settings.push_back({"TLS", options.transports});
-  settings.insert(settings.end(), options.ucx_config.begin(), options.ucx_config.end());
-  for (const auto& [name, value] : settings) {
+  for (const auto& [name, value] : UcxSettings(options)) {
     st = ucp_config_modify(config, name.c_str(), value.c_str());
     if (st != UCS_OK) {
       ucp_config_release(config);

@@ -46,6 +46,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -68,6 +69,12 @@ inline ucp_tag_t MakeTag(uint64_t seq, uint64_t step, uint64_t index) {
 }
 
 std::string UcsError(ucs_status_t s);
+
+// The UCX settings Channel::Open applies with ucp_config_modify, in order:
+// TLS from options.transports, RNDV_THRESH from options.tcp_eager_bytes
+// where the transports are TCP only and options.ucx_config does not set it,
+// then options.ucx_config.
+std::vector<std::pair<std::string, std::string>> UcxSettings(const UcxOptions& options);
 
 // Completion record of one UCP operation; its address must stay valid while
 // the operation is in flight (until Finish, WaitFor or Release).

@@ -174,5 +174,27 @@ TEST(UcxChannelTest, ABadUcxOptionIsNamed) {
       << a.status();
 }
 
+TEST(UcxChannelTest, TcpOnlyTransportsSendChunksEagerlyUnlessTheUserSetTheThreshold) {
+  using Settings = std::vector<std::pair<std::string, std::string>>;
+  UcxOptions o;
+  o.tcp_eager_bytes = 262144;
+  // The default transports include shared memory: UCX's own threshold.
+  EXPECT_EQ(UcxSettings(o), (Settings{{"TLS", o.transports}}));
+  o.transports = "tcp";
+  EXPECT_EQ(UcxSettings(o), (Settings{{"TLS", "tcp"}, {"RNDV_THRESH", "262144"}}));
+  o.transports = "self,tcp";
+  EXPECT_EQ(UcxSettings(o), (Settings{{"TLS", "self,tcp"}, {"RNDV_THRESH", "262144"}}));
+  o.transports = "tcp,rc";  // RDMA: rendezvous is its zero-copy path
+  EXPECT_EQ(UcxSettings(o), (Settings{{"TLS", "tcp,rc"}}));
+  o.transports = "";  // UCX's choice of transports, hence of threshold
+  EXPECT_EQ(UcxSettings(o), Settings{});
+  o.transports = "tcp";
+  o.ucx_config = {{"rndv_thresh", "8k"}};  // the user's wins, whatever its case
+  EXPECT_EQ(UcxSettings(o), (Settings{{"TLS", "tcp"}, {"rndv_thresh", "8k"}}));
+  o.ucx_config.clear();
+  o.tcp_eager_bytes = 0;
+  EXPECT_EQ(UcxSettings(o), (Settings{{"TLS", "tcp"}}));
+}
+
 }  // namespace
 }  // namespace fusebox::comm::ucx

@@ -272,8 +272,9 @@ TEST_P(UcxAllReduceTest, BlockingFormsAreExactAndFinishAfterCallsIssuedBeforeThe
       ASSERT_TRUE(
           comm.AllReduceBlocking(small.data(), sum.data(), 3, DataType::kInt64, ReduceOp::kMax)
               .ok());
-      if (round == 0)
+      if (round == 0) {
         ASSERT_TRUE((*w)->Test()) << "the blocking call finished before an earlier one";
+      }
       for (int64_t v : sum) ASSERT_EQ(v, world - 1 + round);
       std::vector<int32_t> b(5, rank == world - 1 ? 7 + round : -1);
       ASSERT_TRUE(comm.BroadcastBlocking(b.data(), 5, DataType::kInt32, world - 1).ok());
