@@ -13,19 +13,22 @@
 namespace fusebox::comm {
 
 struct UcxOptions {
-  // Collectives of up to this many bytes carry their payload in the header
-  // round ("one-shot": one round of latency, each rank reduces all
-  // contributions). Larger AllReduce uses shared memory (below), or over
-  // messages recursive doubling and then the pipelined ring. Measured here,
-  // the shared-memory path wins from ~4 KiB.
+  // On one host, collectives of up to this many bytes carry their payload
+  // in the header round ("one-shot": one round of latency, each rank reduces
+  // all contributions); larger AllReduce uses shared memory (below).
+  // Measured here, the shared-memory path wins from ~4 KiB. Over messages,
+  // AllReduce of up to max(this, recursive_doubling_bytes) rides in the
+  // descriptor round that opens every collective (Note [Descriptor round]
+  // in comm/ucx/descriptor_round.h), larger runs the pipelined ring.
   // Where up to 8 ranks share a host with fewer cores than ranks, a non-zero
   // value is raised to 32 KiB (every synchronisation then costs a round of
   // context switches); 0 turns one-shot off everywhere.
   size_t small_message_bytes = 4 << 10;
-  // AllReduce over messages (no shared memory: across hosts) of more than
-  // small_message_bytes and up to this many bytes runs recursive doubling,
-  // log2(p) rounds of latency instead of the ring's 2(p-1) (Note [Algorithm
-  // table] in comm/ucx/algorithms.h); 0 turns it off. Its break-even with
+  // AllReduce over messages (no shared memory: across hosts) of up to this
+  // many bytes (or small_message_bytes, if larger) runs recursive doubling
+  // inside the descriptor round, log2(p) rounds of latency instead of the
+  // ring's 2(p-1) (Note [Algorithm table] in comm/ucx/algorithms.h); every
+  // rank's receive staging holds that many bytes. Its break-even with
   // the ring, p ranks, latency L per round and link bandwidth B:
   // m = (2(p-1) - log2 p) L B / (log2 p - 2(p-1)/p). With L ~ 100 us (TCP
   // between emulated hosts) and 1 Gbit/s that is ~100 KB at 4 ranks and

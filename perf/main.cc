@@ -70,11 +70,12 @@ ABSL_FLAG(std::string, ucx_shm_chunk, "128K",
           "ucx backend: bytes each rank owns per round of the shared-memory allreduce "
           "(a multiple of 64)");
 ABSL_FLAG(std::string, ucx_recursive_doubling, "64K",
-          "ucx backend: AllReduce over messages (no shared memory: across hosts) above "
-          "--ucx_small and up to this size uses recursive doubling, above it the ring (0: off)");
+          "ucx backend: AllReduce over messages (no shared memory: across hosts) up to this "
+          "size (or --ucx_small, if larger) runs recursive doubling inside the round that "
+          "compares the ranks' descriptors; above it the ring");
 ABSL_FLAG(std::string, ucx_small, "4K",
-          "ucx backend: messages up to this size use the one-shot latency algorithm "
-          "(raised to 32K where up to 8 ranks outnumber the host's cores; 0: never)");
+          "ucx backend: on one host, messages up to this size ride in the header round "
+          "(one-shot; raised to 32K where up to 8 ranks outnumber the host's cores; 0: never)");
 ABSL_FLAG(double, timeout_s, 0,
           "seconds one collective may wait for its peers before it fails naming them "
           "(0: $FUSEBOX_TIMEOUT_S, else 300)");

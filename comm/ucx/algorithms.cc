@@ -10,7 +10,7 @@ namespace fusebox::comm::ucx {
 
 const char* AlgorithmName(Algorithm a) {
   switch (a) {
-    case Algorithm::kNone: return "header-round";
+    case Algorithm::kNone: return "opening-round";
     case Algorithm::kOneShot: return "one-shot";
     case Algorithm::kLocal: return "local";
     case Algorithm::kShmAllReduce: return "shm-allreduce";
@@ -35,19 +35,37 @@ AlgorithmTable BuildAlgorithmTable(const AlgorithmInputs& in) {
   AlgorithmTable t;
   t.small_bytes_ = SmallMessageBytes(in);
   const Kind kinds[] = {Kind::kAllReduce, Kind::kBroadcast, Kind::kAllGather, Kind::kBarrier};
+  const bool messages = in.world > 1 && !in.shm_exchange;  // the descriptor round opens
+  if (messages) t.carried_bytes_ = std::max(t.small_bytes_, in.recursive_doubling_bytes);
   for (Kind kind : kinds) {
     std::vector<AlgorithmTable::Range>& r = t.ranges_[static_cast<int>(kind) - 1];
     if (kind == Kind::kBarrier) {
       r.push_back({SIZE_MAX, Algorithm::kNone});
       continue;
     }
+    if (messages) {
+      switch (kind) {
+        case Kind::kAllReduce:
+          r.push_back({t.carried_bytes_, Algorithm::kRecursiveDoublingAllReduce});
+          if (t.carried_bytes_ < SIZE_MAX) {
+            r.push_back({SIZE_MAX,
+                         in.shm_allreduce ? Algorithm::kShmAllReduce : Algorithm::kRingAllReduce});
+          }
+          break;
+        case Kind::kBroadcast:
+          r.push_back({SIZE_MAX, Algorithm::kChainBroadcast});
+          break;
+        case Kind::kAllGather:
+          r.push_back({SIZE_MAX, Algorithm::kRingAllGather});
+          break;
+        case Kind::kBarrier:
+          break;
+      }
+      continue;
+    }
     r.push_back({t.small_bytes_, Algorithm::kOneShot});
     if (t.small_bytes_ == SIZE_MAX) continue;
     Algorithm large = Algorithm::kLocal;
-    if (in.world > 1 && kind == Kind::kAllReduce && !in.shm_allreduce &&
-        t.small_bytes_ < in.recursive_doubling_bytes) {
-      r.push_back({in.recursive_doubling_bytes, Algorithm::kRecursiveDoublingAllReduce});
-    }
     if (in.world > 1) {
       switch (kind) {
         case Kind::kAllReduce:

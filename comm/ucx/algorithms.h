@@ -13,7 +13,9 @@
 // published options that Init checks agree, and whether shared memory came
 // up, which Init decides collectively), so every rank picks the same
 // algorithm for the same collective and none can wait for a message its
-// peers never send. The rows, in the order they are tried:
+// peers never send.
+// Where the shared-memory exchange carries the header round (one host), or
+// the world is one rank, the rows, in the order they are tried:
 // * Barrier: the header round alone (kNone).
 // * Up to small_bytes: one-shot. The payload rides in the header round and
 //   each rank combines every rank's contribution in rank order.
@@ -24,14 +26,20 @@
 //   costs a round of context switches, so one round (each rank reducing
 //   every rank's copy) beats the three of the shared-memory allreduce.
 // * One rank, above small_bytes: a local copy (kLocal).
-// * AllReduce: the shared-memory allreduce where every rank mapped every
-//   segment. Else (messages: across hosts) recursive doubling up to
-//   UcxOptions::recursive_doubling_bytes (64 KiB by default): log2(p)
-//   rounds (two more where p is not a power of two) where the ring needs
-//   2(p-1), each a round trip of latency across hosts. Above it the ring,
-//   which moves 2(p-1)/p of the data per rank where recursive doubling
-//   moves log2(p) times all of it. Broadcast: the pipelined chain.
+// * AllReduce: the shared-memory allreduce. Broadcast: the pipelined chain.
 //   AllGather: the ring.
+// Over messages (ranks on several hosts) the descriptor round opens every
+// collective instead (Note [Descriptor round] in descriptor_round.h):
+// * Barrier: the descriptor round alone (kNone).
+// * AllReduce up to carried_bytes, max(small_message_bytes,
+//   recursive_doubling_bytes): recursive doubling inside the descriptor
+//   round, log2(p) rounds (two more where p is not a power of two) where
+//   the ring needs 2(p-1), each a round trip of latency across hosts.
+//   Above it the ring, which moves 2(p-1)/p of the data per rank where
+//   recursive doubling moves log2(p) times all of it (or the shared-memory
+//   allreduce, where every rank mapped every segment but the mailboxes
+//   were too large for the exchange).
+// * Broadcast: the pipelined chain; AllGather: the ring.
 #ifndef FUSEBOX_COMM_UCX_ALGORITHMS_H_
 #define FUSEBOX_COMM_UCX_ALGORITHMS_H_
 
@@ -49,12 +57,12 @@ using Kind = CollectiveKind;  // its values are part of the header's wire format
 inline absl::string_view KindName(Kind k) { return CollectiveKindName(k); }
 
 enum class Algorithm : uint8_t {
-  kNone,            // the header round is the whole collective (Barrier)
+  kNone,            // the opening round (header or descriptor) is the whole collective
   kOneShot,         // payload in the header round; every rank combines all
   kLocal,           // one rank: a local copy
   kShmAllReduce,    // shm_allreduce.h
   kRingAllReduce,   // ring reduce-scatter + allgather, pipelined in chunks
-  kRecursiveDoublingAllReduce,  // log2(p) pairwise exchanges of the whole vector
+  kRecursiveDoublingAllReduce,  // inside the descriptor round (descriptor_round.h)
   kChainBroadcast,  // pipelined chain from the root
   kRingAllGather,
 };
@@ -90,12 +98,16 @@ class AlgorithmTable {
   // The ranges of one kind, ascending.
   const std::vector<Range>& ranges(Kind kind) const;
   size_t small_bytes() const { return small_bytes_; }
+  // The largest AllReduce the descriptor round carries (Note [Descriptor
+  // round] in descriptor_round.h); 0 where the header round opens instead.
+  size_t carried_bytes() const { return carried_bytes_; }
   // One line per kind, e.g. "AllReduce: 0-4096 B one-shot, 4097 B+ shm-allreduce".
   std::string Describe() const;
 
  private:
   friend AlgorithmTable BuildAlgorithmTable(const AlgorithmInputs& in);
   size_t small_bytes_ = 0;
+  size_t carried_bytes_ = 0;
   std::vector<Range> ranges_[4];  // by Kind - 1
 };
 

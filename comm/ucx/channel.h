@@ -20,8 +20,10 @@
 // comm/async_core.h), which is why
 // its worker runs in UCS_THREAD_MODE_SINGLE.
 //
-// Tags: [seq:24][step:12][index:28]. Step 0 is the header round (index =
-// sender rank); later steps are algorithm steps (index = chunk). At any step
+// Tags: [seq:24][step:12][index:28]. Step 0 is the opening round: the
+// header round over messages (index = sender rank) or the descriptor round
+// (index = exchange; descriptor_round.h); later steps are algorithm steps
+// (index = chunk). At any step
 // a rank receives from exactly one peer, so (seq, step, index) is unique per
 // receiver. The last step number is reserved for failure notices.
 //

@@ -6,21 +6,28 @@
 // comm/async_core.h): the communicator's progress thread or a caller blocked
 // in Wait(). Only that thread touches the UCP worker (UCS_THREAD_MODE_SINGLE,
 // serialised by the lock).
-// Every collective opens with a header round: each rank sends every peer a
-// Header (kind, count, type, op, root, sequence number). All ranks therefore
-// see all descriptors and reach the same verdict on a mismatch: the Work fails
-// on every rank with the same message and no data moves, so a mismatch is
-// never a hang or a corruption. Payloads of up to small_message_bytes ride
-// along in the header round ("one-shot"), which finishes small collectives in
-// a single round of latency; each rank then reduces all contributions in rank
-// order, so every rank computes bit-identical results. Larger AllReduce runs
-// recursive doubling up to recursive_doubling_bytes (pairwise exchanges of
-// the whole vector, log2(p) rounds; Note [Algorithm table]), and above that a
-// ring reduce-scatter + allgather, pipelined in chunks of chunk_bytes: a chunk
-// received in step k is reduced while later chunks are in flight and is sent
-// on in step k+1 as soon as it is reduced; received chunks land in a small
-// ring of staging slots that stays in cache. Large Broadcast is a pipelined
-// chain from the root; large AllGather is a ring.
+// Every collective opens with a round that compares every rank's Header
+// (kind, count, type, op, root, sequence number; comm/ucx/header.h), so all
+// ranks reach the same verdict on a mismatch: the Work fails on every rank
+// with the same message, naming rank 0's call and the lowest rank's that
+// differs, before any algorithm moves data, so a mismatch is never a hang or
+// a corruption. Which round depends on where the ranks are:
+// * On one host, the header round through shared memory (below): every rank
+//   reads every rank's header. Payloads of up to small_message_bytes ride
+//   along ("one-shot"), which finishes small collectives in a single round;
+//   each rank then reduces all contributions in rank order, so every rank
+//   computes bit-identical results.
+// * Over messages, the descriptor round (Note [Descriptor round] in
+//   descriptor_round.h): the headers compared by recursive doubling,
+//   p log2(p) messages instead of p(p-1), carrying AllReduce up to
+//   max(small_message_bytes, recursive_doubling_bytes) in the same
+//   messages (Note [Algorithm table]).
+// Larger AllReduce over messages runs a ring reduce-scatter + allgather,
+// pipelined in chunks of chunk_bytes: a chunk received in step k is reduced
+// while later chunks are in flight and is sent on in step k+1 as soon as it
+// is reduced; received chunks land in a small ring of staging slots that
+// stays in cache. Broadcast is a pipelined chain from the root; AllGather
+// is a ring.
 //
 // Large AllReduce between ranks on one host runs over shared memory instead
 // (Note [UCX shared-memory allreduce] in shm_allreduce.h) when every rank can
@@ -31,8 +38,7 @@
 // into a mailbox of its segment and raises one flag, and reads every
 // other rank's (Note [Shared-memory exchange] in shm_allreduce.h), so a
 // small collective on one host costs a few cache-line transfers instead of
-// a round of UCX messages; the headers are compared exactly as after the
-// network round (CheckHeaders).
+// a round of UCX messages (CheckHeaders compares them).
 //
 // Messages go through the channel (channel.h: endpoints, tags, waiting
 // under the deadline, failure notices); the queue that runs them is the
@@ -56,8 +62,9 @@
 #include "comm/fault.h"
 #include "comm/reduce.h"
 #include "comm/ucx/algorithms.h"
-#include "comm/ucx/allreduce_recursive_doubling.h"
 #include "comm/ucx/channel.h"
+#include "comm/ucx/descriptor_round.h"
+#include "comm/ucx/header.h"
 #include "comm/ucx/ranges.h"
 #include "comm/ucx/shm_allreduce.h"
 
@@ -66,44 +73,15 @@ namespace {
 
 using ucx::Algorithm;
 using ucx::Kind;
+using ucx::Describe;
+using ucx::Header;
+using ucx::kHeaderMagic;
 using ucx::KindName;
+using ucx::SameCall;
 
-constexpr uint32_t kHeaderMagic = 0x46425831;  // "FBX1"
 // The largest header round that goes through shared-memory mailboxes (two
 // per rank, in every rank's segment); above it, UCX messages.
 constexpr size_t kMaxMailboxBytes = size_t{1} << 20;
-
-struct Header {
-  uint32_t magic;
-  uint8_t kind;
-  uint8_t type;
-  uint8_t op;
-  uint8_t pad;
-  int32_t root;
-  int32_t sender;
-  uint64_t count;
-  uint64_t seq;
-};
-static_assert(sizeof(Header) == 32, "Header is a wire format");
-
-std::string Describe(const Header& h) {
-  const Kind k = static_cast<Kind>(h.kind);
-  std::string s = absl::StrCat(KindName(k), "(count=", h.count);
-  if (k != Kind::kBarrier) {
-    absl::StrAppend(&s, ", type=", DataTypeName(static_cast<DataType>(h.type)));
-  }
-  if (k == Kind::kAllReduce) {
-    absl::StrAppend(&s, ", op=", ReduceOpName(static_cast<ReduceOp>(h.op)));
-  }
-  if (k == Kind::kBroadcast) absl::StrAppend(&s, ", root=", h.root);
-  absl::StrAppend(&s, ", seq=", h.seq, ")");
-  return s;
-}
-
-bool SameCall(const Header& a, const Header& b) {
-  return a.kind == b.kind && a.type == b.type && a.op == b.op &&
-         a.root == b.root && a.count == b.count && a.seq == b.seq;
-}
 
 // One collective being executed: its header (the wire descriptor) and
 // buffers.
@@ -209,9 +187,9 @@ class UcxCommunicator final : public Communicator, private CollectiveExecutor {
   // Ring staging: `kRingSlots` chunks.
   static constexpr int kRingSlots = 8;
   std::vector<unsigned char> ring_slots_;
-  // Recursive doubling's received partials: grows to the largest message it
-  // has run (at most options_.recursive_doubling_bytes).
-  std::vector<unsigned char> rd_staging_;
+  // The descriptor round's messages (Note [Descriptor round]): grow to the
+  // table's carried_bytes and the largest AllReduce carried.
+  ucx::DescriptorStaging descriptor_staging_;
 
   // Shared-memory path (Note [UCX shared-memory allreduce]).
   absl::Status InitSharedMemory(Store& store);
@@ -446,7 +424,19 @@ absl::Status UcxCommunicator::Run(const Request& req) {
     payload_bytes = bytes;
     payload = req.send;
   }
-  if (absl::Status s = HeaderRound(req, payload_bytes, payload); !s.ok()) return s;
+  if (!shm_exchange_ && size_ > 1) {
+    // Note [Descriptor round]: instead of the header round, and carrying
+    // the AllReduce the table gives it.
+    const ucx::Carried carried{req.send, req.recv};
+    const bool carries = algorithm == Algorithm::kRecursiveDoublingAllReduce;
+    if (absl::Status s = ucx::DescriptorRound(channel_, h, carries ? &carried : nullptr,
+                                              algorithms_.carried_bytes(), &descriptor_staging_);
+        !s.ok() || carries) {
+      return s;
+    }
+  } else if (absl::Status s = HeaderRound(req, payload_bytes, payload); !s.ok()) {
+    return s;
+  }
 
   const auto slot = [&](int r) {
     return header_slots_.data() + static_cast<size_t>(r) * slot_bytes_ + sizeof(Header);
@@ -485,10 +475,8 @@ absl::Status UcxCommunicator::Run(const Request& req) {
       return ShmAllReduce(req);
     case Algorithm::kRingAllReduce:
       return RingAllReduce(req);
-    case Algorithm::kRecursiveDoublingAllReduce:
-      return ucx::RecursiveDoublingAllReduce(
-          channel_, {req.send, req.recv, h.count, type, static_cast<ReduceOp>(h.op), h.seq},
-          &rd_staging_);
+    case Algorithm::kRecursiveDoublingAllReduce:  // done in the descriptor round
+      return absl::OkStatus();
     case Algorithm::kChainBroadcast:
       return ChainBroadcast(req);
     case Algorithm::kRingAllGather:

@@ -54,7 +54,8 @@ if(FUSEBOX_WITH_UCX)
   gtest_discover_tests(shm_allreduce_test DISCOVERY_TIMEOUT 60 PROPERTIES TIMEOUT 300)
   # Note [Algorithm table]: the UCX backend's choice of algorithm (pure).
   add_executable(ucx_algorithms_test ${CMAKE_CURRENT_SOURCE_DIR}/ucx_algorithms_test.cc)
-  target_link_libraries(ucx_algorithms_test PRIVATE fusebox::comm_ucx GTest::gmock GTest::gtest_main)
+  target_link_libraries(ucx_algorithms_test PRIVATE fusebox::comm_ucx ucx::ucp ucx::ucs GTest::gmock
+    GTest::gtest_main)
   gtest_discover_tests(ucx_algorithms_test DISCOVERY_TIMEOUT 60)
 endif()
 

@@ -1,11 +1,15 @@
 // The UCX backend's algorithm table (comm/ucx/algorithms.h, Note [Algorithm
 // table]): every kind's ranges cover every size once, and the choice follows
 // the world, the cores, the option and what shared memory offers.
-#include "comm/ucx/algorithms.h"
-
 #include <cstdint>
+#include <functional>
+#include <random>
+#include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "comm/options.h"
+#include "comm/ucx/algorithms.h"
+#include "comm/ucx/descriptor_round.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -66,21 +70,32 @@ TEST(AlgorithmTableTest, OneShotUpToTheOptionThenTheLargeAlgorithmOfTheWorld) {
   EXPECT_EQ(shm.Select(Kind::kAllGather, 4097), Algorithm::kRingAllGather);
   EXPECT_EQ(shm.Select(Kind::kBarrier, 0), Algorithm::kNone);
 
-  // Messages (across hosts): recursive doubling, then the ring; only for
-  // AllReduce.
+  // Messages (across hosts): the descriptor round opens every collective
+  // and carries AllReduce up to the larger of the two limits; then the
+  // ring. Nothing rides in a header round.
   const AlgorithmTable net = BuildAlgorithmTable(Inputs(2, 2, 4096, false, false));
-  EXPECT_EQ(net.Select(Kind::kAllReduce, 4096), Algorithm::kOneShot);
+  EXPECT_EQ(net.carried_bytes(), kDefaultRecursiveDoubling);
+  EXPECT_EQ(net.Select(Kind::kAllReduce, 0), Algorithm::kRecursiveDoublingAllReduce);
   EXPECT_EQ(net.Select(Kind::kAllReduce, 4097), Algorithm::kRecursiveDoublingAllReduce);
   EXPECT_EQ(net.Select(Kind::kAllReduce, kDefaultRecursiveDoubling),
             Algorithm::kRecursiveDoublingAllReduce);
   EXPECT_EQ(net.Select(Kind::kAllReduce, kDefaultRecursiveDoubling + 1),
             Algorithm::kRingAllReduce);
-  EXPECT_EQ(net.Select(Kind::kBroadcast, 4097), Algorithm::kChainBroadcast);
-  EXPECT_EQ(net.Select(Kind::kAllGather, 4097), Algorithm::kRingAllGather);
-  // A one-shot limit at or above it leaves no room for it.
+  EXPECT_EQ(net.Select(Kind::kBroadcast, 0), Algorithm::kChainBroadcast);
+  EXPECT_EQ(net.Select(Kind::kAllGather, 0), Algorithm::kRingAllGather);
+  EXPECT_EQ(net.Select(Kind::kBarrier, 0), Algorithm::kNone);
+  // A one-shot limit above it raises what the round carries.
   const AlgorithmTable big = BuildAlgorithmTable(Inputs(5, 16, 1 << 20, false, false));
-  EXPECT_EQ(big.Select(Kind::kAllReduce, 1 << 20), Algorithm::kOneShot);
+  EXPECT_EQ(big.carried_bytes(), size_t{1} << 20);
+  EXPECT_EQ(big.Select(Kind::kAllReduce, 1 << 20), Algorithm::kRecursiveDoublingAllReduce);
   EXPECT_EQ(big.Select(Kind::kAllReduce, (1 << 20) + 1), Algorithm::kRingAllReduce);
+  // Every rank mapped every segment but the mailboxes were too large for the
+  // exchange: the descriptor round, then the shared-memory allreduce.
+  const AlgorithmTable mapped = BuildAlgorithmTable(Inputs(2, 2, 4096, false, true));
+  EXPECT_EQ(mapped.Select(Kind::kAllReduce, kDefaultRecursiveDoubling + 1),
+            Algorithm::kShmAllReduce);
+  // The shared-memory exchange carries no descriptor round.
+  EXPECT_EQ(shm.carried_bytes(), 0u);
 
   const AlgorithmTable one = BuildAlgorithmTable(Inputs(1, 2, 4096, false, false));
   EXPECT_EQ(one.Select(Kind::kAllReduce, 100), Algorithm::kOneShot);
@@ -117,10 +132,70 @@ TEST(AlgorithmTableTest, DescribeNamesEveryRange) {
   const std::string d = BuildAlgorithmTable(Inputs(2, 2, 4096, true, true)).Describe();
   EXPECT_THAT(d, HasSubstr("AllReduce: 0-4096 B one-shot, 4097 B+ shm-allreduce"));
   EXPECT_THAT(d, HasSubstr("Broadcast: 0-4096 B one-shot, 4097 B+ chain-broadcast"));
-  EXPECT_THAT(d, HasSubstr("Barrier: 0 B+ header-round"));
+  EXPECT_THAT(d, HasSubstr("Barrier: 0 B+ opening-round"));
   EXPECT_THAT(BuildAlgorithmTable(Inputs(4, 2, 4096, false, false)).Describe(),
-              HasSubstr("AllReduce: 0-4096 B one-shot, 4097-65536 B recursive-doubling, "
-                        "65537 B+ ring-allreduce"));
+              HasSubstr("AllReduce: 0-65536 B recursive-doubling, 65537 B+ ring-allreduce"));
+}
+
+// Note [Descriptor round]: merging the verdicts of adjacent blocks, in
+// whatever bracketing, gives the world's: rank 0's header and the lowest
+// rank whose call differs from it in any field.
+TEST(DescriptorRoundTest, MergingAdjacentBlocksFindsTheLowestRankThatDiffersFromRankZero) {
+  std::mt19937 rng(7);
+  int mismatches = 0;
+  for (int trial = 0; trial < 3000; ++trial) {
+    const int p = 1 + static_cast<int>(rng() % 9);
+    std::vector<Header> h(p);
+    for (int r = 0; r < p; ++r) {
+      h[r] = Header{kHeaderMagic, 1, 0, 0, 0, 0, r, 10, 3};
+      switch (rng() % 12) {  // mostly equal; else one field differs
+        case 0:
+          h[r].kind = 2;
+          break;
+        case 1:
+          h[r].type = 1;
+          break;
+        case 2:
+          h[r].op = 1;
+          break;
+        case 3:
+          h[r].root = 1;
+          break;
+        case 4:
+          h[r].count = 11;
+          break;
+        case 5:
+          h[r].seq = 4;
+          break;
+        default:
+          break;
+      }
+    }
+    int want = -1;
+    for (int r = 1; r < p && want < 0; ++r) {
+      if (!SameCall(h[r], h[0])) want = r;
+    }
+    std::function<Verdict(int, int)> merged = [&](int lo, int hi) {
+      if (lo == hi) return Verdict{h[lo], Header{}};
+      const int mid = lo + static_cast<int>(rng() % (hi - lo));  // [lo, mid] then [mid+1, hi]
+      return Merge(merged(lo, mid), merged(mid + 1, hi));
+    };
+    const Verdict v = merged(0, p - 1);
+    ASSERT_EQ(v.first.sender, 0);
+    if (want < 0) {
+      EXPECT_TRUE(Clean(v)) << "p=" << p << " trial " << trial;
+      EXPECT_TRUE(VerdictStatus(v).ok());
+      continue;
+    }
+    ++mismatches;
+    ASSERT_FALSE(Clean(v)) << "p=" << p << " trial " << trial;
+    EXPECT_EQ(v.differ.sender, want) << "p=" << p << " trial " << trial;
+    const absl::Status s = VerdictStatus(v);
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(s.message(), HasSubstr(absl::StrCat("rank 0 called ", Describe(h[0]), " but rank ",
+                                                    want, " called ", Describe(h[want]))));
+  }
+  EXPECT_GT(mismatches, 1000);  // both outcomes were exercised
 }
 
 }  // namespace

@@ -289,6 +289,65 @@ TEST_P(UcxAllReduceTest, BlockingFormsAreExactAndFinishAfterCallsIssuedBeforeThe
   });
 }
 
+// Over messages every collective opens with the descriptor round (Note
+// [Descriptor round] in comm/ucx/descriptor_round.h). A rank that called
+// something else, whichever it is (those that sit the exchanges out
+// included), fails the collective on every rank with one message, naming
+// rank 0's call and that of the lowest rank whose call differs, and no
+// buffer is written: for a count that differs inside the carried range, one
+// that crosses into the ring's, and a Barrier or a Broadcast against an
+// AllReduce.
+TEST_P(UcxAllReduceTest, OverMessagesAMismatchFailsEveryRankWithTheSameMessage) {
+  const int world = GetParam();
+  if (world < 2) GTEST_SKIP() << "a mismatch needs two ranks";
+  UcxOptions o;
+  o.use_shared_memory = false;
+  o.timeout = absl::Seconds(60);  // a rank left waiting fails the test, not hangs it
+  enum Odd { kCarriedCount, kRingCount, kBarrier, kBroadcast };
+  for (int odd_rank = 0; odd_rank < world; ++odd_rank) {
+    for (Odd odd : {kCarriedCount, kRingCount, kBarrier, kBroadcast}) {
+      if (odd >= kBarrier && odd_rank != world - 1) continue;
+      std::vector<std::string> messages(world);
+      RunRanks(world, o, [&](int rank, Communicator& comm) {
+        const bool me = rank == odd_rank;
+        const size_t count = me && odd == kCarriedCount ? 100 : me && odd == kRingCount ? 200000 : 10;
+        std::vector<float> buf(count, static_cast<float>(rank + 1));
+        absl::Status s;
+        if (me && odd == kBarrier) {
+          s = BarrierSync(comm);
+        } else if (me && odd == kBroadcast) {
+          auto w = comm.Broadcast(buf.data(), count, DataType::kFloat32, 0);
+          s = w.ok() ? (*w)->Wait() : w.status();
+        } else {
+          std::vector<float> out(count, -1.0f);
+          s = AllReduceSync(comm, buf.data(), out.data(), count, DataType::kFloat32,
+                            ReduceOp::kSum);
+          for (float v : out) ASSERT_EQ(v, -1.0f) << "rank " << rank << ": output written";
+        }
+        for (float v : buf) ASSERT_EQ(v, static_cast<float>(rank + 1)) << "rank " << rank;
+        EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << "rank " << rank << ": " << s;
+        messages[rank] = std::string(s.message());
+      });
+      const std::string common = "AllReduce(count=10, type=float, op=sum, seq=0)";
+      const std::string other = odd == kCarriedCount ? "AllReduce(count=100, type=float, op=sum"
+                                : odd == kRingCount  ? "AllReduce(count=200000, type=float"
+                                : odd == kBarrier    ? "Barrier(count=0, seq=0)"
+                                                     : "Broadcast(count=10, type=float, root=0";
+      const std::string want =
+          odd_rank == 0
+              ? absl::StrCat("rank 0 called ", other)
+              : absl::StrCat("rank 0 called ", common, " but rank ", odd_rank, " called ", other);
+      SCOPED_TRACE(absl::StrCat("world ", world, ", rank ", odd_rank, " odd, case ", odd));
+      EXPECT_NE(messages[0].find(want), std::string::npos) << messages[0];
+      if (odd_rank == 0) {
+        EXPECT_NE(messages[0].find(absl::StrCat("but rank 1 called ", common)), std::string::npos)
+            << messages[0];
+      }
+      for (int r = 1; r < world; ++r) EXPECT_EQ(messages[r], messages[0]) << "rank " << r;
+    }
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(WorldSizes, UcxAllReduceTest, ::testing::Values(1, 2, 3, 4, 5),
                          [](const auto& info) { return absl::StrCat("World", info.param); });
 
