@@ -1,6 +1,7 @@
 // The UCX backend's channel. See channel.h.
 #include "comm/ucx/channel.h"
 
+#include <poll.h>
 #include <sched.h>
 
 #include <string>
@@ -24,13 +25,18 @@ constexpr uint32_t kNoticeMagic = 0x46425846;  // "FBXF"
 
 std::string UcsError(ucs_status_t s) { return ucs_status_string(s); }
 
-std::vector<std::pair<std::string, std::string>> UcxSettings(const UcxOptions& options) {
-  std::vector<std::pair<std::string, std::string>> settings;
-  if (!options.transports.empty()) settings.push_back({"TLS", options.transports});
+bool TcpOnly(const UcxOptions& options) {
   bool tcp_only = !options.transports.empty();
   for (absl::string_view t : absl::StrSplit(options.transports, ',')) {
     if (t != "tcp" && t != "self") tcp_only = false;
   }
+  return tcp_only;
+}
+
+std::vector<std::pair<std::string, std::string>> UcxSettings(const UcxOptions& options) {
+  std::vector<std::pair<std::string, std::string>> settings;
+  if (!options.transports.empty()) settings.push_back({"TLS", options.transports});
+  const bool tcp_only = TcpOnly(options);
   const bool user_set = absl::c_any_of(options.ucx_config, [](const auto& kv) {
     return absl::EqualsIgnoreCase(kv.first, "RNDV_THRESH");
   });
@@ -61,7 +67,12 @@ absl::StatusOr<std::string> Channel::Open(const UcxOptions& options, bool rma) {
   }
   ucp_params_t params{};
   params.field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_MT_WORKERS_SHARED;
-  params.features = UCP_FEATURE_TAG | (rma ? UCP_FEATURE_RMA : 0);
+  // Sleeping on the worker's event fd (set_sleep_when_idle) needs wake-up
+  // events, which every TCP interface has; asked for only there, so that no
+  // transport without them is ever left out.
+  const bool wakeup = TcpOnly(options);
+  params.features =
+      UCP_FEATURE_TAG | (rma ? UCP_FEATURE_RMA : 0) | (wakeup ? UCP_FEATURE_WAKEUP : 0);
   params.mt_workers_shared = 0;
   st = ucp_init(&params, config, &context_);
   ucp_config_release(config);
@@ -72,6 +83,11 @@ absl::StatusOr<std::string> Channel::Open(const UcxOptions& options, bool rma) {
   wparams.thread_mode = UCS_THREAD_MODE_SINGLE;
   st = ucp_worker_create(context_, &wparams, &worker_);
   if (st != UCS_OK) return absl::UnavailableError("ucp_worker_create: " + UcsError(st));
+
+  if (wakeup) {
+    st = ucp_worker_get_efd(worker_, &event_fd_);
+    if (st != UCS_OK) return absl::UnavailableError("ucp_worker_get_efd: " + UcsError(st));
+  }
 
   ucp_address_t* addr = nullptr;
   size_t addr_len = 0;
@@ -216,9 +232,17 @@ void Channel::PostRecv(int peer, void* buf, size_t len, ucp_tag_t tag, Pending* 
 }
 
 absl::Status Channel::Progress(int peer) {
+  bool slept = false;
   if (ucp_worker_progress(worker_) == 0) {
     // Nothing happened: let an oversubscribed peer run.
-    if ((++idle_polls_ & yield_mask_) == 0) sched_yield();
+    if ((++idle_polls_ & yield_mask_) == 0) {
+      slept = sleep_when_idle_ && event_fd_ >= 0;
+      if (slept) {
+        Sleep();
+      } else {
+        sched_yield();
+      }
+    }
   }
   if (peer >= 0 && peer_status_[peer] != UCS_OK) {
     return absl::UnavailableError(absl::StrCat(
@@ -229,11 +253,20 @@ absl::Status Channel::Progress(int peer) {
     return absl::CancelledError("communicator destroyed while a collective was in flight");
   }
   if (notice_recv_.done) return NoticeError();
-  if ((++deadline_polls_ & 63) == 0 && absl::Now() >= deadline_) {
+  if (((++deadline_polls_ & 63) == 0 || slept) && absl::Now() >= deadline_) {
     return absl::DeadlineExceededError(peer >= 0 ? absl::StrCat("still waiting for rank ", peer)
                                                  : "still waiting");
   }
   return absl::OkStatus();
+}
+
+void Channel::Sleep() {
+  // Armed, the worker's fd becomes readable when anything arrives or
+  // completes; BUSY: something already did, progress again at once. The
+  // bound keeps the abort flag and the deadline looked at.
+  if (ucp_worker_arm(worker_) != UCS_OK) return;
+  pollfd fd{event_fd_, POLLIN, 0};
+  poll(&fd, 1, /*timeout_ms=*/10);
 }
 
 absl::Status Channel::NoticeError() const {

@@ -77,6 +77,8 @@ std::string UcsError(ucs_status_t s);
 // where the transports are TCP only and options.ucx_config does not set it,
 // then options.ucx_config.
 std::vector<std::pair<std::string, std::string>> UcxSettings(const UcxOptions& options);
+// Whether options.transports lists nothing but tcp and self.
+bool TcpOnly(const UcxOptions& options);
 
 // Completion record of one UCP operation; its address must stay valid while
 // the operation is in flight (until Finish, WaitFor or Release).
@@ -129,6 +131,11 @@ class Channel {
   // Progress yields the core (sched_yield) on every (mask + 1)-th poll that
   // found nothing to do: often where ranks outnumber cores.
   void set_yield_mask(unsigned mask) { yield_mask_ = mask; }
+  // Instead of yielding, sleep until the worker has something to progress
+  // (at most 10 ms at a time): where the transports are TCP only (the
+  // worker then has an event fd) and ranks outnumber cores, a waiting rank
+  // leaves its core to the ranks that have work.
+  void set_sleep_when_idle(bool sleep) { sleep_when_idle_ = sleep; }
 
   void PostSend(int peer, const void* buf, size_t len, ucp_tag_t tag, Pending* p);
   void PostRecv(int peer, void* buf, size_t len, ucp_tag_t tag, Pending* p,
@@ -174,6 +181,8 @@ class Channel {
   };
   static_assert(sizeof(FailureNotice) == 16, "FailureNotice is a wire format");
 
+  // Waits for the worker's event fd (set_sleep_when_idle).
+  void Sleep();
   // The error for a received notice (Aborted), validated.
   absl::Status NoticeError() const;
 
@@ -198,6 +207,8 @@ class Channel {
   unsigned deadline_polls_ = 0;
   unsigned yield_mask_ = 1023;
   unsigned idle_polls_ = 0;
+  bool sleep_when_idle_ = false;
+  int event_fd_ = -1;  // the worker's, where it has wake-up events (TCP only)
 };
 
 }  // namespace fusebox::comm::ucx

@@ -25,10 +25,10 @@ struct Pair {
     ch[0] = std::make_unique<Channel>(0, world, &abort0);
     ch[1] = std::make_unique<Channel>(1, world, &abort1);
   }
-  absl::Status Connect() {
+  absl::Status Connect(const UcxOptions& options = UcxOptions{}) {
     std::vector<std::string> addresses(2);
     for (int r = 0; r < 2; ++r) {
-      absl::StatusOr<std::string> a = ch[r]->Open(UcxOptions{}, /*rma=*/false);
+      absl::StatusOr<std::string> a = ch[r]->Open(options, /*rma=*/false);
       if (!a.ok()) return a.status();
       addresses[r] = *a;
     }
@@ -96,6 +96,57 @@ TEST(UcxChannelTest, AWaitPastTheDeadlineNamesThePeerAndWhat) {
   EXPECT_LT(absl::Now() - start, absl::Seconds(5));
   c.Release(&r, /*is_recv=*/true);
   EXPECT_EQ(r.request, nullptr);
+}
+
+// Over TCP only, a channel told to sleep when idle waits on the worker's
+// event fd: a message sent while it sleeps still wakes it (long before the
+// 10 ms bound runs out 100 times), and a deadline still ends a wait that
+// nothing will end.
+TEST(UcxChannelTest, ASleepingChannelWakesForAMessageAndStillMeetsItsDeadline) {
+  Pair p;
+  UcxOptions tcp;
+  tcp.transports = "tcp";
+  ASSERT_TRUE(p.Connect(tcp).ok());
+  for (auto& c : p.ch) {
+    c->set_yield_mask(0);  // sleep at every idle poll
+    c->set_sleep_when_idle(true);
+    c->set_deadline(absl::Now() + absl::Seconds(30));
+  }
+  const absl::Time rounds_start = absl::Now();
+  for (int round = 0; round < 100; ++round) {
+    int got = -1;
+    const int sent = 1000 + round;
+    absl::Status recv_status, send_status;
+    std::thread receiver([&] {
+      Pending r;
+      p.ch[0]->PostRecv(1, &got, sizeof(got), MakeTag(round, 1, 0), &r);
+      recv_status = p.ch[0]->Finish(&r, "receive");
+    });
+    std::thread sender([&] {
+      absl::SleepFor(absl::Microseconds(200));  // the receiver is asleep by now
+      Pending s;
+      p.ch[1]->PostSend(0, &sent, sizeof(sent), MakeTag(round, 1, 0), &s);
+      send_status = p.ch[1]->Finish(&s, "send");
+    });
+    receiver.join();
+    sender.join();
+    ASSERT_TRUE(recv_status.ok()) << recv_status;
+    ASSERT_TRUE(send_status.ok()) << send_status;
+    ASSERT_EQ(got, sent);
+  }
+  // Woken by the message, not by the bound: 100 rounds that each waited out
+  // a 10 ms sleep would take a second at least.
+  EXPECT_LT(absl::Now() - rounds_start, absl::Seconds(1));
+  Channel& c = *p.ch[0];
+  int buf = 0;
+  Pending r;
+  c.set_deadline(absl::Now() + absl::Milliseconds(50));
+  const absl::Time start = absl::Now();
+  c.PostRecv(1, &buf, sizeof(buf), MakeTag(1, 2, 0), &r);
+  const absl::Status s = c.Finish(&r, "receive");
+  EXPECT_TRUE(absl::IsDeadlineExceeded(s)) << s;
+  EXPECT_LT(absl::Now() - start, absl::Milliseconds(500));
+  c.Release(&r, /*is_recv=*/true);
 }
 
 TEST(UcxChannelTest, AFailureNoticeAbortsAPeerWaitingOnSomeoneElse) {
