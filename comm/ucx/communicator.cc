@@ -50,6 +50,7 @@
 #include <algorithm>
 #include <cstring>
 #include <deque>
+#include <fstream>
 #include <string>
 #include <thread>
 #include <utility>
@@ -58,6 +59,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/string_view.h"
 #include "comm/async_core.h"
 #include "comm/fault.h"
 #include "comm/reduce.h"
@@ -82,6 +84,26 @@ using ucx::SameCall;
 // The largest header round that goes through shared-memory mailboxes (two
 // per rank, in every rank's segment); above it, UCX messages.
 constexpr size_t kMaxMailboxBytes = size_t{1} << 20;
+
+// This machine's boot id (one per running kernel, shared by network
+// namespaces), or "" where it cannot be read.
+std::string MachineId() {
+  std::ifstream in("/proc/sys/kernel/random/boot_id");
+  std::string id;
+  if (!std::getline(in, id) || id.size() > 64) return "";
+  return id;
+}
+
+// Splits a [u32 length][bytes] field off the front of `rest`.
+bool TakeField(absl::string_view* rest, std::string* field) {
+  uint32_t len = 0;
+  if (rest->size() < sizeof(len)) return false;
+  std::memcpy(&len, rest->data(), sizeof(len));
+  if (len > rest->size() - sizeof(len)) return false;
+  *field = std::string(rest->substr(sizeof(len), len));
+  rest->remove_prefix(sizeof(len) + len);
+  return true;
+}
 
 // One collective being executed: its header (the wire descriptor) and
 // buffers.
@@ -227,18 +249,23 @@ class UcxCommunicator final : public Communicator, private CollectiveExecutor {
 absl::Status UcxCommunicator::Init(Store& store) {
   absl::StatusOr<std::string> address = channel_.Open(options_, options_.use_shared_memory);
   if (!address.ok()) return address.status();
-  // Published: [u32 length][the options that decide the algorithms][address].
-  // Ranks whose options differ would pick different algorithms and hang, so
-  // a difference is an error naming both ranks.
+  // Published: [u32 length][the options that decide the algorithms]
+  // [u32 length][this machine's boot id][address]. Ranks whose options
+  // differ would pick different algorithms and hang, so a difference is an
+  // error naming both ranks. The boot id tells which ranks share a machine
+  // (and its cores), network namespaces included.
   const std::string settings_text = absl::StrCat(
       "small_message_bytes=", options_.small_message_bytes,
       " recursive_doubling_bytes=", options_.recursive_doubling_bytes,
       " chunk_bytes=", options_.chunk_bytes, " use_shared_memory=", options_.use_shared_memory,
       " shm_chunk_bytes=", options_.shm_chunk_bytes, " transports=", options_.transports,
       " detect_peer_failure=", options_.detect_peer_failure);
-  const uint32_t settings_len = static_cast<uint32_t>(settings_text.size());
-  std::string mine(reinterpret_cast<const char*>(&settings_len), sizeof(settings_len));
-  mine += settings_text;
+  std::string mine;
+  for (const std::string& field : {settings_text, MachineId()}) {
+    const uint32_t len = static_cast<uint32_t>(field.size());
+    mine.append(reinterpret_cast<const char*>(&len), sizeof(len));
+    mine += field;
+  }
   mine += *address;
 
   // Every exchange gets keys of its own: "ucx/<n>/<what>/<rank>", where n
@@ -252,17 +279,15 @@ absl::Status UcxCommunicator::Init(Store& store) {
                             absl::Now() + options_.rendezvous_timeout);
   if (!all.ok()) return all.status();
 
-  std::vector<std::string> configs(size_), addresses(size_);
+  std::vector<std::string> configs(size_), machines(size_), addresses(size_);
   for (int r = 0; r < size_; ++r) {
-    const std::string& blob = (*all)[r];
-    uint32_t len = 0;
-    if (blob.size() >= sizeof(len)) std::memcpy(&len, blob.data(), sizeof(len));
-    if (blob.size() < sizeof(len) || len > blob.size() - sizeof(len)) {
-      return absl::DataLossError(absl::StrCat(
-          "rank ", r, " published a malformed UCX rendezvous record (", blob.size(), " bytes)"));
+    absl::string_view rest = (*all)[r];
+    if (!TakeField(&rest, &configs[r]) || !TakeField(&rest, &machines[r])) {
+      return absl::DataLossError(absl::StrCat("rank ", r,
+                                              " published a malformed UCX rendezvous record (",
+                                              (*all)[r].size(), " bytes)"));
     }
-    configs[r] = blob.substr(sizeof(len), len);
-    addresses[r] = blob.substr(sizeof(len) + len);
+    addresses[r] = std::string(rest);
   }
   for (int r = 1; r < size_; ++r) {
     if (configs[r] != configs[0]) {
@@ -276,7 +301,12 @@ absl::Status UcxCommunicator::Init(Store& store) {
   }
 
   const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
-  const bool oversubscribed = static_cast<unsigned>(size_) > cores;
+  // Ranks on this machine: those with its boot id, or all where it is unknown.
+  const int here = machines[rank_].empty()
+                       ? size_
+                       : static_cast<int>(std::count(machines.begin(), machines.end(),
+                                                     machines[rank_]));
+  const bool oversubscribed = static_cast<unsigned>(here) > cores;
   // Polls without progress between sched_yield calls: very often when ranks
   // outnumber cores (a descheduled peer must get to run), rarely otherwise.
   // (Unbound ranks can still share a core by the scheduler's choice, which
