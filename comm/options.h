@@ -58,16 +58,17 @@ struct UcxOptions {
   // multiple of 64 (a cache line), so that every element and counter in the
   // segments is aligned.
   size_t shm_chunk_bytes = 128 << 10;
-  // Where the transports are TCP only (`transports` lists nothing but tcp
-  // and self: every peer is reached through sockets), messages of up to this
+  // Where the transports are TCP only (nothing but tcp and self, in
+  // `transports` or a TLS in ucx_config: every peer is reached through
+  // sockets), messages of up to this
   // many bytes go eagerly (UCX's RNDV_THRESH) instead of by rendezvous, whose
   // handshake costs a round trip per message. Measured on 8 emulated hosts
   // at 1 Gbit (2 cores), a 256 KiB allreduce took 11.4 ms with UCX's own
   // threshold and 4.2 ms with every ring message eager. The default covers
   // the largest message the algorithms send (chunk_bytes). 0 leaves UCX's
-  // choice; so does an RNDV_THRESH in ucx_config (edges map a user's
-  // UCX_RNDV_THRESH there). Over RDMA transports rendezvous is the zero-copy
-  // path and UCX's choice always stands.
+  // choice; so does an RNDV_THRESH in ucx_config or a UCX_RNDV_THRESH in the
+  // environment. Over RDMA transports rendezvous is the zero-copy path and
+  // UCX's choice always stands.
   size_t tcp_eager_bytes = 256 << 10;
   // UCX configuration overrides applied with ucp_config_modify, e.g.
   // {"TLS", "tcp,cma"}; UCX_* environment variables still apply underneath.

@@ -260,11 +260,6 @@ absl::StatusOr<comm::BackendOptions> BackendOptionsFromFlags() {
   std::string tls = absl::GetFlag(FLAGS_ucx_tls);
   if (tls.empty() && std::getenv("UCX_TLS") != nullptr) tls = std::getenv("UCX_TLS");
   if (!tls.empty()) b.ucx.transports = tls;
-  // A user's rendezvous threshold wins over fusebox's eager threshold for
-  // TCP (UcxOptions::tcp_eager_bytes).
-  if (const char* thresh = std::getenv("UCX_RNDV_THRESH"); thresh != nullptr) {
-    b.ucx.ucx_config.push_back({"RNDV_THRESH", thresh});
-  }
   return b;
 }
 

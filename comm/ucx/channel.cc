@@ -4,6 +4,7 @@
 #include <poll.h>
 #include <sched.h>
 
+#include <cstdlib>
 #include <string>
 #include <utility>
 #include <vector>
@@ -13,6 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/string_view.h"
+#include "absl/strings/strip.h"
 #include "absl/time/clock.h"
 
 namespace fusebox::comm::ucx {
@@ -26,9 +28,15 @@ constexpr uint32_t kNoticeMagic = 0x46425846;  // "FBXF"
 std::string UcsError(ucs_status_t s) { return ucs_status_string(s); }
 
 bool TcpOnly(const UcxOptions& options) {
-  bool tcp_only = !options.transports.empty();
-  for (absl::string_view t : absl::StrSplit(options.transports, ',')) {
-    if (t != "tcp" && t != "self") tcp_only = false;
+  // ucx_config is applied after transports: its last TLS wins.
+  std::string tls = options.transports;
+  for (const auto& [name, value] : options.ucx_config) {
+    if (absl::EqualsIgnoreCase(name, "TLS")) tls = value;
+  }
+  bool tcp_only = !tls.empty();
+  for (absl::string_view t : absl::StrSplit(tls, ',')) {
+    t = absl::StripAsciiWhitespace(t);
+    if (!absl::EqualsIgnoreCase(t, "tcp") && !absl::EqualsIgnoreCase(t, "self")) tcp_only = false;
   }
   return tcp_only;
 }
@@ -36,11 +44,14 @@ bool TcpOnly(const UcxOptions& options) {
 std::vector<std::pair<std::string, std::string>> UcxSettings(const UcxOptions& options) {
   std::vector<std::pair<std::string, std::string>> settings;
   if (!options.transports.empty()) settings.push_back({"TLS", options.transports});
-  const bool tcp_only = TcpOnly(options);
-  const bool user_set = absl::c_any_of(options.ucx_config, [](const auto& kv) {
-    return absl::EqualsIgnoreCase(kv.first, "RNDV_THRESH");
-  });
-  if (tcp_only && options.tcp_eager_bytes > 0 && !user_set) {
+  // A threshold the user gave UCX stands: in ucx_config, or in UCX's own
+  // environment variable, which ucp_config_read has already applied and a
+  // modification here would silently replace.
+  const bool user_set = std::getenv("UCX_RNDV_THRESH") != nullptr ||
+                        absl::c_any_of(options.ucx_config, [](const auto& kv) {
+                          return absl::EqualsIgnoreCase(kv.first, "RNDV_THRESH");
+                        });
+  if (TcpOnly(options) && options.tcp_eager_bytes > 0 && !user_set) {
     settings.push_back({"RNDV_THRESH", absl::StrCat(options.tcp_eager_bytes)});
   }
   settings.insert(settings.end(), options.ucx_config.begin(), options.ucx_config.end());
@@ -262,9 +273,16 @@ absl::Status Channel::Progress(int peer) {
 
 void Channel::Sleep() {
   // Armed, the worker's fd becomes readable when anything arrives or
-  // completes; BUSY: something already did, progress again at once. The
-  // bound keeps the abort flag and the deadline looked at.
-  if (ucp_worker_arm(worker_) != UCS_OK) return;
+  // completes. BUSY: something already did; progress again at once. A
+  // worker that cannot be armed yields from then on. The bound keeps the
+  // abort flag and the deadline looked at.
+  const ucs_status_t st = ucp_worker_arm(worker_);
+  if (st == UCS_ERR_BUSY) return;
+  if (st != UCS_OK) {
+    event_fd_ = -1;
+    sched_yield();
+    return;
+  }
   pollfd fd{event_fd_, POLLIN, 0};
   poll(&fd, 1, /*timeout_ms=*/10);
 }

@@ -20,12 +20,11 @@
 // comm/async_core.h), which is why
 // its worker runs in UCS_THREAD_MODE_SINGLE.
 //
-// Tags: [seq:24][step:12][index:28]. Step 0 is the opening round: the
-// header round over messages (index = sender rank) or the descriptor round
+// Tags: [seq:24][step:12][index:28]. Step 0 is the descriptor round
 // (index = exchange; descriptor_round.h); later steps are algorithm steps
-// (index = chunk). At any step
-// a rank receives from exactly one peer, so (seq, step, index) is unique per
-// receiver. The last step number is reserved for failure notices.
+// (index = chunk). Whatever (seq, step, index) a rank receives comes from
+// exactly one peer, so a tag is unique per receiver. The last step number is
+// reserved for failure notices.
 //
 // Note [Failure notices]
 // A rank that gives up on a collective (its deadline passed, or a peer's
@@ -74,10 +73,11 @@ std::string UcsError(ucs_status_t s);
 
 // The UCX settings Channel::Open applies with ucp_config_modify, in order:
 // TLS from options.transports, RNDV_THRESH from options.tcp_eager_bytes
-// where the transports are TCP only and options.ucx_config does not set it,
-// then options.ucx_config.
+// where the transports are TCP only and neither options.ucx_config nor the
+// UCX_RNDV_THRESH environment variable sets it, then options.ucx_config.
 std::vector<std::pair<std::string, std::string>> UcxSettings(const UcxOptions& options);
-// Whether options.transports lists nothing but tcp and self.
+// Whether the transports UCX will be given (options.transports, or the last
+// TLS in options.ucx_config) are nothing but tcp and self.
 bool TcpOnly(const UcxOptions& options);
 
 // Completion record of one UCP operation; its address must stay valid while

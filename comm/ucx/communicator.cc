@@ -17,9 +17,10 @@
 //   along ("one-shot"), which finishes small collectives in a single round;
 //   each rank then reduces all contributions in rank order, so every rank
 //   computes bit-identical results.
-// * Over messages, the descriptor round (Note [Descriptor round] in
+// * Over messages (across hosts; on one host where shared memory is off or
+//   did not come up), the descriptor round (Note [Descriptor round] in
 //   descriptor_round.h): the headers compared by recursive doubling,
-//   p log2(p) messages instead of p(p-1), carrying AllReduce up to
+//   about p log2(p) messages instead of p(p-1), carrying AllReduce up to
 //   max(small_message_bytes, recursive_doubling_bytes) in the same
 //   messages (Note [Algorithm table]).
 // Larger AllReduce over messages runs a ring reduce-scatter + allgather,
@@ -205,7 +206,6 @@ class UcxCommunicator final : public Communicator, private CollectiveExecutor {
   // Header-round staging: size_ slots of (Header + small_bytes_).
   size_t slot_bytes_ = 0;
   std::vector<unsigned char> header_slots_;
-  std::vector<Pending> header_recvs_, header_sends_;  // one per peer
   // Ring staging: `kRingSlots` chunks.
   static constexpr int kRingSlots = 8;
   std::vector<unsigned char> ring_slots_;
@@ -345,9 +345,9 @@ absl::Status UcxCommunicator::Init(Store& store) {
   // 20-21 us, 128 KiB 65-90 -> 50-77 us.
   shm_group_.yield_mask = oversubscribed ? 0 : 255;
   slot_bytes_ = sizeof(Header) + small_bytes_;
-  header_slots_.resize(slot_bytes_ * size_);
-  header_recvs_.resize(size_);
-  header_sends_.resize(size_);
+  // The header round's slots, where it opens collectives (one host, or one
+  // rank); over messages the descriptor round's staging grows on use.
+  if (shm_exchange_ || size_ == 1) header_slots_.resize(slot_bytes_ * size_);
   ring_slots_.resize(options_.chunk_bytes * kRingSlots);
   core_.Start(this);
   return absl::OkStatus();
@@ -530,60 +530,21 @@ absl::Status UcxCommunicator::HeaderRound(const Request& req, size_t payload_byt
   std::memcpy(mine, &req.header, sizeof(Header));
   if (payload_bytes > 0) std::memcpy(mine + sizeof(Header), payload, payload_bytes);
   if (size_ == 1) return absl::OkStatus();
-
-  if (shm_exchange_) {
-    // One write and one flag per rank (Note [Shared-memory exchange]).
-    if (absl::Status s = ucx::ShmExchange(shm_group_, mine, sizeof(Header) + payload_bytes,
-                                          header_slots_.data(), slot_bytes_, &exchange_lengths_,
-                                          &shm_exchanges_, core_.aborted(), channel_.deadline());
-        !s.ok()) {
-      return s;
-    }
-    for (int peer = 0; peer < size_; ++peer) {
-      if (exchange_lengths_[peer] < sizeof(Header)) {
-        return absl::DataLossError(absl::StrCat("rank ", peer, " sent a short header (",
-                                                exchange_lengths_[peer], " bytes)"));
-      }
-    }
-    return CheckHeaders();
-  }
-
-  const uint64_t seq = req.header.seq;
-  std::vector<Pending>& recvs = header_recvs_;
-  std::vector<Pending>& sends = header_sends_;
-  for (int peer = 0; peer < size_; ++peer) {
-    if (peer == rank_) continue;
-    channel_.PostRecv(peer, header_slots_.data() + static_cast<size_t>(peer) * slot_bytes_,
-                      slot_bytes_, MakeTag(seq, 0, peer), &recvs[peer]);
-  }
-  for (int k = 1; k < size_; ++k) {  // staggered so that peers are not all hit at once
-    const int peer = (rank_ + k) % size_;
-    channel_.PostSend(peer, mine, sizeof(Header) + payload_bytes, MakeTag(seq, 0, rank_),
-                      &sends[peer]);
-  }
-  absl::Status first;
-  for (int peer = 0; peer < size_; ++peer) {
-    if (peer == rank_) continue;
-    if (!first.ok()) {
-      channel_.Release(&recvs[peer], /*is_recv=*/true);
-      continue;
-    }
-    absl::Status s = channel_.Finish(&recvs[peer], "header receive");
-    if (s.ok() && recvs[peer].length < sizeof(Header)) {
-      s = absl::DataLossError(absl::StrCat("rank ", peer, " sent a short header (",
-                                           recvs[peer].length, " bytes)"));
-    }
-    if (!s.ok() && first.ok()) first = s;
+  // Over messages the descriptor round opens instead (Run).
+  if (!shm_exchange_) return absl::InternalError("header round over messages");
+  // One write and one flag per rank (Note [Shared-memory exchange]).
+  if (absl::Status s = ucx::ShmExchange(shm_group_, mine, sizeof(Header) + payload_bytes,
+                                        header_slots_.data(), slot_bytes_, &exchange_lengths_,
+                                        &shm_exchanges_, core_.aborted(), channel_.deadline());
+      !s.ok()) {
+    return s;
   }
   for (int peer = 0; peer < size_; ++peer) {
-    if (peer == rank_) continue;
-    if (first.ok()) {
-      first = channel_.Finish(&sends[peer], "header send");
-    } else {
-      channel_.Release(&sends[peer], /*is_recv=*/false);
+    if (exchange_lengths_[peer] < sizeof(Header)) {
+      return absl::DataLossError(absl::StrCat("rank ", peer, " sent a short header (",
+                                              exchange_lengths_[peer], " bytes)"));
     }
   }
-  if (!first.ok()) return first;
   return CheckHeaders();
 }
 

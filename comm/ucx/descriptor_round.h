@@ -7,12 +7,13 @@
 //                                    table.carried_bytes(), &staging);
 //
 // Note [Descriptor round]
-// Over messages (no shared-memory exchange: ranks on several hosts) every
-// collective opens with recursive doubling over the ranks' headers instead
-// of an all-to-all header round: log2(q) pairwise exchanges among q ranks,
+// Over messages (no shared-memory exchange: ranks on several hosts, or on
+// one with shared memory off, other transports or peer-failure detection)
+// every collective opens with recursive doubling over the ranks' headers
+// instead of an all-to-all header round: log2(q) pairwise exchanges among q ranks,
 // q the largest power of two <= p; where p is not one, the first 2(p - q)
 // ranks pair up before and after (the even one hands its message to the
-// odd one and sits the exchanges out). That is p log2(q) + 2(p - q)
+// odd one and sits the exchanges out). That is q log2(q) + 2(p - q)
 // messages where the header round sends p(p - 1): 24 instead of 56 at 8
 // ranks, and over TCP each message costs both ends kernel time.
 // Each message carries a Verdict on the block of ranks its sender speaks

@@ -1,5 +1,7 @@
 // The UCX channel (comm/ucx/channel.h) on its own, without the algorithms:
 // two channels in one process, each driven by one thread at a time.
+#include <stdlib.h>
+
 #include <atomic>
 #include <cstring>
 #include <memory>
@@ -245,6 +247,22 @@ TEST(UcxChannelTest, TcpOnlyTransportsSendChunksEagerlyUnlessTheUserSetTheThresh
   o.ucx_config.clear();
   o.tcp_eager_bytes = 0;
   EXPECT_EQ(UcxSettings(o), (Settings{{"TLS", "tcp"}}));
+  o.tcp_eager_bytes = 262144;
+  // ucx_config's TLS is the one UCX gets: it decides, either way.
+  o.transports = "tcp";
+  o.ucx_config = {{"TLS", "rc,tcp"}};
+  EXPECT_EQ(UcxSettings(o), (Settings{{"TLS", "tcp"}, {"TLS", "rc,tcp"}}));
+  o.transports = "sysv,tcp";
+  o.ucx_config = {{"tls", " TCP , self"}};
+  EXPECT_EQ(UcxSettings(o),
+            (Settings{{"TLS", "sysv,tcp"}, {"RNDV_THRESH", "262144"}, {"tls", " TCP , self"}}));
+  // UCX's own environment variable, already read by ucp_config_read, stands.
+  o.ucx_config.clear();
+  o.transports = "tcp";
+  ASSERT_EQ(setenv("UCX_RNDV_THRESH", "16k", 1), 0);
+  EXPECT_EQ(UcxSettings(o), (Settings{{"TLS", "tcp"}}));
+  ASSERT_EQ(unsetenv("UCX_RNDV_THRESH"), 0);
+  EXPECT_EQ(UcxSettings(o), (Settings{{"TLS", "tcp"}, {"RNDV_THRESH", "262144"}}));
 }
 
 }  // namespace
