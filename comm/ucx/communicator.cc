@@ -49,6 +49,7 @@
 #include "comm/ucx/communicator.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 #include <deque>
 #include <fstream>
@@ -236,6 +237,9 @@ class UcxCommunicator final : public Communicator, private CollectiveExecutor {
   uint64_t shm_exchanges_ = 0;                // exchanges completed (all ranks agree)
   std::vector<size_t> exchange_lengths_;
 
+  // A collective failed for any reason but a mismatch (a peer may be dead
+  // or stuck): the endpoints close without a flush.
+  std::atomic<bool> peer_trouble_{false};
   // Issue, queue, progress thread, sticky failure, deadlines (Note
   // [Asynchronous core]). Before channel_, whose waits read its abort flag.
   AsyncCore core_;
@@ -363,7 +367,9 @@ UcxCommunicator::~UcxCommunicator() {
     k = nullptr;
   }
   // After a failure a peer may be dead or stuck: no flush that waits on it.
-  channel_.Close(/*force=*/core_.failed() || core_.cancelled_any());
+  // A mismatch leaves every peer alive and maybe still waiting for this
+  // rank's last message (the descriptor round's hand-back): flush it.
+  channel_.Close(/*force=*/peer_trouble_.load() || core_.cancelled_any());
   if (shm_memh_ != nullptr) ucp_mem_unmap(channel_.context(), shm_memh_);
   // channel_'s destructor then destroys the worker and the context.
 }
@@ -411,6 +417,7 @@ StartOutcome UcxCommunicator::Start(CollectiveCall& call) {
   // A timeout here, a peer's (which abandons the shared-memory allreduce),
   // or an endpoint failure (the peer may have left because of a third
   // rank): find out who is gone.
+  if (!s.ok() && !absl::IsInvalidArgument(s)) peer_trouble_.store(true);
   if (!s.ok() && (absl::IsDeadlineExceeded(s) || absl::IsUnavailable(s))) {
     channel_.NotifyPeers(req.header.seq);  // first, so that peers stop waiting at once
   }
