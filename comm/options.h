@@ -38,6 +38,24 @@ struct UcxOptions {
   // shortened 4 KiB at 2 and 4 hosts and changed nothing at 8
   // (docs/allreduce/20261126-emulated-rd-1gbit).
   size_t recursive_doubling_bytes = 64 << 10;
+  // How collectives over messages open (Note [Linear round] in
+  // comm/ucx/descriptor_round.h). kRecursiveDoubling: the descriptor round,
+  // log2(p) rounds of latency in p log2 p messages. kLinear: every rank's
+  // descriptor to rank 0, which judges them and answers each rank: two
+  // rounds in 2(p-1) messages, for worlds where messages cost CPU time that
+  // ranks do not have. kAuto: linear where some machine runs more ranks than
+  // it has cores (every rank publishes its machine and core count, so all
+  // decide alike), recursive doubling otherwise.
+  enum class Opening { kAuto, kRecursiveDoubling, kLinear };
+  Opening opening = Opening::kAuto;
+  // Where the linear round opens, AllReduce of up to this many bytes rides
+  // in it (rank 0 reduces in rank order and sends every rank the result);
+  // up to the recursive-doubling range, recursive doubling follows it, and
+  // the ring above. Rank 0 receives and sends p-1 copies, so this stays
+  // small: on 4 and 8 emulated hosts sharing 2 cores OpenMPI's linear
+  // allreduce was its fastest up to 4 KiB and lost to recursive doubling
+  // and Rabenseifner at 32 KiB (docs/allreduce/20261126-emulated-descriptor-1gbit).
+  size_t linear_bytes = 4 << 10;
   // Pipeline chunk of the ring algorithm. Small enough that a received chunk
   // is still in cache when it is reduced.
   size_t chunk_bytes = 256 << 10;

@@ -73,6 +73,14 @@ ABSL_FLAG(std::string, ucx_recursive_doubling, "64K",
           "ucx backend: AllReduce over messages (no shared memory: across hosts) up to this "
           "size (or --ucx_small, if larger) runs recursive doubling inside the round that "
           "compares the ranks' descriptors; above it the ring");
+ABSL_FLAG(std::string, ucx_opening, "auto",
+          "ucx backend, over messages: how collectives open. rd: the descriptors compared by "
+          "recursive doubling; linear: every descriptor to rank 0 and the verdict back "
+          "(2(p-1) messages); auto: linear where some machine runs more ranks than it has "
+          "cores and there are more than 2 ranks, rd otherwise");
+ABSL_FLAG(std::string, ucx_linear, "4K",
+          "ucx backend: where the linear round opens, AllReduce up to this size rides in it "
+          "(at most 1M)");
 ABSL_FLAG(std::string, ucx_small, "4K",
           "ucx backend: on one host, messages up to this size ride in the header round "
           "(one-shot; raised to 32K where up to 8 ranks outnumber the host's cores; 0: never)");
@@ -239,6 +247,20 @@ absl::StatusOr<comm::BackendOptions> BackendOptionsFromFlags() {
   auto rd = ParseBytes(absl::GetFlag(FLAGS_ucx_recursive_doubling));
   if (!rd.ok()) return rd.status();
   b.ucx.recursive_doubling_bytes = *rd;
+  const std::string opening = absl::GetFlag(FLAGS_ucx_opening);
+  if (opening == "auto") {
+    b.ucx.opening = comm::UcxOptions::Opening::kAuto;
+  } else if (opening == "rd") {
+    b.ucx.opening = comm::UcxOptions::Opening::kRecursiveDoubling;
+  } else if (opening == "linear") {
+    b.ucx.opening = comm::UcxOptions::Opening::kLinear;
+  } else {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--ucx_opening must be auto, rd or linear, got '", opening, "'"));
+  }
+  auto linear = ParseBytes(absl::GetFlag(FLAGS_ucx_linear));
+  if (!linear.ok()) return linear.status();
+  b.ucx.linear_bytes = *linear;
   auto shm_chunk = ParseBytes(absl::GetFlag(FLAGS_ucx_shm_chunk));
   if (!shm_chunk.ok()) return shm_chunk.status();
   b.ucx.shm_chunk_bytes = *shm_chunk;
@@ -295,7 +317,9 @@ int WithCommunicator(
             ? absl::StrCat(", UCX transports ", u.transports, ", shared memory ",
                            u.use_shared_memory ? "on" : "off", ", chunk ", u.chunk_bytes,
                            " B, small messages <= ", u.small_message_bytes,
-                           " B, recursive doubling <= ", u.recursive_doubling_bytes, " B, spin ",
+                           " B, recursive doubling <= ", u.recursive_doubling_bytes,
+                           " B, opening ", absl::GetFlag(FLAGS_ucx_opening), ", linear <= ",
+                           u.linear_bytes, " B, spin ",
                            absl::FormatDuration(u.progress_spin))
             : ""));
   }

@@ -16,6 +16,7 @@ const char* AlgorithmName(Algorithm a) {
     case Algorithm::kShmAllReduce: return "shm-allreduce";
     case Algorithm::kRingAllReduce: return "ring-allreduce";
     case Algorithm::kRecursiveDoublingAllReduce: return "recursive-doubling";
+    case Algorithm::kLinearAllReduce: return "linear";
     case Algorithm::kChainBroadcast: return "chain-broadcast";
     case Algorithm::kRingAllGather: return "ring-allgather";
   }
@@ -36,7 +37,13 @@ AlgorithmTable BuildAlgorithmTable(const AlgorithmInputs& in) {
   t.small_bytes_ = SmallMessageBytes(in);
   const Kind kinds[] = {Kind::kAllReduce, Kind::kBroadcast, Kind::kAllGather, Kind::kBarrier};
   const bool messages = in.world > 1 && !in.shm_exchange;  // the descriptor round opens
-  if (messages) t.carried_bytes_ = std::max(t.small_bytes_, in.recursive_doubling_bytes);
+  if (messages) {
+    t.carried_bytes_ = std::max(t.small_bytes_, in.recursive_doubling_bytes);
+    using Opening = UcxOptions::Opening;
+    t.linear_ = in.opening == Opening::kLinear ||
+                (in.opening == Opening::kAuto && in.machine_oversubscribed && in.world > 2);
+    if (t.linear_) t.linear_bytes_ = in.linear_bytes;
+  }
   for (Kind kind : kinds) {
     std::vector<AlgorithmTable::Range>& r = t.ranges_[static_cast<int>(kind) - 1];
     if (kind == Kind::kBarrier) {
@@ -46,8 +53,11 @@ AlgorithmTable BuildAlgorithmTable(const AlgorithmInputs& in) {
     if (messages) {
       switch (kind) {
         case Kind::kAllReduce:
-          r.push_back({t.carried_bytes_, Algorithm::kRecursiveDoublingAllReduce});
-          if (t.carried_bytes_ < SIZE_MAX) {
+          if (t.linear_) r.push_back({t.linear_bytes_, Algorithm::kLinearAllReduce});
+          if (!t.linear_ || t.carried_bytes_ > t.linear_bytes_) {
+            r.push_back({t.carried_bytes_, Algorithm::kRecursiveDoublingAllReduce});
+          }
+          if (r.back().max_bytes < SIZE_MAX) {
             r.push_back({SIZE_MAX,
                          in.shm_allreduce ? Algorithm::kShmAllReduce : Algorithm::kRingAllReduce});
           }
@@ -105,6 +115,7 @@ std::string AlgorithmTable::Describe() const {
     }
     lines.push_back(absl::StrCat(KindName(kind), ": ", absl::StrJoin(parts, ", ")));
   }
+  if (linear_) lines.push_back("Opening: linear round");
   return absl::StrJoin(lines, "\n");
 }
 

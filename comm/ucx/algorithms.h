@@ -40,6 +40,13 @@
 //   allreduce, where every rank mapped every segment but the mailboxes
 //   were too large for the exchange).
 // * Broadcast: the pipelined chain; AllGather: the ring.
+// Where the linear round opens instead (UcxOptions::opening: forced, or by
+// default where some machine runs more ranks than it has cores and the
+// world has more than 2 ranks, at which it sends as many messages as
+// recursive doubling in twice the rounds; Note [Linear round]):
+// * AllReduce up to linear_bytes: inside the linear round (kLinearAllReduce);
+//   above it up to carried_bytes recursive doubling inside a descriptor
+//   round that follows the linear one, then the ring. The rest as above.
 #ifndef FUSEBOX_COMM_UCX_ALGORITHMS_H_
 #define FUSEBOX_COMM_UCX_ALGORITHMS_H_
 
@@ -49,6 +56,7 @@
 #include <vector>
 
 #include "absl/strings/string_view.h"
+#include "comm/options.h"
 #include "comm/types.h"
 
 namespace fusebox::comm::ucx {
@@ -63,6 +71,7 @@ enum class Algorithm : uint8_t {
   kShmAllReduce,    // shm_allreduce.h
   kRingAllReduce,   // ring reduce-scatter + allgather, pipelined in chunks
   kRecursiveDoublingAllReduce,  // inside the descriptor round (descriptor_round.h)
+  kLinearAllReduce,  // inside the linear round (descriptor_round.h)
   kChainBroadcast,  // pipelined chain from the root
   kRingAllGather,
 };
@@ -82,6 +91,9 @@ struct AlgorithmInputs {
   size_t recursive_doubling_bytes = 0;  // UcxOptions::recursive_doubling_bytes
   bool shm_exchange = false;        // the header round goes through shared memory
   bool shm_allreduce = false;       // every rank mapped every segment
+  UcxOptions::Opening opening = UcxOptions::Opening::kAuto;  // UcxOptions::opening
+  size_t linear_bytes = 0;          // UcxOptions::linear_bytes
+  bool machine_oversubscribed = false;  // some rank's machine runs more ranks than cores
 };
 
 // The one-shot threshold those inputs give.
@@ -101,13 +113,20 @@ class AlgorithmTable {
   // The largest AllReduce the descriptor round carries (Note [Descriptor
   // round] in descriptor_round.h); 0 where the header round opens instead.
   size_t carried_bytes() const { return carried_bytes_; }
-  // One line per kind, e.g. "AllReduce: 0-4096 B one-shot, 4097 B+ shm-allreduce".
+  // Whether the linear round opens collectives instead of the descriptor
+  // round (Note [Linear round]), and the largest AllReduce it carries.
+  bool linear() const { return linear_; }
+  size_t linear_bytes() const { return linear_bytes_; }
+  // One line per kind, e.g. "AllReduce: 0-4096 B one-shot, 4097 B+ shm-allreduce",
+  // then, where the linear round opens, "Opening: linear round".
   std::string Describe() const;
 
  private:
   friend AlgorithmTable BuildAlgorithmTable(const AlgorithmInputs& in);
   size_t small_bytes_ = 0;
   size_t carried_bytes_ = 0;
+  bool linear_ = false;
+  size_t linear_bytes_ = 0;
   std::vector<Range> ranges_[4];  // by Kind - 1
 };
 

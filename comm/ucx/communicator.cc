@@ -22,7 +22,9 @@
 //   descriptor_round.h): the headers compared by recursive doubling,
 //   about p log2(p) messages instead of p(p-1), carrying AllReduce up to
 //   max(small_message_bytes, recursive_doubling_bytes) in the same
-//   messages (Note [Algorithm table]).
+//   messages (Note [Algorithm table]). Where some machine runs more ranks
+//   than cores, the linear round instead (Note [Linear round]): every
+//   header to rank 0 and its verdict back, 2(p-1) messages.
 // Larger AllReduce over messages runs a ring reduce-scatter + allgather,
 // pipelined in chunks of chunk_bytes: a chunk received in step k is reduced
 // while later chunks are in flight and is sent on in step k+1 as soon as it
@@ -59,6 +61,7 @@
 #include <vector>
 
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/string_view.h"
@@ -254,18 +257,21 @@ absl::Status UcxCommunicator::Init(Store& store) {
   absl::StatusOr<std::string> address = channel_.Open(options_, options_.use_shared_memory);
   if (!address.ok()) return address.status();
   // Published: [u32 length][the options that decide the algorithms]
-  // [u32 length][this machine's boot id][address]. Ranks whose options
-  // differ would pick different algorithms and hang, so a difference is an
-  // error naming both ranks. The boot id tells which ranks share a machine
-  // (and its cores), network namespaces included.
+  // [u32 length][this machine's boot id][u32 length][its cores, decimal]
+  // [address]. Ranks whose options differ would pick different algorithms
+  // and hang, so a difference is an error naming both ranks. The boot id
+  // tells which ranks share a machine (and its cores), network namespaces
+  // included.
   const std::string settings_text = absl::StrCat(
       "small_message_bytes=", options_.small_message_bytes,
       " recursive_doubling_bytes=", options_.recursive_doubling_bytes,
       " chunk_bytes=", options_.chunk_bytes, " use_shared_memory=", options_.use_shared_memory,
       " shm_chunk_bytes=", options_.shm_chunk_bytes, " transports=", options_.transports,
-      " detect_peer_failure=", options_.detect_peer_failure);
+      " detect_peer_failure=", options_.detect_peer_failure,
+      " opening=", static_cast<int>(options_.opening), " linear_bytes=", options_.linear_bytes);
+  const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
   std::string mine;
-  for (const std::string& field : {settings_text, MachineId()}) {
+  for (const std::string& field : {settings_text, MachineId(), absl::StrCat(cores)}) {
     const uint32_t len = static_cast<uint32_t>(field.size());
     mine.append(reinterpret_cast<const char*>(&len), sizeof(len));
     mine += field;
@@ -284,9 +290,13 @@ absl::Status UcxCommunicator::Init(Store& store) {
   if (!all.ok()) return all.status();
 
   std::vector<std::string> configs(size_), machines(size_), addresses(size_);
+  std::vector<unsigned> machine_cores(size_);
   for (int r = 0; r < size_; ++r) {
     absl::string_view rest = (*all)[r];
-    if (!TakeField(&rest, &configs[r]) || !TakeField(&rest, &machines[r])) {
+    std::string cores_text;
+    if (!TakeField(&rest, &configs[r]) || !TakeField(&rest, &machines[r]) ||
+        !TakeField(&rest, &cores_text) || !absl::SimpleAtoi(cores_text, &machine_cores[r]) ||
+        machine_cores[r] == 0) {
       return absl::DataLossError(absl::StrCat("rank ", r,
                                               " published a malformed UCX rendezvous record (",
                                               (*all)[r].size(), " bytes)"));
@@ -304,13 +314,18 @@ absl::Status UcxCommunicator::Init(Store& store) {
     return s;
   }
 
-  const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
-  // Ranks on this machine: those with its boot id, or all where it is unknown.
-  const int here = machines[rank_].empty()
-                       ? size_
-                       : static_cast<int>(std::count(machines.begin(), machines.end(),
-                                                     machines[rank_]));
-  const bool oversubscribed = static_cast<unsigned>(here) > cores;
+  // Ranks on rank r's machine: those with its boot id, or all where it is
+  // unknown. Every rank computes the same for every rank.
+  const auto oversubscribed_at = [&](int r) {
+    const int here =
+        machines[r].empty()
+            ? size_
+            : static_cast<int>(std::count(machines.begin(), machines.end(), machines[r]));
+    return static_cast<unsigned>(here) > machine_cores[r];
+  };
+  const bool oversubscribed = oversubscribed_at(rank_);
+  bool any_oversubscribed = false;
+  for (int r = 0; r < size_; ++r) any_oversubscribed = any_oversubscribed || oversubscribed_at(r);
   // Polls without progress between sched_yield calls: very often when ranks
   // outnumber cores (a descheduled peer must get to run), rarely otherwise.
   // (Unbound ranks can still share a core by the scheduler's choice, which
@@ -332,6 +347,9 @@ absl::Status UcxCommunicator::Init(Store& store) {
   inputs.cores = cores;
   inputs.small_message_bytes = options_.small_message_bytes;
   inputs.recursive_doubling_bytes = options_.recursive_doubling_bytes;
+  inputs.opening = options_.opening;
+  inputs.linear_bytes = options_.linear_bytes;
+  inputs.machine_oversubscribed = any_oversubscribed;
   inputs.shm_exchange = true;
   small_bytes_ = ucx::SmallMessageBytes(inputs);
 
@@ -470,11 +488,23 @@ absl::Status UcxCommunicator::Run(const Request& req) {
   if (!shm_exchange_ && size_ > 1) {
     // Note [Descriptor round]: instead of the header round, and carrying
     // the AllReduce the table gives it.
+    // Where ranks outnumber cores, the linear round instead (Note [Linear
+    // round]), or for AllReduce that recursive doubling carries, the
+    // descriptor round with the linear round's messages alongside.
     const ucx::Carried carried{req.send, req.recv};
-    const bool carries = algorithm == Algorithm::kRecursiveDoublingAllReduce;
-    if (absl::Status s = ucx::DescriptorRound(channel_, h, carries ? &carried : nullptr,
-                                              algorithms_.carried_bytes(), &descriptor_staging_);
-        !s.ok() || carries) {
+    const bool recursive_doubling = algorithm == Algorithm::kRecursiveDoublingAllReduce;
+    if (algorithms_.linear() && !recursive_doubling) {
+      const bool carries = algorithm == Algorithm::kLinearAllReduce;
+      if (absl::Status s = ucx::LinearRound(channel_, h, carries ? &carried : nullptr,
+                                            algorithms_.linear_bytes(), &descriptor_staging_);
+          !s.ok() || carries) {
+        return s;
+      }
+    } else if (absl::Status s = ucx::DescriptorRound(
+                   channel_, h, recursive_doubling ? &carried : nullptr,
+                   algorithms_.carried_bytes(), &descriptor_staging_,
+                   algorithms_.linear() ? static_cast<int64_t>(algorithms_.linear_bytes()) : -1);
+               !s.ok() || recursive_doubling) {
       return s;
     }
   } else if (absl::Status s = HeaderRound(req, payload_bytes, payload); !s.ok()) {
@@ -519,6 +549,7 @@ absl::Status UcxCommunicator::Run(const Request& req) {
     case Algorithm::kRingAllReduce:
       return RingAllReduce(req);
     case Algorithm::kRecursiveDoublingAllReduce:  // done in the descriptor round
+    case Algorithm::kLinearAllReduce:             // done in the linear round
       return absl::OkStatus();
     case Algorithm::kChainBroadcast:
       return ChainBroadcast(req);
@@ -912,6 +943,11 @@ absl::StatusOr<std::unique_ptr<Communicator>> CreateUcxCommunicator(
   if (options.small_message_bytes > (64u << 20)) {
     return absl::InvalidArgumentError(absl::StrCat(
         "UCX small_message_bytes must be at most 64 MiB, got ", options.small_message_bytes));
+  }
+  if (options.linear_bytes > (1u << 20)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "UCX linear_bytes must be at most 1 MiB (rank 0 stages a copy per rank), got ",
+        options.linear_bytes));
   }
   if (options.recursive_doubling_bytes > (64u << 20)) {
     return absl::InvalidArgumentError(

@@ -2,7 +2,9 @@
 #include "comm/ucx/descriptor_round.h"
 
 #include <cstring>
+#include <optional>
 
+#include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "comm/reduce.h"
 #include "comm/types.h"
@@ -50,6 +52,181 @@ absl::Status CheckVerdict(const Verdict& v, int lo, int hi, int from) {
       absl::StrCat("rank ", from, " sent a malformed collective descriptor"));
 }
 
+// The bytes this rank carries, at most the round's limit.
+absl::StatusOr<size_t> CarriedBytes(const Header& header, const Carried* carried,
+                                    size_t max_carried_bytes) {
+  const size_t bytes =
+      carried != nullptr ? header.count * DataTypeSize(static_cast<DataType>(header.type)) : 0;
+  if (bytes > max_carried_bytes) {
+    return absl::InternalError(absl::StrCat("descriptor round asked to carry ", bytes,
+                                            " bytes, more than its limit ", max_carried_bytes));
+  }
+  return bytes;
+}
+
+// The verdict in a received message of `length` bytes from `from`, which
+// must speak for ranks lo .. hi.
+absl::StatusOr<Verdict> ReceivedVerdict(const unsigned char* message, size_t length, int lo,
+                                        int hi, int from) {
+  if (length < sizeof(Verdict)) {
+    return absl::DataLossError(absl::StrCat("rank ", from, " sent a short collective descriptor (",
+                                            length, " bytes)"));
+  }
+  Verdict theirs;
+  std::memcpy(&theirs, message, sizeof(theirs));
+  if (absl::Status c = CheckVerdict(theirs, lo, hi, from); !c.ok()) return c;
+  return theirs;
+}
+
+// A clean verdict means equal headers: a peer's message then carries as
+// many bytes as this rank's.
+absl::Status CheckCarried(size_t length, size_t bytes, int from, const Header& header) {
+  if (length == sizeof(Verdict) + bytes) return absl::OkStatus();
+  return absl::DataLossError(absl::StrCat("rank ", from, " sent ", length - sizeof(Verdict),
+                                          " bytes of partial result for ", Describe(header)));
+}
+
+
+// One rank's side of the linear round (Note [Linear round]): rank 0
+// receives every rank's message and answers each; every other rank sends
+// its message and receives the answer. Posting, taking in and answering
+// are separate so that the round can run alongside the descriptor round.
+class LinearSide {
+ public:
+  // `slot`: the largest message any rank sends (a Verdict and the largest
+  // payload carried). `carried`/`bytes`/`partial`: this rank's AllReduce
+  // in the round (rank 0 reduces into `partial`), or nullptr/0.
+  LinearSide(Channel& channel, const Header& header, size_t slot, const Carried* carried,
+             size_t bytes, unsigned char* partial, DescriptorStaging* staging)
+      : channel_(channel),
+        header_(header),
+        p_(channel.size()),
+        slot_(slot),
+        carried_(carried),
+        bytes_(bytes),
+        partial_(partial),
+        st_(*staging),
+        verdict_{header, Header{}} {}
+  ~LinearSide() { Release(); }
+
+  // Rank 0 posts every rank's receive; another rank its answer's receive
+  // and its message (`message`, `length` bytes, kept valid until Finish).
+  void Post(const unsigned char* message, size_t length) {
+    if (channel_.rank() == 0) {
+      st_.pending.assign(p_ - 1, Pending{});
+      if (st_.gather.size() < slot_ * (p_ - 1)) st_.gather.resize(slot_ * (p_ - 1));
+      for (int r = 1; r < p_; ++r) {
+        channel_.PostRecv(r, Message(r), slot_, MakeTag(header_.seq, 0, kLinearGather + r),
+                          &st_.pending[r - 1]);
+      }
+      return;
+    }
+    if (st_.gather.size() < slot_) st_.gather.resize(slot_);
+    channel_.PostRecv(0, st_.gather.data(), slot_, MakeTag(header_.seq, 0, kLinearAnswer), &answer_);
+    channel_.PostSend(0, message, length, MakeTag(header_.seq, 0, kLinearGather + channel_.rank()),
+                      &sent_);
+  }
+
+  // Rank 0: takes in, in rank order, the messages that have arrived (all of
+  // them, waiting, where `wait`). Returns the first malformed message or
+  // failed wait; *all: every rank's is in, and verdict() is the world's.
+  absl::Status Gather(bool wait, bool* all) {
+    while (next_ < p_) {
+      Pending& q = st_.pending[next_ - 1];
+      if (!wait && !q.done) break;
+      if (absl::Status s = channel_.Finish(&q, "descriptor receive"); !s.ok()) return s;
+      const unsigned char* message = Message(next_);
+      const absl::StatusOr<Verdict> theirs = ReceivedVerdict(message, q.length, next_, next_, next_);
+      if (!theirs.ok()) return theirs.status();
+      const Verdict merged = Merge(verdict_, *theirs);
+      if (carried_ != nullptr && Clean(merged)) {
+        if (absl::Status c = CheckCarried(q.length, bytes_, next_, header_); !c.ok()) return c;
+        if (bytes_ > 0) {
+          Reduce(partial_, message + sizeof(Verdict), partial_, header_.count,
+                 static_cast<DataType>(header_.type), static_cast<ReduceOp>(header_.op));
+        }
+      }
+      verdict_ = merged;
+      ++next_;
+    }
+    *all = next_ == p_;
+    return absl::OkStatus();
+  }
+
+  // Rank 0, once every rank's message is in: sends every rank the verdict
+  // and, while clean, `bytes` of `partial` (the result).
+  absl::Status Answer() {
+    std::memcpy(&st_.out, &verdict_, sizeof(verdict_));
+    st_.answers.assign(p_ - 1, Pending{});
+    std::vector<unsigned char>& tx = st_.tx;
+    const size_t out = sizeof(Verdict) + (Clean(verdict_) ? bytes_ : 0);
+    if (out > sizeof(Verdict)) {
+      std::memcpy(tx.data(), &verdict_, sizeof(verdict_));  // partial_ follows it in tx
+    }
+    const void* message = out > sizeof(Verdict) ? static_cast<const void*>(tx.data())
+                                                : static_cast<const void*>(&st_.out);
+    for (int r = 1; r < p_; ++r) {
+      channel_.PostSend(r, message, out, MakeTag(header_.seq, 0, kLinearAnswer),
+                        &st_.answers[r - 1]);
+    }
+    for (Pending& q : st_.answers) {
+      if (absl::Status s = channel_.Finish(&q, "descriptor send"); !s.ok()) return s;
+    }
+    return absl::OkStatus();
+  }
+
+  // Another rank: whether the answer is in (without waiting).
+  bool Answered() const { return answer_.done; }
+  // Another rank: waits for its message to leave and the answer to come,
+  // and takes the answer in: the world's verdict, and where `carried_` and
+  // clean, the result into carried_->recv.
+  absl::Status TakeAnswer() {
+    if (absl::Status s = channel_.Finish(&sent_, "descriptor send"); !s.ok()) return s;
+    if (absl::Status s = channel_.Finish(&answer_, "descriptor receive"); !s.ok()) return s;
+    const absl::StatusOr<Verdict> world =
+        ReceivedVerdict(st_.gather.data(), answer_.length, 0, p_ - 1, 0);
+    if (!world.ok()) return world.status();
+    verdict_ = *world;
+    if (carried_ == nullptr || !Clean(verdict_)) return absl::OkStatus();
+    if (absl::Status c = CheckCarried(answer_.length, bytes_, 0, header_); !c.ok()) return c;
+    if (bytes_ > 0) std::memcpy(carried_->recv, st_.gather.data() + sizeof(Verdict), bytes_);
+    return absl::OkStatus();
+  }
+  // Another rank, where the round beside it finished: its message sent,
+  // the answer's receive cancelled (rank 0 sends none then).
+  absl::Status Withdraw() {
+    absl::Status s = channel_.Finish(&sent_, "descriptor send");
+    channel_.Release(&answer_, /*is_recv=*/true);
+    return s;
+  }
+
+  const Verdict& verdict() const { return verdict_; }
+
+  // Hands back whatever is still posted (error paths; idempotent).
+  void Release() {
+    channel_.Release(&answer_, /*is_recv=*/true);
+    channel_.Release(&sent_, /*is_recv=*/false);
+    if (channel_.rank() != 0) return;
+    for (Pending& q : st_.pending) channel_.Release(&q, /*is_recv=*/true);
+    for (Pending& q : st_.answers) channel_.Release(&q, /*is_recv=*/false);
+  }
+
+ private:
+  unsigned char* Message(int r) { return st_.gather.data() + slot_ * (r - 1); }
+
+  Channel& channel_;
+  const Header& header_;
+  const int p_;
+  const size_t slot_;
+  const Carried* const carried_;
+  const size_t bytes_;
+  unsigned char* const partial_;
+  DescriptorStaging& st_;
+  Verdict verdict_;
+  int next_ = 1;  // rank 0: the next rank whose message to take in
+  Pending answer_, sent_;
+};
+
 }  // namespace
 
 Verdict Merge(const Verdict& lower, const Verdict& upper) {
@@ -66,16 +243,15 @@ absl::Status VerdictStatus(const Verdict& v) {
 }
 
 absl::Status DescriptorRound(Channel& channel, const Header& header, const Carried* carried,
-                             size_t max_carried_bytes, DescriptorStaging* staging) {
+                             size_t max_carried_bytes, DescriptorStaging* staging,
+                             int64_t linear_bytes) {
   const Layout layout(channel.size());
   const int rank = channel.rank();
   const auto type = static_cast<DataType>(header.type);
   const auto op = static_cast<ReduceOp>(header.op);
-  const size_t bytes = carried != nullptr ? header.count * DataTypeSize(type) : 0;
-  if (bytes > max_carried_bytes) {
-    return absl::InternalError(absl::StrCat("descriptor round asked to carry ", bytes,
-                                            " bytes, more than its limit ", max_carried_bytes));
-  }
+  const absl::StatusOr<size_t> carried_bytes = CarriedBytes(header, carried, max_carried_bytes);
+  if (!carried_bytes.ok()) return carried_bytes.status();
+  const size_t bytes = *carried_bytes;
   std::vector<unsigned char>& tx = staging->tx;
   std::vector<unsigned char>& rx = staging->rx;
   if (tx.size() < sizeof(Verdict) + bytes) tx.resize(sizeof(Verdict) + bytes);
@@ -84,6 +260,52 @@ absl::Status DescriptorRound(Channel& channel, const Header& header, const Carri
   unsigned char* partial = tx.data() + sizeof(Verdict);  // this block's, while clean
   if (bytes > 0) std::memcpy(partial, carried->send, bytes);
   Verdict v{header, Header{}};
+
+  // Note [Linear round]: where it opens the other collectives, its
+  // messages go alongside, and settled() tells when they have decided the
+  // collective (a mismatch) before the exchanges could; status then says how.
+  std::optional<LinearSide> side;
+  if (linear_bytes >= 0) {
+    side.emplace(channel, header, sizeof(Verdict) + static_cast<size_t>(linear_bytes), nullptr, 0,
+                 nullptr, staging);
+    staging->out = v;
+    side->Post(reinterpret_cast<const unsigned char*>(&staging->out), sizeof(Verdict));
+  }
+  bool judged = false;  // rank 0: every rank's linear message is in
+  absl::Status settled_status;
+  const auto settled = [&]() -> bool {
+    if (rank != 0) {
+      if (!side->Answered()) return false;
+      settled_status = side->TakeAnswer();
+      if (settled_status.ok()) {
+        settled_status = Clean(side->verdict())
+                             ? absl::DataLossError("rank 0 answered a clean verdict to a rank "
+                                                   "running recursive doubling")
+                             : VerdictStatus(side->verdict());
+      }
+      return true;
+    }
+    if (judged) return false;
+    bool all = false;
+    settled_status = side->Gather(/*wait=*/false, &all);
+    if (!settled_status.ok()) return true;
+    if (!all) return false;
+    judged = true;
+    if (Clean(side->verdict())) return false;
+    settled_status = side->Answer();
+    if (settled_status.ok()) settled_status = VerdictStatus(side->verdict());
+    return true;
+  };
+  // Finish, watching the linear round where it runs alongside.
+  const auto finish = [&](Pending* q, const char* what) -> absl::Status {
+    while (side.has_value() && !q->done) {
+      if (settled()) return settled_status;
+      if (absl::Status s = channel.Progress(q->peer); !s.ok()) {
+        return absl::Status(s.code(), absl::StrCat(s.message(), " (", what, ")"));
+      }
+    }
+    return channel.Finish(q, what);
+  };
 
   // Sends this block's verdict (and partial, while clean) to `peer` when
   // `send`, and takes in the peer's message, whose verdict must speak for
@@ -97,30 +319,21 @@ absl::Status DescriptorRound(Channel& channel, const Header& header, const Carri
     if (take != Take::kNothing) channel.PostRecv(peer, rx.data(), rx.size(), tag, &r);
     if (send) channel.PostSend(peer, tx.data(), out, tag, &s);
     absl::Status status;
-    if (take != Take::kNothing) status = channel.Finish(&r, "descriptor receive");
-    if (status.ok() && send) status = channel.Finish(&s, "descriptor send");
+    if (take != Take::kNothing) status = finish(&r, "descriptor receive");
+    if (status.ok() && send) status = finish(&s, "descriptor send");
     if (!status.ok()) {
       channel.Release(&r, /*is_recv=*/true);
       channel.Release(&s, /*is_recv=*/false);
       return status;
     }
     if (take == Take::kNothing) return absl::OkStatus();
-    if (r.length < sizeof(Verdict)) {
-      return absl::DataLossError(absl::StrCat(
-          "rank ", peer, " sent a short collective descriptor (", r.length, " bytes)"));
-    }
-    Verdict theirs;
-    std::memcpy(&theirs, rx.data(), sizeof(theirs));
-    if (absl::Status c = CheckVerdict(theirs, lo, hi, peer); !c.ok()) return c;
-    const Verdict merged = take == Take::kAdopt        ? theirs
-                           : take == Take::kMergeLower ? Merge(theirs, v)
-                                                       : Merge(v, theirs);
+    const absl::StatusOr<Verdict> theirs = ReceivedVerdict(rx.data(), r.length, lo, hi, peer);
+    if (!theirs.ok()) return theirs.status();
+    const Verdict merged = take == Take::kAdopt        ? *theirs
+                           : take == Take::kMergeLower ? Merge(*theirs, v)
+                                                       : Merge(v, *theirs);
     if (carried != nullptr && Clean(merged)) {
-      // Equal headers: the peer carried as many bytes as this rank.
-      if (r.length != sizeof(Verdict) + bytes) {
-        return absl::DataLossError(absl::StrCat("rank ", peer, " sent ", r.length - sizeof(Verdict),
-                                                " bytes of partial result for ", Describe(header)));
-      }
+      if (absl::Status c = CheckCarried(r.length, bytes, peer, header); !c.ok()) return c;
       const unsigned char* other = rx.data() + sizeof(Verdict);
       if (bytes > 0 && take == Take::kAdopt) std::memcpy(partial, other, bytes);
       if (bytes > 0 && take == Take::kMergeLower) {
@@ -162,7 +375,52 @@ absl::Status DescriptorRound(Channel& channel, const Header& header, const Carri
                               : step(rank - 1, last, true, Take::kNothing, 0, 0);
     if (!s.ok()) return s;
   }
+  if (side.has_value()) {
+    // Every rank ran the exchanges (each needs every rank's message), so
+    // rank 0 answers none; it still takes every rank's linear message in.
+    if (rank != 0) {
+      if (absl::Status s = side->Withdraw(); !s.ok()) return s;
+    } else {
+      bool all = false;
+      if (absl::Status s = side->Gather(/*wait=*/true, &all); !s.ok()) return s;
+      if (Clean(side->verdict()) != Clean(v)) {
+        return absl::DataLossError(
+            "the linear round's verdict disagrees with the descriptor round's");
+      }
+    }
+  }
   if (absl::Status m = VerdictStatus(v); !m.ok()) return m;
+  if (bytes > 0) std::memcpy(carried->recv, partial, bytes);
+  return absl::OkStatus();
+}
+
+absl::Status LinearRound(Channel& channel, const Header& header, const Carried* carried,
+                         size_t max_carried_bytes, DescriptorStaging* staging) {
+  static_assert(kLinearGather + kMaxWorld <= kLinearAnswer, "linear round tags overlap");
+  const absl::StatusOr<size_t> carried_bytes = CarriedBytes(header, carried, max_carried_bytes);
+  if (!carried_bytes.ok()) return carried_bytes.status();
+  const size_t bytes = *carried_bytes;
+  std::vector<unsigned char>& tx = staging->tx;
+  if (tx.size() < sizeof(Verdict) + bytes) tx.resize(sizeof(Verdict) + bytes);
+  unsigned char* partial = tx.data() + sizeof(Verdict);
+  if (bytes > 0) std::memcpy(partial, carried->send, bytes);
+  const Verdict mine{header, Header{}};
+  std::memcpy(tx.data(), &mine, sizeof(mine));
+  LinearSide side(channel, header, sizeof(Verdict) + max_carried_bytes, carried, bytes, partial,
+                  staging);
+  side.Post(tx.data(), sizeof(Verdict) + bytes);
+  if (channel.rank() != 0) {
+    if (absl::Status s = side.TakeAnswer(); !s.ok()) return s;
+    return VerdictStatus(side.verdict());
+  }
+  bool all = false;
+  if (absl::Status s = side.Gather(/*wait=*/true, &all); !s.ok()) return s;
+  const bool clean = Clean(side.verdict());
+  if (bytes > 0 && clean && static_cast<ReduceOp>(header.op) == ReduceOp::kAvg) {
+    FinishAvg(partial, header.count, static_cast<DataType>(header.type), channel.size());
+  }
+  if (absl::Status s = side.Answer(); !s.ok()) return s;
+  if (!clean) return VerdictStatus(side.verdict());
   if (bytes > 0) std::memcpy(carried->recv, partial, bytes);
   return absl::OkStatus();
 }

@@ -39,10 +39,44 @@
 // algorithm never sends. Receives are sized for the largest partial any
 // rank may carry, so a longer message than expected is read and judged,
 // never truncated.
+//
+// Note [Linear round]
+// Where messages cost CPU time the ranks do not have (a machine running more
+// ranks than cores, every message kernel time on both ends), the number of
+// messages matters more than rounds of latency. There the ranks open every
+// collective with the linear round instead (UcxOptions::opening): every
+// rank sends its header (and, for AllReduce up to linear_bytes, its data) to
+// rank 0, which merges the verdicts in rank order (Merge with a block of one
+// rank at a time), reduces the data in rank order, and sends each rank the
+// world's verdict and, while clean, the result: 2(p-1) messages, 14 at 8
+// ranks where the descriptor round sends 24. Every rank gets rank 0's bits.
+// Rank r's message has tag index kLinearGather + r, so rank 0 matches each
+// rank's message to that rank (UCX matches tags, not senders), and the
+// answer kLinearAnswer; the descriptor round's indexes stay below both, so
+// one collective may run both (the linear round, then recursive doubling
+// for AllReduce above linear_bytes). As with the descriptor round, every
+// collective opens with the same messages, receives are sized for the
+// largest payload any rank may carry, and a mismatch fails every rank with
+// the same message before any user buffer is written.
+// AllReduce above linear_bytes that recursive doubling carries runs the
+// descriptor round, with the linear round's messages alongside, so that it
+// still opens like every other collective: every rank but 0 sends rank 0
+// its header and watches for an answer while it exchanges; rank 0 watches
+// for every rank's header. Where all ranks called the same thing the
+// exchanges finish, rank 0 sends no answer, and the linear messages cost
+// p-1 small sends off the critical path (each rank's receive of the answer
+// is cancelled). Where some rank called something the linear round opens
+// (a smaller AllReduce, a Broadcast), no rank can finish the exchanges,
+// which need every rank's message; rank 0 then has every header, judges
+// (in either round) and answers every rank with the world's verdict, and
+// every rank fails with that message, the one the round it ran would give.
+// A rank that finishes the exchanges (all called recursive doubling) fails
+// or succeeds on its own verdict, which is the same.
 #ifndef FUSEBOX_COMM_UCX_DESCRIPTOR_ROUND_H_
 #define FUSEBOX_COMM_UCX_DESCRIPTOR_ROUND_H_
 
 #include <cstddef>
+#include <cstdint>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -76,15 +110,36 @@ struct Carried {
 struct DescriptorStaging {
   std::vector<unsigned char> tx;  // Verdict + this rank's partial
   std::vector<unsigned char> rx;  // Verdict + the largest partial a peer may carry
+  // The linear round's (Note [Linear round]): rank 0's receives of every
+  // rank's message, or another rank's receive of the answer; their
+  // requests; and the verdict this rank sends.
+  std::vector<unsigned char> gather;
+  std::vector<Pending> pending;
+  std::vector<Pending> answers;  // rank 0's sends of the answer
+  Verdict out{};
 };
+
+// Tag indexes of the linear round (step 0): rank r's message to rank 0 is
+// kLinearGather + r, rank 0's answers kLinearAnswer.
+inline constexpr uint64_t kLinearGather = uint64_t{1} << 20;
+inline constexpr uint64_t kLinearAnswer = uint64_t{1} << 21;
 
 // Runs the round for this rank's `header` (its sender must be the channel's
 // rank), carrying `carried` when not null. `max_carried_bytes`: the largest
 // AllReduce any rank carries (the same on every rank; the table's). Returns
 // the verdict's status, or the first transport error, deadline or malformed
-// message (DataLoss).
+// message (DataLoss). Where the linear round opens the other collectives,
+// `linear_bytes` is its limit (the table's) and the linear round's
+// messages go alongside (Note [Linear round]); otherwise -1.
 absl::Status DescriptorRound(Channel& channel, const Header& header, const Carried* carried,
-                             size_t max_carried_bytes, DescriptorStaging* staging);
+                             size_t max_carried_bytes, DescriptorStaging* staging,
+                             int64_t linear_bytes = -1);
+
+// Note [Linear round]: as DescriptorRound, with every rank's message going
+// to rank 0 and rank 0 answering each; `max_carried_bytes` is the largest
+// AllReduce any rank carries in it (the table's linear_bytes).
+absl::Status LinearRound(Channel& channel, const Header& header, const Carried* carried,
+                         size_t max_carried_bytes, DescriptorStaging* staging);
 
 }  // namespace fusebox::comm::ucx
 

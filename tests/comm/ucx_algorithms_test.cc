@@ -40,8 +40,13 @@ TEST(AlgorithmTableTest, EveryKindsRangesAscendAndEndAtTheLargestSize) {
       for (size_t option : {size_t{0}, size_t{4096}, size_t{1} << 20}) {
         for (bool exchange : {false, true}) {
           for (bool shm : {false, true}) {
-            const AlgorithmTable t =
-                BuildAlgorithmTable(Inputs(world, cores, option, exchange, shm));
+           for (bool linear : {false, true}) {
+            AlgorithmInputs in = Inputs(world, cores, option, exchange, shm);
+            if (linear) {
+              in.opening = UcxOptions::Opening::kLinear;
+              in.linear_bytes = option / 2;
+            }
+            const AlgorithmTable t = BuildAlgorithmTable(in);
             for (Kind k : kKinds) {
               const auto& r = t.ranges(k);
               ASSERT_FALSE(r.empty()) << KindName(k);
@@ -53,6 +58,7 @@ TEST(AlgorithmTableTest, EveryKindsRangesAscendAndEndAtTheLargestSize) {
                 EXPECT_EQ(t.Select(k, r[i].max_bytes + 1), r[i + 1].algorithm);
               }
             }
+           }
           }
         }
       }
@@ -126,6 +132,53 @@ TEST(AlgorithmTableTest, OversubscribedHostsRaiseTheOneShotLimitOnlyWhereItPays)
             kOversubscribedSmallBytes);
   // Zero cores reported counts as one.
   EXPECT_EQ(SmallMessageBytes(Inputs(2, 0, 4096, true, true)), kOversubscribedSmallBytes);
+}
+
+// Note [Linear round]: it opens collectives over messages where forced, or
+// by default where some machine runs more ranks than cores and the world
+// has more than 2 ranks; AllReduce up to linear_bytes rides in it, then
+// recursive doubling up to the carried limit, then the ring.
+TEST(AlgorithmTableTest, TheLinearRoundOpensWhereAMachineHasMoreRanksThanCores) {
+  using Opening = UcxOptions::Opening;
+  const auto inputs = [](int world, Opening opening, bool oversubscribed, bool exchange) {
+    AlgorithmInputs in = Inputs(world, 2, 4096, exchange, false);
+    in.opening = opening;
+    in.linear_bytes = 4096;
+    in.machine_oversubscribed = oversubscribed;
+    return in;
+  };
+  const AlgorithmTable t = BuildAlgorithmTable(inputs(8, Opening::kAuto, true, false));
+  EXPECT_TRUE(t.linear());
+  EXPECT_EQ(t.linear_bytes(), 4096u);
+  EXPECT_EQ(t.Select(Kind::kAllReduce, 0), Algorithm::kLinearAllReduce);
+  EXPECT_EQ(t.Select(Kind::kAllReduce, 4096), Algorithm::kLinearAllReduce);
+  EXPECT_EQ(t.Select(Kind::kAllReduce, 4097), Algorithm::kRecursiveDoublingAllReduce);
+  EXPECT_EQ(t.Select(Kind::kAllReduce, kDefaultRecursiveDoubling),
+            Algorithm::kRecursiveDoublingAllReduce);
+  EXPECT_EQ(t.Select(Kind::kAllReduce, kDefaultRecursiveDoubling + 1), Algorithm::kRingAllReduce);
+  EXPECT_EQ(t.Select(Kind::kBroadcast, 0), Algorithm::kChainBroadcast);
+  EXPECT_EQ(t.Select(Kind::kBarrier, 0), Algorithm::kNone);
+  EXPECT_THAT(t.Describe(), HasSubstr("AllReduce: 0-4096 B linear, 4097-65536 B "
+                                      "recursive-doubling, 65537 B+ ring-allreduce"));
+  EXPECT_THAT(t.Describe(), HasSubstr("Opening: linear round"));
+  // Not by default where every machine has the cores, at 2 ranks (as many
+  // messages as recursive doubling, in twice the rounds), or on one host's
+  // shared-memory exchange; forced, at any size of world over messages.
+  EXPECT_FALSE(BuildAlgorithmTable(inputs(8, Opening::kAuto, false, false)).linear());
+  EXPECT_FALSE(BuildAlgorithmTable(inputs(2, Opening::kAuto, true, false)).linear());
+  EXPECT_FALSE(BuildAlgorithmTable(inputs(8, Opening::kAuto, true, true)).linear());
+  EXPECT_FALSE(BuildAlgorithmTable(inputs(8, Opening::kRecursiveDoubling, true, false)).linear());
+  EXPECT_TRUE(BuildAlgorithmTable(inputs(2, Opening::kLinear, false, false)).linear());
+  EXPECT_EQ(BuildAlgorithmTable(inputs(8, Opening::kAuto, false, false))
+                .Select(Kind::kAllReduce, 8),
+            Algorithm::kRecursiveDoublingAllReduce);
+  // A linear limit above the carried one leaves no recursive doubling.
+  AlgorithmInputs wide = inputs(4, Opening::kLinear, false, false);
+  wide.linear_bytes = kDefaultRecursiveDoubling * 2;
+  const AlgorithmTable w = BuildAlgorithmTable(wide);
+  ASSERT_EQ(w.ranges(Kind::kAllReduce).size(), 2u);
+  EXPECT_EQ(w.Select(Kind::kAllReduce, wide.linear_bytes), Algorithm::kLinearAllReduce);
+  EXPECT_EQ(w.Select(Kind::kAllReduce, wide.linear_bytes + 1), Algorithm::kRingAllReduce);
 }
 
 TEST(AlgorithmTableTest, DescribeNamesEveryRange) {

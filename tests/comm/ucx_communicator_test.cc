@@ -56,6 +56,17 @@ UcxOptions RecursiveDoublingOnly() {
   return o;
 }
 
+// The linear round opening every collective, as where a machine runs more
+// ranks than cores (Note [Linear round]): AllReduce up to 4 KiB inside it,
+// larger recursive doubling with the linear round's messages alongside.
+UcxOptions LinearOpening() {
+  UcxOptions o;
+  o.use_shared_memory = false;
+  o.opening = UcxOptions::Opening::kLinear;
+  o.linear_bytes = 4 << 10;
+  return o;
+}
+
 // The shared-memory allreduce for everything, in tiny rounds, so that slot
 // reuse across rounds and collectives, empty sub-blocks and partial rounds
 // are exercised on small buffers.
@@ -90,7 +101,8 @@ class UcxAllReduceTest : public ::testing::TestWithParam<int> {};
 
 TEST_P(UcxAllReduceTest, EveryTypeAndOpSmallSizes) {
   const int world = GetParam();
-  for (const UcxOptions& options : {UcxOptions{}, RingOnly(), ShmOnly(), RecursiveDoublingOnly()}) {
+  for (const UcxOptions& options :
+       {UcxOptions{}, RingOnly(), ShmOnly(), RecursiveDoublingOnly(), LinearOpening()}) {
     RunRanks(world, options, [&](int rank, Communicator& comm) {
       // 4096 and 4097 doubles lie either side of the 32 KiB that ride in the
       // shared-memory exchange where ranks outnumber cores.
@@ -126,7 +138,9 @@ TEST_P(UcxAllReduceTest, MillionPlusThreeElementsOverTheRing) {
   constexpr size_t kCount = (1u << 20) + 3;
   UcxOptions ring;
   ring.use_shared_memory = false;
-  RunRanks(world, ring, [&](int rank, Communicator& comm) {
+  UcxOptions linear_then_ring = LinearOpening();  // the ring after the linear round
+  for (const UcxOptions& options : {ring, linear_then_ring})
+  RunRanks(world, options, [&](int rank, Communicator& comm) {
     for (int t = 0; t < kNumDataTypes; ++t) {
       CheckAllReduce(rank, world, comm, kCount, static_cast<DataType>(t), ReduceOp::kSum, t % 2 == 0);
     }
@@ -152,11 +166,15 @@ TEST_P(UcxAllReduceTest, MillionPlusThreeElementsByRecursiveDoubling) {
 }
 
 // Sums of floats that are not exact: every rank must still hold the same
-// bits (both partners of an exchange combine in the same order).
+// bits (both partners of an exchange combine in the same order; in the
+// linear round rank 0 reduces and sends its bits).
 TEST_P(UcxAllReduceTest, RecursiveDoublingGivesEveryRankTheSameBits) {
   const int world = GetParam();
   constexpr size_t kCount = 3001;
-  RunRanks(world, RecursiveDoublingOnly(), [&](int rank, Communicator& comm) {
+  UcxOptions linear = LinearOpening();
+  linear.linear_bytes = kCount * sizeof(float);
+  for (const UcxOptions& options : {RecursiveDoublingOnly(), linear})
+  RunRanks(world, options, [&](int rank, Communicator& comm) {
     std::vector<float> x(kCount);
     uint32_t state = 2654435761u * static_cast<uint32_t>(rank + 1);
     for (float& v : x) {
@@ -193,7 +211,7 @@ TEST(UcxCommunicatorTest, SixtyFourMegabytes) {
 
 TEST_P(UcxAllReduceTest, BroadcastFromEveryRoot) {
   const int world = GetParam();
-  for (const UcxOptions& options : {UcxOptions{}, RingOnly()}) {
+  for (const UcxOptions& options : {UcxOptions{}, RingOnly(), LinearOpening()}) {
     RunRanks(world, options, [&](int rank, Communicator& comm) {
       for (size_t count : {0, 1, 1023, 300000}) {
         for (int root = 0; root < world; ++root) {
@@ -213,7 +231,7 @@ TEST_P(UcxAllReduceTest, BroadcastFromEveryRoot) {
 
 TEST_P(UcxAllReduceTest, AllGatherInPlaceAndOutOfPlace) {
   const int world = GetParam();
-  for (const UcxOptions& options : {UcxOptions{}, RingOnly()}) {
+  for (const UcxOptions& options : {UcxOptions{}, RingOnly(), LinearOpening()}) {
     RunRanks(world, options, [&](int rank, Communicator& comm) {
       for (size_t count : {0, 1, 7, 5000, 200003}) {
         std::vector<double> want(count * world);
@@ -289,65 +307,80 @@ TEST_P(UcxAllReduceTest, BlockingFormsAreExactAndFinishAfterCallsIssuedBeforeThe
   });
 }
 
-// Over messages every collective opens with the descriptor round (Note
-// [Descriptor round] in comm/ucx/descriptor_round.h). A rank that called
-// something else, whichever it is (those that sit the exchanges out
-// included), fails the collective on every rank with one message, naming
-// rank 0's call and that of the lowest rank whose call differs, and no
-// buffer is written: for a count that differs inside the carried range, one
-// that crosses into the ring's, and a Barrier or a Broadcast against an
-// AllReduce.
+// Over messages (the descriptor round, or the linear round where it opens),
+// a collective that one rank calls differently (rank 0 included) fails on
+// every rank with one message, naming rank 0's call and that of the lowest
+// rank whose call differs, and no buffer is written: for counts that differ
+// inside and across the algorithms' ranges (linear, recursive doubling,
+// ring), and a Barrier or a Broadcast against an AllReduce. Under the
+// linear opening the others call a linear count, then a recursive-doubling
+// one, so that both a rank 0 that judges in the linear round and one that
+// watches it beside recursive doubling are met.
 TEST_P(UcxAllReduceTest, OverMessagesAMismatchFailsEveryRankWithTheSameMessage) {
   const int world = GetParam();
   if (world < 2) GTEST_SKIP() << "a mismatch needs two ranks";
-  UcxOptions o;
-  o.use_shared_memory = false;
-  // TCP, as across hosts. (Over UCX's SysV transport, ranks that are threads
-  // of one process write into one receiver's FIFO elements, handed over by
-  // atomics inside uninstrumented libuct, which TSan reports as a race.)
-  o.transports = "tcp,self";
-  o.timeout = absl::Seconds(60);  // a rank left waiting fails the test, not hangs it
-  enum Odd { kCarriedCount, kRingCount, kBarrier, kBroadcast };
-  for (int odd_rank = 0; odd_rank < world; ++odd_rank) {
-    for (Odd odd : {kCarriedCount, kRingCount, kBarrier, kBroadcast}) {
-      if (odd >= kBarrier && odd_rank != world - 1) continue;
-      std::vector<std::string> messages(world);
-      RunRanks(world, o, [&](int rank, Communicator& comm) {
-        const bool me = rank == odd_rank;
-        const size_t count = me && odd == kCarriedCount ? 100 : me && odd == kRingCount ? 200000 : 10;
-        std::vector<float> buf(count, static_cast<float>(rank + 1));
-        absl::Status s;
-        if (me && odd == kBarrier) {
-          s = BarrierSync(comm);
-        } else if (me && odd == kBroadcast) {
-          auto w = comm.Broadcast(buf.data(), count, DataType::kFloat32, 0);
-          s = w.ok() ? (*w)->Wait() : w.status();
-        } else {
-          std::vector<float> out(count, -1.0f);
-          s = AllReduceSync(comm, buf.data(), out.data(), count, DataType::kFloat32,
-                            ReduceOp::kSum);
-          for (float v : out) ASSERT_EQ(v, -1.0f) << "rank " << rank << ": output written";
+  enum Odd { kLinearCount, kRecursiveDoublingCount, kRingCount, kBarrier, kBroadcast };
+  const size_t kOddCounts[] = {100, 5000, 200000, 0, 0};
+  struct Case {
+    UcxOptions::Opening opening;
+    size_t common;  // what the other ranks call
+  };
+  for (const Case c : {Case{UcxOptions::Opening::kRecursiveDoubling, 10},
+                       Case{UcxOptions::Opening::kLinear, 10},
+                       Case{UcxOptions::Opening::kLinear, 4000}}) {
+    UcxOptions o;
+    o.use_shared_memory = false;
+    o.opening = c.opening;
+    o.linear_bytes = 4 << 10;  // 10 floats ride in the linear round, 4000 do not
+    // TCP, as across hosts. (Over UCX's SysV transport, ranks that are threads
+    // of one process write into one receiver's FIFO elements, handed over by
+    // atomics inside uninstrumented libuct, which TSan reports as a race.)
+    o.transports = "tcp,self";
+    o.timeout = absl::Seconds(60);  // a rank left waiting fails the test, not hangs it
+    for (int odd_rank = 0; odd_rank < world; ++odd_rank) {
+      for (Odd odd : {kLinearCount, kRecursiveDoublingCount, kRingCount, kBarrier, kBroadcast}) {
+        if (odd >= kBarrier && odd_rank != world - 1) continue;
+        std::vector<std::string> messages(world);
+        RunRanks(world, o, [&](int rank, Communicator& comm) {
+          const bool me = rank == odd_rank;
+          const size_t count = me && odd < kBarrier ? kOddCounts[odd] : c.common;
+          std::vector<float> buf(count, static_cast<float>(rank + 1));
+          absl::Status s;
+          if (me && odd == kBarrier) {
+            s = BarrierSync(comm);
+          } else if (me && odd == kBroadcast) {
+            auto w = comm.Broadcast(buf.data(), count, DataType::kFloat32, 0);
+            s = w.ok() ? (*w)->Wait() : w.status();
+          } else {
+            std::vector<float> out(count, -1.0f);
+            s = AllReduceSync(comm, buf.data(), out.data(), count, DataType::kFloat32,
+                              ReduceOp::kSum);
+            for (float v : out) ASSERT_EQ(v, -1.0f) << "rank " << rank << ": output written";
+          }
+          for (float v : buf) ASSERT_EQ(v, static_cast<float>(rank + 1)) << "rank " << rank;
+          EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << "rank " << rank << ": " << s;
+          messages[rank] = std::string(s.message());
+        });
+        const std::string common =
+            absl::StrCat("AllReduce(count=", c.common, ", type=float, op=sum, seq=0)");
+        const std::string other =
+            odd == kBarrier     ? "Barrier(count=0, seq=0)"
+            : odd == kBroadcast ? absl::StrCat("Broadcast(count=", c.common, ", type=float, root=0")
+                                : absl::StrCat("AllReduce(count=", kOddCounts[odd], ", type=float");
+        const std::string want =
+            odd_rank == 0
+                ? absl::StrCat("rank 0 called ", other)
+                : absl::StrCat("rank 0 called ", common, " but rank ", odd_rank, " called ", other);
+        SCOPED_TRACE(absl::StrCat("opening ", static_cast<int>(c.opening), ", common count ",
+                                  c.common, ", world ", world, ", rank ", odd_rank, " odd, case ",
+                                  odd));
+        EXPECT_NE(messages[0].find(want), std::string::npos) << messages[0];
+        if (odd_rank == 0) {
+          EXPECT_NE(messages[0].find(absl::StrCat("but rank 1 called ", common)), std::string::npos)
+              << messages[0];
         }
-        for (float v : buf) ASSERT_EQ(v, static_cast<float>(rank + 1)) << "rank " << rank;
-        EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << "rank " << rank << ": " << s;
-        messages[rank] = std::string(s.message());
-      });
-      const std::string common = "AllReduce(count=10, type=float, op=sum, seq=0)";
-      const std::string other = odd == kCarriedCount ? "AllReduce(count=100, type=float, op=sum"
-                                : odd == kRingCount  ? "AllReduce(count=200000, type=float"
-                                : odd == kBarrier    ? "Barrier(count=0, seq=0)"
-                                                     : "Broadcast(count=10, type=float, root=0";
-      const std::string want =
-          odd_rank == 0
-              ? absl::StrCat("rank 0 called ", other)
-              : absl::StrCat("rank 0 called ", common, " but rank ", odd_rank, " called ", other);
-      SCOPED_TRACE(absl::StrCat("world ", world, ", rank ", odd_rank, " odd, case ", odd));
-      EXPECT_NE(messages[0].find(want), std::string::npos) << messages[0];
-      if (odd_rank == 0) {
-        EXPECT_NE(messages[0].find(absl::StrCat("but rank 1 called ", common)), std::string::npos)
-            << messages[0];
+        for (int r = 1; r < world; ++r) EXPECT_EQ(messages[r], messages[0]) << "rank " << r;
       }
-      for (int r = 1; r < world; ++r) EXPECT_EQ(messages[r], messages[0]) << "rank " << r;
     }
   }
 }
