@@ -45,7 +45,8 @@ struct UcxOptions {
   // rounds in 2(p-1) messages, for worlds where messages cost CPU time that
   // ranks do not have. kAuto: linear where some machine runs more ranks than
   // it has cores (every rank publishes its machine and core count, so all
-  // decide alike), recursive doubling otherwise.
+  // decide alike) and there are at least 5 ranks (kLinearMinRanks in
+  // comm/ucx/algorithms.h), recursive doubling otherwise.
   enum class Opening { kAuto, kRecursiveDoubling, kLinear };
   Opening opening = Opening::kAuto;
   // Where the linear round opens, AllReduce of up to this many bytes rides

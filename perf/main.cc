@@ -77,7 +77,7 @@ ABSL_FLAG(std::string, ucx_opening, "auto",
           "ucx backend, over messages: how collectives open. rd: the descriptors compared by "
           "recursive doubling; linear: every descriptor to rank 0 and the verdict back "
           "(2(p-1) messages); auto: linear where some machine runs more ranks than it has "
-          "cores and there are more than 2 ranks, rd otherwise");
+          "cores and there are at least 5 ranks, rd otherwise");
 ABSL_FLAG(std::string, ucx_linear, "4K",
           "ucx backend: where the linear round opens, AllReduce up to this size rides in it "
           "(at most 1M)");

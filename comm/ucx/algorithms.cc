@@ -41,7 +41,8 @@ AlgorithmTable BuildAlgorithmTable(const AlgorithmInputs& in) {
     t.carried_bytes_ = std::max(t.small_bytes_, in.recursive_doubling_bytes);
     using Opening = UcxOptions::Opening;
     t.linear_ = in.opening == Opening::kLinear ||
-                (in.opening == Opening::kAuto && in.machine_oversubscribed && in.world > 2);
+                (in.opening == Opening::kAuto && in.machine_oversubscribed &&
+                 in.world >= kLinearMinRanks);
     if (t.linear_) t.linear_bytes_ = in.linear_bytes;
   }
   for (Kind kind : kinds) {

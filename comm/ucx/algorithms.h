@@ -42,8 +42,7 @@
 // * Broadcast: the pipelined chain; AllGather: the ring.
 // Where the linear round opens instead (UcxOptions::opening: forced, or by
 // default where some machine runs more ranks than it has cores and the
-// world has more than 2 ranks, at which it sends as many messages as
-// recursive doubling in twice the rounds; Note [Linear round]):
+// world has at least kLinearMinRanks ranks; Note [Linear round]):
 // * AllReduce up to linear_bytes: inside the linear round (kLinearAllReduce);
 //   above it up to carried_bytes recursive doubling inside a descriptor
 //   round that follows the linear one, then the ring. The rest as above.
@@ -81,6 +80,16 @@ const char* AlgorithmName(Algorithm a);
 // table]; measured at 4 ranks on 2 cores), and up to how many ranks.
 inline constexpr size_t kOversubscribedSmallBytes = size_t{32} << 10;
 inline constexpr int kOversubscribedSmallMaxRanks = 8;
+
+// The smallest world where the linear round opens by default. Below it
+// the linear round saves too few messages: at 2 ranks it sends as many as
+// recursive doubling in twice the rounds; at 4, 6 against 8 in as many
+// rounds, and on 4 emulated hosts sharing 2 cores it was no faster
+// (8-512 B: 126-132 us against 120-122, medians of 8 interleaved runs). At
+// 5-7 ranks recursive doubling adds a hand-over and a hand-back; at 6
+// hosts the linear round took 198-245 us against 222-282 (64 B-4 KiB), and
+// at 8 hosts 240-360 against 410-530.
+inline constexpr int kLinearMinRanks = 5;
 
 // Everything the table depends on; equal on every rank (Note [Algorithm
 // table]).

@@ -161,11 +161,14 @@ TEST(AlgorithmTableTest, TheLinearRoundOpensWhereAMachineHasMoreRanksThanCores) 
   EXPECT_THAT(t.Describe(), HasSubstr("AllReduce: 0-4096 B linear, 4097-65536 B "
                                       "recursive-doubling, 65537 B+ ring-allreduce"));
   EXPECT_THAT(t.Describe(), HasSubstr("Opening: linear round"));
-  // Not by default where every machine has the cores, at 2 ranks (as many
-  // messages as recursive doubling, in twice the rounds), or on one host's
-  // shared-memory exchange; forced, at any size of world over messages.
+  // Not by default where every machine has the cores, below kLinearMinRanks
+  // ranks, or on one host's shared-memory exchange; forced, at any size of
+  // world over messages.
   EXPECT_FALSE(BuildAlgorithmTable(inputs(8, Opening::kAuto, false, false)).linear());
   EXPECT_FALSE(BuildAlgorithmTable(inputs(2, Opening::kAuto, true, false)).linear());
+  EXPECT_FALSE(
+      BuildAlgorithmTable(inputs(kLinearMinRanks - 1, Opening::kAuto, true, false)).linear());
+  EXPECT_TRUE(BuildAlgorithmTable(inputs(kLinearMinRanks, Opening::kAuto, true, false)).linear());
   EXPECT_FALSE(BuildAlgorithmTable(inputs(8, Opening::kAuto, true, true)).linear());
   EXPECT_FALSE(BuildAlgorithmTable(inputs(8, Opening::kRecursiveDoubling, true, false)).linear());
   EXPECT_TRUE(BuildAlgorithmTable(inputs(2, Opening::kLinear, false, false)).linear());
