@@ -311,16 +311,15 @@ int WithCommunicator(
     const comm::UcxOptions& u = backend_options->ucx;
     log.Debug(absl::StrCat(
         "rank ", launch->rdv.rank, " of ", launch->rdv.size, " (",
-        launch->mpi_initialized ? "MPI rendezvous" : "TCP rendezvous or single rank",
-        "), backend ", backend, ", collective timeout ", absl::FormatDuration(u.timeout),
+        launch->mpi_initialized ? "MPI rendezvous" : "TCP rendezvous or single rank", "), backend ",
+        backend, ", collective timeout ", absl::FormatDuration(u.timeout),
         backend == "ucx"
             ? absl::StrCat(", UCX transports ", u.transports, ", shared memory ",
                            u.use_shared_memory ? "on" : "off", ", chunk ", u.chunk_bytes,
                            " B, small messages <= ", u.small_message_bytes,
-                           " B, recursive doubling <= ", u.recursive_doubling_bytes,
-                           " B, opening ", absl::GetFlag(FLAGS_ucx_opening), ", linear <= ",
-                           u.linear_bytes, " B, spin ",
-                           absl::FormatDuration(u.progress_spin))
+                           " B, recursive doubling <= ", u.recursive_doubling_bytes, " B, opening ",
+                           absl::GetFlag(FLAGS_ucx_opening), ", linear <= ", u.linear_bytes,
+                           " B, spin ", absl::FormatDuration(u.progress_spin))
             : ""));
   }
   int rc = 0;

@@ -16,7 +16,8 @@ const char* AlgorithmName(Algorithm a) {
     case Algorithm::kShmAllReduce: return "shm-allreduce";
     case Algorithm::kRingAllReduce: return "ring-allreduce";
     case Algorithm::kRecursiveDoublingAllReduce: return "recursive-doubling";
-    case Algorithm::kLinearAllReduce: return "linear";
+    case Algorithm::kLinearAllReduce:
+      return "linear";
     case Algorithm::kChainBroadcast: return "chain-broadcast";
     case Algorithm::kRingAllGather: return "ring-allgather";
   }
@@ -40,9 +41,9 @@ AlgorithmTable BuildAlgorithmTable(const AlgorithmInputs& in) {
   if (messages) {
     t.carried_bytes_ = std::max(t.small_bytes_, in.recursive_doubling_bytes);
     using Opening = UcxOptions::Opening;
-    t.linear_ = in.opening == Opening::kLinear ||
-                (in.opening == Opening::kAuto && in.machine_oversubscribed &&
-                 in.world >= kLinearMinRanks);
+    t.linear_ =
+        in.opening == Opening::kLinear ||
+        (in.opening == Opening::kAuto && in.machine_oversubscribed && in.world >= kLinearMinRanks);
     if (t.linear_) t.linear_bytes_ = in.linear_bytes;
   }
   for (Kind kind : kinds) {

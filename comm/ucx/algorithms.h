@@ -64,14 +64,14 @@ using Kind = CollectiveKind;  // its values are part of the header's wire format
 inline absl::string_view KindName(Kind k) { return CollectiveKindName(k); }
 
 enum class Algorithm : uint8_t {
-  kNone,            // the opening round (header or descriptor) is the whole collective
-  kOneShot,         // payload in the header round; every rank combines all
-  kLocal,           // one rank: a local copy
-  kShmAllReduce,    // shm_allreduce.h
-  kRingAllReduce,   // ring reduce-scatter + allgather, pipelined in chunks
+  kNone,                        // the opening round (header or descriptor) is the whole collective
+  kOneShot,                     // payload in the header round; every rank combines all
+  kLocal,                       // one rank: a local copy
+  kShmAllReduce,                // shm_allreduce.h
+  kRingAllReduce,               // ring reduce-scatter + allgather, pipelined in chunks
   kRecursiveDoublingAllReduce,  // inside the descriptor round (descriptor_round.h)
-  kLinearAllReduce,  // inside the linear round (descriptor_round.h)
-  kChainBroadcast,  // pipelined chain from the root
+  kLinearAllReduce,             // inside the linear round (descriptor_round.h)
+  kChainBroadcast,              // pipelined chain from the root
   kRingAllGather,
 };
 const char* AlgorithmName(Algorithm a);
@@ -101,7 +101,7 @@ struct AlgorithmInputs {
   bool shm_exchange = false;        // the header round goes through shared memory
   bool shm_allreduce = false;       // every rank mapped every segment
   UcxOptions::Opening opening = UcxOptions::Opening::kAuto;  // UcxOptions::opening
-  size_t linear_bytes = 0;          // UcxOptions::linear_bytes
+  size_t linear_bytes = 0;                                   // UcxOptions::linear_bytes
   bool machine_oversubscribed = false;  // some rank's machine runs more ranks than cores
 };
 

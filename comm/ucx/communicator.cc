@@ -945,9 +945,9 @@ absl::StatusOr<std::unique_ptr<Communicator>> CreateUcxCommunicator(
         "UCX small_message_bytes must be at most 64 MiB, got ", options.small_message_bytes));
   }
   if (options.linear_bytes > (1u << 20)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "UCX linear_bytes must be at most 1 MiB (rank 0 stages a copy per rank), got ",
-        options.linear_bytes));
+    return absl::InvalidArgumentError(
+        absl::StrCat("UCX linear_bytes must be at most 1 MiB (rank 0 stages a copy per rank), got ",
+                     options.linear_bytes));
   }
   if (options.recursive_doubling_bytes > (64u << 20)) {
     return absl::InvalidArgumentError(

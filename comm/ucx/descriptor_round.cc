@@ -66,11 +66,11 @@ absl::StatusOr<size_t> CarriedBytes(const Header& header, const Carried* carried
 
 // The verdict in a received message of `length` bytes from `from`, which
 // must speak for ranks lo .. hi.
-absl::StatusOr<Verdict> ReceivedVerdict(const unsigned char* message, size_t length, int lo,
-                                        int hi, int from) {
+absl::StatusOr<Verdict> ReceivedVerdict(const unsigned char* message, size_t length, int lo, int hi,
+                                        int from) {
   if (length < sizeof(Verdict)) {
-    return absl::DataLossError(absl::StrCat("rank ", from, " sent a short collective descriptor (",
-                                            length, " bytes)"));
+    return absl::DataLossError(
+        absl::StrCat("rank ", from, " sent a short collective descriptor (", length, " bytes)"));
   }
   Verdict theirs;
   std::memcpy(&theirs, message, sizeof(theirs));
@@ -85,7 +85,6 @@ absl::Status CheckCarried(size_t length, size_t bytes, int from, const Header& h
   return absl::DataLossError(absl::StrCat("rank ", from, " sent ", length - sizeof(Verdict),
                                           " bytes of partial result for ", Describe(header)));
 }
-
 
 // One rank's side of the linear round (Note [Linear round]): rank 0
 // receives every rank's message and answers each; every other rank sends
@@ -122,7 +121,8 @@ class LinearSide {
       return;
     }
     if (st_.gather.size() < slot_) st_.gather.resize(slot_);
-    channel_.PostRecv(0, st_.gather.data(), slot_, MakeTag(header_.seq, 0, kLinearAnswer), &answer_);
+    channel_.PostRecv(0, st_.gather.data(), slot_, MakeTag(header_.seq, 0, kLinearAnswer),
+                      &answer_);
     channel_.PostSend(0, message, length, MakeTag(header_.seq, 0, kLinearGather + channel_.rank()),
                       &sent_);
   }
@@ -136,7 +136,8 @@ class LinearSide {
       if (!wait && !q.done) break;
       if (absl::Status s = channel_.Finish(&q, "descriptor receive"); !s.ok()) return s;
       const unsigned char* message = Message(next_);
-      const absl::StatusOr<Verdict> theirs = ReceivedVerdict(message, q.length, next_, next_, next_);
+      const absl::StatusOr<Verdict> theirs =
+          ReceivedVerdict(message, q.length, next_, next_, next_);
       if (!theirs.ok()) return theirs.status();
       const Verdict merged = Merge(verdict_, *theirs);
       if (carried_ != nullptr && Clean(merged)) {
@@ -278,10 +279,10 @@ absl::Status DescriptorRound(Channel& channel, const Header& header, const Carri
       if (!side->Answered()) return false;
       settled_status = side->TakeAnswer();
       if (settled_status.ok()) {
-        settled_status = Clean(side->verdict())
-                             ? absl::DataLossError("rank 0 answered a clean verdict to a rank "
-                                                   "running recursive doubling")
-                             : VerdictStatus(side->verdict());
+        settled_status = Clean(side->verdict()) ? absl::DataLossError(
+                                                      "rank 0 answered a clean verdict to a rank "
+                                                      "running recursive doubling")
+                                                : VerdictStatus(side->verdict());
       }
       return true;
     }

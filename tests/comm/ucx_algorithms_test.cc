@@ -40,25 +40,25 @@ TEST(AlgorithmTableTest, EveryKindsRangesAscendAndEndAtTheLargestSize) {
       for (size_t option : {size_t{0}, size_t{4096}, size_t{1} << 20}) {
         for (bool exchange : {false, true}) {
           for (bool shm : {false, true}) {
-           for (bool linear : {false, true}) {
-            AlgorithmInputs in = Inputs(world, cores, option, exchange, shm);
-            if (linear) {
-              in.opening = UcxOptions::Opening::kLinear;
-              in.linear_bytes = option / 2;
-            }
-            const AlgorithmTable t = BuildAlgorithmTable(in);
-            for (Kind k : kKinds) {
-              const auto& r = t.ranges(k);
-              ASSERT_FALSE(r.empty()) << KindName(k);
-              for (size_t i = 1; i < r.size(); ++i) EXPECT_GT(r[i].max_bytes, r[i - 1].max_bytes);
-              EXPECT_EQ(r.back().max_bytes, SIZE_MAX) << KindName(k);
-              // A range's last byte and the next one's first pick its own.
-              for (size_t i = 0; i + 1 < r.size(); ++i) {
-                EXPECT_EQ(t.Select(k, r[i].max_bytes), r[i].algorithm);
-                EXPECT_EQ(t.Select(k, r[i].max_bytes + 1), r[i + 1].algorithm);
+            for (bool linear : {false, true}) {
+              AlgorithmInputs in = Inputs(world, cores, option, exchange, shm);
+              if (linear) {
+                in.opening = UcxOptions::Opening::kLinear;
+                in.linear_bytes = option / 2;
+              }
+              const AlgorithmTable t = BuildAlgorithmTable(in);
+              for (Kind k : kKinds) {
+                const auto& r = t.ranges(k);
+                ASSERT_FALSE(r.empty()) << KindName(k);
+                for (size_t i = 1; i < r.size(); ++i) EXPECT_GT(r[i].max_bytes, r[i - 1].max_bytes);
+                EXPECT_EQ(r.back().max_bytes, SIZE_MAX) << KindName(k);
+                // A range's last byte and the next one's first pick its own.
+                for (size_t i = 0; i + 1 < r.size(); ++i) {
+                  EXPECT_EQ(t.Select(k, r[i].max_bytes), r[i].algorithm);
+                  EXPECT_EQ(t.Select(k, r[i].max_bytes + 1), r[i + 1].algorithm);
+                }
               }
             }
-           }
           }
         }
       }
@@ -172,9 +172,9 @@ TEST(AlgorithmTableTest, TheLinearRoundOpensWhereAMachineHasMoreRanksThanCores) 
   EXPECT_FALSE(BuildAlgorithmTable(inputs(8, Opening::kAuto, true, true)).linear());
   EXPECT_FALSE(BuildAlgorithmTable(inputs(8, Opening::kRecursiveDoubling, true, false)).linear());
   EXPECT_TRUE(BuildAlgorithmTable(inputs(2, Opening::kLinear, false, false)).linear());
-  EXPECT_EQ(BuildAlgorithmTable(inputs(8, Opening::kAuto, false, false))
-                .Select(Kind::kAllReduce, 8),
-            Algorithm::kRecursiveDoublingAllReduce);
+  EXPECT_EQ(
+      BuildAlgorithmTable(inputs(8, Opening::kAuto, false, false)).Select(Kind::kAllReduce, 8),
+      Algorithm::kRecursiveDoublingAllReduce);
   // A linear limit above the carried one leaves no recursive doubling.
   AlgorithmInputs wide = inputs(4, Opening::kLinear, false, false);
   wide.linear_bytes = kDefaultRecursiveDoubling * 2;

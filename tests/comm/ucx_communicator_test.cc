@@ -124,40 +124,11 @@ TEST_P(UcxAllReduceTest, EveryTypeAndOpSmallSizes) {
   }
 }
 
-TEST_P(UcxAllReduceTest, MillionPlusThreeElements) {
-  const int world = GetParam();
+// Every type (sum) and every op (float32) on (1 << 20) + 3 elements, in
+// place and out of place by turns.
+void CheckMillionPlusThree(int world, const UcxOptions& options) {
   constexpr size_t kCount = (1u << 20) + 3;
-  RunRanks(world, UcxOptions{}, [&](int rank, Communicator& comm) {
-    for (int t = 0; t < kNumDataTypes; ++t) {
-      CheckAllReduce(rank, world, comm, kCount, static_cast<DataType>(t), ReduceOp::kSum, t % 2 == 0);
-    }
-    for (int o = 0; o < kNumReduceOps; ++o) {
-      CheckAllReduce(rank, world, comm, kCount, DataType::kFloat32, static_cast<ReduceOp>(o), o % 2 == 1);
-    }
-  });
-}
-
-TEST_P(UcxAllReduceTest, MillionPlusThreeElementsOverTheRing) {
-  const int world = GetParam();
-  constexpr size_t kCount = (1u << 20) + 3;
-  UcxOptions ring;
-  ring.use_shared_memory = false;
-  UcxOptions linear_then_ring = LinearOpening();  // the ring after the linear round
-  for (const UcxOptions& options : {ring, linear_then_ring})
   RunRanks(world, options, [&](int rank, Communicator& comm) {
-    for (int t = 0; t < kNumDataTypes; ++t) {
-      CheckAllReduce(rank, world, comm, kCount, static_cast<DataType>(t), ReduceOp::kSum, t % 2 == 0);
-    }
-    for (int o = 0; o < kNumReduceOps; ++o) {
-      CheckAllReduce(rank, world, comm, kCount, DataType::kFloat32, static_cast<ReduceOp>(o), o % 2 == 1);
-    }
-  });
-}
-
-TEST_P(UcxAllReduceTest, MillionPlusThreeElementsByRecursiveDoubling) {
-  const int world = GetParam();
-  constexpr size_t kCount = (1u << 20) + 3;
-  RunRanks(world, RecursiveDoublingOnly(), [&](int rank, Communicator& comm) {
     for (int t = 0; t < kNumDataTypes; ++t) {
       CheckAllReduce(rank, world, comm, kCount, static_cast<DataType>(t), ReduceOp::kSum,
                      t % 2 == 0);
@@ -169,6 +140,21 @@ TEST_P(UcxAllReduceTest, MillionPlusThreeElementsByRecursiveDoubling) {
   });
 }
 
+TEST_P(UcxAllReduceTest, MillionPlusThreeElements) {
+  CheckMillionPlusThree(GetParam(), UcxOptions{});
+}
+
+TEST_P(UcxAllReduceTest, MillionPlusThreeElementsOverTheRing) {
+  UcxOptions ring;
+  ring.use_shared_memory = false;
+  CheckMillionPlusThree(GetParam(), ring);
+  CheckMillionPlusThree(GetParam(), LinearOpening());  // the ring after the linear round
+}
+
+TEST_P(UcxAllReduceTest, MillionPlusThreeElementsByRecursiveDoubling) {
+  CheckMillionPlusThree(GetParam(), RecursiveDoublingOnly());
+}
+
 // Sums of floats that are not exact: every rank must still hold the same
 // bits (both partners of an exchange combine in the same order; in the
 // linear round rank 0 reduces and sends its bits).
@@ -177,25 +163,26 @@ TEST_P(UcxAllReduceTest, RecursiveDoublingGivesEveryRankTheSameBits) {
   constexpr size_t kCount = 3001;
   UcxOptions linear = LinearOpening();
   linear.linear_bytes = kCount * sizeof(float);
-  for (const UcxOptions& options : {RecursiveDoublingOnly(), linear})
-  RunRanks(world, options, [&](int rank, Communicator& comm) {
-    std::vector<float> x(kCount);
-    uint32_t state = 2654435761u * static_cast<uint32_t>(rank + 1);
-    for (float& v : x) {
-      state = state * 1664525u + 1013904223u;
-      v = static_cast<float>(state >> 8) * 1e-7f * ((state & 1) ? 1.0f : -3.0f);
-    }
-    ASSERT_TRUE(
-        AllReduceSync(comm, x.data(), x.data(), kCount, DataType::kFloat32, ReduceOp::kSum).ok());
-    std::vector<float> all(kCount * world);
-    auto w = comm.AllGather(x.data(), all.data(), kCount, DataType::kFloat32);
-    ASSERT_TRUE(w.ok()) << w.status();
-    ASSERT_TRUE((*w)->Wait().ok());
-    for (int r = 0; r < world; ++r) {
-      EXPECT_EQ(std::memcmp(all.data() + r * kCount, x.data(), kCount * sizeof(float)), 0)
-          << "rank " << rank << " and rank " << r << " differ";
-    }
-  });
+  for (const UcxOptions& options : {RecursiveDoublingOnly(), linear}) {
+    RunRanks(world, options, [&](int rank, Communicator& comm) {
+      std::vector<float> x(kCount);
+      uint32_t state = 2654435761u * static_cast<uint32_t>(rank + 1);
+      for (float& v : x) {
+        state = state * 1664525u + 1013904223u;
+        v = static_cast<float>(state >> 8) * 1e-7f * ((state & 1) ? 1.0f : -3.0f);
+      }
+      ASSERT_TRUE(
+          AllReduceSync(comm, x.data(), x.data(), kCount, DataType::kFloat32, ReduceOp::kSum).ok());
+      std::vector<float> all(kCount * world);
+      auto w = comm.AllGather(x.data(), all.data(), kCount, DataType::kFloat32);
+      ASSERT_TRUE(w.ok()) << w.status();
+      ASSERT_TRUE((*w)->Wait().ok());
+      for (int r = 0; r < world; ++r) {
+        EXPECT_EQ(std::memcmp(all.data() + r * kCount, x.data(), kCount * sizeof(float)), 0)
+            << "rank " << rank << " and rank " << r << " differ";
+      }
+    });
+  }
 }
 
 TEST(UcxCommunicatorTest, SixtyFourMegabytes) {
@@ -329,9 +316,9 @@ TEST_P(UcxAllReduceTest, OverMessagesAMismatchFailsEveryRankWithTheSameMessage) 
     UcxOptions::Opening opening;
     size_t common;  // what the other ranks call
   };
-  for (const Case c : {Case{UcxOptions::Opening::kRecursiveDoubling, 10},
-                       Case{UcxOptions::Opening::kLinear, 10},
-                       Case{UcxOptions::Opening::kLinear, 4000}}) {
+  for (const Case c :
+       {Case{UcxOptions::Opening::kRecursiveDoubling, 10}, Case{UcxOptions::Opening::kLinear, 10},
+        Case{UcxOptions::Opening::kLinear, 4000}}) {
     UcxOptions o;
     o.use_shared_memory = false;
     o.opening = c.opening;
