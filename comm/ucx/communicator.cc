@@ -944,10 +944,14 @@ absl::StatusOr<std::unique_ptr<Communicator>> CreateUcxCommunicator(
     return absl::InvalidArgumentError(absl::StrCat(
         "UCX small_message_bytes must be at most 64 MiB, got ", options.small_message_bytes));
   }
-  if (options.linear_bytes > (1u << 20)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("UCX linear_bytes must be at most 1 MiB (rank 0 stages a copy per rank), got ",
-                     options.linear_bytes));
+  // Rank 0 of the linear round stages a message from every rank.
+  constexpr size_t kLinearStagingLimit = size_t{256} << 20;
+  if (options.linear_bytes > (1u << 20) ||
+      (size > 1 && options.linear_bytes > kLinearStagingLimit / static_cast<size_t>(size - 1))) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "UCX linear_bytes must be at most 1 MiB and, times the ranks but one, at most 256 MiB "
+        "(rank 0 of the linear round stages a message from every rank); got ",
+        options.linear_bytes, " with ", size, " ranks"));
   }
   if (options.recursive_doubling_bytes > (64u << 20)) {
     return absl::InvalidArgumentError(

@@ -2,8 +2,10 @@
 #include "comm/ucx/descriptor_round.h"
 
 #include <cstring>
+#include <functional>
 #include <optional>
 
+#include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "comm/reduce.h"
@@ -86,6 +88,25 @@ absl::Status CheckCarried(size_t length, size_t bytes, int from, const Header& h
                                           " bytes of partial result for ", Describe(header)));
 }
 
+// Whether a rank that called `h` runs the descriptor round with the
+// linear round alongside (an AllReduce of more than `linear_bytes`, up to
+// the `max_carried_bytes` recursive doubling carries): such a rank finishes
+// the exchanges without rank 0's answer where every rank runs them.
+bool RunsAlongside(const Header& h, size_t linear_bytes, size_t max_carried_bytes) {
+  if (static_cast<CollectiveKind>(h.kind) != CollectiveKind::kAllReduce ||
+      h.type >= kNumDataTypes) {
+    return false;
+  }
+  const size_t size = DataTypeSize(static_cast<DataType>(h.type));
+  if (h.count > max_carried_bytes / size) return false;
+  return h.count * size > linear_bytes;
+}
+
+// A message slot of the linear round: a Verdict and `bytes` of payload,
+// rounded up to whole cache lines so that every rank's payload at rank 0
+// is aligned for any element type.
+size_t SlotBytes(size_t bytes) { return (sizeof(Verdict) + bytes + 63) / 64 * 64; }
+
 // One rank's side of the linear round (Note [Linear round]): rank 0
 // receives every rank's message and answers each; every other rank sends
 // its message and receives the answer. Posting, taking in and answering
@@ -139,6 +160,7 @@ class LinearSide {
       const absl::StatusOr<Verdict> theirs =
           ReceivedVerdict(message, q.length, next_, next_, next_);
       if (!theirs.ok()) return theirs.status();
+      if (alongside_ != nullptr && !alongside_(theirs->first)) all_alongside_ = false;
       const Verdict merged = Merge(verdict_, *theirs);
       if (carried_ != nullptr && Clean(merged)) {
         if (absl::Status c = CheckCarried(q.length, bytes_, next_, header_); !c.ok()) return c;
@@ -202,6 +224,13 @@ class LinearSide {
   }
 
   const Verdict& verdict() const { return verdict_; }
+  // Rank 0 beside the descriptor round: `alongside(h)` tells whether a rank
+  // that called h runs it too; all_alongside() whether every rank taken in
+  // so far does (rank 0 itself does).
+  void set_alongside(std::function<bool(const Header&)> alongside) {
+    alongside_ = std::move(alongside);
+  }
+  bool all_alongside() const { return all_alongside_; }
 
   // Hands back whatever is still posted (error paths; idempotent).
   void Release() {
@@ -226,6 +255,8 @@ class LinearSide {
   Verdict verdict_;
   int next_ = 1;  // rank 0: the next rank whose message to take in
   Pending answer_, sent_;
+  std::function<bool(const Header&)> alongside_;
+  bool all_alongside_ = true;
 };
 
 }  // namespace
@@ -267,8 +298,11 @@ absl::Status DescriptorRound(Channel& channel, const Header& header, const Carri
   // collective (a mismatch) before the exchanges could; status then says how.
   std::optional<LinearSide> side;
   if (linear_bytes >= 0) {
-    side.emplace(channel, header, sizeof(Verdict) + static_cast<size_t>(linear_bytes), nullptr, 0,
-                 nullptr, staging);
+    side.emplace(channel, header, SlotBytes(static_cast<size_t>(linear_bytes)), nullptr, 0, nullptr,
+                 staging);
+    side->set_alongside([&](const Header& h) {
+      return RunsAlongside(h, static_cast<size_t>(linear_bytes), max_carried_bytes);
+    });
     staging->out = v;
     side->Post(reinterpret_cast<const unsigned char*>(&staging->out), sizeof(Verdict));
   }
@@ -292,7 +326,9 @@ absl::Status DescriptorRound(Channel& channel, const Header& header, const Carri
     if (!settled_status.ok()) return true;
     if (!all) return false;
     judged = true;
-    if (Clean(side->verdict())) return false;
+    // Where every rank runs the exchanges they all finish them, with this
+    // verdict, and none waits for an answer (it would find no receive).
+    if (Clean(side->verdict()) || side->all_alongside()) return false;
     settled_status = side->Answer();
     if (settled_status.ok()) settled_status = VerdictStatus(side->verdict());
     return true;
@@ -302,7 +338,9 @@ absl::Status DescriptorRound(Channel& channel, const Header& header, const Carri
     while (side.has_value() && !q->done) {
       if (settled()) return settled_status;
       if (absl::Status s = channel.Progress(q->peer); !s.ok()) {
-        return absl::Status(s.code(), absl::StrCat(s.message(), " (", what, ")"));
+        // As Channel::Finish words it.
+        if (!absl::IsDeadlineExceeded(s)) return s;
+        return absl::DeadlineExceededError(absl::StrCat(s.message(), " (", what, ")"));
       }
     }
     return channel.Finish(q, what);
@@ -407,8 +445,7 @@ absl::Status LinearRound(Channel& channel, const Header& header, const Carried* 
   if (bytes > 0) std::memcpy(partial, carried->send, bytes);
   const Verdict mine{header, Header{}};
   std::memcpy(tx.data(), &mine, sizeof(mine));
-  LinearSide side(channel, header, sizeof(Verdict) + max_carried_bytes, carried, bytes, partial,
-                  staging);
+  LinearSide side(channel, header, SlotBytes(max_carried_bytes), carried, bytes, partial, staging);
   side.Post(tx.data(), sizeof(Verdict) + bytes);
   if (channel.rank() != 0) {
     if (absl::Status s = side.TakeAnswer(); !s.ok()) return s;

@@ -62,16 +62,17 @@
 // descriptor round, with the linear round's messages alongside, so that it
 // still opens like every other collective: every rank but 0 sends rank 0
 // its header and watches for an answer while it exchanges; rank 0 watches
-// for every rank's header. Where all ranks called the same thing the
-// exchanges finish, rank 0 sends no answer, and the linear messages cost
-// p-1 small sends off the critical path (each rank's receive of the answer
-// is cancelled). Where some rank called something the linear round opens
-// (a smaller AllReduce, a Broadcast), no rank can finish the exchanges,
-// which need every rank's message; rank 0 then has every header, judges
-// (in either round) and answers every rank with the world's verdict, and
-// every rank fails with that message, the one the round it ran would give.
-// A rank that finishes the exchanges (all called recursive doubling) fails
-// or succeeds on its own verdict, which is the same.
+// for every rank's header. Where every rank called an AllReduce in that
+// range (the same one, or a mismatch among them) the exchanges finish with
+// the verdict, rank 0 answers nothing, and the linear messages cost p-1
+// small sends off the critical path (each rank's receive of the answer is
+// cancelled). Where some rank called something the linear round opens (a
+// smaller AllReduce, a Broadcast), no rank can finish the exchanges, which
+// need every rank's message; rank 0 then has every header, judges and
+// answers every rank with the world's verdict, and every rank fails with
+// that message, the one either round would give.
+// Rank 0's receives are whole cache lines apart, so every payload it
+// reduces is aligned.
 #ifndef FUSEBOX_COMM_UCX_DESCRIPTOR_ROUND_H_
 #define FUSEBOX_COMM_UCX_DESCRIPTOR_ROUND_H_
 

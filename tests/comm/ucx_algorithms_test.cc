@@ -136,7 +136,7 @@ TEST(AlgorithmTableTest, OversubscribedHostsRaiseTheOneShotLimitOnlyWhereItPays)
 
 // Note [Linear round]: it opens collectives over messages where forced, or
 // by default where some machine runs more ranks than cores and the world
-// has more than 2 ranks; AllReduce up to linear_bytes rides in it, then
+// has at least kLinearMinRanks ranks; AllReduce up to linear_bytes rides in it, then
 // recursive doubling up to the carried limit, then the ring.
 TEST(AlgorithmTableTest, TheLinearRoundOpensWhereAMachineHasMoreRanksThanCores) {
   using Opening = UcxOptions::Opening;

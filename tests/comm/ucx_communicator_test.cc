@@ -155,6 +155,17 @@ TEST_P(UcxAllReduceTest, MillionPlusThreeElementsByRecursiveDoubling) {
   CheckMillionPlusThree(GetParam(), RecursiveDoublingOnly());
 }
 
+// Floats whose sums are not exact, different on every rank.
+std::vector<float> InexactInput(int rank, size_t count) {
+  std::vector<float> x(count);
+  uint32_t state = 2654435761u * static_cast<uint32_t>(rank + 1);
+  for (float& v : x) {
+    state = state * 1664525u + 1013904223u;
+    v = static_cast<float>(state >> 8) * 1e-7f * ((state & 1) ? 1.0f : -3.0f);
+  }
+  return x;
+}
+
 // Sums of floats that are not exact: every rank must still hold the same
 // bits (both partners of an exchange combine in the same order; in the
 // linear round rank 0 reduces and sends its bits).
@@ -165,12 +176,7 @@ TEST_P(UcxAllReduceTest, RecursiveDoublingGivesEveryRankTheSameBits) {
   linear.linear_bytes = kCount * sizeof(float);
   for (const UcxOptions& options : {RecursiveDoublingOnly(), linear}) {
     RunRanks(world, options, [&](int rank, Communicator& comm) {
-      std::vector<float> x(kCount);
-      uint32_t state = 2654435761u * static_cast<uint32_t>(rank + 1);
-      for (float& v : x) {
-        state = state * 1664525u + 1013904223u;
-        v = static_cast<float>(state >> 8) * 1e-7f * ((state & 1) ? 1.0f : -3.0f);
-      }
+      std::vector<float> x = InexactInput(rank, kCount);
       ASSERT_TRUE(
           AllReduceSync(comm, x.data(), x.data(), kCount, DataType::kFloat32, ReduceOp::kSum).ok());
       std::vector<float> all(kCount * world);
@@ -180,6 +186,16 @@ TEST_P(UcxAllReduceTest, RecursiveDoublingGivesEveryRankTheSameBits) {
       for (int r = 0; r < world; ++r) {
         EXPECT_EQ(std::memcmp(all.data() + r * kCount, x.data(), kCount * sizeof(float)), 0)
             << "rank " << rank << " and rank " << r << " differ";
+      }
+      // The linear round reduces at rank 0 in rank order: (x0 + x1) + x2 ...
+      if (options.opening == UcxOptions::Opening::kLinear) {
+        std::vector<float> want = InexactInput(0, kCount);
+        for (int r = 1; r < world; ++r) {
+          const std::vector<float> in = InexactInput(r, kCount);
+          for (size_t i = 0; i < kCount; ++i) want[i] += in[i];
+        }
+        EXPECT_EQ(std::memcmp(want.data(), x.data(), kCount * sizeof(float)), 0)
+            << "rank " << rank << ": not the sum in rank order";
       }
     });
   }
@@ -532,23 +548,27 @@ TEST(UcxCommunicatorTest, PeerThatLeavesFailsTheCollectiveOnEveryRank) {
 // `waits_name_it`: each survivor's own wait is on rank 1 (in the linear
 // round rank 2 waits for rank 0's answer, and only the post-mortem, which
 // rank 1 never answers, names it).
-void ExpectTimeoutNamesTheStalledRank(UcxOptions options, bool waits_name_it = true) {
+void ExpectTimeoutNamesTheStalledRank(UcxOptions options, bool waits_name_it = true,
+                                      size_t count = 1 << 18) {
   options.timeout = absl::Milliseconds(500);
   RunRanks(3, options, [&](int rank, Communicator& comm) {
     if (rank == 1) {
       absl::SleepFor(absl::Seconds(7));  // > timeout + grace (5 s)
       return;
     }
-    std::vector<float> x(1 << 18, 1.0f);
+    std::vector<float> x(count, 1.0f);
     const absl::Time start = absl::Now();
     absl::Status s =
         AllReduceSync(comm, x.data(), x.data(), x.size(), DataType::kFloat32, ReduceOp::kSum);
     const absl::Duration took = absl::Now() - start;
     EXPECT_TRUE(absl::IsDeadlineExceeded(s) || absl::IsAborted(s)) << s;
     const std::string m(s.message());
-    EXPECT_NE(m.find(absl::StrCat("rank ", rank, ": UCX AllReduce(count=262144")), std::string::npos)
+    EXPECT_NE(m.find(absl::StrCat("rank ", rank, ": UCX AllReduce(count=", count)),
+              std::string::npos)
         << m;
-    if (waits_name_it) EXPECT_NE(m.find("waiting for rank 1"), std::string::npos) << m;
+    if (waits_name_it) {
+      EXPECT_NE(m.find("waiting for rank 1"), std::string::npos) << m;
+    }
     EXPECT_NE(m.find("post-mortem: rank 1 did not report"), std::string::npos) << m;
     EXPECT_NE(m.find(absl::StrCat("rank ", 2 - rank, " reports: AllReduce")), std::string::npos)
         << m;
@@ -578,6 +598,8 @@ TEST(UcxCommunicatorTest, TimeoutUnderTheLinearRoundNamesTheStalledRankInThePost
   UcxOptions o = RingOnly();
   o.opening = UcxOptions::Opening::kLinear;
   ExpectTimeoutNamesTheStalledRank(o, /*waits_name_it=*/false);
+  // Recursive doubling with the linear round's messages alongside (16 KB).
+  ExpectTimeoutNamesTheStalledRank(LinearOpening(), /*waits_name_it=*/false, 4000);
 }
 
 // Note [Failure notices]: rank 1 of 3 stalls; rank 2 gives up after 500 ms
@@ -674,6 +696,13 @@ TEST(UcxCommunicatorTest, RejectsBadOptions) {
   o = UcxOptions{};
   o.small_message_bytes = 1u << 30;
   EXPECT_EQ(CreateUcxCommunicator(o, 0, 1, store).status().code(), absl::StatusCode::kInvalidArgument);
+  o = UcxOptions{};
+  o.linear_bytes = (1u << 20) + 1;
+  EXPECT_EQ(CreateUcxCommunicator(o, 0, 1, store).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  o.linear_bytes = 1u << 20;  // staged from 1023 ranks: more than 256 MiB
+  EXPECT_EQ(CreateUcxCommunicator(o, 0, 1024, store).status().code(),
+            absl::StatusCode::kInvalidArgument);
   o = UcxOptions{};
   o.recursive_doubling_bytes = (64u << 20) + 1;
   EXPECT_EQ(CreateUcxCommunicator(o, 0, 1, store).status().code(),
