@@ -60,6 +60,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -316,11 +317,10 @@ absl::Status UcxCommunicator::Init(Store& store) {
 
   // Ranks on rank r's machine: those with its boot id, or all where it is
   // unknown. Every rank computes the same for every rank.
+  absl::flat_hash_map<std::string, int> ranks_on;
+  for (const std::string& m : machines) ++ranks_on[m];
   const auto oversubscribed_at = [&](int r) {
-    const int here =
-        machines[r].empty()
-            ? size_
-            : static_cast<int>(std::count(machines.begin(), machines.end(), machines[r]));
+    const int here = machines[r].empty() ? size_ : ranks_on[machines[r]];
     return static_cast<unsigned>(here) > machine_cores[r];
   };
   const bool oversubscribed = oversubscribed_at(rank_);
