@@ -38,6 +38,18 @@ struct UcxOptions {
   // shortened 4 KiB at 2 and 4 hosts and changed nothing at 8
   // (docs/allreduce/20261126-emulated-rd-1gbit).
   size_t recursive_doubling_bytes = 64 << 10;
+  // AllReduce over messages above recursive_doubling_bytes, up to this many
+  // bytes, runs Rabenseifner's algorithm inside the descriptor round where
+  // the world is a power of two of at least 4 ranks: a reduce-scatter by
+  // recursive halving whose messages carry the descriptors, then an
+  // allgather by recursive doubling (Note [Rabenseifner] in
+  // comm/ucx/descriptor_round.h). It moves what the ring moves, 2(p-1)/p of
+  // the data per rank, in 2 log2(p) rounds of latency instead of 2(p-1),
+  // where recursive doubling moves log2(p) times all of it. Above it (or
+  // where p is not a power of two, whose extra ranks would hand the whole
+  // vector over and back) the ring. 0 turns it off; every rank's staging
+  // then holds this many bytes, three times over (at most 64 MiB).
+  size_t rabenseifner_bytes = 4 << 20;
   // How collectives over messages open (Note [Linear round] in
   // comm/ucx/descriptor_round.h). kRecursiveDoubling: the descriptor round,
   // log2(p) rounds of latency in p log2 p messages. kLinear: every rank's

@@ -72,7 +72,13 @@ ABSL_FLAG(std::string, ucx_shm_chunk, "128K",
 ABSL_FLAG(std::string, ucx_recursive_doubling, "64K",
           "ucx backend: AllReduce over messages (no shared memory: across hosts) up to this "
           "size (or --ucx_small, if larger) runs recursive doubling inside the round that "
-          "compares the ranks' descriptors; above it the ring");
+          "compares the ranks' descriptors; above it Rabenseifner (--ucx_rabenseifner) or the "
+          "ring");
+ABSL_FLAG(std::string, ucx_rabenseifner, "4M",
+          "ucx backend: where the world is a power of two of at least 4 ranks, AllReduce over "
+          "messages above --ucx_recursive_doubling up to this size runs Rabenseifner's "
+          "algorithm (reduce-scatter by recursive halving carrying the descriptors, then "
+          "allgather by recursive doubling); above it the ring. 0: off (at most 64M)");
 ABSL_FLAG(std::string, ucx_opening, "auto",
           "ucx backend, over messages: how collectives open. rd: the descriptors compared by "
           "recursive doubling; linear: every descriptor to rank 0 and the verdict back "
@@ -247,6 +253,9 @@ absl::StatusOr<comm::BackendOptions> BackendOptionsFromFlags() {
   auto rd = ParseBytes(absl::GetFlag(FLAGS_ucx_recursive_doubling));
   if (!rd.ok()) return rd.status();
   b.ucx.recursive_doubling_bytes = *rd;
+  auto rab = ParseBytes(absl::GetFlag(FLAGS_ucx_rabenseifner));
+  if (!rab.ok()) return rab.status();
+  b.ucx.rabenseifner_bytes = *rab;
   const std::string opening = absl::GetFlag(FLAGS_ucx_opening);
   if (opening == "auto") {
     b.ucx.opening = comm::UcxOptions::Opening::kAuto;
@@ -317,7 +326,8 @@ int WithCommunicator(
             ? absl::StrCat(", UCX transports ", u.transports, ", shared memory ",
                            u.use_shared_memory ? "on" : "off", ", chunk ", u.chunk_bytes,
                            " B, small messages <= ", u.small_message_bytes,
-                           " B, recursive doubling <= ", u.recursive_doubling_bytes, " B, opening ",
+                           " B, recursive doubling <= ", u.recursive_doubling_bytes,
+                           " B, Rabenseifner <= ", u.rabenseifner_bytes, " B, opening ",
                            absl::GetFlag(FLAGS_ucx_opening), ", linear <= ", u.linear_bytes,
                            " B, spin ", absl::FormatDuration(u.progress_spin))
             : ""));

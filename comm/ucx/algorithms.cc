@@ -16,8 +16,8 @@ const char* AlgorithmName(Algorithm a) {
     case Algorithm::kShmAllReduce: return "shm-allreduce";
     case Algorithm::kRingAllReduce: return "ring-allreduce";
     case Algorithm::kRecursiveDoublingAllReduce: return "recursive-doubling";
-    case Algorithm::kLinearAllReduce:
-      return "linear";
+    case Algorithm::kLinearAllReduce: return "linear";
+    case Algorithm::kRabenseifnerAllReduce: return "rabenseifner";
     case Algorithm::kChainBroadcast: return "chain-broadcast";
     case Algorithm::kRingAllGather: return "ring-allgather";
   }
@@ -38,8 +38,16 @@ AlgorithmTable BuildAlgorithmTable(const AlgorithmInputs& in) {
   t.small_bytes_ = SmallMessageBytes(in);
   const Kind kinds[] = {Kind::kAllReduce, Kind::kBroadcast, Kind::kAllGather, Kind::kBarrier};
   const bool messages = in.world > 1 && !in.shm_exchange;  // the descriptor round opens
+  size_t rabenseifner_from = 0;  // recursive doubling up to it, Rabenseifner above
   if (messages) {
     t.carried_bytes_ = std::max(t.small_bytes_, in.recursive_doubling_bytes);
+    rabenseifner_from = t.carried_bytes_;
+    // Rabenseifner where every rank exchanges (p a power of two) and halving
+    // saves bytes (recursive doubling moves log2(p) copies: 1 at p = 2).
+    const bool power_of_two = (in.world & (in.world - 1)) == 0;
+    if (power_of_two && in.world >= 4) {
+      t.carried_bytes_ = std::max(t.carried_bytes_, in.rabenseifner_bytes);
+    }
     using Opening = UcxOptions::Opening;
     t.linear_ =
         in.opening == Opening::kLinear ||
@@ -56,8 +64,11 @@ AlgorithmTable BuildAlgorithmTable(const AlgorithmInputs& in) {
       switch (kind) {
         case Kind::kAllReduce:
           if (t.linear_) r.push_back({t.linear_bytes_, Algorithm::kLinearAllReduce});
-          if (!t.linear_ || t.carried_bytes_ > t.linear_bytes_) {
-            r.push_back({t.carried_bytes_, Algorithm::kRecursiveDoublingAllReduce});
+          if (!t.linear_ || rabenseifner_from > t.linear_bytes_) {
+            r.push_back({rabenseifner_from, Algorithm::kRecursiveDoublingAllReduce});
+          }
+          if (t.carried_bytes_ > r.back().max_bytes) {
+            r.push_back({t.carried_bytes_, Algorithm::kRabenseifnerAllReduce});
           }
           if (r.back().max_bytes < SIZE_MAX) {
             r.push_back({SIZE_MAX,

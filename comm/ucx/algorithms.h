@@ -35,6 +35,10 @@
 //   recursive_doubling_bytes): recursive doubling inside the descriptor
 //   round, log2(p) rounds (two more where p is not a power of two) where
 //   the ring needs 2(p-1), each a round trip of latency across hosts.
+//   Where the world is a power of two of at least 4 ranks, AllReduce above
+//   that up to rabenseifner_bytes: Rabenseifner's algorithm inside the
+//   descriptor round (Note [Rabenseifner] in descriptor_round.h), the
+//   ring's bytes in 2 log2(p) rounds instead of 2(p-1).
 //   Above it the ring, which moves 2(p-1)/p of the data per rank where
 //   recursive doubling moves log2(p) times all of it (or the shared-memory
 //   allreduce, where every rank mapped every segment but the mailboxes
@@ -44,8 +48,8 @@
 // default where some machine runs more ranks than it has cores and the
 // world has at least kLinearMinRanks ranks; Note [Linear round]):
 // * AllReduce up to linear_bytes: inside the linear round (kLinearAllReduce);
-//   above it up to carried_bytes recursive doubling inside a descriptor
-//   round that follows the linear one, then the ring. The rest as above.
+//   above it recursive doubling (and Rabenseifner) inside the descriptor
+//   round with the linear round alongside, then the ring. The rest as above.
 #ifndef FUSEBOX_COMM_UCX_ALGORITHMS_H_
 #define FUSEBOX_COMM_UCX_ALGORITHMS_H_
 
@@ -71,6 +75,7 @@ enum class Algorithm : uint8_t {
   kRingAllReduce,               // ring reduce-scatter + allgather, pipelined in chunks
   kRecursiveDoublingAllReduce,  // inside the descriptor round (descriptor_round.h)
   kLinearAllReduce,             // inside the linear round (descriptor_round.h)
+  kRabenseifnerAllReduce,       // recursive halving + doubling in the descriptor round
   kChainBroadcast,              // pipelined chain from the root
   kRingAllGather,
 };
@@ -98,6 +103,7 @@ struct AlgorithmInputs {
   unsigned cores = 1;               // on this host
   size_t small_message_bytes = 0;   // UcxOptions::small_message_bytes
   size_t recursive_doubling_bytes = 0;  // UcxOptions::recursive_doubling_bytes
+  size_t rabenseifner_bytes = 0;        // UcxOptions::rabenseifner_bytes
   bool shm_exchange = false;        // the header round goes through shared memory
   bool shm_allreduce = false;       // every rank mapped every segment
   UcxOptions::Opening opening = UcxOptions::Opening::kAuto;  // UcxOptions::opening
@@ -120,7 +126,8 @@ class AlgorithmTable {
   const std::vector<Range>& ranges(Kind kind) const;
   size_t small_bytes() const { return small_bytes_; }
   // The largest AllReduce the descriptor round carries (Note [Descriptor
-  // round] in descriptor_round.h); 0 where the header round opens instead.
+  // round] in descriptor_round.h), by recursive doubling or Rabenseifner;
+  // 0 where the header round opens instead.
   size_t carried_bytes() const { return carried_bytes_; }
   // Whether the linear round opens collectives instead of the descriptor
   // round (Note [Linear round]), and the largest AllReduce it carries.

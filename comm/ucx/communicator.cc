@@ -22,7 +22,9 @@
 //   descriptor_round.h): the headers compared by recursive doubling,
 //   about p log2(p) messages instead of p(p-1), carrying AllReduce up to
 //   max(small_message_bytes, recursive_doubling_bytes) in the same
-//   messages (Note [Algorithm table]). Where some machine runs more ranks
+//   messages, and above that up to rabenseifner_bytes as a reduce-scatter
+//   in the same exchanges followed by an allgather (Note [Rabenseifner];
+//   worlds of a power of two >= 4 ranks; Note [Algorithm table]). Where some machine runs more ranks
 //   than cores, the linear round instead (Note [Linear round]): every
 //   header to rank 0 and its verdict back, 2(p-1) messages.
 // Larger AllReduce over messages runs a ring reduce-scatter + allgather,
@@ -266,6 +268,7 @@ absl::Status UcxCommunicator::Init(Store& store) {
   const std::string settings_text = absl::StrCat(
       "small_message_bytes=", options_.small_message_bytes,
       " recursive_doubling_bytes=", options_.recursive_doubling_bytes,
+      " rabenseifner_bytes=", options_.rabenseifner_bytes,
       " chunk_bytes=", options_.chunk_bytes, " use_shared_memory=", options_.use_shared_memory,
       " shm_chunk_bytes=", options_.shm_chunk_bytes, " transports=", options_.transports,
       " detect_peer_failure=", options_.detect_peer_failure,
@@ -347,6 +350,7 @@ absl::Status UcxCommunicator::Init(Store& store) {
   inputs.cores = cores;
   inputs.small_message_bytes = options_.small_message_bytes;
   inputs.recursive_doubling_bytes = options_.recursive_doubling_bytes;
+  inputs.rabenseifner_bytes = options_.rabenseifner_bytes;
   inputs.opening = options_.opening;
   inputs.linear_bytes = options_.linear_bytes;
   inputs.machine_oversubscribed = any_oversubscribed;
@@ -491,8 +495,10 @@ absl::Status UcxCommunicator::Run(const Request& req) {
     // Where ranks outnumber cores, the linear round instead (Note [Linear
     // round]), or for AllReduce that recursive doubling carries, the
     // descriptor round with the linear round's messages alongside.
-    const ucx::Carried carried{req.send, req.recv};
-    const bool recursive_doubling = algorithm == Algorithm::kRecursiveDoublingAllReduce;
+    const bool halving = algorithm == Algorithm::kRabenseifnerAllReduce;
+    const ucx::Carried carried{req.send, req.recv, halving};
+    const bool recursive_doubling =
+        algorithm == Algorithm::kRecursiveDoublingAllReduce || halving;
     if (algorithms_.linear() && !recursive_doubling) {
       const bool carries = algorithm == Algorithm::kLinearAllReduce;
       if (absl::Status s = ucx::LinearRound(channel_, h, carries ? &carried : nullptr,
@@ -549,6 +555,7 @@ absl::Status UcxCommunicator::Run(const Request& req) {
     case Algorithm::kRingAllReduce:
       return RingAllReduce(req);
     case Algorithm::kRecursiveDoublingAllReduce:  // done in the descriptor round
+    case Algorithm::kRabenseifnerAllReduce:       // done in the descriptor round
     case Algorithm::kLinearAllReduce:             // done in the linear round
       return absl::OkStatus();
     case Algorithm::kChainBroadcast:
@@ -957,6 +964,10 @@ absl::StatusOr<std::unique_ptr<Communicator>> CreateUcxCommunicator(
     return absl::InvalidArgumentError(
         absl::StrCat("UCX recursive_doubling_bytes must be at most 64 MiB, got ",
                      options.recursive_doubling_bytes));
+  }
+  if (options.rabenseifner_bytes > (64u << 20)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "UCX rabenseifner_bytes must be at most 64 MiB, got ", options.rabenseifner_bytes));
   }
   if (absl::Status s = ValidateCollectiveTimeout("UCX", options.timeout); !s.ok()) return s;
   if (size > ucx::kMaxWorld) {

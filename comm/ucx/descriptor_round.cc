@@ -386,6 +386,97 @@ absl::Status DescriptorRound(Channel& channel, const Header& header, const Carri
     return absl::OkStatus();
   };
 
+  // Note [Rabenseifner]: the exchanges as a reduce-scatter by recursive
+  // halving, then, while clean, the allgather by recursive doubling.
+  // Segments are in elements; seg[k] is this rank's before exchange k.
+  const size_t esz = DataTypeSize(type);
+  const bool halving = carried != nullptr && carried->halving && bytes > 0;
+  const auto halve = [&](int me) -> absl::Status {
+    struct Segment {
+      size_t lo, hi;
+    };
+    Segment seg[32];
+    size_t lo = 0, hi = header.count;
+    std::vector<unsigned char>& half = staging->half;
+    for (int k = 0; k < layout.rounds; ++k) {
+      const int other = me ^ (1 << k);
+      const int base = other & ~((1 << k) - 1);
+      const bool lower_peer = other < me;  // the peer keeps the lower half
+      const size_t mid = lo + (hi - lo) / 2;
+      const Segment keep = lower_peer ? Segment{mid, hi} : Segment{lo, mid};
+      const Segment give = lower_peer ? Segment{lo, mid} : Segment{mid, hi};
+      seg[k] = {lo, hi};
+      const size_t give_bytes = Clean(v) ? (give.hi - give.lo) * esz : 0;
+      if (half.size() < sizeof(Verdict) + give_bytes) half.resize(sizeof(Verdict) + give_bytes);
+      std::memcpy(half.data(), &v, sizeof(v));
+      if (give_bytes > 0) {
+        std::memcpy(half.data() + sizeof(Verdict), partial + give.lo * esz, give_bytes);
+      }
+      const int peer = layout.Real(other);
+      const ucp_tag_t tag = MakeTag(header.seq, 0, 1 + k);
+      Pending r, s;
+      channel.PostRecv(peer, rx.data(), rx.size(), tag, &r);
+      channel.PostSend(peer, half.data(), sizeof(Verdict) + give_bytes, tag, &s);
+      absl::Status status = finish(&r, "descriptor receive");
+      if (status.ok()) status = finish(&s, "descriptor send");
+      if (!status.ok()) {
+        channel.Release(&r, /*is_recv=*/true);
+        channel.Release(&s, /*is_recv=*/false);
+        return status;
+      }
+      const absl::StatusOr<Verdict> theirs = ReceivedVerdict(
+          rx.data(), r.length, layout.Lo(base), layout.Hi(base + (1 << k) - 1), peer);
+      if (!theirs.ok()) return theirs.status();
+      const Verdict merged = lower_peer ? Merge(*theirs, v) : Merge(v, *theirs);
+      if (Clean(merged)) {
+        const size_t keep_count = keep.hi - keep.lo;
+        if (absl::Status c = CheckCarried(r.length, keep_count * esz, peer, header); !c.ok()) {
+          return c;
+        }
+        const unsigned char* other_half = rx.data() + sizeof(Verdict);
+        unsigned char* mine = partial + keep.lo * esz;
+        if (keep_count > 0) {
+          if (lower_peer) {
+            Reduce(other_half, mine, mine, keep_count, type, op);
+          } else {
+            Reduce(mine, other_half, mine, keep_count, type, op);
+          }
+        }
+      }
+      v = merged;
+      lo = keep.lo;
+      hi = keep.hi;
+    }
+    if (!Clean(v)) return absl::OkStatus();
+    if (op == ReduceOp::kAvg && hi > lo) FinishAvg(partial + lo * esz, hi - lo, type, layout.p);
+    for (int k = layout.rounds - 1; k >= 0; --k) {
+      const int peer = layout.Real(me ^ (1 << k));
+      const size_t mid = seg[k].lo + (seg[k].hi - seg[k].lo) / 2;
+      const bool kept_lower = ((me >> k) & 1) == 0;
+      const Segment theirs = kept_lower ? Segment{mid, seg[k].hi} : Segment{seg[k].lo, mid};
+      const size_t in = (theirs.hi - theirs.lo) * esz, out = (hi - lo) * esz;
+      const ucp_tag_t tag = MakeTag(header.seq, 0, layout.rounds + 2 + k);
+      Pending r, s;
+      if (in > 0) channel.PostRecv(peer, partial + theirs.lo * esz, in, tag, &r);
+      if (out > 0) channel.PostSend(peer, partial + lo * esz, out, tag, &s);
+      absl::Status status;
+      if (in > 0) status = finish(&r, "allgather receive");
+      if (status.ok() && out > 0) status = finish(&s, "allgather send");
+      if (!status.ok()) {
+        channel.Release(&r, /*is_recv=*/true);
+        channel.Release(&s, /*is_recv=*/false);
+        return status;
+      }
+      if (in > 0 && r.length != in) {
+        return absl::DataLossError(absl::StrCat("rank ", peer, " sent ", r.length, " bytes of ",
+                                                in, " in the allgather of ", Describe(header)));
+      }
+      lo = seg[k].lo;
+      hi = seg[k].hi;
+    }
+    return absl::OkStatus();
+  };
+
   const int p = layout.p;
   const bool paired = rank < 2 * layout.extra;
   const bool sits_out = paired && rank % 2 == 0;
@@ -394,7 +485,10 @@ absl::Status DescriptorRound(Channel& channel, const Header& header, const Carri
                               : step(rank - 1, 0, false, Take::kMergeLower, rank - 1, rank - 1);
     if (!s.ok()) return s;
   }
-  if (!sits_out) {
+  if (!sits_out && halving) {
+    const int me = paired ? rank / 2 : rank - layout.extra;
+    if (absl::Status s = halve(me); !s.ok()) return s;
+  } else if (!sits_out) {
     const int me = paired ? rank / 2 : rank - layout.extra;
     for (int k = 0; k < layout.rounds; ++k) {
       const int other = me ^ (1 << k);

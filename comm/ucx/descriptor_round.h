@@ -73,6 +73,28 @@
 // that message, the one either round would give.
 // Rank 0's receives are whole cache lines apart, so every payload it
 // reduces is aligned.
+//
+// Note [Rabenseifner]
+// Recursive doubling sends every rank's whole partial in each of its
+// log2(q) exchanges; above a few tens of KiB across hosts the bytes cost
+// more than the rounds. There (Carried::halving; the table's range, where
+// p is a power of two) the same exchanges run a reduce-scatter by
+// recursive halving: in exchange k the partners (virtual ranks that differ
+// in bit k, and so hold the same segment) split their segment in two, the
+// lower rank keeping the lower half; each sends the half it gives up
+// behind its verdict and combines the half it keeps, the lower block's
+// partial first. After log2(q) exchanges each rank holds 1/q of the result
+// and, as before, the world's verdict. While clean, an allgather by
+// recursive doubling (index log2(q) + 2 + k, the exchanges in reverse)
+// sends each rank's segment to the partner of each exchange, doubling it,
+// with no verdict (every rank holds the same). Every element is combined
+// by the tree recursive doubling uses (block 2^k with block 2^k in rank
+// order), once, so the bits are recursive doubling's and every rank's are
+// the same. 2(q-1)/q of the data leaves each rank in 2 log2(q) rounds.
+// A mismatch is judged as in recursive doubling: the verdicts ride in the
+// same exchanges, a clean merge means the partners split the same count,
+// and a dirty one ends the data (every rank then skips the allgather, as
+// every rank holds the same verdict).
 #ifndef FUSEBOX_COMM_UCX_DESCRIPTOR_ROUND_H_
 #define FUSEBOX_COMM_UCX_DESCRIPTOR_ROUND_H_
 
@@ -105,12 +127,14 @@ absl::Status VerdictStatus(const Verdict& v);
 struct Carried {
   const void* send = nullptr;
   void* recv = nullptr;  // may equal send (in place); written only after a clean round
+  bool halving = false;  // Note [Rabenseifner]: reduce-scatter in the exchanges, then allgather
 };
 
 // Buffers of the round, kept across collectives.
 struct DescriptorStaging {
   std::vector<unsigned char> tx;  // Verdict + this rank's partial
   std::vector<unsigned char> rx;  // Verdict + the largest partial a peer may carry
+  std::vector<unsigned char> half;  // Rabenseifner: Verdict + the half this rank gives up
   // The linear round's (Note [Linear round]): rank 0's receives of every
   // rank's message, or another rank's receive of the answer; their
   // requests; and the verdict this rank sends.

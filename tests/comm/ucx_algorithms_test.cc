@@ -35,13 +35,14 @@ AlgorithmInputs Inputs(int world, unsigned cores, size_t option, bool exchange, 
 }
 
 TEST(AlgorithmTableTest, EveryKindsRangesAscendAndEndAtTheLargestSize) {
-  for (int world : {1, 2, 3, 8, 9}) {
+  for (int world : {1, 2, 3, 4, 8, 9}) {
     for (unsigned cores : {1u, 2u, 16u}) {
       for (size_t option : {size_t{0}, size_t{4096}, size_t{1} << 20}) {
         for (bool exchange : {false, true}) {
           for (bool shm : {false, true}) {
             for (bool linear : {false, true}) {
               AlgorithmInputs in = Inputs(world, cores, option, exchange, shm);
+              in.rabenseifner_bytes = option * 3;  // below, at or above the others
               if (linear) {
                 in.opening = UcxOptions::Opening::kLinear;
                 in.linear_bytes = option / 2;
@@ -182,6 +183,46 @@ TEST(AlgorithmTableTest, TheLinearRoundOpensWhereAMachineHasMoreRanksThanCores) 
   ASSERT_EQ(w.ranges(Kind::kAllReduce).size(), 2u);
   EXPECT_EQ(w.Select(Kind::kAllReduce, wide.linear_bytes), Algorithm::kLinearAllReduce);
   EXPECT_EQ(w.Select(Kind::kAllReduce, wide.linear_bytes + 1), Algorithm::kRingAllReduce);
+}
+
+TEST(AlgorithmTableTest, RabenseifnerTakesTheMiddleSizesWhereTheWorldIsAPowerOfTwo) {
+  constexpr size_t kRabenseifner = size_t{4} << 20;
+  for (int world : {2, 3, 4, 5, 6, 8, 12, 16}) {
+    for (bool linear : {false, true}) {
+      AlgorithmInputs in = Inputs(world, 64, 4096, /*exchange=*/false, /*shm=*/false);
+      in.rabenseifner_bytes = kRabenseifner;
+      if (linear) {
+        in.opening = UcxOptions::Opening::kLinear;
+        in.linear_bytes = 4096;
+      }
+      const AlgorithmTable t = BuildAlgorithmTable(in);
+      const bool halving = world >= 4 && (world & (world - 1)) == 0;
+      SCOPED_TRACE(absl::StrCat("world ", world, linear ? " linear" : ""));
+      EXPECT_EQ(t.Select(Kind::kAllReduce, 4096), linear ? Algorithm::kLinearAllReduce
+                                                         : Algorithm::kRecursiveDoublingAllReduce);
+      EXPECT_EQ(t.Select(Kind::kAllReduce, kDefaultRecursiveDoubling),
+                Algorithm::kRecursiveDoublingAllReduce);
+      EXPECT_EQ(t.Select(Kind::kAllReduce, kDefaultRecursiveDoubling + 1),
+                halving ? Algorithm::kRabenseifnerAllReduce : Algorithm::kRingAllReduce);
+      EXPECT_EQ(t.Select(Kind::kAllReduce, kRabenseifner),
+                halving ? Algorithm::kRabenseifnerAllReduce : Algorithm::kRingAllReduce);
+      EXPECT_EQ(t.Select(Kind::kAllReduce, kRabenseifner + 1), Algorithm::kRingAllReduce);
+      // The staging and the linear round's watch cover what Rabenseifner carries.
+      EXPECT_EQ(t.carried_bytes(), halving ? kRabenseifner : kDefaultRecursiveDoubling);
+    }
+  }
+  // Off (0), or not above recursive doubling's range: none.
+  AlgorithmInputs off = Inputs(8, 64, 4096, false, false);
+  off.rabenseifner_bytes = 0;
+  EXPECT_EQ(BuildAlgorithmTable(off).Select(Kind::kAllReduce, kDefaultRecursiveDoubling + 1),
+            Algorithm::kRingAllReduce);
+  off.rabenseifner_bytes = kDefaultRecursiveDoubling;
+  EXPECT_EQ(BuildAlgorithmTable(off).carried_bytes(), kDefaultRecursiveDoubling);
+  // One host's shared-memory exchange has its own allreduce.
+  AlgorithmInputs shm = Inputs(8, 64, 4096, true, true);
+  shm.rabenseifner_bytes = kRabenseifner;
+  EXPECT_EQ(BuildAlgorithmTable(shm).Select(Kind::kAllReduce, kDefaultRecursiveDoubling + 1),
+            Algorithm::kShmAllReduce);
 }
 
 TEST(AlgorithmTableTest, DescribeNamesEveryRange) {

@@ -60,6 +60,19 @@ UcxOptions RecursiveDoublingOnly() {
   return o;
 }
 
+// Rabenseifner for every AllReduce where the world is a power of two of at
+// least 4 ranks (Note [Rabenseifner]): counts below the world leave some
+// segments empty. Other worlds run the ring.
+UcxOptions RabenseifnerOnly() {
+  UcxOptions o;
+  o.small_message_bytes = 0;
+  o.recursive_doubling_bytes = 0;
+  o.rabenseifner_bytes = 64 << 20;
+  o.use_shared_memory = false;
+  o.opening = UcxOptions::Opening::kRecursiveDoubling;
+  return o;
+}
+
 // The linear round opening every collective, as where a machine runs more
 // ranks than cores (Note [Linear round]): AllReduce up to 4 KiB inside it,
 // larger recursive doubling with the linear round's messages alongside.
@@ -106,7 +119,8 @@ class UcxAllReduceTest : public ::testing::TestWithParam<int> {};
 TEST_P(UcxAllReduceTest, EveryTypeAndOpSmallSizes) {
   const int world = GetParam();
   for (const UcxOptions& options :
-       {UcxOptions{}, RingOnly(), ShmOnly(), RecursiveDoublingOnly(), LinearOpening()}) {
+       {UcxOptions{}, RingOnly(), ShmOnly(), RecursiveDoublingOnly(), RabenseifnerOnly(),
+        LinearOpening()}) {
     RunRanks(world, options, [&](int rank, Communicator& comm) {
       // 4096 and 4097 doubles lie either side of the 32 KiB that ride in the
       // shared-memory exchange where ranks outnumber cores.
@@ -155,6 +169,14 @@ TEST_P(UcxAllReduceTest, MillionPlusThreeElementsByRecursiveDoubling) {
   CheckMillionPlusThree(GetParam(), RecursiveDoublingOnly());
 }
 
+TEST_P(UcxAllReduceTest, MillionPlusThreeElementsByRabenseifner) {
+  CheckMillionPlusThree(GetParam(), RabenseifnerOnly());
+  // Beside the linear round: its messages alongside the halving exchanges.
+  UcxOptions linear = LinearOpening();
+  linear.rabenseifner_bytes = 64 << 20;
+  CheckMillionPlusThree(GetParam(), linear);
+}
+
 // Floats whose sums are not exact, different on every rank.
 std::vector<float> InexactInput(int rank, size_t count) {
   std::vector<float> x(count);
@@ -174,7 +196,7 @@ TEST_P(UcxAllReduceTest, RecursiveDoublingGivesEveryRankTheSameBits) {
   constexpr size_t kCount = 3001;
   UcxOptions linear = LinearOpening();
   linear.linear_bytes = kCount * sizeof(float);
-  for (const UcxOptions& options : {RecursiveDoublingOnly(), linear}) {
+  for (const UcxOptions& options : {RecursiveDoublingOnly(), RabenseifnerOnly(), linear}) {
     RunRanks(world, options, [&](int rank, Communicator& comm) {
       std::vector<float> x = InexactInput(rank, kCount);
       ASSERT_TRUE(
@@ -198,6 +220,42 @@ TEST_P(UcxAllReduceTest, RecursiveDoublingGivesEveryRankTheSameBits) {
             << "rank " << rank << ": not the sum in rank order";
       }
     });
+  }
+}
+
+// Rabenseifner combines every element by recursive doubling's tree (block
+// 2^k with block 2^k, the lower first), once: on sums that are not exact it
+// must give recursive doubling's bits, in every segment of an uneven split.
+TEST(UcxCommunicatorTest, RabenseifnerGivesRecursiveDoublingsBits) {
+  for (int world : {4, 8}) {
+    for (size_t count : {size_t{7}, size_t{30011}}) {
+      std::vector<std::vector<float>> by_doubling(world), by_halving(world);
+      for (const bool halving : {false, true}) {
+        RunRanks(world, halving ? RabenseifnerOnly() : RecursiveDoublingOnly(),
+                 [&](int rank, Communicator& comm) {
+                   std::vector<float> x = InexactInput(rank, count);
+                   ASSERT_TRUE(AllReduceSync(comm, x.data(), x.data(), count, DataType::kFloat32,
+                                             ReduceOp::kSum)
+                                   .ok());
+                   (halving ? by_halving : by_doubling)[rank] = std::move(x);
+                 });
+      }
+      // The tree itself, computed here: what both must give.
+      std::vector<std::vector<float>> block(world);
+      for (int r = 0; r < world; ++r) block[r] = InexactInput(r, count);
+      for (int width = 1; width < world; width *= 2) {
+        for (int lo = 0; lo < world; lo += 2 * width) {
+          for (size_t i = 0; i < count; ++i) block[lo][i] += block[lo + width][i];
+        }
+      }
+      for (int r = 0; r < world; ++r) {
+        ASSERT_EQ(by_halving[r].size(), count);
+        EXPECT_EQ(std::memcmp(by_halving[r].data(), block[0].data(), count * sizeof(float)), 0)
+            << "world " << world << " count " << count << " rank " << r << ": Rabenseifner";
+        EXPECT_EQ(std::memcmp(by_doubling[r].data(), block[0].data(), count * sizeof(float)), 0)
+            << "world " << world << " count " << count << " rank " << r << ": doubling";
+      }
+    }
   }
 }
 
@@ -326,26 +384,40 @@ TEST_P(UcxAllReduceTest, BlockingFormsAreExactAndFinishAfterCallsIssuedBeforeThe
 TEST_P(UcxAllReduceTest, OverMessagesAMismatchFailsEveryRankWithTheSameMessage) {
   const int world = GetParam();
   if (world < 2) GTEST_SKIP() << "a mismatch needs two ranks";
-  enum Odd { kLinearCount, kRecursiveDoublingCount, kRingCount, kBarrier, kBroadcast };
-  const size_t kOddCounts[] = {100, 5000, 200000, 0, 0};
+  enum Odd {
+    kLinearCount,
+    kRecursiveDoublingCount,
+    kRabenseifnerCount,  // the ring where the world is not a power of two
+    kRingCount,
+    kBarrier,
+    kBroadcast
+  };
+  const size_t kOddCounts[] = {100, 5000, 100000, 2000000, 0, 0};
   struct Case {
     UcxOptions::Opening opening;
     size_t common;  // what the other ranks call
   };
   for (const Case c :
        {Case{UcxOptions::Opening::kRecursiveDoubling, 10}, Case{UcxOptions::Opening::kLinear, 10},
-        Case{UcxOptions::Opening::kLinear, 4000}}) {
+        Case{UcxOptions::Opening::kLinear, 4000},
+        Case{UcxOptions::Opening::kRecursiveDoubling, 30000},
+        Case{UcxOptions::Opening::kLinear, 30000}}) {
     UcxOptions o;
     o.use_shared_memory = false;
     o.opening = c.opening;
     o.linear_bytes = 4 << 10;  // 10 floats ride in the linear round, 4000 do not
+    // 30000 floats (120 KB) run Rabenseifner where the world is a power of
+    // two of 4 or more; 2000000 (8 MB) the ring.
+    o.recursive_doubling_bytes = 64 << 10;
+    o.rabenseifner_bytes = 4 << 20;
     // TCP, as across hosts. (Over UCX's SysV transport, ranks that are threads
     // of one process write into one receiver's FIFO elements, handed over by
     // atomics inside uninstrumented libuct, which TSan reports as a race.)
     o.transports = "tcp,self";
     o.timeout = absl::Seconds(60);  // a rank left waiting fails the test, not hangs it
     for (int odd_rank = 0; odd_rank < world; ++odd_rank) {
-      for (Odd odd : {kLinearCount, kRecursiveDoublingCount, kRingCount, kBarrier, kBroadcast}) {
+      for (Odd odd : {kLinearCount, kRecursiveDoublingCount, kRabenseifnerCount, kRingCount,
+                      kBarrier, kBroadcast}) {
         if (odd >= kBarrier && odd_rank != world - 1) continue;
         std::vector<std::string> messages(world);
         RunRanks(world, o, [&](int rank, Communicator& comm) {
@@ -705,6 +777,10 @@ TEST(UcxCommunicatorTest, RejectsBadOptions) {
             absl::StatusCode::kInvalidArgument);
   o = UcxOptions{};
   o.recursive_doubling_bytes = (64u << 20) + 1;
+  EXPECT_EQ(CreateUcxCommunicator(o, 0, 1, store).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  o = UcxOptions{};
+  o.rabenseifner_bytes = (64u << 20) + 1;
   EXPECT_EQ(CreateUcxCommunicator(o, 0, 1, store).status().code(),
             absl::StatusCode::kInvalidArgument);
   // A shared-memory round that is not whole cache lines would misalign the
