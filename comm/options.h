@@ -47,9 +47,13 @@ struct UcxOptions {
   // the data per rank, in 2 log2(p) rounds of latency instead of 2(p-1),
   // where recursive doubling moves log2(p) times all of it. Above it (or
   // where p is not a power of two, whose extra ranks would hand the whole
-  // vector over and back) the ring. 0 turns it off; every rank's staging
-  // then holds this many bytes, three times over (at most 64 MiB).
-  size_t rabenseifner_bytes = 4 << 20;
+  // vector over and back) the ring. Its first message is half the vector,
+  // unchunked: over TCP, halves above tcp_eager_bytes go by rendezvous, and
+  // on 4 and 8 emulated hosts (1 Gbit) a 2 MiB allreduce took 1.3-1.6x the
+  // ring's time, 1 MiB as long, while 128-512 KiB at 8 hosts took 0.6-0.85x
+  // (docs/allreduce/20261126-emulated-rabenseifner). 0 turns it off; every
+  // rank's staging holds this many bytes, three times over (at most 64 MiB).
+  size_t rabenseifner_bytes = 512 << 10;
   // How collectives over messages open (Note [Linear round] in
   // comm/ucx/descriptor_round.h). kRecursiveDoubling: the descriptor round,
   // log2(p) rounds of latency in p log2 p messages. kLinear: every rank's

@@ -74,7 +74,7 @@ ABSL_FLAG(std::string, ucx_recursive_doubling, "64K",
           "size (or --ucx_small, if larger) runs recursive doubling inside the round that "
           "compares the ranks' descriptors; above it Rabenseifner (--ucx_rabenseifner) or the "
           "ring");
-ABSL_FLAG(std::string, ucx_rabenseifner, "4M",
+ABSL_FLAG(std::string, ucx_rabenseifner, "512K",
           "ucx backend: where the world is a power of two of at least 4 ranks, AllReduce over "
           "messages above --ucx_recursive_doubling up to this size runs Rabenseifner's "
           "algorithm (reduce-scatter by recursive halving carrying the descriptors, then "

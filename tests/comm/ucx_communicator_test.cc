@@ -409,7 +409,7 @@ TEST_P(UcxAllReduceTest, OverMessagesAMismatchFailsEveryRankWithTheSameMessage) 
     // 30000 floats (120 KB) run Rabenseifner where the world is a power of
     // two of 4 or more; 2000000 (8 MB) the ring.
     o.recursive_doubling_bytes = 64 << 10;
-    o.rabenseifner_bytes = 4 << 20;
+    o.rabenseifner_bytes = 512 << 10;
     // TCP, as across hosts. (Over UCX's SysV transport, ranks that are threads
     // of one process write into one receiver's FIFO elements, handed over by
     // atomics inside uninstrumented libuct, which TSan reports as a race.)
