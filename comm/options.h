@@ -38,7 +38,8 @@ struct UcxOptions {
   // shortened 4 KiB at 2 and 4 hosts and changed nothing at 8
   // (docs/allreduce/20261126-emulated-rd-1gbit).
   size_t recursive_doubling_bytes = 64 << 10;
-  // AllReduce over messages above recursive_doubling_bytes, up to this many
+  // AllReduce over messages above what recursive doubling (or the linear
+  // round) carries, up to this many
   // bytes, runs Rabenseifner's algorithm inside the descriptor round where
   // the world is a power of two of at least 4 ranks: a reduce-scatter by
   // recursive halving whose messages carry the descriptors, then an
@@ -50,9 +51,10 @@ struct UcxOptions {
   // vector over and back) the ring. Its first message is half the vector,
   // unchunked: over TCP, halves above tcp_eager_bytes go by rendezvous, and
   // on 4 and 8 emulated hosts (1 Gbit) a 2 MiB allreduce took 1.3-1.6x the
-  // ring's time, 1 MiB as long, while 128-512 KiB at 8 hosts took 0.6-0.85x
-  // (docs/allreduce/20261126-emulated-rabenseifner). 0 turns it off; every
-  // rank's staging holds this many bytes, three times over (at most 64 MiB).
+  // ring's time and 1 MiB (8 hosts, 4 Gbit) as long, while at 8 hosts
+  // 64-128 KiB took 0.5-0.7x and 256-512 KiB 0.65-0.9x at 4 Gbit, 0.7-1.3x
+  // at 1 Gbit (docs/allreduce/20261126-emulated-rabenseifner). 0 turns it off. Every
+  // rank's staging holds up to 2.5 times this many bytes (at most 64 MiB).
   size_t rabenseifner_bytes = 512 << 10;
   // How collectives over messages open (Note [Linear round] in
   // comm/ucx/descriptor_round.h). kRecursiveDoubling: the descriptor round,

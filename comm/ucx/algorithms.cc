@@ -16,8 +16,10 @@ const char* AlgorithmName(Algorithm a) {
     case Algorithm::kShmAllReduce: return "shm-allreduce";
     case Algorithm::kRingAllReduce: return "ring-allreduce";
     case Algorithm::kRecursiveDoublingAllReduce: return "recursive-doubling";
-    case Algorithm::kLinearAllReduce: return "linear";
-    case Algorithm::kRabenseifnerAllReduce: return "rabenseifner";
+    case Algorithm::kLinearAllReduce:
+      return "linear";
+    case Algorithm::kRabenseifnerAllReduce:
+      return "rabenseifner";
     case Algorithm::kChainBroadcast: return "chain-broadcast";
     case Algorithm::kRingAllGather: return "ring-allgather";
   }

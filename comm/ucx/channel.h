@@ -21,7 +21,8 @@
 // its worker runs in UCS_THREAD_MODE_SINGLE.
 //
 // Tags: [seq:24][step:12][index:28]. Step 0 is the descriptor round
-// (index = exchange; descriptor_round.h); later steps are algorithm steps
+// (index = exchange, then Rabenseifner's allgather steps, and the linear
+// round's indexes from 2^20; descriptor_round.h); later steps are algorithm steps
 // (index = chunk). Whatever (seq, step, index) a rank receives comes from
 // exactly one peer, so a tag is unique per receiver. The last step number is
 // reserved for failure notices.

@@ -24,9 +24,9 @@
 //   max(small_message_bytes, recursive_doubling_bytes) in the same
 //   messages, and above that up to rabenseifner_bytes as a reduce-scatter
 //   in the same exchanges followed by an allgather (Note [Rabenseifner];
-//   worlds of a power of two >= 4 ranks; Note [Algorithm table]). Where some machine runs more ranks
-//   than cores, the linear round instead (Note [Linear round]): every
-//   header to rank 0 and its verdict back, 2(p-1) messages.
+//   worlds of a power of two >= 4 ranks; Note [Algorithm table]). Where some machine runs more
+//   ranks than cores, the linear round instead (Note [Linear round]): every header to rank 0 and
+//   its verdict back, 2(p-1) messages.
 // Larger AllReduce over messages runs a ring reduce-scatter + allgather,
 // pipelined in chunks of chunk_bytes: a chunk received in step k is reduced
 // while later chunks are in flight and is sent on in step k+1 as soon as it
@@ -268,8 +268,8 @@ absl::Status UcxCommunicator::Init(Store& store) {
   const std::string settings_text = absl::StrCat(
       "small_message_bytes=", options_.small_message_bytes,
       " recursive_doubling_bytes=", options_.recursive_doubling_bytes,
-      " rabenseifner_bytes=", options_.rabenseifner_bytes,
-      " chunk_bytes=", options_.chunk_bytes, " use_shared_memory=", options_.use_shared_memory,
+      " rabenseifner_bytes=", options_.rabenseifner_bytes, " chunk_bytes=", options_.chunk_bytes,
+      " use_shared_memory=", options_.use_shared_memory,
       " shm_chunk_bytes=", options_.shm_chunk_bytes, " transports=", options_.transports,
       " detect_peer_failure=", options_.detect_peer_failure,
       " opening=", static_cast<int>(options_.opening), " linear_bytes=", options_.linear_bytes);
@@ -493,13 +493,13 @@ absl::Status UcxCommunicator::Run(const Request& req) {
     // Note [Descriptor round]: instead of the header round, and carrying
     // the AllReduce the table gives it.
     // Where ranks outnumber cores, the linear round instead (Note [Linear
-    // round]), or for AllReduce that recursive doubling carries, the
-    // descriptor round with the linear round's messages alongside.
+    // round]), or for AllReduce that the descriptor round carries (by
+    // recursive doubling or Rabenseifner), the descriptor round with the
+    // linear round's messages alongside.
     const bool halving = algorithm == Algorithm::kRabenseifnerAllReduce;
     const ucx::Carried carried{req.send, req.recv, halving};
-    const bool recursive_doubling =
-        algorithm == Algorithm::kRecursiveDoublingAllReduce || halving;
-    if (algorithms_.linear() && !recursive_doubling) {
+    const bool in_round = algorithm == Algorithm::kRecursiveDoublingAllReduce || halving;
+    if (algorithms_.linear() && !in_round) {
       const bool carries = algorithm == Algorithm::kLinearAllReduce;
       if (absl::Status s = ucx::LinearRound(channel_, h, carries ? &carried : nullptr,
                                             algorithms_.linear_bytes(), &descriptor_staging_);
@@ -507,10 +507,10 @@ absl::Status UcxCommunicator::Run(const Request& req) {
         return s;
       }
     } else if (absl::Status s = ucx::DescriptorRound(
-                   channel_, h, recursive_doubling ? &carried : nullptr,
-                   algorithms_.carried_bytes(), &descriptor_staging_,
+                   channel_, h, in_round ? &carried : nullptr, algorithms_.carried_bytes(),
+                   &descriptor_staging_,
                    algorithms_.linear() ? static_cast<int64_t>(algorithms_.linear_bytes()) : -1);
-               !s.ok() || recursive_doubling) {
+               !s.ok() || in_round) {
       return s;
     }
   } else if (absl::Status s = HeaderRound(req, payload_bytes, payload); !s.ok()) {

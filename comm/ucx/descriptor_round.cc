@@ -90,7 +90,8 @@ absl::Status CheckCarried(size_t length, size_t bytes, int from, const Header& h
 
 // Whether a rank that called `h` runs the descriptor round with the
 // linear round alongside (an AllReduce of more than `linear_bytes`, up to
-// the `max_carried_bytes` recursive doubling carries): such a rank finishes
+// the `max_carried_bytes` the descriptor round carries, by recursive
+// doubling or Rabenseifner): such a rank finishes
 // the exchanges without rank 0's answer where every rank runs them.
 bool RunsAlongside(const Header& h, size_t linear_bytes, size_t max_carried_bytes) {
   if (static_cast<CollectiveKind>(h.kind) != CollectiveKind::kAllReduce ||
@@ -424,8 +425,8 @@ absl::Status DescriptorRound(Channel& channel, const Header& header, const Carri
         channel.Release(&s, /*is_recv=*/false);
         return status;
       }
-      const absl::StatusOr<Verdict> theirs = ReceivedVerdict(
-          rx.data(), r.length, layout.Lo(base), layout.Hi(base + (1 << k) - 1), peer);
+      const absl::StatusOr<Verdict> theirs = ReceivedVerdict(rx.data(), r.length, layout.Lo(base),
+                                                             layout.Hi(base + (1 << k) - 1), peer);
       if (!theirs.ok()) return theirs.status();
       const Verdict merged = lower_peer ? Merge(*theirs, v) : Merge(v, *theirs);
       if (Clean(merged)) {
@@ -468,8 +469,8 @@ absl::Status DescriptorRound(Channel& channel, const Header& header, const Carri
         return status;
       }
       if (in > 0 && r.length != in) {
-        return absl::DataLossError(absl::StrCat("rank ", peer, " sent ", r.length, " bytes of ",
-                                                in, " in the allgather of ", Describe(header)));
+        return absl::DataLossError(absl::StrCat("rank ", peer, " sent ", r.length, " bytes of ", in,
+                                                " in the allgather of ", Describe(header)));
       }
       lo = seg[k].lo;
       hi = seg[k].hi;

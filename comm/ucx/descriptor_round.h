@@ -38,7 +38,8 @@
 // meet there and fail together: none waits for a message that a peer's
 // algorithm never sends. Receives are sized for the largest partial any
 // rank may carry, so a longer message than expected is read and judged,
-// never truncated.
+// never truncated. (Rabenseifner's allgather, index log2(q) + 2 + k, runs
+// only after a clean verdict, which every rank holds alike.)
 //
 // Note [Linear round]
 // Where messages cost CPU time the ranks do not have (a machine running more
@@ -78,13 +79,14 @@
 // Recursive doubling sends every rank's whole partial in each of its
 // log2(q) exchanges; above a few tens of KiB across hosts the bytes cost
 // more than the rounds. There (Carried::halving; the table's range, where
-// p is a power of two) the same exchanges run a reduce-scatter by
+// p is a power of two of at least 4) the same exchanges run a reduce-scatter by
 // recursive halving: in exchange k the partners (virtual ranks that differ
 // in bit k, and so hold the same segment) split their segment in two, the
 // lower rank keeping the lower half; each sends the half it gives up
 // behind its verdict and combines the half it keeps, the lower block's
-// partial first. After log2(q) exchanges each rank holds 1/q of the result
-// and, as before, the world's verdict. While clean, an allgather by
+// partial first. After log2(q) exchanges each rank holds its segment of
+// the result (1/q of it, give or take an element; empty where the count is
+// below q) and, as before, the world's verdict. While clean, an allgather by
 // recursive doubling (index log2(q) + 2 + k, the exchanges in reverse)
 // sends each rank's segment to the partner of each exchange, doubling it,
 // with no verdict (every rank holds the same). Every element is combined

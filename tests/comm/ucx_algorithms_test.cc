@@ -198,8 +198,8 @@ TEST(AlgorithmTableTest, RabenseifnerTakesTheMiddleSizesWhereTheWorldIsAPowerOfT
       const AlgorithmTable t = BuildAlgorithmTable(in);
       const bool halving = world >= 4 && (world & (world - 1)) == 0;
       SCOPED_TRACE(absl::StrCat("world ", world, linear ? " linear" : ""));
-      EXPECT_EQ(t.Select(Kind::kAllReduce, 4096), linear ? Algorithm::kLinearAllReduce
-                                                         : Algorithm::kRecursiveDoublingAllReduce);
+      EXPECT_EQ(t.Select(Kind::kAllReduce, 4096),
+                linear ? Algorithm::kLinearAllReduce : Algorithm::kRecursiveDoublingAllReduce);
       EXPECT_EQ(t.Select(Kind::kAllReduce, kDefaultRecursiveDoubling),
                 Algorithm::kRecursiveDoublingAllReduce);
       EXPECT_EQ(t.Select(Kind::kAllReduce, kDefaultRecursiveDoubling + 1),

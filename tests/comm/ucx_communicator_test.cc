@@ -118,9 +118,8 @@ class UcxAllReduceTest : public ::testing::TestWithParam<int> {};
 
 TEST_P(UcxAllReduceTest, EveryTypeAndOpSmallSizes) {
   const int world = GetParam();
-  for (const UcxOptions& options :
-       {UcxOptions{}, RingOnly(), ShmOnly(), RecursiveDoublingOnly(), RabenseifnerOnly(),
-        LinearOpening()}) {
+  for (const UcxOptions& options : {UcxOptions{}, RingOnly(), ShmOnly(), RecursiveDoublingOnly(),
+                                    RabenseifnerOnly(), LinearOpening()}) {
     RunRanks(world, options, [&](int rank, Communicator& comm) {
       // 4096 and 4097 doubles lie either side of the 32 KiB that ride in the
       // shared-memory exchange where ranks outnumber cores.
@@ -221,6 +220,21 @@ TEST_P(UcxAllReduceTest, RecursiveDoublingGivesEveryRankTheSameBits) {
       }
     });
   }
+}
+
+// Eight ranks, three halvings: every type and op (Avg divides each segment
+// once), counts below, at and above the world and an odd split.
+TEST(UcxCommunicatorTest, RabenseifnerIsExactAtEightRanks) {
+  RunRanks(8, RabenseifnerOnly(), [&](int rank, Communicator& comm) {
+    for (size_t count : {1, 7, 8, 9, 30011}) {
+      for (int t = 0; t < kNumDataTypes; ++t) {
+        for (int o = 0; o < kNumReduceOps; ++o) {
+          CheckAllReduce(rank, 8, comm, count, static_cast<DataType>(t), static_cast<ReduceOp>(o),
+                         (t + o) % 2 == 0);
+        }
+      }
+    }
+  });
 }
 
 // Rabenseifner combines every element by recursive doubling's tree (block
