@@ -231,19 +231,30 @@ TEST(UcxChannelTest, TcpOnlyTransportsSendChunksEagerlyUnlessTheUserSetTheThresh
   using Settings = std::vector<std::pair<std::string, std::string>>;
   UcxOptions o;
   o.tcp_eager_bytes = 262144;
-  // The default transports include shared memory: UCX's own threshold.
+  // Where every transport is TCP: eager up to 256 KiB, in receive segments
+  // that large.
+  const Settings eager = {{"RNDV_THRESH", "262144"}, {"RX_SEG_SIZE", "262144"}};
+  const auto with = [](Settings head, const Settings& tail) {
+    head.insert(head.end(), tail.begin(), tail.end());
+    return head;
+  };
+  // The default transports include shared memory: UCX's own settings.
   EXPECT_EQ(UcxSettings(o), (Settings{{"TLS", o.transports}}));
   o.transports = "tcp";
-  EXPECT_EQ(UcxSettings(o), (Settings{{"TLS", "tcp"}, {"RNDV_THRESH", "262144"}}));
+  EXPECT_EQ(UcxSettings(o), with({{"TLS", "tcp"}}, eager));
   o.transports = "self,tcp";
-  EXPECT_EQ(UcxSettings(o), (Settings{{"TLS", "self,tcp"}, {"RNDV_THRESH", "262144"}}));
+  EXPECT_EQ(UcxSettings(o), with({{"TLS", "self,tcp"}}, eager));
   o.transports = "tcp,rc";  // RDMA: rendezvous is its zero-copy path
   EXPECT_EQ(UcxSettings(o), (Settings{{"TLS", "tcp,rc"}}));
   o.transports = "";  // UCX's choice of transports, hence of threshold
   EXPECT_EQ(UcxSettings(o), Settings{});
   o.transports = "tcp";
   o.ucx_config = {{"rndv_thresh", "8k"}};  // the user's wins, whatever its case
-  EXPECT_EQ(UcxSettings(o), (Settings{{"TLS", "tcp"}, {"rndv_thresh", "8k"}}));
+  EXPECT_EQ(UcxSettings(o),
+            (Settings{{"TLS", "tcp"}, {"RX_SEG_SIZE", "262144"}, {"rndv_thresh", "8k"}}));
+  o.ucx_config = {{"TCP_RX_SEG_SIZE", "64k"}};  // under either name
+  EXPECT_EQ(UcxSettings(o),
+            (Settings{{"TLS", "tcp"}, {"RNDV_THRESH", "262144"}, {"TCP_RX_SEG_SIZE", "64k"}}));
   o.ucx_config.clear();
   o.tcp_eager_bytes = 0;
   EXPECT_EQ(UcxSettings(o), (Settings{{"TLS", "tcp"}}));
@@ -254,15 +265,16 @@ TEST(UcxChannelTest, TcpOnlyTransportsSendChunksEagerlyUnlessTheUserSetTheThresh
   EXPECT_EQ(UcxSettings(o), (Settings{{"TLS", "tcp"}, {"TLS", "rc,tcp"}}));
   o.transports = "sysv,tcp";
   o.ucx_config = {{"tls", " TCP , self"}};
-  EXPECT_EQ(UcxSettings(o),
-            (Settings{{"TLS", "sysv,tcp"}, {"RNDV_THRESH", "262144"}, {"tls", " TCP , self"}}));
-  // UCX's own environment variable, already read by ucp_config_read, stands.
+  EXPECT_EQ(UcxSettings(o), with(with({{"TLS", "sysv,tcp"}}, eager), {{"tls", " TCP , self"}}));
+  // UCX's own environment variables, already read, stand.
   o.ucx_config.clear();
   o.transports = "tcp";
   ASSERT_EQ(setenv("UCX_RNDV_THRESH", "16k", 1), 0);
+  ASSERT_EQ(setenv("UCX_TCP_RX_SEG_SIZE", "32k", 1), 0);
   EXPECT_EQ(UcxSettings(o), (Settings{{"TLS", "tcp"}}));
   ASSERT_EQ(unsetenv("UCX_RNDV_THRESH"), 0);
-  EXPECT_EQ(UcxSettings(o), (Settings{{"TLS", "tcp"}, {"RNDV_THRESH", "262144"}}));
+  ASSERT_EQ(unsetenv("UCX_TCP_RX_SEG_SIZE"), 0);
+  EXPECT_EQ(UcxSettings(o), with({{"TLS", "tcp"}}, eager));
 }
 
 }  // namespace
