@@ -44,6 +44,11 @@ class Communicator {
   virtual int size() const = 0;
   // "ucx", "mpi" or "nccl".
   virtual std::string backend() const = 0;
+  // How this communicator runs each collective, one line per kind (e.g.
+  // "AllReduce: 0-4096 B linear, 4097-65536 B recursive-doubling, ..."),
+  // the same on every rank; empty where the backend leaves the choice to its
+  // library (MPI, NCCL).
+  virtual std::string Algorithms() const { return ""; }
   // Where buffers passed to this communicator must live.
   virtual MemoryKind memory() const = 0;
 

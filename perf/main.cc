@@ -541,6 +541,12 @@ int Main(int argc, char** argv) {
       std::fprintf(out, "# fusebox-perf %s allreduce: backend %s, %d ranks, iters %d, warmup %d, check %s, %s\n",
                    FUSEBOX_VERSION, backend.c_str(), c.size(), options->iters, options->warmup,
                    options->check ? "on" : "off", options->blocking ? "blocking" : "non-blocking (issue all, then wait)");
+      // The algorithm table, where the backend has one: which algorithm
+      // each size runs here, as the user will want to know (and the
+      // emulated-cluster tests check).
+      for (absl::string_view line : absl::StrSplit(c.Algorithms(), '\n', absl::SkipEmpty())) {
+        std::fprintf(out, "# algorithms: %.*s\n", static_cast<int>(line.size()), line.data());
+      }
       if (options->tensors > 1) {
         std::fprintf(out, "# multi-tensor mode: each size is split into %d tensors, reduced by separate calls vs packed into one fused buffer (blocking: each call is waited)\n",
                      options->tensors);

@@ -148,6 +148,7 @@ class UcxCommunicator final : public Communicator, private CollectiveExecutor {
   int rank() const override { return rank_; }
   int size() const override { return size_; }
   std::string backend() const override { return "ucx"; }
+  std::string Algorithms() const override { return algorithms_.Describe(); }
   MemoryKind memory() const override { return MemoryKind::kHost; }
 
   absl::StatusOr<std::shared_ptr<Work>> AllReduce(const void* send, void* recv,

@@ -14,6 +14,11 @@
 #   mpirun      `emucluster.py mpirun`, 2 hosts: each rank runs in its own
 #               host's namespace with that host's name and address, and
 #               MPI_PROGRAM's allreduce across them checks every element
+#   opening     4 and 5 hosts x 1 rank: the algorithm table fusebox-perf
+#               prints comes from what every rank published at set-up (the
+#               hosts share this machine's cores): the linear round opens
+#               by default only at 5 ranks and only where they outnumber the
+#               cores, never with --ucx_opening rd; Rabenseifner only at 4
 # Usage: emucluster_e2e.sh CASE SCRIPT FUSEBOX_RUN FUSEBOX_PERF [MPI_PROGRAM]
 set -u
 # shellcheck source-path=SCRIPTDIR source=../lib/e2e.sh
@@ -37,6 +42,7 @@ case $E2E_CASE in
   sigterm) prefix=fbtt subnet=93 port=29663 ;;
   sigkill) prefix=fbtx subnet=94 port=29664 ;;
   mpirun) prefix=fbtm subnet=95 port=29665 ;;
+  opening) prefix=fbto subnet=96 port=29666 ;;
   *) e2e_unknown_case ;;
 esac
 [ -f "$script" ] || e2e_fail "no script '$script'"
@@ -84,6 +90,32 @@ case $E2E_CASE in
     wait $emu_pid || e2e_fail "run exited $?"
     grep -q "backend ucx, 3 ranks" "$work/out" || e2e_fail "no 3-rank UCX run"
     grep -q "# Out of bounds values : 0 OK" "$work/out" || e2e_fail "results not checked OK"
+    nothing_left
+    ;;
+  opening)
+    cores=$(getconf _NPROCESSORS_ONLN)  # what the ranks count (hardware_concurrency)
+    linear="# algorithms: Opening: linear round"
+    for run in 4 5 5rd; do
+      hosts=${run%rd}
+      flags=()
+      [ "$run" = 5rd ] && flags=(--ucx_opening rd)
+      emu --hosts "$hosts" --rate 2gbit --timeout 120 -- "$perf_tool" allreduce -b 8 -e 512K -f 8 \
+        -n 3 -w 1 --progress 0 "${flags[@]}"
+      wait $emu_pid || e2e_fail "$run: run exited $?"
+      grep -q "backend ucx, $hosts ranks" "$work/out" || e2e_fail "$run: no $hosts-rank UCX run"
+      grep -q "# Out of bounds values : 0 OK" "$work/out" || e2e_fail "$run: results not checked OK"
+      if [ "$run" = 5 ] && [ "$hosts" -gt "$cores" ]; then
+        grep -qF "$linear" "$work/out" || e2e_fail "$run: 5 ranks on $cores cores, no linear round"
+      elif grep -qF "$linear" "$work/out"; then
+        e2e_fail "$run: the linear round opens ($hosts ranks, $cores cores)"
+      fi
+      if [ "$hosts" = 4 ]; then
+        grep -q "# algorithms: AllReduce: .* rabenseifner" "$work/out" ||
+          e2e_fail "4 ranks: no Rabenseifner in the table"
+      else
+        ! grep -q "rabenseifner" "$work/out" || e2e_fail "$run: Rabenseifner at $hosts ranks"
+      fi
+    done
     nothing_left
     ;;
   rank_killed)
