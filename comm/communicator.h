@@ -47,7 +47,7 @@ class Communicator {
   // How this communicator runs each collective, one line per kind (e.g.
   // "AllReduce: 0-4096 B linear, 4097-65536 B recursive-doubling, ..."),
   // the same on every rank; empty where the backend leaves the choice to its
-  // library (MPI, NCCL).
+  // library (MPI, NCCL). A communicator that wraps another gives its own.
   virtual std::string Algorithms() const { return ""; }
   // Where buffers passed to this communicator must live.
   virtual MemoryKind memory() const = 0;

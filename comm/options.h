@@ -108,7 +108,7 @@ struct UcxOptions {
   // UCX's choice always stands. UCX's TCP receive segments (RX_SEG_SIZE,
   // 64 KiB by default) are set to the same size unless the user set them:
   // messages of exactly 128 KiB (Rabenseifner's at 256 KiB) were 2-5x slow
-  // with 64 KiB segments on 8 emulated hosts.
+  // with 64 KiB segments on 8 emulated hosts at 1 Gbit.
   size_t tcp_eager_bytes = 256 << 10;
   // UCX configuration overrides applied with ucp_config_modify, e.g.
   // {"TLS", "tcp,cma"}; UCX_* environment variables still apply underneath.

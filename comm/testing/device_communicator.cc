@@ -23,6 +23,7 @@ class EmulatedDeviceCommunicator final : public Communicator {
   int rank() const override { return host_.rank(); }
   int size() const override { return host_.size(); }
   std::string backend() const override { return "emulated-device:" + host_.backend(); }
+  std::string Algorithms() const override { return host_.Algorithms(); }
   MemoryKind memory() const override { return MemoryKind::kDevice; }
   Device* device() const override { return &device_; }
 

@@ -4,6 +4,7 @@
 #include <poll.h>
 #include <sched.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <initializer_list>
 #include <string>
@@ -62,16 +63,22 @@ std::vector<std::pair<std::string, std::string>> UcxSettings(const UcxOptions& o
     if (!user_set({"RNDV_THRESH"})) {
       settings.push_back({"RNDV_THRESH", absl::StrCat(options.tcp_eager_bytes)});
     }
-    // Receive segments as large as the eager limit (UCX's TCP default is
-    // 64 KiB). On 8 emulated hosts at 1 Gbit, allreduces whose messages
-    // were exactly 128 KiB took 2-5x as long in steady state as those of
-    // 124 or 132 KiB (Rabenseifner at 256 KiB: 7.6-18.8 ms against 3.5-5.8),
-    // and 4.3-4.9 ms with 256 KiB segments
+    // Receive segments as large as the eager limit, where that is above
+    // UCX's TCP default of 64 KiB (at most 1 MiB: UCX allocates two per
+    // receive buffer). On 8 emulated hosts at 1 Gbit, allreduces whose
+    // messages were exactly 128 KiB took 2-5x as long in steady state as
+    // those of 124 or 132 KiB (Rabenseifner at 256 KiB: 7.6-18.8 ms against
+    // 3.8-5.8), and 4.3-4.9 ms with 256 KiB segments
     // (docs/allreduce/20261126-emulated-rabenseifner). A transport's
-    // setting, so named without its TCP_ prefix (UCX hands it to every
-    // transport that has it; only tcp is in use here).
-    if (!user_set({"TCP_RX_SEG_SIZE", "RX_SEG_SIZE"})) {
-      settings.push_back({"RX_SEG_SIZE", absl::StrCat(options.tcp_eager_bytes)});
+    // setting, so named without its TCP_ prefix, which ucp_config_modify
+    // hands to the transports (TCP_RX_SEG_SIZE there is an "invalid
+    // configuration"; only tcp has an RX_SEG_SIZE). In the environment it is
+    // UCX_TCP_RX_SEG_SIZE.
+    constexpr size_t kUcxRxSegBytes = size_t{64} << 10, kMaxRxSegBytes = size_t{1} << 20;
+    if (options.tcp_eager_bytes > kUcxRxSegBytes && std::getenv("UCX_TCP_RX_SEG_SIZE") == nullptr &&
+        !user_set({"RX_SEG_SIZE"})) {
+      settings.push_back(
+          {"RX_SEG_SIZE", absl::StrCat(std::min(options.tcp_eager_bytes, kMaxRxSegBytes))});
     }
   }
   settings.insert(settings.end(), options.ucx_config.begin(), options.ucx_config.end());

@@ -73,9 +73,11 @@ inline ucp_tag_t MakeTag(uint64_t seq, uint64_t step, uint64_t index) {
 std::string UcsError(ucs_status_t s);
 
 // The UCX settings Channel::Open applies with ucp_config_modify, in order:
-// TLS from options.transports, RNDV_THRESH from options.tcp_eager_bytes
-// where the transports are TCP only and neither options.ucx_config nor the
-// UCX_RNDV_THRESH environment variable sets it, then options.ucx_config.
+// TLS from options.transports; where the transports are TCP only,
+// RNDV_THRESH from options.tcp_eager_bytes and RX_SEG_SIZE (UCX's TCP
+// receive segment) as large, at most 1 MiB, where that is above UCX's 64 KiB,
+// each unless options.ucx_config or UCX's environment variable sets it; then
+// options.ucx_config.
 std::vector<std::pair<std::string, std::string>> UcxSettings(const UcxOptions& options);
 // Whether the transports UCX will be given (options.transports, or the last
 // TLS in options.ucx_config) are nothing but tcp and self.

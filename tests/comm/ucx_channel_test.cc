@@ -5,6 +5,7 @@
 #include <atomic>
 #include <cstring>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -227,7 +228,35 @@ TEST(UcxChannelTest, ABadUcxOptionIsNamed) {
       << a.status();
 }
 
+// Unsets UCX's environment variables for the settings below and puts back
+// what was there when it goes.
+class UcxEnvironmentGuard {
+ public:
+  UcxEnvironmentGuard() {
+    for (const char* name : kNames) {
+      const char* v = std::getenv(name);
+      saved_.push_back(v != nullptr ? std::optional<std::string>(v) : std::nullopt);
+      unsetenv(name);
+    }
+  }
+  ~UcxEnvironmentGuard() {
+    for (size_t i = 0; i < saved_.size(); ++i) {
+      if (saved_[i].has_value()) {
+        setenv(kNames[i], saved_[i]->c_str(), 1);
+      } else {
+        unsetenv(kNames[i]);
+      }
+    }
+  }
+
+ private:
+  static constexpr const char* kNames[] = {"UCX_RNDV_THRESH", "UCX_TCP_RX_SEG_SIZE",
+                                           "UCX_RX_SEG_SIZE"};
+  std::vector<std::optional<std::string>> saved_;
+};
+
 TEST(UcxChannelTest, TcpOnlyTransportsSendChunksEagerlyUnlessTheUserSetTheThreshold) {
+  UcxEnvironmentGuard environment;
   using Settings = std::vector<std::pair<std::string, std::string>>;
   UcxOptions o;
   o.tcp_eager_bytes = 262144;
@@ -252,10 +281,16 @@ TEST(UcxChannelTest, TcpOnlyTransportsSendChunksEagerlyUnlessTheUserSetTheThresh
   o.ucx_config = {{"rndv_thresh", "8k"}};  // the user's wins, whatever its case
   EXPECT_EQ(UcxSettings(o),
             (Settings{{"TLS", "tcp"}, {"RX_SEG_SIZE", "262144"}, {"rndv_thresh", "8k"}}));
-  o.ucx_config = {{"TCP_RX_SEG_SIZE", "64k"}};  // under either name
+  o.ucx_config = {{"RX_SEG_SIZE", "64k"}};
   EXPECT_EQ(UcxSettings(o),
-            (Settings{{"TLS", "tcp"}, {"RNDV_THRESH", "262144"}, {"TCP_RX_SEG_SIZE", "64k"}}));
+            (Settings{{"TLS", "tcp"}, {"RNDV_THRESH", "262144"}, {"RX_SEG_SIZE", "64k"}}));
   o.ucx_config.clear();
+  // Segments only where the limit is above UCX's 64 KiB, and at most 1 MiB.
+  o.tcp_eager_bytes = 4096;
+  EXPECT_EQ(UcxSettings(o), (Settings{{"TLS", "tcp"}, {"RNDV_THRESH", "4096"}}));
+  o.tcp_eager_bytes = size_t{8} << 20;
+  EXPECT_EQ(UcxSettings(o),
+            (Settings{{"TLS", "tcp"}, {"RNDV_THRESH", "8388608"}, {"RX_SEG_SIZE", "1048576"}}));
   o.tcp_eager_bytes = 0;
   EXPECT_EQ(UcxSettings(o), (Settings{{"TLS", "tcp"}}));
   o.tcp_eager_bytes = 262144;
