@@ -347,24 +347,56 @@ absl::Status DescriptorRound(Channel& channel, const Header& header, const Carri
     return channel.Finish(q, what);
   };
 
-  // Sends this block's verdict (and partial, while clean) to `peer` when
-  // `send`, and takes in the peer's message, whose verdict must speak for
-  // ranks lo .. hi.
-  const auto step = [&](int peer, uint64_t index, bool send, Take take, int lo,
-                        int hi) -> absl::Status {
-    const ucp_tag_t tag = MakeTag(header.seq, 0, index);
-    std::memcpy(tx.data(), &v, sizeof(v));
-    const size_t out = sizeof(Verdict) + (Clean(v) ? bytes : 0);
-    Pending r, s;
-    if (take != Take::kNothing) channel.PostRecv(peer, rx.data(), rx.size(), tag, &r);
-    if (send) channel.PostSend(peer, tx.data(), out, tag, &s);
+  // Posts the receive of up to `in_cap` bytes into `in` (when `recv`) and
+  // the send of `out_bytes` from `out` (when `send`) on `tag`, and finishes
+  // both; a failure releases both.
+  const auto exchange = [&](int peer, ucp_tag_t tag, bool recv, void* in, size_t in_cap, bool send,
+                            const void* out, size_t out_bytes, Pending* r, const char* recv_what,
+                            const char* send_what) -> absl::Status {
+    Pending s;
+    if (recv) channel.PostRecv(peer, in, in_cap, tag, r);
+    if (send) channel.PostSend(peer, out, out_bytes, tag, &s);
     absl::Status status;
-    if (take != Take::kNothing) status = finish(&r, "descriptor receive");
-    if (status.ok() && send) status = finish(&s, "descriptor send");
+    if (recv) status = finish(r, recv_what);
+    if (status.ok() && send) status = finish(&s, send_what);
     if (!status.ok()) {
-      channel.Release(&r, /*is_recv=*/true);
+      channel.Release(r, /*is_recv=*/true);
       channel.Release(&s, /*is_recv=*/false);
-      return status;
+    }
+    return status;
+  };
+
+  // Element ranges of the partial.
+  struct Span {
+    size_t lo, hi;
+    size_t count() const { return hi - lo; }
+  };
+  const Span whole{0, bytes > 0 ? static_cast<size_t>(header.count) : 0};
+  const size_t esz = DataTypeSize(type);
+  // Sends this block's verdict, and while clean the partial's elements
+  // `give`, to `peer` when `send`; takes in the peer's message, whose
+  // verdict must speak for ranks lo .. hi, and while the merged verdict is
+  // clean combines the elements it carries into the partial's `keep` (as
+  // `take` says: the lower block's partial first, or adopted).
+  const auto step = [&](int peer, uint64_t index, bool send, Take take, int lo, int hi, Span give,
+                        Span keep) -> absl::Status {
+    const size_t give_bytes = Clean(v) ? give.count() * esz : 0;
+    // The verdict and the elements, contiguous: tx holds the whole
+    // partial behind the verdict; a part of it goes through staging's half.
+    unsigned char* message = tx.data();
+    if (give_bytes > 0 && give.lo != whole.lo) {
+      std::vector<unsigned char>& half = staging->half;
+      if (half.size() < sizeof(Verdict) + give_bytes) half.resize(sizeof(Verdict) + give_bytes);
+      std::memcpy(half.data() + sizeof(Verdict), partial + give.lo * esz, give_bytes);
+      message = half.data();
+    }
+    std::memcpy(message, &v, sizeof(v));
+    Pending r;
+    if (absl::Status s = exchange(peer, MakeTag(header.seq, 0, index), take != Take::kNothing,
+                                  rx.data(), rx.size(), send, message, sizeof(Verdict) + give_bytes,
+                                  &r, "descriptor receive", "descriptor send");
+        !s.ok()) {
+      return s;
     }
     if (take == Take::kNothing) return absl::OkStatus();
     const absl::StatusOr<Verdict> theirs = ReceivedVerdict(rx.data(), r.length, lo, hi, peer);
@@ -373,14 +405,16 @@ absl::Status DescriptorRound(Channel& channel, const Header& header, const Carri
                            : take == Take::kMergeLower ? Merge(*theirs, v)
                                                        : Merge(v, *theirs);
     if (carried != nullptr && Clean(merged)) {
-      if (absl::Status c = CheckCarried(r.length, bytes, peer, header); !c.ok()) return c;
+      const size_t keep_bytes = keep.count() * esz;
+      if (absl::Status c = CheckCarried(r.length, keep_bytes, peer, header); !c.ok()) return c;
       const unsigned char* other = rx.data() + sizeof(Verdict);
-      if (bytes > 0 && take == Take::kAdopt) std::memcpy(partial, other, bytes);
-      if (bytes > 0 && take == Take::kMergeLower) {
-        Reduce(other, partial, partial, header.count, type, op);
+      unsigned char* mine = partial + keep.lo * esz;
+      if (keep_bytes > 0 && take == Take::kAdopt) std::memcpy(mine, other, keep_bytes);
+      if (keep_bytes > 0 && take == Take::kMergeLower) {
+        Reduce(other, mine, mine, keep.count(), type, op);
       }
-      if (bytes > 0 && take == Take::kMergeUpper) {
-        Reduce(partial, other, partial, header.count, type, op);
+      if (keep_bytes > 0 && take == Take::kMergeUpper) {
+        Reduce(mine, other, mine, keep.count(), type, op);
       }
     }
     v = merged;
@@ -390,90 +424,48 @@ absl::Status DescriptorRound(Channel& channel, const Header& header, const Carri
   // Note [Rabenseifner]: the exchanges as a reduce-scatter by recursive
   // halving, then, while clean, the allgather by recursive doubling.
   // Segments are in elements; seg[k] is this rank's before exchange k.
-  const size_t esz = DataTypeSize(type);
   const bool halving = carried != nullptr && carried->halving && bytes > 0;
   const auto halve = [&](int me) -> absl::Status {
-    struct Segment {
-      size_t lo, hi;
-    };
-    Segment seg[32];
-    size_t lo = 0, hi = header.count;
-    std::vector<unsigned char>& half = staging->half;
+    Span seg[32];
+    Span mine = whole;
     for (int k = 0; k < layout.rounds; ++k) {
       const int other = me ^ (1 << k);
       const int base = other & ~((1 << k) - 1);
       const bool lower_peer = other < me;  // the peer keeps the lower half
-      const size_t mid = lo + (hi - lo) / 2;
-      const Segment keep = lower_peer ? Segment{mid, hi} : Segment{lo, mid};
-      const Segment give = lower_peer ? Segment{lo, mid} : Segment{mid, hi};
-      seg[k] = {lo, hi};
-      const size_t give_bytes = Clean(v) ? (give.hi - give.lo) * esz : 0;
-      if (half.size() < sizeof(Verdict) + give_bytes) half.resize(sizeof(Verdict) + give_bytes);
-      std::memcpy(half.data(), &v, sizeof(v));
-      if (give_bytes > 0) {
-        std::memcpy(half.data() + sizeof(Verdict), partial + give.lo * esz, give_bytes);
+      const size_t mid = mine.lo + mine.count() / 2;
+      const Span keep = lower_peer ? Span{mid, mine.hi} : Span{mine.lo, mid};
+      const Span give = lower_peer ? Span{mine.lo, mid} : Span{mid, mine.hi};
+      seg[k] = mine;
+      if (absl::Status s = step(layout.Real(other), 1 + k, true,
+                                lower_peer ? Take::kMergeLower : Take::kMergeUpper, layout.Lo(base),
+                                layout.Hi(base + (1 << k) - 1), give, keep);
+          !s.ok()) {
+        return s;
       }
-      const int peer = layout.Real(other);
-      const ucp_tag_t tag = MakeTag(header.seq, 0, 1 + k);
-      Pending r, s;
-      channel.PostRecv(peer, rx.data(), rx.size(), tag, &r);
-      channel.PostSend(peer, half.data(), sizeof(Verdict) + give_bytes, tag, &s);
-      absl::Status status = finish(&r, "descriptor receive");
-      if (status.ok()) status = finish(&s, "descriptor send");
-      if (!status.ok()) {
-        channel.Release(&r, /*is_recv=*/true);
-        channel.Release(&s, /*is_recv=*/false);
-        return status;
-      }
-      const absl::StatusOr<Verdict> theirs = ReceivedVerdict(rx.data(), r.length, layout.Lo(base),
-                                                             layout.Hi(base + (1 << k) - 1), peer);
-      if (!theirs.ok()) return theirs.status();
-      const Verdict merged = lower_peer ? Merge(*theirs, v) : Merge(v, *theirs);
-      if (Clean(merged)) {
-        const size_t keep_count = keep.hi - keep.lo;
-        if (absl::Status c = CheckCarried(r.length, keep_count * esz, peer, header); !c.ok()) {
-          return c;
-        }
-        const unsigned char* other_half = rx.data() + sizeof(Verdict);
-        unsigned char* mine = partial + keep.lo * esz;
-        if (keep_count > 0) {
-          if (lower_peer) {
-            Reduce(other_half, mine, mine, keep_count, type, op);
-          } else {
-            Reduce(mine, other_half, mine, keep_count, type, op);
-          }
-        }
-      }
-      v = merged;
-      lo = keep.lo;
-      hi = keep.hi;
+      mine = keep;
     }
     if (!Clean(v)) return absl::OkStatus();
-    if (op == ReduceOp::kAvg && hi > lo) FinishAvg(partial + lo * esz, hi - lo, type, layout.p);
+    if (op == ReduceOp::kAvg && mine.count() > 0) {
+      FinishAvg(partial + mine.lo * esz, mine.count(), type, layout.p);
+    }
     for (int k = layout.rounds - 1; k >= 0; --k) {
       const int peer = layout.Real(me ^ (1 << k));
-      const size_t mid = seg[k].lo + (seg[k].hi - seg[k].lo) / 2;
+      const size_t mid = seg[k].lo + seg[k].count() / 2;
       const bool kept_lower = ((me >> k) & 1) == 0;
-      const Segment theirs = kept_lower ? Segment{mid, seg[k].hi} : Segment{seg[k].lo, mid};
-      const size_t in = (theirs.hi - theirs.lo) * esz, out = (hi - lo) * esz;
-      const ucp_tag_t tag = MakeTag(header.seq, 0, layout.rounds + 2 + k);
-      Pending r, s;
-      if (in > 0) channel.PostRecv(peer, partial + theirs.lo * esz, in, tag, &r);
-      if (out > 0) channel.PostSend(peer, partial + lo * esz, out, tag, &s);
-      absl::Status status;
-      if (in > 0) status = finish(&r, "allgather receive");
-      if (status.ok() && out > 0) status = finish(&s, "allgather send");
-      if (!status.ok()) {
-        channel.Release(&r, /*is_recv=*/true);
-        channel.Release(&s, /*is_recv=*/false);
-        return status;
+      const Span theirs = kept_lower ? Span{mid, seg[k].hi} : Span{seg[k].lo, mid};
+      const size_t in = theirs.count() * esz, out = mine.count() * esz;
+      Pending r;
+      if (absl::Status s = exchange(peer, MakeTag(header.seq, 0, layout.rounds + 2 + k), in > 0,
+                                    partial + theirs.lo * esz, in, out > 0, partial + mine.lo * esz,
+                                    out, &r, "allgather receive", "allgather send");
+          !s.ok()) {
+        return s;
       }
       if (in > 0 && r.length != in) {
         return absl::DataLossError(absl::StrCat("rank ", peer, " sent ", r.length, " bytes of ", in,
                                                 " in the allgather of ", Describe(header)));
       }
-      lo = seg[k].lo;
-      hi = seg[k].hi;
+      mine = seg[k];
     }
     return absl::OkStatus();
   };
@@ -482,8 +474,9 @@ absl::Status DescriptorRound(Channel& channel, const Header& header, const Carri
   const bool paired = rank < 2 * layout.extra;
   const bool sits_out = paired && rank % 2 == 0;
   if (paired) {
-    absl::Status s = sits_out ? step(rank + 1, 0, true, Take::kNothing, 0, 0)
-                              : step(rank - 1, 0, false, Take::kMergeLower, rank - 1, rank - 1);
+    absl::Status s =
+        sits_out ? step(rank + 1, 0, true, Take::kNothing, 0, 0, whole, whole)
+                 : step(rank - 1, 0, false, Take::kMergeLower, rank - 1, rank - 1, whole, whole);
     if (!s.ok()) return s;
   }
   if (!sits_out && halving) {
@@ -496,7 +489,7 @@ absl::Status DescriptorRound(Channel& channel, const Header& header, const Carri
       const int base = other & ~((1 << k) - 1);  // the peer's block, virtual ranks
       const Take take = other < me ? Take::kMergeLower : Take::kMergeUpper;
       if (absl::Status s = step(layout.Real(other), 1 + k, true, take, layout.Lo(base),
-                                layout.Hi(base + (1 << k) - 1));
+                                layout.Hi(base + (1 << k) - 1), whole, whole);
           !s.ok()) {
         return s;
       }
@@ -505,8 +498,8 @@ absl::Status DescriptorRound(Channel& channel, const Header& header, const Carri
   }
   if (paired) {
     const uint64_t last = layout.rounds + 1;
-    absl::Status s = sits_out ? step(rank + 1, last, false, Take::kAdopt, 0, p - 1)
-                              : step(rank - 1, last, true, Take::kNothing, 0, 0);
+    absl::Status s = sits_out ? step(rank + 1, last, false, Take::kAdopt, 0, p - 1, whole, whole)
+                              : step(rank - 1, last, true, Take::kNothing, 0, 0, whole, whole);
     if (!s.ok()) return s;
   }
   if (side.has_value()) {

@@ -386,27 +386,91 @@ TEST_P(UcxAllReduceTest, BlockingFormsAreExactAndFinishAfterCallsIssuedBeforeThe
   });
 }
 
+// What one rank calls differently in the mismatch tests below.
+enum class Odd {
+  kLinearCount,
+  kRecursiveDoublingCount,
+  kRabenseifnerCount,  // the ring where the world is not a power of two
+  kRingCount,
+  kBarrier,
+  kBroadcast
+};
+
+// Runs `world` ranks over TCP messages under `opening`, where every rank
+// calls AllReduce of `common` floats except `odd_rank`, which calls `odd`,
+// and expects every rank to fail with the same message naming rank 0's
+// call and that of the lowest rank whose call differs, with no buffer
+// written.
+void ExpectMismatchFailsEveryRank(int world, UcxOptions::Opening opening, size_t common,
+                                  int odd_rank, Odd odd) {
+  const size_t kOddCounts[] = {100, 5000, 100000, 2000000, 0, 0};
+  const bool data = odd < Odd::kBarrier;
+  const size_t odd_count = kOddCounts[static_cast<int>(odd)];
+  UcxOptions o;
+  o.use_shared_memory = false;
+  o.opening = opening;
+  o.linear_bytes = 4 << 10;  // 10 floats ride in the linear round, 4000 do not
+  // 30000 floats (120 KB) run Rabenseifner where the world is a power of
+  // two of 4 or more; 2000000 (8 MB) the ring.
+  o.recursive_doubling_bytes = 64 << 10;
+  o.rabenseifner_bytes = 512 << 10;
+  // TCP, as across hosts. (Over UCX's SysV transport, ranks that are threads
+  // of one process write into one receiver's FIFO elements, handed over by
+  // atomics inside uninstrumented libuct, which TSan reports as a race.)
+  o.transports = "tcp,self";
+  o.timeout = absl::Seconds(60);  // a rank left waiting fails the test, not hangs it
+  std::vector<std::string> messages(world);
+  RunRanks(world, o, [&](int rank, Communicator& comm) {
+    const bool me = rank == odd_rank;
+    const size_t count = me && data ? odd_count : common;
+    std::vector<float> buf(count, static_cast<float>(rank + 1));
+    absl::Status s;
+    if (me && odd == Odd::kBarrier) {
+      s = BarrierSync(comm);
+    } else if (me && odd == Odd::kBroadcast) {
+      auto w = comm.Broadcast(buf.data(), count, DataType::kFloat32, 0);
+      s = w.ok() ? (*w)->Wait() : w.status();
+    } else {
+      std::vector<float> out(count, -1.0f);
+      s = AllReduceSync(comm, buf.data(), out.data(), count, DataType::kFloat32, ReduceOp::kSum);
+      for (float v : out) ASSERT_EQ(v, -1.0f) << "rank " << rank << ": output written";
+    }
+    for (float v : buf) ASSERT_EQ(v, static_cast<float>(rank + 1)) << "rank " << rank;
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << "rank " << rank << ": " << s;
+    messages[rank] = std::string(s.message());
+  });
+  const std::string called =
+      absl::StrCat("AllReduce(count=", common, ", type=float, op=sum, seq=0)");
+  const std::string other = odd == Odd::kBarrier ? "Barrier(count=0, seq=0)"
+                            : odd == Odd::kBroadcast
+                                ? absl::StrCat("Broadcast(count=", common, ", type=float, root=0")
+                                : absl::StrCat("AllReduce(count=", odd_count, ", type=float");
+  const std::string want = odd_rank == 0 ? absl::StrCat("rank 0 called ", other)
+                                         : absl::StrCat("rank 0 called ", called, " but rank ",
+                                                        odd_rank, " called ", other);
+  SCOPED_TRACE(absl::StrCat("opening ", static_cast<int>(opening), ", common count ", common,
+                            ", world ", world, ", rank ", odd_rank, " odd, case ",
+                            static_cast<int>(odd)));
+  EXPECT_NE(messages[0].find(want), std::string::npos) << messages[0];
+  if (odd_rank == 0) {
+    EXPECT_NE(messages[0].find(absl::StrCat("but rank 1 called ", called)), std::string::npos)
+        << messages[0];
+  }
+  for (int r = 1; r < world; ++r) EXPECT_EQ(messages[r], messages[0]) << "rank " << r;
+}
+
 // Over messages (the descriptor round, or the linear round where it opens),
 // a collective that one rank calls differently (rank 0 included) fails on
 // every rank with one message, naming rank 0's call and that of the lowest
 // rank whose call differs, and no buffer is written: for counts that differ
 // inside and across the algorithms' ranges (linear, recursive doubling,
-// ring), and a Barrier or a Broadcast against an AllReduce. Under the
-// linear opening the others call a linear count, then a recursive-doubling
-// one, so that both a rank 0 that judges in the linear round and one that
-// watches it beside recursive doubling are met.
+// Rabenseifner, ring), and a Barrier or a Broadcast against an AllReduce.
+// Under the linear opening the others call a linear count, then a
+// recursive-doubling one, so that both a rank 0 that judges in the linear
+// round and one that watches it beside recursive doubling are met.
 TEST_P(UcxAllReduceTest, OverMessagesAMismatchFailsEveryRankWithTheSameMessage) {
   const int world = GetParam();
   if (world < 2) GTEST_SKIP() << "a mismatch needs two ranks";
-  enum Odd {
-    kLinearCount,
-    kRecursiveDoublingCount,
-    kRabenseifnerCount,  // the ring where the world is not a power of two
-    kRingCount,
-    kBarrier,
-    kBroadcast
-  };
-  const size_t kOddCounts[] = {100, 5000, 100000, 2000000, 0, 0};
   struct Case {
     UcxOptions::Opening opening;
     size_t common;  // what the other ranks call
@@ -416,65 +480,29 @@ TEST_P(UcxAllReduceTest, OverMessagesAMismatchFailsEveryRankWithTheSameMessage) 
         Case{UcxOptions::Opening::kLinear, 4000},
         Case{UcxOptions::Opening::kRecursiveDoubling, 30000},
         Case{UcxOptions::Opening::kLinear, 30000}}) {
-    UcxOptions o;
-    o.use_shared_memory = false;
-    o.opening = c.opening;
-    o.linear_bytes = 4 << 10;  // 10 floats ride in the linear round, 4000 do not
-    // 30000 floats (120 KB) run Rabenseifner where the world is a power of
-    // two of 4 or more; 2000000 (8 MB) the ring.
-    o.recursive_doubling_bytes = 64 << 10;
-    o.rabenseifner_bytes = 512 << 10;
-    // TCP, as across hosts. (Over UCX's SysV transport, ranks that are threads
-    // of one process write into one receiver's FIFO elements, handed over by
-    // atomics inside uninstrumented libuct, which TSan reports as a race.)
-    o.transports = "tcp,self";
-    o.timeout = absl::Seconds(60);  // a rank left waiting fails the test, not hangs it
     for (int odd_rank = 0; odd_rank < world; ++odd_rank) {
-      for (Odd odd : {kLinearCount, kRecursiveDoublingCount, kRabenseifnerCount, kRingCount,
-                      kBarrier, kBroadcast}) {
-        if (odd >= kBarrier && odd_rank != world - 1) continue;
-        std::vector<std::string> messages(world);
-        RunRanks(world, o, [&](int rank, Communicator& comm) {
-          const bool me = rank == odd_rank;
-          const size_t count = me && odd < kBarrier ? kOddCounts[odd] : c.common;
-          std::vector<float> buf(count, static_cast<float>(rank + 1));
-          absl::Status s;
-          if (me && odd == kBarrier) {
-            s = BarrierSync(comm);
-          } else if (me && odd == kBroadcast) {
-            auto w = comm.Broadcast(buf.data(), count, DataType::kFloat32, 0);
-            s = w.ok() ? (*w)->Wait() : w.status();
-          } else {
-            std::vector<float> out(count, -1.0f);
-            s = AllReduceSync(comm, buf.data(), out.data(), count, DataType::kFloat32,
-                              ReduceOp::kSum);
-            for (float v : out) ASSERT_EQ(v, -1.0f) << "rank " << rank << ": output written";
-          }
-          for (float v : buf) ASSERT_EQ(v, static_cast<float>(rank + 1)) << "rank " << rank;
-          EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << "rank " << rank << ": " << s;
-          messages[rank] = std::string(s.message());
-        });
-        const std::string common =
-            absl::StrCat("AllReduce(count=", c.common, ", type=float, op=sum, seq=0)");
-        const std::string other =
-            odd == kBarrier     ? "Barrier(count=0, seq=0)"
-            : odd == kBroadcast ? absl::StrCat("Broadcast(count=", c.common, ", type=float, root=0")
-                                : absl::StrCat("AllReduce(count=", kOddCounts[odd], ", type=float");
-        const std::string want =
-            odd_rank == 0
-                ? absl::StrCat("rank 0 called ", other)
-                : absl::StrCat("rank 0 called ", common, " but rank ", odd_rank, " called ", other);
-        SCOPED_TRACE(absl::StrCat("opening ", static_cast<int>(c.opening), ", common count ",
-                                  c.common, ", world ", world, ", rank ", odd_rank, " odd, case ",
-                                  odd));
-        EXPECT_NE(messages[0].find(want), std::string::npos) << messages[0];
-        if (odd_rank == 0) {
-          EXPECT_NE(messages[0].find(absl::StrCat("but rank 1 called ", common)), std::string::npos)
-              << messages[0];
-        }
-        for (int r = 1; r < world; ++r) EXPECT_EQ(messages[r], messages[0]) << "rank " << r;
+      for (Odd odd : {Odd::kLinearCount, Odd::kRecursiveDoublingCount, Odd::kRabenseifnerCount,
+                      Odd::kRingCount, Odd::kBarrier, Odd::kBroadcast}) {
+        if (odd >= Odd::kBarrier && odd_rank != world - 1) continue;
+        ExpectMismatchFailsEveryRank(world, c.opening, c.common, odd_rank, odd);
       }
     }
+  }
+}
+
+// At 8 ranks Rabenseifner halves three times, so a rank that calls
+// something else sits in a block of 1, 2 or 4 at each exchange: the odd
+// rank at either end and in the middle of each half, against a common
+// Rabenseifner count, under both openings.
+TEST(UcxCommunicatorTest, AMismatchBesideRabenseifnerFailsEveryRankAtEightRanks) {
+  for (UcxOptions::Opening opening :
+       {UcxOptions::Opening::kRecursiveDoubling, UcxOptions::Opening::kLinear}) {
+    for (int odd_rank : {0, 3, 4, 7}) {
+      for (Odd odd : {Odd::kRecursiveDoublingCount, Odd::kRabenseifnerCount, Odd::kRingCount}) {
+        ExpectMismatchFailsEveryRank(8, opening, 30000, odd_rank, odd);
+      }
+    }
+    ExpectMismatchFailsEveryRank(8, opening, 30000, 7, Odd::kBarrier);
   }
 }
 
