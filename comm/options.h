@@ -95,6 +95,15 @@ struct UcxOptions {
   // multiple of 64 (a cache line), so that every element and counter in the
   // segments is aligned.
   size_t shm_chunk_bytes = 128 << 10;
+  // How a rank writes its shared-memory staging (Note [Streaming into the
+  // staging] and Note [Choosing how to stage] in comm/ucx/shm_allreduce.h):
+  // kAuto times both kinds of store on the job's own allreduces of 256 KiB
+  // and more and runs the faster (smaller ones: cached); kCached always uses
+  // ordinary stores, which are faster where the ranks' cores share a cache;
+  // kStreamed non-temporal stores for every copy of 16 KiB and more, which
+  // keep the bandwidth where they share none.
+  enum class ShmStores { kAuto, kCached, kStreamed };
+  ShmStores shm_stores = ShmStores::kAuto;
   // Where the transports are TCP only (nothing but tcp and self, in
   // `transports` or a TLS in ucx_config: every peer is reached through
   // sockets), messages of up to this

@@ -74,6 +74,8 @@ def main():
     ap.add_argument("--plans", default="ddp,ddp-cap1mb,ddp-cap5mb,ddp-cap100mb,horovod,mg-wfbp,tuned")
     ap.add_argument("-n", "--rounds", type=int, default=7)
     ap.add_argument("--timeout", type=int, default=1800, help="per run, seconds")
+    ap.add_argument("--perf_flags", default="",
+                    help="more fusebox-perf flags for every run (e.g. '--ucx_shm_stores cached')")
     a = ap.parse_args()
 
     run_tool = os.path.join(a.build, "tools", "fusebox-run")
@@ -92,7 +94,8 @@ def main():
     say("# bench_gap: 2 local ranks, ucx; plans %s; %d randomised rounds; empty policy cache "
         "per run" % (a.plans, a.rounds))
     say("# command per cell: fusebox-run -n 2 -- fusebox-perf overlap --profile MODEL "
-        "--compute_scale auto --comm_ratio R --plans %s --explain -n %d -w 1" % (a.plans, a.rounds))
+        "--compute_scale auto --comm_ratio R --plans %s --explain -n %d -w 1 %s" %
+        (a.plans, a.rounds, a.perf_flags))
     failed = 0
     summary = []
     errors = []  # exposed-communication prediction errors of the held-out plans
@@ -103,7 +106,7 @@ def main():
                 cmd = [run_tool, "-n", "2", "--", perf, "overlap", "--profile", model,
                        "--compute_scale", "auto", "--comm_ratio", ratio, "--plans", a.plans,
                        "--explain", "-n", str(a.rounds), "-w", "1", "--cache_dir", cache,
-                       "--json", stem + ".json"]
+                       "--json", stem + ".json"] + shlex.split(a.perf_flags)
                 proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                       text=True, timeout=a.timeout)
             with open(stem + ".log", "w") as f:

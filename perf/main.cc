@@ -69,6 +69,11 @@ ABSL_FLAG(std::string, ucx_chunk, "256K", "ucx backend: ring pipeline chunk size
 ABSL_FLAG(std::string, ucx_shm_chunk, "128K",
           "ucx backend: bytes each rank owns per round of the shared-memory allreduce "
           "(a multiple of 64)");
+ABSL_FLAG(std::string, ucx_shm_stores, "auto",
+          "ucx backend: how each rank writes the shared-memory allreduce's staging: cached "
+          "(ordinary stores: fastest where the ranks' cores share a cache), streamed "
+          "(non-temporal: where they do not), or auto (times both on the run's own "
+          "allreduces of 256 KiB and more and runs the faster)");
 ABSL_FLAG(std::string, ucx_recursive_doubling, "64K",
           "ucx backend: AllReduce over messages (no shared memory: across hosts) up to this "
           "size (or --ucx_small, if larger) runs recursive doubling inside the round that "
@@ -273,6 +278,17 @@ absl::StatusOr<comm::BackendOptions> BackendOptionsFromFlags() {
   auto shm_chunk = ParseBytes(absl::GetFlag(FLAGS_ucx_shm_chunk));
   if (!shm_chunk.ok()) return shm_chunk.status();
   b.ucx.shm_chunk_bytes = *shm_chunk;
+  const std::string stores = absl::GetFlag(FLAGS_ucx_shm_stores);
+  if (stores == "auto") {
+    b.ucx.shm_stores = comm::UcxOptions::ShmStores::kAuto;
+  } else if (stores == "cached") {
+    b.ucx.shm_stores = comm::UcxOptions::ShmStores::kCached;
+  } else if (stores == "streamed") {
+    b.ucx.shm_stores = comm::UcxOptions::ShmStores::kStreamed;
+  } else {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--ucx_shm_stores must be auto, cached or streamed, got '", stores, "'"));
+  }
   const double spin_us = absl::GetFlag(FLAGS_ucx_spin_us);
   if (!(spin_us >= 0 && spin_us <= 1e6)) {
     return absl::InvalidArgumentError(

@@ -232,6 +232,7 @@ class UcxCommunicator final : public Communicator, private CollectiveExecutor {
   ucx::ShmGroup shm_group_;                   // every rank's segment, mapped here
   std::vector<ucp_rkey_h> shm_rkeys_;
   uint64_t shm_round_ = 0;                    // rounds completed (all ranks agree)
+  ucx::StagingChooser staging_;               // Note [Choosing how to stage]
   // The header round through the segments' mailboxes (Note [Shared-memory
   // exchange] in shm_allreduce.h) when every rank has them.
   bool shm_exchange_ = false;
@@ -271,7 +272,8 @@ absl::Status UcxCommunicator::Init(Store& store) {
       " recursive_doubling_bytes=", options_.recursive_doubling_bytes,
       " rabenseifner_bytes=", options_.rabenseifner_bytes, " chunk_bytes=", options_.chunk_bytes,
       " use_shared_memory=", options_.use_shared_memory,
-      " shm_chunk_bytes=", options_.shm_chunk_bytes, " transports=", options_.transports,
+      " shm_chunk_bytes=", options_.shm_chunk_bytes,
+      " shm_stores=", static_cast<int>(options_.shm_stores), " transports=", options_.transports,
       " detect_peer_failure=", options_.detect_peer_failure,
       " opening=", static_cast<int>(options_.opening), " linear_bytes=", options_.linear_bytes);
   const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
@@ -925,9 +927,19 @@ absl::Status UcxCommunicator::InitSharedMemory(Store& store) {
 
 absl::Status UcxCommunicator::ShmAllReduce(const Request& req) {
   const Header& h = req.header;
-  return ucx::ShmAllReduce(shm_group_, req.send, req.recv, h.count, static_cast<DataType>(h.type),
-                           static_cast<ReduceOp>(h.op), &shm_round_, core_.aborted(),
-                           channel_.deadline());
+  const auto type = static_cast<DataType>(h.type);
+  const size_t bytes = h.count * DataTypeSize(type);
+  const bool choose = options_.shm_stores == UcxOptions::ShmStores::kAuto;
+  const bool stream =
+      options_.shm_stores == UcxOptions::ShmStores::kStreamed || (choose && staging_.Stream(bytes));
+  shm_group_.stream_bytes = stream ? ucx::kStreamMinCopyBytes : 0;
+  const absl::Time start = absl::Now();
+  absl::Duration waited;
+  absl::Status s =
+      ucx::ShmAllReduce(shm_group_, req.send, req.recv, h.count, type, static_cast<ReduceOp>(h.op),
+                        &shm_round_, core_.aborted(), channel_.deadline(), &waited);
+  if (choose && s.ok()) staging_.Record(bytes, stream, absl::Now() - start - waited);
+  return s;
 }
 
 }  // namespace

@@ -1,6 +1,9 @@
 #include "comm/ucx/shm_allreduce.h"
 
 #include <sched.h>
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
 
 #include <algorithm>
 #include <cstring>
@@ -132,6 +135,42 @@ WaitResult WaitAll(const ShmGroup& g, CounterOf counter_of, const char* stage, u
   return {};
 }
 
+// Copies n bytes to dst with non-temporal stores where the target has them
+// (SSE2), then fences them, so that a release store after it publishes the
+// data (Note [Streaming into the staging]).
+void StreamCopy(unsigned char* dst, const unsigned char* src, size_t n) {
+#if defined(__SSE2__)
+  const size_t head = (16 - reinterpret_cast<uintptr_t>(dst) % 16) % 16;
+  if (n < head + 16) {
+    std::memcpy(dst, src, n);
+    return;
+  }
+  std::memcpy(dst, src, head);
+  dst += head;
+  src += head;
+  n -= head;
+  size_t i = 0;
+  for (; i + 64 <= n; i += 64) {
+    const __m128i a = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i));
+    const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i + 16));
+    const __m128i c = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i + 32));
+    const __m128i d = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i + 48));
+    _mm_stream_si128(reinterpret_cast<__m128i*>(dst + i), a);
+    _mm_stream_si128(reinterpret_cast<__m128i*>(dst + i + 16), b);
+    _mm_stream_si128(reinterpret_cast<__m128i*>(dst + i + 32), c);
+    _mm_stream_si128(reinterpret_cast<__m128i*>(dst + i + 48), d);
+  }
+  for (; i + 16 <= n; i += 16) {
+    _mm_stream_si128(reinterpret_cast<__m128i*>(dst + i),
+                     _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i)));
+  }
+  std::memcpy(dst + i, src + i, n - i);
+  _mm_sfence();
+#else
+  std::memcpy(dst, src, n);
+#endif
+}
+
 // The accessor WaitAll takes for one of the control block's counters.
 auto ControlCounter(std::atomic<uint64_t> Control::*counter) {
   return [counter](unsigned char* base) -> std::atomic<uint64_t>& {
@@ -154,10 +193,44 @@ void InitShmSegment(unsigned char* base, int size, size_t chunk_bytes, size_t ma
   }
 }
 
-absl::Status ShmAllReduce(const ShmGroup& g, const void* send, void* recv,
-                          size_t count, DataType type, ReduceOp op,
-                          uint64_t* rounds, const std::atomic<bool>& abort,
-                          absl::Time deadline) {
+int StagingChooser::ClassOf(size_t bytes) {
+  int c = 0;
+  for (size_t b = bytes / kMinBytes; b >= 4 && c < kClasses - 1; b /= 4) ++c;
+  return c;
+}
+
+bool StagingChooser::Stream(size_t bytes) {
+  if (bytes < kMinBytes) return false;
+  Class& c = classes_[ClassOf(bytes)];
+  const uint64_t n = c.calls++ % kExplore;
+  if (n == 0) return true;
+  if (n == kExplore / 2) return false;
+  if (c.ns_per_byte[0] == 0) return false;
+  if (c.ns_per_byte[1] == 0) return true;
+  return c.ns_per_byte[1] < c.ns_per_byte[0];
+}
+
+void StagingChooser::Record(size_t bytes, bool stream, absl::Duration took) {
+  if (bytes < kMinBytes) return;
+  double& avg = classes_[ClassOf(bytes)].ns_per_byte[stream ? 1 : 0];
+  // A faster sample replaces the figure (the first calls run cold, and an
+  // exploration that finds a kind faster than it was must count at once);
+  // a slower one counts for a quarter, and at most 4x the figure: one
+  // preempted call moves it little, while the kind in use, timed on every
+  // call, passes a faster kind's figure within a few calls.
+  const double x = std::max(absl::ToDoubleNanoseconds(took), 1.0) / static_cast<double>(bytes);
+  avg = avg == 0 || x < avg ? x : avg + 0.25 * (std::min(x, 4 * avg) - avg);
+}
+
+double StagingChooser::NsPerByte(size_t bytes, bool stream) const {
+  return bytes < kMinBytes ? 0 : classes_[ClassOf(bytes)].ns_per_byte[stream ? 1 : 0];
+}
+
+absl::Status ShmAllReduce(const ShmGroup& g, const void* send, void* recv, size_t count,
+                          DataType type, ReduceOp op, uint64_t* rounds,
+                          const std::atomic<bool>& abort, absl::Time deadline,
+                          absl::Duration* waited) {
+  if (waited != nullptr) *waited = absl::ZeroDuration();
   const size_t esize = DataTypeSize(type);
   const int p = g.size;
   const auto* in = static_cast<const unsigned char*>(send);
@@ -173,6 +246,14 @@ absl::Status ShmAllReduce(const ShmGroup& g, const void* send, void* recv,
     // Peers must not wait for us; they learn why.
     ctl->aborted.store(w.aborted, std::memory_order_release);
     return w.status;
+  };
+  // Into this rank's staging, which its peers read next.
+  const auto stage = [&](unsigned char* dst, const unsigned char* src, size_t n) {
+    if (g.stream_bytes != 0 && n >= g.stream_bytes) {
+      StreamCopy(dst, src, n);
+    } else {
+      std::memcpy(dst, src, n);
+    }
   };
 
   for (size_t k = 0; k < nrounds; ++k) {
@@ -190,15 +271,17 @@ absl::Status ShmAllReduce(const ShmGroup& g, const void* send, void* recv,
       // My own sub-block is read from the input before the output (in-place:
       // the same memory) is written, so it needs no copy.
       if (j != g.rank && sub[j].len != 0) {
-        std::memcpy(my_slot + sub[j].off, in + base + sub[j].off, sub[j].len);
+        stage(my_slot + sub[j].off, in + base + sub[j].off, sub[j].len);
       }
     }
     ctl->ready.store(round, std::memory_order_release);
+    const absl::Time staged = k == 0 && waited != nullptr ? absl::Now() : absl::Time();
     if (WaitResult w =
             WaitAll(g, ControlCounter(&Control::ready), "inputs staged", round, abort, deadline);
         !w.status.ok()) {
       return give_up(std::move(w));
     }
+    if (k == 0 && waited != nullptr) *waited = absl::Now() - staged;
 
     const Range mine = sub[g.rank];
     if (mine.len != 0) {
@@ -212,7 +295,7 @@ absl::Status ShmAllReduce(const ShmGroup& g, const void* send, void* recv,
       }
       if (p == 1 && dst != acc) std::memcpy(dst, acc, mine.len);
       if (op == ReduceOp::kAvg) FinishAvg(dst, n, type, p);
-      std::memcpy(my_slot + mine.off, dst, mine.len);
+      stage(my_slot + mine.off, dst, mine.len);
     }
     ctl->reduced.store(round, std::memory_order_release);
     if (WaitResult w = WaitAll(g, ControlCounter(&Control::reduced), "sub-blocks reduced",

@@ -46,6 +46,68 @@ struct ShmGroup {
   // when ranks outnumber cores, where the rank waited for may be the one
   // that is descheduled.
   unsigned yield_mask = 255;
+  // Copies into this rank's staging of at least this many bytes use
+  // non-temporal stores (0: never; Note [Streaming into the staging]).
+  size_t stream_bytes = 0;
+};
+
+// The smallest copy into the staging that streams where a rank streams.
+constexpr size_t kStreamMinCopyBytes = 16 << 10;
+
+// Note [Streaming into the staging]
+// A rank writes its staging slot and its peers read it at once, so the
+// data moves from one core's cache to another's. That is fast where the
+// cores share a last-level cache and slow where they do not: on this
+// project's 2-vCPU VM, phases of seconds to minutes where a writer-to-reader
+// copy through shared memory ran at 1.5-2.6 GB/s instead of 5-6.6 GB/s,
+// while a private memcpy kept 7 GB/s; the 24 MiB allreduce then took 16 ms
+// instead of 3.5-5 ms. Non-temporal stores send the staged data to memory,
+// where the reader finds it at memory speed either way (4-9 GB/s in both
+// phases). Copies into the staging of at least ShmGroup::stream_bytes use
+// them, followed by a store fence before the counter that publishes them;
+// smaller copies stay in the cache, where a reader on a near core finds them
+// sooner. The output, which only this rank reads, is written normally.
+// Where the cores do share a cache, streaming costs: the same 24 MiB took
+// 1.3-1.5x as long streamed, and 256 KiB-4 MiB 1.3-1.8x. So neither kind
+// of store is right everywhere, and StagingChooser picks by measurement.
+//
+// Note [Choosing how to stage]
+// Each rank times its own shared-memory allreduces of at least
+// StagingChooser::kMinBytes, per size class (powers of 4), and keeps for each
+// kind of store an average time per byte; it runs the kind whose average is
+// lower (a faster time replaces the figure, a slower one counts for a
+// quarter). Calls 0 and kExplore/2 of every kExplore of a class run streamed and
+// cached in turn whatever the averages say, so the kind not chosen is
+// measured again within kExplore calls, and a change of placement (a VM's
+// vCPUs moved) is followed within kExplore / 2 calls of the class: where
+// the kind in use turned slow, the next exploration of the other finds it
+// faster. How a rank writes its own
+// staging changes no bits and needs no agreement; the ranks run the same
+// collectives in the same order, so they explore on the same calls and the
+// timing of an explored call is that kind's on every rank. The time counted
+// starts once every rank has staged the first round, so that a peer that
+// came late to the collective is not charged to a kind.
+class StagingChooser {
+ public:
+  static constexpr size_t kMinBytes = 256 << 10;  // smaller: cached, never timed
+  static constexpr int kClasses = 5;  // [256K, 1M), [1M, 4M), [4M, 16M), [16M, 64M), 64M+
+  static constexpr uint64_t kExplore = 16;
+
+  // Whether this rank's next shared-memory allreduce of `bytes` streams.
+  bool Stream(size_t bytes);
+  // How long the allreduce that Stream(bytes) answered `stream` took.
+  void Record(size_t bytes, bool stream, absl::Duration took);
+  // The average time per byte of a class's allreduces of that kind (ns; 0:
+  // not measured yet).
+  double NsPerByte(size_t bytes, bool stream) const;
+
+ private:
+  struct Class {
+    uint64_t calls = 0;
+    double ns_per_byte[2] = {0, 0};  // cached, streamed
+  };
+  static int ClassOf(size_t bytes);
+  Class classes_[kClasses];
 };
 
 // Bytes of one rank's segment (control block + staging slots + two
@@ -61,11 +123,14 @@ void InitShmSegment(unsigned char* base, int size, size_t chunk_bytes, size_t ma
 // its own buffers. `rounds` counts the rounds this rank has run on the group
 // (start at 0; the function advances it). Returns Cancelled when `abort` is
 // set, Aborted when a peer gave up, DeadlineExceeded naming the ranks still
-// behind when `deadline` passes; the group is then unusable.
-absl::Status ShmAllReduce(const ShmGroup& group, const void* send, void* recv,
-                          size_t count, DataType type, ReduceOp op,
-                          uint64_t* rounds, const std::atomic<bool>& abort,
-                          absl::Time deadline = absl::InfiniteFuture());
+// behind when `deadline` passes; the group is then unusable. `waited`, when
+// given, is set to how long this rank waited for its peers to stage the
+// first round (their lateness, not this collective's cost).
+absl::Status ShmAllReduce(const ShmGroup& group, const void* send, void* recv, size_t count,
+                          DataType type, ReduceOp op, uint64_t* rounds,
+                          const std::atomic<bool>& abort,
+                          absl::Time deadline = absl::InfiniteFuture(),
+                          absl::Duration* waited = nullptr);
 
 // Note [Shared-memory exchange]
 // Every rank posts one message of up to mailbox_bytes and receives every

@@ -63,6 +63,102 @@ TEST(ShmAllReduceTest, EveryTypeAndOpAcrossRoundsAndCollectives) {
   }
 }
 
+// Note [Streaming into the staging]: with every copy into the staging
+// streamed (down to a byte, so that heads and tails around the 16-byte
+// stores are covered), from inputs and into outputs off 16-byte lines, the
+// result is the exact one, as with cached stores.
+TEST(ShmAllReduceTest, StreamedStagingGivesTheExactResult) {
+  for (int world : {2, 3}) {
+    constexpr size_t kChunk = 4096;
+    Segments seg(world, kChunk);
+    std::atomic<bool> abort{false};
+    std::vector<std::thread> threads;
+    for (int r = 0; r < world; ++r) {
+      threads.emplace_back([&, r] {
+        uint64_t rounds = 0;
+        for (size_t stream_bytes : {size_t{1}, size_t{100}}) {
+          ShmGroup g{r, world, kChunk, seg.bases};
+          g.stream_bytes = stream_bytes;
+          for (size_t count : {1, 5, 17, 1000, 9001}) {
+            for (DataType type : {DataType::kFloat32, DataType::kUInt8, DataType::kFloat64}) {
+              const ReduceOp op = ReduceOp::kSum;
+              const size_t bytes = count * DataTypeSize(type);
+              // 3 and 5 elements in: aligned for the type, not to 16 bytes.
+              const size_t esize = DataTypeSize(type);
+              std::vector<double> in((bytes + 8 * esize) / 8 + 1), out(in.size());
+              std::vector<unsigned char> want(bytes);
+              unsigned char* src = reinterpret_cast<unsigned char*>(in.data()) + 3 * esize;
+              unsigned char* dst = reinterpret_cast<unsigned char*>(out.data()) + 5 * esize;
+              testing::FillInput(src, count, type, op, r);
+              testing::FillExpected(want.data(), count, type, op, world);
+              ASSERT_TRUE(ShmAllReduce(g, src, dst, count, type, op, &rounds, abort).ok());
+              EXPECT_EQ(testing::CountMismatches(dst, want.data(), count, type), 0u)
+                  << "world " << world << " rank " << r << " count " << count << " "
+                  << DataTypeName(type) << " streaming from " << stream_bytes << " bytes";
+            }
+          }
+        }
+      });
+    }
+    for (auto& t : threads) t.join();
+  }
+}
+
+// Note [Choosing how to stage]
+TEST(StagingChooserTest, RunsTheFasterKindAndFollowsAChange) {
+  constexpr size_t kBytes = 24 << 20;
+  constexpr uint64_t kE = StagingChooser::kExplore;
+  StagingChooser c;
+  uint64_t calls = 0;
+  // Streamed 3x faster: every call streams but the first cached one (call 1,
+  // when cached has no figure yet) and the cached explorations.
+  for (; calls < 4 * kE; ++calls) {
+    const bool stream = c.Stream(kBytes);
+    EXPECT_EQ(stream, !(calls == 1 || calls % kE == kE / 2)) << "call " << calls;
+    c.Record(kBytes, stream, absl::Milliseconds(stream ? 5 : 15));
+  }
+  EXPECT_NEAR(c.NsPerByte(kBytes, true), 5e6 / kBytes, 1e-9);
+  EXPECT_NEAR(c.NsPerByte(kBytes, false), 15e6 / kBytes, 1e-9);
+  // Now cached is 3x faster (the ranks' cores came to share a cache): from
+  // the next cached exploration on, every call is cached but the streamed
+  // explorations.
+  uint64_t switched = 0;
+  for (; calls < 8 * kE; ++calls) {
+    const bool stream = c.Stream(kBytes);
+    if (!stream && switched == 0) switched = calls;
+    if (switched != 0) {
+      EXPECT_EQ(stream, calls % kE == 0) << "call " << calls;
+    }
+    c.Record(kBytes, stream, absl::Milliseconds(stream ? 15 : 5));
+  }
+  EXPECT_EQ(switched, 4 * kE + kE / 2);
+}
+
+TEST(StagingChooserTest, SmallAllReducesStayCachedAndSizeClassesAreApart) {
+  StagingChooser c;
+  for (int n = 0; n < 40; ++n) {
+    EXPECT_FALSE(c.Stream(StagingChooser::kMinBytes - 1));
+    c.Record(StagingChooser::kMinBytes - 1, false, absl::Milliseconds(1));
+  }
+  EXPECT_EQ(c.NsPerByte(StagingChooser::kMinBytes - 1, false), 0);
+  // 1 MiB: streamed faster; 16 MiB: cached faster. Each class runs its own.
+  for (int n = 0; n < 3 * static_cast<int>(StagingChooser::kExplore); ++n) {
+    const bool a = c.Stream(1 << 20);
+    c.Record(1 << 20, a, absl::Microseconds(a ? 200 : 600));
+    const bool b = c.Stream(16 << 20);
+    c.Record(16 << 20, b, absl::Microseconds(b ? 9000 : 3000));
+    if (n % StagingChooser::kExplore > 1 &&
+        n % StagingChooser::kExplore != StagingChooser::kExplore / 2) {
+      EXPECT_TRUE(a) << "call " << n;
+      EXPECT_FALSE(b) << "call " << n;
+    }
+  }
+  // 3 MiB shares 1 MiB's class; 64 MiB and more share the last.
+  EXPECT_EQ(c.NsPerByte(3 << 20, true), c.NsPerByte(1 << 20, true));
+  EXPECT_EQ(c.NsPerByte(size_t{1} << 30, true), c.NsPerByte(64 << 20, true));
+  EXPECT_EQ(c.NsPerByte(64 << 20, true), 0);
+}
+
 TEST(ShmAllReduceTest, PeersOfARankThatGivesUpFailInsteadOfHanging) {
   constexpr int kWorld = 3;
   constexpr size_t kChunk = 256;
