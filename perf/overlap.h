@@ -78,6 +78,10 @@ struct CommModel {
   double t_last_us = 0;   // allreduce of the last-ready gradient
   double t_total_us = 0;  // allreduce of all gradient bytes
   bool total_measured = false;  // false: from the fitted line
+  // The sizes the lower bound takes from measurement (the last gradient's
+  // and all gradients', where each fits), whose least time is kept.
+  std::vector<int64_t> bound_sizes;
+  bool last_measured = false;
   // Every timed size (world, bytes, median us): what the simulator's cost
   // model is fitted to.
   std::vector<autotune::AllReduceSample> samples;
