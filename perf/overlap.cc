@@ -116,6 +116,8 @@ absl::StatusOr<CommModel> MeasureComm(comm::Communicator& comm, int64_t last_byt
   if (!model.total_measured) {
     model.t_total_us = model.alpha_us + model.beta_us_per_byte * total_bytes;
   }
+  model.t_last_first_us = model.t_last_us;
+  model.t_total_first_us = model.t_total_us;
   return model;
 }
 

@@ -82,6 +82,10 @@ struct CommModel {
   // and all gradients', where each fits), whose least time is kept.
   std::vector<int64_t> bound_sizes;
   bool last_measured = false;
+  // t(last) and t(all) before the plans' rounds timed them again (the
+  // compute scale for --comm_ratio comes from these).
+  double t_last_first_us = 0;
+  double t_total_first_us = 0;
   // Every timed size (world, bytes, median us): what the simulator's cost
   // model is fitted to.
   std::vector<autotune::AllReduceSample> samples;

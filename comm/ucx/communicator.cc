@@ -54,6 +54,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cstring>
 #include <deque>
 #include <fstream>
@@ -933,12 +934,15 @@ absl::Status UcxCommunicator::ShmAllReduce(const Request& req) {
   const bool stream =
       options_.shm_stores == UcxOptions::ShmStores::kStreamed || (choose && staging_.Stream(bytes));
   shm_group_.stream_bytes = stream ? ucx::kStreamMinCopyBytes : 0;
-  const absl::Time start = absl::Now();
+  const auto start = std::chrono::steady_clock::now();
   absl::Duration waited;
   absl::Status s =
       ucx::ShmAllReduce(shm_group_, req.send, req.recv, h.count, type, static_cast<ReduceOp>(h.op),
                         &shm_round_, core_.aborted(), channel_.deadline(), &waited);
-  if (choose && s.ok()) staging_.Record(bytes, stream, absl::Now() - start - waited);
+  if (choose && s.ok()) {
+    staging_.Record(bytes, stream,
+                    absl::FromChrono(std::chrono::steady_clock::now() - start) - waited);
+  }
   return s;
 }
 

@@ -136,7 +136,9 @@ struct Carried {
 struct DescriptorStaging {
   std::vector<unsigned char> tx;  // Verdict + this rank's partial
   std::vector<unsigned char> rx;  // Verdict + the largest partial a peer may carry
-  std::vector<unsigned char> half;  // Rabenseifner: Verdict + the half this rank gives up
+  // Rabenseifner: Verdict + the half this rank gives up, where that half
+  // does not start the partial (otherwise it goes from tx).
+  std::vector<unsigned char> half;
   // The linear round's (Note [Linear round]): rank 0's receives of every
   // rank's message, or another rank's receive of the answer; their
   // requests; and the verdict this rank sends.

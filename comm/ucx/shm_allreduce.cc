@@ -6,6 +6,7 @@
 #endif
 
 #include <algorithm>
+#include <chrono>
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
@@ -218,7 +219,8 @@ void StagingChooser::Record(size_t bytes, bool stream, absl::Duration took) {
   // a slower one counts for a quarter, and at most 4x the figure: one
   // preempted call moves it little, while the kind in use, timed on every
   // call, passes a faster kind's figure within a few calls.
-  const double x = std::max(absl::ToDoubleNanoseconds(took), 1.0) / static_cast<double>(bytes);
+  if (took <= absl::ZeroDuration()) return;
+  const double x = absl::ToDoubleNanoseconds(took) / static_cast<double>(bytes);
   avg = avg == 0 || x < avg ? x : avg + 0.25 * (std::min(x, 4 * avg) - avg);
 }
 
@@ -275,13 +277,15 @@ absl::Status ShmAllReduce(const ShmGroup& g, const void* send, void* recv, size_
       }
     }
     ctl->ready.store(round, std::memory_order_release);
-    const absl::Time staged = k == 0 && waited != nullptr ? absl::Now() : absl::Time();
+    const auto staged = std::chrono::steady_clock::now();
     if (WaitResult w =
             WaitAll(g, ControlCounter(&Control::ready), "inputs staged", round, abort, deadline);
         !w.status.ok()) {
       return give_up(std::move(w));
     }
-    if (k == 0 && waited != nullptr) *waited = absl::Now() - staged;
+    if (k == 0 && waited != nullptr) {
+      *waited = absl::FromChrono(std::chrono::steady_clock::now() - staged);
+    }
 
     const Range mine = sub[g.rank];
     if (mine.len != 0) {

@@ -79,9 +79,11 @@ constexpr size_t kStreamMinCopyBytes = 16 << 10;
 // quarter). Calls 0 and kExplore/2 of every kExplore of a class run streamed and
 // cached in turn whatever the averages say, so the kind not chosen is
 // measured again within kExplore calls, and a change of placement (a VM's
-// vCPUs moved) is followed within kExplore / 2 calls of the class: where
-// the kind in use turned slow, the next exploration of the other finds it
-// faster. How a rank writes its own
+// vCPUs moved) is followed within kExplore calls of the class: where the
+// kind in use turned slower than the other, the next exploration of the
+// other finds it faster (sooner where the kind in use passes the other's
+// old figure). Samples of no time (a clock that did not move) are
+// ignored. How a rank writes its own
 // staging changes no bits and needs no agreement; the ranks run the same
 // collectives in the same order, so they explore on the same calls and the
 // timing of an explored call is that kind's on every rank. The time counted

@@ -65,8 +65,9 @@ TEST(ShmAllReduceTest, EveryTypeAndOpAcrossRoundsAndCollectives) {
 
 // Note [Streaming into the staging]: with every copy into the staging
 // streamed (down to a byte, so that heads and tails around the 16-byte
-// stores are covered), from inputs and into outputs off 16-byte lines, the
-// result is the exact one, as with cached stores.
+// stores are covered), with some, and with one rank streaming and the
+// others not, from inputs and into outputs off 16-byte lines, the result is
+// the exact one, as with cached stores.
 TEST(ShmAllReduceTest, StreamedStagingGivesTheExactResult) {
   for (int world : {2, 3}) {
     constexpr size_t kChunk = 4096;
@@ -76,7 +77,10 @@ TEST(ShmAllReduceTest, StreamedStagingGivesTheExactResult) {
     for (int r = 0; r < world; ++r) {
       threads.emplace_back([&, r] {
         uint64_t rounds = 0;
-        for (size_t stream_bytes : {size_t{1}, size_t{100}}) {
+        // Every copy streamed, copies of 100 bytes and more, and rank 0 alone
+        // streaming (ranks choose apart: Note [Choosing how to stage]).
+        for (int how = 0; how < 3; ++how) {
+          const size_t stream_bytes = how == 0 ? 1 : how == 1 ? 100 : r == 0 ? 1 : 0;
           ShmGroup g{r, world, kChunk, seg.bases};
           g.stream_bytes = stream_bytes;
           for (size_t count : {1, 5, 17, 1000, 9001}) {
@@ -155,8 +159,30 @@ TEST(StagingChooserTest, SmallAllReducesStayCachedAndSizeClassesAreApart) {
   }
   // 3 MiB shares 1 MiB's class; 64 MiB and more share the last.
   EXPECT_EQ(c.NsPerByte(3 << 20, true), c.NsPerByte(1 << 20, true));
-  EXPECT_EQ(c.NsPerByte(size_t{1} << 30, true), c.NsPerByte(64 << 20, true));
   EXPECT_EQ(c.NsPerByte(64 << 20, true), 0);
+  c.Record(64 << 20, true, absl::Milliseconds(12));
+  EXPECT_GT(c.NsPerByte(64 << 20, true), 0);
+  EXPECT_EQ(c.NsPerByte(size_t{1} << 30, true), c.NsPerByte(64 << 20, true));
+  EXPECT_EQ(c.NsPerByte(16 << 20, true), 9000e3 / (16 << 20));
+}
+
+// A faster sample replaces the figure; a slower one counts for a quarter,
+// at most 4x the figure; a sample of no time is ignored.
+TEST(StagingChooserTest, AFasterTimeReplacesASlowerOneCountsForAQuarter) {
+  constexpr size_t kBytes = 1000000;
+  StagingChooser c;
+  c.Record(kBytes, true, absl::Milliseconds(10));
+  EXPECT_DOUBLE_EQ(c.NsPerByte(kBytes, true), 10.0);
+  c.Record(kBytes, true, absl::Milliseconds(30));
+  EXPECT_DOUBLE_EQ(c.NsPerByte(kBytes, true), 15.0);
+  c.Record(kBytes, true, absl::Milliseconds(1000));  // counts as 4 x 15
+  EXPECT_DOUBLE_EQ(c.NsPerByte(kBytes, true), 15.0 + 0.25 * 45.0);
+  c.Record(kBytes, true, absl::ZeroDuration());
+  c.Record(kBytes, true, absl::Milliseconds(-1));
+  EXPECT_DOUBLE_EQ(c.NsPerByte(kBytes, true), 15.0 + 0.25 * 45.0);
+  c.Record(kBytes, true, absl::Milliseconds(5));
+  EXPECT_DOUBLE_EQ(c.NsPerByte(kBytes, true), 5.0);
+  EXPECT_EQ(c.NsPerByte(kBytes, false), 0);
 }
 
 TEST(ShmAllReduceTest, PeersOfARankThatGivesUpFailInsteadOfHanging) {
