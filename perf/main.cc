@@ -10,30 +10,31 @@
 #include <cstdlib>
 #include <fstream>
 #include <functional>
+#include <initializer_list>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
-#include "comm/backends.h"
-#include "comm/log.h"
-#include "fusebox/config.h"
-#include "tools/cli.h"
-#include "perf/allreduce.h"
-#include "perf/harness.h"
-#include "perf/overlap.h"
 #include "autotune/cost_model.h"
 #include "autotune/models.h"
 #include "autotune/profile.h"
 #include "bucketing/file_io.h"
-#include "absl/strings/match.h"
-#include "absl/strings/numbers.h"
-#include "absl/strings/str_format.h"
+#include "comm/backends.h"
+#include "comm/log.h"
+#include "fusebox/config.h"
+#include "perf/allreduce.h"
+#include "perf/harness.h"
+#include "perf/overlap.h"
+#include "tools/cli.h"
 
 ABSL_FLAG(std::string, b, "8", "-b: smallest size in bytes (K/M/G suffixes)");
 ABSL_FLAG(std::string, e, "64M", "-e: largest size in bytes (K/M/G suffixes)");
@@ -247,6 +248,22 @@ absl::StatusOr<PerfOptions> OptionsFromFlags(const comm::Logger& log) {
   return o;
 }
 
+// The value of the choice flag --`flag` named `value`; otherwise an error
+// listing the names ("--flag must be a, b or c, got 'value'").
+template <typename E>
+absl::StatusOr<E> ParseChoice(const char* flag, const std::string& value,
+                              std::initializer_list<std::pair<const char*, E>> choices) {
+  std::string names;
+  size_t i = 0;
+  for (const auto& [name, e] : choices) {
+    if (value == name) return e;
+    absl::StrAppend(&names, i == 0 ? "" : i + 1 == choices.size() ? " or " : ", ", name);
+    ++i;
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat("--", flag, " must be ", names, ", got '", value, "'"));
+}
+
 absl::StatusOr<comm::BackendOptions> BackendOptionsFromFlags() {
   comm::BackendOptions b;
   auto chunk = ParseBytes(absl::GetFlag(FLAGS_ucx_chunk));
@@ -261,34 +278,26 @@ absl::StatusOr<comm::BackendOptions> BackendOptionsFromFlags() {
   auto rab = ParseBytes(absl::GetFlag(FLAGS_ucx_rabenseifner));
   if (!rab.ok()) return rab.status();
   b.ucx.rabenseifner_bytes = *rab;
-  const std::string opening = absl::GetFlag(FLAGS_ucx_opening);
-  if (opening == "auto") {
-    b.ucx.opening = comm::UcxOptions::Opening::kAuto;
-  } else if (opening == "rd") {
-    b.ucx.opening = comm::UcxOptions::Opening::kRecursiveDoubling;
-  } else if (opening == "linear") {
-    b.ucx.opening = comm::UcxOptions::Opening::kLinear;
-  } else {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--ucx_opening must be auto, rd or linear, got '", opening, "'"));
-  }
+  using Opening = comm::UcxOptions::Opening;
+  auto opening = ParseChoice<Opening>("ucx_opening", absl::GetFlag(FLAGS_ucx_opening),
+                                      {{"auto", Opening::kAuto},
+                                       {"rd", Opening::kRecursiveDoubling},
+                                       {"linear", Opening::kLinear}});
+  if (!opening.ok()) return opening.status();
+  b.ucx.opening = *opening;
   auto linear = ParseBytes(absl::GetFlag(FLAGS_ucx_linear));
   if (!linear.ok()) return linear.status();
   b.ucx.linear_bytes = *linear;
   auto shm_chunk = ParseBytes(absl::GetFlag(FLAGS_ucx_shm_chunk));
   if (!shm_chunk.ok()) return shm_chunk.status();
   b.ucx.shm_chunk_bytes = *shm_chunk;
-  const std::string stores = absl::GetFlag(FLAGS_ucx_shm_stores);
-  if (stores == "auto") {
-    b.ucx.shm_stores = comm::UcxOptions::ShmStores::kAuto;
-  } else if (stores == "cached") {
-    b.ucx.shm_stores = comm::UcxOptions::ShmStores::kCached;
-  } else if (stores == "streamed") {
-    b.ucx.shm_stores = comm::UcxOptions::ShmStores::kStreamed;
-  } else {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--ucx_shm_stores must be auto, cached or streamed, got '", stores, "'"));
-  }
+  using ShmStores = comm::UcxOptions::ShmStores;
+  auto stores = ParseChoice<ShmStores>("ucx_shm_stores", absl::GetFlag(FLAGS_ucx_shm_stores),
+                                       {{"auto", ShmStores::kAuto},
+                                        {"cached", ShmStores::kCached},
+                                        {"streamed", ShmStores::kStreamed}});
+  if (!stores.ok()) return stores.status();
+  b.ucx.shm_stores = *stores;
   const double spin_us = absl::GetFlag(FLAGS_ucx_spin_us);
   if (!(spin_us >= 0 && spin_us <= 1e6)) {
     return absl::InvalidArgumentError(

@@ -8,12 +8,13 @@
 #include <cstdlib>
 #include <cstring>
 #include <ctime>
+#include <filesystem>
 #include <functional>
 #include <limits>
+#include <map>
+#include <memory>
 #include <optional>
 #include <set>
-#include <filesystem>
-#include <memory>
 #include <thread>
 #include <utility>
 
@@ -21,15 +22,15 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "bucketing/engine.h"
-#include "bucketing/plan_io.h"
-#include "bucketing/planners.h"
 #include "autotune/decision.h"
 #include "autotune/measure.h"
 #include "autotune/planner.h"
 #include "autotune/policy_cache.h"
 #include "autotune/simulator.h"
 #include "autotune/tuner.h"
+#include "bucketing/engine.h"
+#include "bucketing/plan_io.h"
+#include "bucketing/planners.h"
 
 namespace fusebox::perf {
 
@@ -57,20 +58,23 @@ Clock::time_point Plus(Clock::time_point t, double us) {
   return t + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double, std::micro>(us));
 }
 
-// t*(m) of docs/model.md from the times measured alone: the least any split
-// of m bytes into allreduces can cost, max(the least time of any size,
-// m x the least time per byte of sizes up to m), and at most t(m) itself
-// (a measured table need not be subadditive: on this VM a 330 MiB plan in
-// 25 MiB buckets beat the bound that took t(330 MiB) alone).
+// t*(m) of docs/model.md from the times measured alone
+// (CostCurve::PartitionLowerBound over the least time of each size, t(m)
+// among them): at most t(m) itself, and less where the measured table is not
+// subadditive (on this VM a 330 MiB plan in 25 MiB buckets beat the bound
+// that took t(330 MiB) alone).
 double SplitLowerBoundUs(int64_t m, double t_m, const std::vector<autotune::AllReduceSample>& s) {
   if (m <= 0 || !(t_m > 0)) return t_m;
-  double least = t_m, per_byte = t_m / static_cast<double>(m);
+  std::map<int64_t, double> least = {{m, t_m}};
   for (const autotune::AllReduceSample& x : s) {
     if (x.bytes <= 0 || !(x.time_us > 0)) continue;
-    least = std::min(least, x.time_us);
-    if (x.bytes <= m) per_byte = std::min(per_byte, x.time_us / static_cast<double>(x.bytes));
+    auto [it, fresh] = least.emplace(x.bytes, x.time_us);
+    if (!fresh) it->second = std::min(it->second, x.time_us);
   }
-  return std::min(t_m, std::max(least, static_cast<double>(m) * per_byte));
+  autotune::CostCurve curve;
+  curve.lines = 1;
+  for (const auto& [bytes, us] : least) curve.table.emplace_back(bytes, us);
+  return curve.PartitionLowerBound(m);
 }
 
 // Times the lower bound's measured sizes once more (every rank), keeping

@@ -277,15 +277,15 @@ absl::Status ShmAllReduce(const ShmGroup& g, const void* send, void* recv, size_
       }
     }
     ctl->ready.store(round, std::memory_order_release);
-    const auto staged = std::chrono::steady_clock::now();
+    const bool time_wait = k == 0 && waited != nullptr;
+    const auto staged =
+        time_wait ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point();
     if (WaitResult w =
             WaitAll(g, ControlCounter(&Control::ready), "inputs staged", round, abort, deadline);
         !w.status.ok()) {
       return give_up(std::move(w));
     }
-    if (k == 0 && waited != nullptr) {
-      *waited = absl::FromChrono(std::chrono::steady_clock::now() - staged);
-    }
+    if (time_wait) *waited = absl::FromChrono(std::chrono::steady_clock::now() - staged);
 
     const Range mine = sub[g.rank];
     if (mine.len != 0) {
