@@ -1,5 +1,7 @@
 #include "bucketing/engine.h"
 
+#include <pthread.h>
+
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
@@ -130,7 +132,10 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(comm::Communicator& comm,
   }
   if (absl::Status s = engine->Install(std::move(plan)); !s.ok()) return s;
   if (absl::Status s = engine->VerifyAcrossRanks(); !s.ok()) return s;
-  engine->worker_ = std::thread([e = engine.get()] { e->WorkerLoop(); });
+  engine->worker_ = std::thread([e = engine.get()] {
+    pthread_setname_np(pthread_self(), "fb-engine");  // for profilers and `top -H`
+    e->WorkerLoop();
+  });
   return engine;
 }
 
