@@ -1,10 +1,17 @@
 #include "comm/async_core.h"
 
 #include <pthread.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
+#include <future>
+#include <tuple>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -25,14 +32,28 @@ AsyncCore::AsyncCore(AsyncCoreOptions options) : options_(std::move(options)) {}
 
 AsyncCore::~AsyncCore() { Stop(); }
 
-void AsyncCore::Start(CollectiveExecutor* executor) {
+void AsyncCore::Start(CollectiveExecutor* executor, int nice) {
   executor_ = executor;
   exec_->self = this;
-  thread_ = std::thread([this] {
+  std::promise<std::pair<pid_t, absl::Status>> started;
+  std::future<std::pair<pid_t, absl::Status>> thread_is = started.get_future();
+  thread_ = std::thread([this, nice, &started] {
     // Named for profilers and `top -H` (at most 15 characters).
     pthread_setname_np(pthread_self(), "fb-progress");
+    const pid_t tid = static_cast<pid_t>(::syscall(SYS_gettid));
+    absl::Status applied;
+    // Note [Sharing a core with the progress thread]. On Linux the nice
+    // value is per thread: PRIO_PROCESS with a thread id sets this one only.
+    if (nice != 0 && ::setpriority(PRIO_PROCESS, static_cast<id_t>(tid), nice) != 0) {
+      const int e = errno;
+      applied = absl::PermissionDeniedError(absl::StrCat(
+          "the progress thread could not take nice ", nice, " (", std::strerror(e),
+          "; a negative value needs CAP_SYS_NICE or RLIMIT_NICE); it runs at the caller's"));
+    }
+    started.set_value({tid, std::move(applied)});  // `started` is not touched after this
     Loop();
   });
+  std::tie(progress_tid_, progress_priority_) = thread_is.get();
 }
 
 void AsyncCore::Stop() {

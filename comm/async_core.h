@@ -45,13 +45,48 @@
 // are not starved), then blocks on a condition variable that Issue signals
 // whenever the thread is blocked, so a call issued to an idle communicator
 // waits one futex wake-up, and one issued within the spin window none.
-// Sharing cores with compute (the design decision): the thread is not bound
-// and runs at normal priority; it busy-waits only while a collective is in
-// flight or just after one, so training's compute threads keep their cores.
+// Sharing cores with compute (the design decision): the thread is bound as
+// its process is, busy-waits only while a collective is in flight (or within
+// the spin window, 0 for UCX), and where its machine is not oversubscribed
+// runs at a higher priority than compute (Note [Sharing a core with the
+// progress thread]).
 // A caller that blocks on its collective executes it itself where the
 // backend allows (polling in the caller, as MPI's blocking calls do), which
 // keeps small blocking collectives fast when every core is busy: no thread
 // has to be scheduled for them.
+//
+// Note [Sharing a core with the progress thread]
+// fusebox-run binds each rank to one CPU, so the progress thread shares it
+// with the caller's threads and the engine's worker. Linux's scheduler
+// (EEVDF since 6.6) runs, among the threads that have not had more than
+// their share, the one with the earliest deadline; a thread that sleeps
+// keeps what it is owed and gets a fresh deadline when it wakes, while each
+// sched_yield pushes the yielding thread's deadline back. The progress
+// thread polls while a collective is in flight and, spinning with yields,
+// after it; the core's other threads sleep and wake every few microseconds
+// (backward marking gradients ready, the worker). Traced with perf sched on
+// 2 local ranks, per-tensor buckets of ResNet-50: when a bucket was
+// launched, the progress thread was runnable (spinning or preempted) with a
+// late deadline, and every wake-up of the others went first for 50-130 us;
+// that set the launch-to-start p99 (about 60 us).
+// So the UCX progress thread blocks as soon as it runs out of work (idle
+// spin 0), and a launch wakes it with a fresh deadline, and it runs at nice
+// -10 (UcxOptions::progress_nice), so that it takes the core when it wakes.
+// Either alone leaves the p99 at 47-64 us (medians of rounds); together
+// 6-18 us, with the same iteration times (docs/launch/20261127-nice). A
+// spin of even 5 us, or two yields, before blocking undoes it: the launch
+// then finds the thread runnable rather than asleep.
+// The costs: (1) a run of small non-blocking calls issued back to back from
+// a thread on the same core pays a futex wake-up and two switches per call
+// (8 B to 4 KiB on 2 ranks: 5-8 us a call where spinning took 0.5-3 us; blocking calls
+// run on the caller and are unaffected); UcxOptions::progress_spin and
+// progress_nice = 0 restore the spinning thread. (2) While a collective is
+// in flight the thread takes about nine tenths of a core it shares with a
+// busy compute thread, where it took half; it sleeps whenever nothing is in
+// flight. Where this machine's ranks outnumber its cores, a rank's peers may
+// need the same core while it polls for them, so the nice value is left
+// alone there. A negative nice value needs CAP_SYS_NICE or RLIMIT_NICE;
+// without them the thread runs at the caller's (Communicator::SetupNotes).
 //
 // Note [Blocking calls]
 // Run is Issue and Wait in one, for callers that block anyway (a blocking
@@ -80,6 +115,8 @@
 // (self == nullptr) instead of a dangling pointer.
 #ifndef FUSEBOX_COMM_ASYNC_CORE_H_
 #define FUSEBOX_COMM_ASYNC_CORE_H_
+
+#include <sys/types.h>
 
 #include <atomic>
 #include <condition_variable>
@@ -175,7 +212,15 @@ class AsyncCore {
   AsyncCore& operator=(const AsyncCore&) = delete;
 
   // Starts the progress thread on `executor`, which must outlive Stop().
-  void Start(CollectiveExecutor* executor);
+  // A `nice` other than 0 is set as the thread's nice value (Note [Sharing a
+  // core with the progress thread]); where the process may not (a negative
+  // value needs CAP_SYS_NICE or RLIMIT_NICE) the thread keeps the caller's,
+  // and progress_priority() says why. Returns once the thread runs.
+  void Start(CollectiveExecutor* executor, int nice = 0);
+  // After Start: OK, or why the requested nice value was not applied.
+  const absl::Status& progress_priority() const { return progress_priority_; }
+  // After Start: the progress thread's id (for tests and diagnostics).
+  pid_t progress_tid() const { return progress_tid_; }
   // Note [Asynchronous core]. Idempotent. Must not be called from a Work's
   // completion callback: on the progress thread it aborts the process (the
   // thread cannot join itself); on a caller driving its Wait it deadlocks
@@ -262,6 +307,8 @@ class AsyncCore {
   bool broken_ = false;
 
   std::thread thread_;
+  pid_t progress_tid_ = 0;          // set by Start
+  absl::Status progress_priority_;  // set by Start
   bool stopped_ = false;  // Stop() ran (owner's thread only)
 };
 

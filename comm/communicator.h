@@ -14,6 +14,7 @@
 #include <cstddef>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -49,6 +50,10 @@ class Communicator {
   // the same on every rank; empty where the backend leaves the choice to its
   // library (MPI, NCCL). A communicator that wraps another gives its own.
   virtual std::string Algorithms() const { return ""; }
+  // What this rank's communicator was asked for and could not do, one
+  // sentence each, for the caller to log (e.g. a progress thread that could
+  // not take its priority). Empty where everything applied.
+  virtual std::vector<std::string> SetupNotes() const { return {}; }
   // Where buffers passed to this communicator must live.
   virtual MemoryKind memory() const = 0;
 

@@ -126,8 +126,16 @@ struct UcxOptions {
   // the progress thread keeps looking for the next collective (yielding the
   // core on every look) after the queue runs empty, before it blocks until
   // an issue wakes it. A collective issued within this window starts with no
-  // wake-up at all; a longer window costs an otherwise idle core's time.
-  absl::Duration progress_spin = absl::Microseconds(50);
+  // wake-up, but a launch that finds the thread spinning rather than asleep
+  // waits behind its core's other threads (Note [Sharing a core with the
+  // progress thread]): 0 by default. Back-to-back small non-blocking calls
+  // from a thread on the same core are faster with 50 us and nice 0.
+  absl::Duration progress_spin = absl::ZeroDuration();
+  // The progress thread's nice value (0: the caller's), where this
+  // machine's ranks do not outnumber its cores (Note [Sharing a core with
+  // the progress thread]). Where the process may not take it, the thread
+  // runs at the caller's.
+  int progress_nice = -10;
   // Ask UCX to report failed peers (UCP_ERR_HANDLING_MODE_PEER): a collective
   // waiting on a rank that died then fails with Unavailable instead of
   // waiting for the caller's deadline. UCX 1.13 supports this only over TCP,

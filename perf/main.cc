@@ -60,9 +60,14 @@ ABSL_FLAG(int, tensors, 1,
 ABSL_FLAG(int, launch, 20,
           "launch-to-start samples per size: non-blocking calls issued to an idle "
           "communicator, timed from issue until the backend starts executing them (0: off)");
-ABSL_FLAG(double, ucx_spin_us, 50,
+ABSL_FLAG(double, ucx_spin_us, 0,
           "ucx backend: microseconds the progress thread keeps looking for work before it "
-          "blocks until woken");
+          "blocks until woken (0: at once, which lets a bucket launched during backward start "
+          "sooner; 50 with --ucx_progress_nice 0 suits back-to-back small non-blocking calls)");
+ABSL_FLAG(int, ucx_progress_nice, -10,
+          "ucx backend: the progress thread's nice value where ranks do not outnumber cores (0: "
+          "the caller's; a negative value needs CAP_SYS_NICE, else it is left and --log_level "
+          "info says so)");
 ABSL_FLAG(std::string, ucx_tls, "",
           "UCX transports for the ucx backend (as UCX_TLS; default: $UCX_TLS, else "
           "sysv,cma,self,tcp with the shared-memory allreduce)");
@@ -304,6 +309,12 @@ absl::StatusOr<comm::BackendOptions> BackendOptionsFromFlags() {
         absl::StrCat("--ucx_spin_us must be in [0, 1e6] microseconds, got ", spin_us));
   }
   b.ucx.progress_spin = absl::Microseconds(spin_us);
+  const int nice = absl::GetFlag(FLAGS_ucx_progress_nice);
+  if (nice < -20 || nice > 19) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--ucx_progress_nice must be a nice value in [-20, 19], got ", nice));
+  }
+  b.ucx.progress_nice = nice;
   if (absl::Status s = comm::CollectiveTimeoutFromEnv(::getenv, &b); !s.ok()) return s;
   const double timeout_s = absl::GetFlag(FLAGS_timeout_s);
   if (!(timeout_s >= 0 && timeout_s <= 1e7)) {
@@ -354,7 +365,8 @@ int WithCommunicator(
                            " B, recursive doubling <= ", u.recursive_doubling_bytes,
                            " B, Rabenseifner <= ", u.rabenseifner_bytes, " B, opening ",
                            absl::GetFlag(FLAGS_ucx_opening), ", linear <= ", u.linear_bytes,
-                           " B, spin ", absl::FormatDuration(u.progress_spin))
+                           " B, spin ", absl::FormatDuration(u.progress_spin),
+                           ", progress thread nice ", u.progress_nice)
             : ""));
   }
   int rc = 0;
@@ -363,6 +375,7 @@ int WithCommunicator(
     if (!communicator.ok()) {
       rc = Fail(log, communicator.status());
     } else {
+      for (const std::string& note : (*communicator)->SetupNotes()) log.Info(note);
       rc = body(**communicator, *launch, log);
     }
   }

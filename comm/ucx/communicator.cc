@@ -150,6 +150,10 @@ class UcxCommunicator final : public Communicator, private CollectiveExecutor {
   int size() const override { return size_; }
   std::string backend() const override { return "ucx"; }
   std::string Algorithms() const override { return algorithms_.Describe(); }
+  std::vector<std::string> SetupNotes() const override {
+    if (core_.progress_priority().ok()) return {};
+    return {std::string(core_.progress_priority().message())};
+  }
   MemoryKind memory() const override { return MemoryKind::kHost; }
 
   absl::StatusOr<std::shared_ptr<Work>> AllReduce(const void* send, void* recv,
@@ -379,7 +383,7 @@ absl::Status UcxCommunicator::Init(Store& store) {
   // rank); over messages the descriptor round's staging grows on use.
   if (shm_exchange_ || size_ == 1) header_slots_.resize(slot_bytes_ * size_);
   ring_slots_.resize(options_.chunk_bytes * kRingSlots);
-  core_.Start(this);
+  core_.Start(this, oversubscribed ? 0 : options_.progress_nice);
   return absl::OkStatus();
 }
 

@@ -2,8 +2,13 @@
 // the test: order, sticky failure, deadlines, stop, and who executes.
 #include "comm/async_core.h"
 
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <memory>
 #include <mutex>
@@ -179,6 +184,64 @@ TEST(AsyncCoreTest, BadArgumentsAreRefusedInTheSharedWordsAndNeverReachTheBacken
   ASSERT_TRUE(IssueAllReduce(core, buf)->Wait().ok());
   // Only the valid call reached the executor, and it was call #0.
   EXPECT_THAT(ex.started(), ElementsAre(0u));
+}
+
+// The nice value of thread `tid` of this process, read back from the kernel.
+int NiceOf(pid_t tid) {
+  errno = 0;
+  return ::getpriority(PRIO_PROCESS, static_cast<id_t>(tid));
+}
+
+TEST(AsyncCoreTest, TheProgressThreadTakesTheNiceValueItIsGivenAndOnlyIt) {
+  // Raising one's nice value needs no privilege: the thread must take it,
+  // and the caller's must not change (the value is per thread on Linux).
+  const int caller = NiceOf(static_cast<pid_t>(::syscall(SYS_gettid)));
+  const int higher = std::min(caller + 3, 19);
+  FakeExecutor ex;
+  AsyncCore core(Options());
+  core.Start(&ex, higher);
+  EXPECT_TRUE(core.progress_priority().ok()) << core.progress_priority();
+  ASSERT_GT(core.progress_tid(), 0);
+  EXPECT_NE(core.progress_tid(), static_cast<pid_t>(::syscall(SYS_gettid)));
+  EXPECT_EQ(NiceOf(core.progress_tid()), higher);
+  EXPECT_EQ(NiceOf(static_cast<pid_t>(::syscall(SYS_gettid))), caller);
+  float buf[4] = {};
+  ASSERT_TRUE(IssueAllReduce(core, buf)->Wait().ok());
+
+  // 0 leaves the thread at the caller's value.
+  FakeExecutor ex0;
+  AsyncCore core0(Options());
+  core0.Start(&ex0);
+  EXPECT_TRUE(core0.progress_priority().ok());
+  EXPECT_EQ(NiceOf(core0.progress_tid()), caller);
+}
+
+TEST(AsyncCoreTest, ANiceValueThatMayNotBeTakenLeavesTheCallersAndSaysWhy) {
+  // Lowering it needs CAP_SYS_NICE or RLIMIT_NICE. Whether this process may
+  // is found out on a thread of the test's own, then the core must agree.
+  const int caller = NiceOf(static_cast<pid_t>(::syscall(SYS_gettid)));
+  const int lower = std::max(caller - 5, -20);
+  bool may = false;
+  std::thread probe([&] {
+    may = ::setpriority(PRIO_PROCESS, static_cast<id_t>(::syscall(SYS_gettid)), lower) == 0;
+  });
+  probe.join();
+  FakeExecutor ex;
+  AsyncCore core(Options());
+  core.Start(&ex, lower);
+  if (may) {
+    EXPECT_TRUE(core.progress_priority().ok()) << core.progress_priority();
+    EXPECT_EQ(NiceOf(core.progress_tid()), lower);
+  } else {
+    EXPECT_EQ(core.progress_priority().code(), absl::StatusCode::kPermissionDenied);
+    EXPECT_THAT(core.progress_priority().message(),
+                HasSubstr(absl::StrCat("could not take nice ", lower)));
+    EXPECT_THAT(core.progress_priority().message(), HasSubstr("CAP_SYS_NICE"));
+    EXPECT_EQ(NiceOf(core.progress_tid()), caller);
+  }
+  // Either way the core works.
+  float buf[4] = {};
+  ASSERT_TRUE(IssueAllReduce(core, buf)->Wait().ok());
 }
 
 TEST(AsyncCoreTest, CallsStartInIssueOrderWithSequenceNumbersAndADeadline) {
