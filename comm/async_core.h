@@ -73,9 +73,15 @@
 // spin 0), and a launch wakes it with a fresh deadline, and it runs at nice
 // -10 (UcxOptions::progress_nice), so that it takes the core when it wakes.
 // Either alone leaves the p99 at 47-64 us (medians of rounds); together
-// 6-18 us, with the same iteration times (docs/launch/20261127-nice). A
-// spin of even 5 us, or two yields, before blocking undoes it: the launch
-// then finds the thread runnable rather than asleep.
+// 6-18 us, with the same iteration times in that replay
+// (docs/launch/20261127-nice). A spin of even 5 us, or two yields, before
+// blocking undoes it: the launch then finds the thread runnable rather than
+// asleep. Where many buckets queue (communication-bound, 1-5 MiB buckets),
+// the thread goes from one queued collective to the next and the engine's
+// worker, at nice 0, waits for the core to see them finish: the gap
+// report's launch-to-start term grew to 5-29 ms there; iterations were
+// 12-13% shorter on ResNet-50 and 9% longer on ViT-B/16 at t(all) = 2 T_b
+// (docs/gap/20261127-nice). The worker at nice -10 too undid the p99.
 // The costs: (1) a run of small non-blocking calls issued back to back from
 // a thread on the same core pays a futex wake-up and two switches per call
 // (8 B to 4 KiB on 2 ranks: 5-8 us a call where spinning took 0.5-3 us; blocking calls
