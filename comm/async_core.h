@@ -84,12 +84,13 @@
 // (docs/gap/20261127-nice). The worker at nice -10 too undid the p99.
 // The costs: (1) a run of small non-blocking calls issued back to back from
 // a thread on the same core pays a futex wake-up and two switches per call
-// (8 B to 4 KiB on 2 ranks: 5-8 us a call where spinning took 0.5-3 us; blocking calls
-// run on the caller and are unaffected); UcxOptions::progress_spin and
-// progress_nice = 0 restore the spinning thread. (2) While a collective is
-// in flight the thread takes about nine tenths of a core it shares with a
-// busy compute thread, where it took half; it sleeps whenever nothing is in
-// flight. Where this machine's ranks outnumber its cores, a rank's peers may
+// (8 B to 4 KiB on 2 ranks: 5-8 us a call where spinning took 0.5-3 us;
+// blocking calls run on the caller and are unaffected);
+// UcxOptions::progress_spin and progress_nice = 0 restore the spinning
+// thread. (2) While a collective is in flight the thread may take, by the
+// scheduler's weights for nice -10 and 0, about nine tenths of a core it
+// shares with a busy compute thread, where it took half (not measured: the
+// replay sleeps); it sleeps whenever nothing is in flight. Where this machine's ranks outnumber its cores, a rank's peers may
 // need the same core while it polls for them, so the nice value is left
 // alone there. A negative nice value needs CAP_SYS_NICE or RLIMIT_NICE;
 // without them the thread runs at the caller's (Communicator::SetupNotes).
