@@ -9,24 +9,22 @@ after another on the same process group.
 """
 import json
 import os
-import socket
 import subprocess
 import sys
 import tempfile
+import time
 
 import pytest
+
+from ports import free_port
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 PYDIR = os.environ.get("FUSEBOX_PYTHON_DIR")
 LAUNCH_TIMEOUT_S = 300
+ORPHAN_GRACE_S = 60
 
 pytestmark = pytest.mark.skipif(not PYDIR, reason="FUSEBOX_PYTHON_DIR not set (module not built)")
 
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def launch(tmp, world, scenarios, tag):
@@ -45,16 +43,32 @@ def launch(tmp, world, scenarios, tag):
         procs.append((subprocess.Popen([sys.executable, os.path.join(HERE, "ddp_worker.py"), cfg],
                                        env=dict(env, RANK=str(r)), stdout=log,
                                        stderr=subprocess.STDOUT), log))
-    codes = []
-    for p, log in procs:
-        try:
-            codes.append(p.wait(timeout=LAUNCH_TIMEOUT_S))
-        except subprocess.TimeoutExpired:
+    # Waits for every rank. A rank that failed leaves its peers waiting on it
+    # (torch's rendezvous waits 30 minutes): once one has failed, the rest get
+    # ORPHAN_GRACE_S to finish (a mismatch fails every rank, each on its own)
+    # before they are stopped, and the failure shows every rank's log.
+    deadline = time.monotonic() + LAUNCH_TIMEOUT_S
+    first_failure = None
+    while any(p.poll() is None for p, _ in procs):
+        now = time.monotonic()
+        if first_failure is None and any(p.poll() not in (None, 0) for p, _ in procs):
+            first_failure = now
+        late = first_failure is not None and now - first_failure > ORPHAN_GRACE_S
+        if now > deadline or late:
             for q, _ in procs:
                 q.kill()
-            pytest.fail("launch %s hung (> %d s); logs in %s" % (tag, LAUNCH_TIMEOUT_S, out))
-        finally:
-            log.close()
+                q.wait()
+            for _, log in procs:
+                log.close()
+            tails = "\n".join("--- rank %d:\n%s" % (r, open(os.path.join(out, "rank%d.log" % r))
+                                                    .read()[-2000:]) for r in range(world))
+            pytest.fail("launch %s %s; logs in %s\n%s" % (
+                tag, "hung (> %d s)" % LAUNCH_TIMEOUT_S if not late else
+                "left ranks waiting on a failed one (> %d s)" % ORPHAN_GRACE_S, out, tails))
+        time.sleep(0.05)
+    codes = [p.returncode for p, _ in procs]
+    for _, log in procs:
+        log.close()
     logs = [open(os.path.join(out, "rank%d.log" % r)).read() for r in range(world)]
     results = {}
     for sc in scenarios:

@@ -6,11 +6,12 @@ fails on Python 3.11).
 """
 import os
 import shutil
-import socket
 import subprocess
 import sys
 
 import pytest
+
+from ports import free_port
 
 PYDIR = os.environ.get("FUSEBOX_PYTHON_DIR")
 RUN = os.environ.get("FUSEBOX_RUN")
@@ -44,11 +45,6 @@ print("TRAINED rank", dist.get_rank(), "of", dist.get_world_size(), "phase", han
       "MASTER_PORT", os.environ["MASTER_PORT"], "store", os.environ["FUSEBOX_STORE_PORT"])
 '''
 
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def test_fusebox_run_starts_an_unmodified_ddp_script():

@@ -22,11 +22,12 @@ import os
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import time
 
 import pytest
+
+from ports import free_port
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.normpath(os.path.join(HERE, "..", ".."))
@@ -48,11 +49,6 @@ def cmake_project_version():
     assert m, "no project(fusebox VERSION ...) in CMakeLists.txt"
     return m.group(1)
 
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def clean_env(**extra):
