@@ -43,10 +43,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
-#include <fstream>
 #include <memory>
 #include <optional>
-#include <random>
 #include <string>
 #include <system_error>
 #include <utility>
@@ -56,8 +54,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/string_view.h"
-#include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "comm/free_port.h"
 #include "comm/log.h"
 #include "comm/tcp_store.h"
 #include "comm/unique_fd.h"
@@ -93,61 +91,6 @@ std::string ErrnoText(absl::string_view what, int err) {
 }
 
 using fusebox::comm::UniqueFd;
-
-// The kernel's ephemeral port range (where connect() and bind(port 0) take
-// their ports), from /proc/sys/net/ipv4/ip_local_port_range; {32768, 60999},
-// Linux's default, where it cannot be read.
-std::pair<int, int> EphemeralPortRange() {
-  std::pair<int, int> range{32768, 60999};
-  std::ifstream in("/proc/sys/net/ipv4/ip_local_port_range");
-  int lo = 0, hi = 0;
-  if (in >> lo >> hi && lo > 0 && lo <= hi && hi <= 65535) range = {lo, hi};
-  return range;
-}
-
-// Whether `port` can be bound on `addr` now (tried and released).
-bool CanBind(const sockaddr_in& addr_template, int port) {
-  UniqueFd fd(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
-  if (!fd.valid()) return false;
-  sockaddr_in addr = addr_template;
-  addr.sin_port = htons(static_cast<uint16_t>(port));
-  return ::bind(fd.get(), reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0;
-}
-
-// A TCP port that is free on `bind_addr` now: where the command's own
-// rendezvous (torch's env://) will listen. The port is released before the
-// command binds it, so it is chosen *below* the ephemeral range: a port
-// from bind(0) lies inside it, where any process's next outgoing connection
-// may take it first (a DDP job beside this one opens hundreds). Only an
-// explicit bind can take a port outside the range. Falls back to bind(0)
-// where the range leaves no room below it.
-absl::StatusOr<int> FreePort(const std::string& bind_addr) {
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  if (::inet_pton(AF_INET, bind_addr.c_str(), &addr.sin_addr) != 1) {
-    addr.sin_addr.s_addr = htonl(INADDR_ANY);
-  }
-  constexpr int kLowest = 10000;  // above the well-known and most registered services
-  const int below = EphemeralPortRange().first;
-  if (below - kLowest >= 1000) {
-    std::mt19937 rng(static_cast<uint32_t>(::getpid()) ^
-                     static_cast<uint32_t>(absl::ToUnixNanos(absl::Now())));
-    std::uniform_int_distribution<int> pick(kLowest, below - 1);
-    for (int attempt = 0; attempt < 64; ++attempt) {
-      const int port = pick(rng);
-      if (CanBind(addr, port)) return port;
-    }
-  }
-  UniqueFd fd(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
-  if (!fd.valid()) return absl::InternalError(absl::StrCat("socket: ", strerror(errno)));
-  socklen_t len = sizeof(addr);
-  if (::bind(fd.get(), reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 ||
-      ::getsockname(fd.get(), reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
-    return absl::InternalError(absl::StrCat("cannot find a free port on ", bind_addr,
-                                            " for MASTER_PORT: ", strerror(errno)));
-  }
-  return static_cast<int>(ntohs(addr.sin_port));
-}
 
 absl::Status MakePipe(UniqueFd& read_end, UniqueFd& write_end) {
   int fds[2];
@@ -352,8 +295,11 @@ absl::Status Launcher::SetUp() {
     }
     torch_port_ = options_.master_port + 1;
   } else {
-    absl::StatusOr<int> port = FreePort(StoreBindAddress(options_.master_addr));
-    if (!port.ok()) return port.status();
+    // The command's own rendezvous (torch's env://) listens there.
+    absl::StatusOr<int> port = fusebox::comm::PickFreePort(StoreBindAddress(options_.master_addr));
+    if (!port.ok()) {
+      return absl::InternalError(absl::StrCat("MASTER_PORT: ", port.status().message()));
+    }
     torch_port_ = *port;
   }
   if (options_.node_rank != 0) {

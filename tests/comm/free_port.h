@@ -1,26 +1,19 @@
-// Test helper: a loopback TCP port that was free a moment ago.
+// Test helper: a loopback TCP port that was free a moment ago, chosen below
+// the kernel's ephemeral range so that no outgoing connection takes it before
+// the test binds it (comm/free_port.h).
 #ifndef FUSEBOX_TESTS_COMM_FREE_PORT_H_
 #define FUSEBOX_TESTS_COMM_FREE_PORT_H_
 
-#include <arpa/inet.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
-#include <unistd.h>
-
+#include "absl/status/statusor.h"
+#include "comm/free_port.h"
 #include "gtest/gtest.h"
 
 namespace fusebox::comm::testing_util {
 
 inline int FreePort() {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  EXPECT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
-  socklen_t len = sizeof(addr);
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-  ::close(fd);
-  return ntohs(addr.sin_port);
+  absl::StatusOr<int> port = PickFreePort("127.0.0.1");
+  EXPECT_TRUE(port.ok()) << port.status();
+  return port.ok() ? *port : 0;
 }
 
 }  // namespace fusebox::comm::testing_util

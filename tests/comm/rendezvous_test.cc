@@ -6,6 +6,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <cstdio>
 #include <map>
 #include <optional>
 #include <string>
@@ -14,6 +15,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "comm/free_port.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/comm/free_port.h"
@@ -276,6 +278,30 @@ TEST(RendezvousTest, ConnectFailureNamesTheMaster) {
   ASSERT_FALSE(rdv.ok());
   EXPECT_THAT(rdv.status().message(),
               HasSubstr(absl::StrCat("127.0.0.1:", port)));
+}
+
+// A port picked for another process's listener lies below the ephemeral
+// range, where no outgoing connection can take it, and can be bound.
+TEST(PickFreePortTest, PicksABindablePortBelowTheEphemeralRange) {
+  int ephemeral_low = 32768;
+  if (FILE* f = std::fopen("/proc/sys/net/ipv4/ip_local_port_range", "r")) {
+    if (std::fscanf(f, "%d", &ephemeral_low) != 1) ephemeral_low = 32768;
+    std::fclose(f);
+  }
+  if (ephemeral_low < 11000) GTEST_SKIP() << "ephemeral range starts at " << ephemeral_low;
+  for (int i = 0; i < 20; ++i) {
+    absl::StatusOr<int> port = PickFreePort("127.0.0.1");
+    ASSERT_TRUE(port.ok()) << port.status();
+    EXPECT_GE(*port, 10000);
+    EXPECT_LT(*port, ephemeral_low);
+    const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    addr.sin_port = htons(static_cast<uint16_t>(*port));
+    EXPECT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0) << *port;
+    ::close(fd);
+  }
 }
 
 }  // namespace
