@@ -132,10 +132,14 @@ absl::StatusOr<SimResult> Simulate(const Profile& profile, const bucketing::Plan
       }
       if (best >= 0) b = best;
     }
-    // The window: launch k - w must have been copied back (with staging:
-    // its copy back enqueued, when its collective is done).
-    const double slot =
-        k >= w ? (staged ? r.launches[k - w].done_us : r.launches[k - w].copied_back_us) : 0;
+    // The window: launch k - w must be done and seen done by the worker,
+    // which copies back in launch order: it sees k - w once it has copied
+    // k - w - 1 back (with staging it only enqueues the copies).
+    double slot = 0;
+    if (k >= w) {
+      slot = r.launches[k - w].done_us;
+      if (!staged && k - w >= 1) slot = std::max(slot, r.launches[k - w - 1].copied_back_us);
+    }
     SimLaunch l;
     l.bucket = b;
     l.bytes = bytes[b];

@@ -10,7 +10,8 @@
 // * A bucket is complete when its last slice is in. Launch k obeys the
 //   schedule (plan order; or forward priority: among complete buckets, the
 //   one the next forward needs first) and the window: at most
-//   max_in_flight buckets launched and not yet copied back.
+//   max_in_flight buckets launched and not yet seen complete by the worker
+//   (which sees them in launch order, between its copies back).
 // * Collectives run one at a time, in launch order (one communicator: the
 //   UCX progress thread or one NCCL stream), each taking
 //   CostModel::AllReduceUs(bytes) + launch_overhead_us, stretched by
@@ -23,10 +24,10 @@
 //   MarkReadyOnDevice only enqueues, so marking never delays backward.
 //   Each gradient is copied device-to-host on one copy stream, in ready
 //   order, from its ready time, and its slices count as in when the whole
-//   gradient is; a bucket is complete when its last slice is in. After its collective, the whole bucket is copied host-to-device on
-//   a second stream, in launch order; the window's slot is free as soon as
-//   that copy is enqueued (the collective's end). No views: every byte is
-//   staged both ways.
+//   gradient is; a bucket is complete when its last slice is in. After its collective, the whole
+//   bucket is copied host-to-device on a second stream, in launch order; the window's slot is free
+//   as soon as that copy is enqueued (the collective's end). No views: every byte is staged both
+//   ways.
 //
 // Pure: no clock, no I/O.
 #ifndef FUSEBOX_AUTOTUNE_SIMULATOR_H_

@@ -666,8 +666,8 @@ int Engine::ChooseNextLocked() const {
   const int nb = static_cast<int>(plan_.buckets.size());
   const int k = launched_count_;
   if (options_.schedule == Schedule::kForwardPriority && k >= options_.max_in_flight) {
-    // Launch k - W has been processed (in_flight_ < W and the worker
-    // processes launches in order), so its votes are known on every rank.
+    // Launch k - W has completed (window_ < W, and the worker sees
+    // launches complete in order), so its votes are known on every rank.
     const std::vector<uint8_t>& everywhere = votes_[k - options_.max_in_flight];
     int best = -1;
     for (int b = 0; b < nb; ++b) {
@@ -684,7 +684,7 @@ int Engine::ChooseNextLocked() const {
 void Engine::LaunchReadyLocked() {
   const int nb = static_cast<int>(plan_.buckets.size());
   bool launched = false;
-  while (failed_.ok() && launched_count_ < nb && in_flight_ < options_.max_in_flight) {
+  while (failed_.ok() && launched_count_ < nb && window_ < options_.max_in_flight) {
     const int b = ChooseNextLocked();
     if (state_[b] != BucketState::kReady) break;  // wait until it is complete here
     Launch(b);
@@ -802,6 +802,7 @@ void Engine::Launch(int b) {
   current_.launch_order.push_back(b);
   launched_.push_back(Launched{b, launched_count_++, std::move(work), std::move(reported)});
   ++in_flight_;
+  ++window_;
 }
 
 absl::Status Engine::CopyBack(int b) {
@@ -846,7 +847,10 @@ void Engine::WorkerLoop() {
     const absl::Time deadline = absl::Now() + options_.timeout;
     absl::Status status;
     for (;;) {
-      status = next.work->WaitUntil(std::min(deadline, absl::Now() + kWaitSlice));
+      // Blocks without polling (Work::SleepUntil): a bucket's collective
+      // takes tens of microseconds or more, and a polling worker takes the
+      // core from the thread that executes the next one.
+      status = next.work->SleepUntil(std::min(deadline, absl::Now() + kWaitSlice));
       if (next.work->Test()) {
         // The collective's own outcome: it may have completed just after
         // this slice of the wait expired, which returned DeadlineExceeded.
@@ -870,10 +874,21 @@ void Engine::WorkerLoop() {
       while (!next.reported->load(std::memory_order_acquire)) std::this_thread::yield();
     }
     const double complete_us = NowUs();
-    double back_us = 0;
-    std::vector<uint8_t> votes;
-    if (status.ok()) {
+    // The collective is done: its slot in the window frees now, before the
+    // copy back, so the next launch never waits behind a copy (Note [Launch
+    // order]). Its votes are what kForwardPriority chooses launch
+    // next.index + W by.
+    const bool slot_freed = status.ok();
+    if (slot_freed) {
+      std::vector<uint8_t> votes;
       if (vote_slots_ > 0) votes = ReadVotes(next.bucket);
+      std::lock_guard<std::mutex> lock(mu_);
+      --window_;
+      votes_[next.index] = std::move(votes);
+      LaunchReadyLocked();
+    }
+    double back_us = 0;
+    if (status.ok()) {
       status = CopyBack(next.bucket);
       back_us = NowUs() - complete_us;
     }
@@ -888,6 +903,7 @@ void Engine::WorkerLoop() {
     }
     std::lock_guard<std::mutex> lock(mu_);
     --in_flight_;
+    if (!slot_freed) --window_;
     if (!status.ok()) {
       FailLocked(absl::Status(status.code(), absl::StrFormat("bucket %d: %s", next.bucket,
                                                              status.message())));
@@ -945,7 +961,6 @@ void Engine::WorkerLoop() {
       }
     }
     state_[next.bucket] = BucketState::kDone;
-    votes_[next.index] = std::move(votes);
     ++done_count_;
     LaunchReadyLocked();
     cv_.notify_all();

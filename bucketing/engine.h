@@ -13,8 +13,10 @@
 // ordering]), but gradients become ready in different orders and at
 // different times on different ranks and threads. So the engine never picks
 // among buckets by local readiness alone. At most `max_in_flight` (W)
-// buckets are launched and not yet copied back; the k-th launch of an
-// iteration is chosen by the schedule:
+// buckets are launched and not yet complete (a slot frees when the worker
+// sees the allreduce finish, before it copies the bucket back, so no launch
+// waits behind a copy); the k-th launch of an iteration is chosen by the
+// schedule:
 // * kPlanOrder: bucket k, once it is complete on this rank. The plan's
 //   bucket order is the launch order (and is covered by its hash).
 // * kForwardPriority (ByteScheduler's idea, made deterministic): every
@@ -125,7 +127,8 @@ enum class Schedule : uint8_t { kPlanOrder, kForwardPriority };
 inline constexpr int kMaxPriorityBuckets = 8192;
 
 struct EngineOptions {
-  // Buckets launched but not yet copied back; at least 1.
+  // Buckets launched whose allreduce has not yet completed (copies back do
+  // not hold a slot); at least 1.
   int max_in_flight = 4;
   // How the next bucket to launch is chosen (Note [Launch order]).
   Schedule schedule = Schedule::kPlanOrder;
@@ -406,7 +409,8 @@ class Engine {
   int next_launch_ = 0;               // lowest bucket not yet launched
   int launched_count_ = 0;            // k of the next launch
   std::vector<std::vector<uint8_t>> votes_;  // per launch index, once processed
-  int in_flight_ = 0;
+  int in_flight_ = 0;                        // launched and not yet copied back
+  int window_ = 0;  // launched and not yet seen complete (<= max_in_flight)
   int done_count_ = 0;
   bool started_ = false;
   IterationStats current_;

@@ -18,7 +18,9 @@ namespace fusebox::perf {
 //   start_i   <- launch_i               launch-to-start
 //          or <- done_{i-1}             queued behind i-1: go there
 //   launch_i  <- ready_i                window (held after it was ready)
-//          or <- copied_{i-W}           the window of W in flight was full: go there
+//          or <- noticed_{i-W}          the window of W in flight was full: go there
+//                                       (a slot frees when the worker sees the
+//                                       collective done, before its copy back)
 //          or <- launch_{i-1}           plan order held it behind i-1: go there
 // (the latest of the alternatives is the one it waited for). The chain ends
 // at some bucket j's ready time, which the profile says should be forward +
@@ -42,14 +44,18 @@ GapTerms ExplainGap(const GapInput& in) {
   const int w = std::max(1, in.max_in_flight);
   double isolated = 0;
   int i = static_cast<int>(b.size()) - 1;
-  enum class At { kCopied, kDone, kLaunch } at = At::kCopied;
+  enum class At { kCopied, kNoticed, kDone, kLaunch } at = At::kCopied;
   for (;;) {
     const bucketing::BucketTiming& x = b[i];
     if (at == At::kCopied) {
       t.copy_back_us += x.copied_us - x.noticed_us;
+      at = At::kNoticed;
+    }
+    if (at == At::kNoticed) {
       if (i > 0 && b[i - 1].copied_us > x.done_us) {
         t.launch_to_start_us += x.noticed_us - b[i - 1].copied_us;
         --i;
+        at = At::kCopied;
         continue;  // enter i - 1 at its copy back's end
       }
       t.launch_to_start_us += x.noticed_us - x.done_us;
@@ -71,12 +77,12 @@ GapTerms ExplainGap(const GapInput& in) {
     }
     // At launch_i: what held it, the latest of its readiness, a window slot
     // and the previous launch.
-    const double slot = i >= w ? b[i - w].copied_us : -1;
+    const double slot = i >= w ? b[i - w].noticed_us : -1;
     const double order = i > 0 ? b[i - 1].launch_us : -1;
     if (slot > x.ready_us && slot >= order) {
       t.window_us += x.launch_us - slot;
       i -= w;
-      at = At::kCopied;
+      at = At::kNoticed;
       continue;
     }
     if (order > x.ready_us) {

@@ -58,7 +58,7 @@ ABSL_FLAG(int, progress, -1,
           "sweep and scale: progress on stderr, 1 on, 0 off, -1 when stderr is a terminal, "
           "FUSEBOX_PROGRESS=1 (fusebox-run on a terminal) or --log_level is info or debug");
 ABSL_FLAG(int, ranks_per_node, 0, "ranks per node (0: the cost model's)");
-ABSL_FLAG(int, max_in_flight, 4, "buckets launched and not yet copied back (engine window)");
+ABSL_FLAG(int, max_in_flight, 4, "buckets launched and not yet complete (engine window)");
 ABSL_FLAG(bool, views, true,
           "gradients live in the fusion buffers (no copies); false: copied in and back at "
           "--copy_gbps");

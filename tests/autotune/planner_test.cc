@@ -261,13 +261,15 @@ TEST(SimulatorTest, CopiesAndTheWindow) {
   auto r = Simulate(p, bucketing::PerTensorPlan(*layout), Line(10, 0.01), o);
   ASSERT_TRUE(r.ok()) << r.status();
   // Copy in t0 0..400, t1 400..800 (one thread). Bucket 0: 400..414, copied
-  // back by 814; the window of 1 holds bucket 1 until then: 814..828..1228.
+  // back by 814; its slot in the window of 1 frees at 414, so bucket 1
+  // launches when it is complete: 800..814, copied back (after bucket 0's
+  // copy, one worker) 814..1214.
   EXPECT_DOUBLE_EQ(r->launches[0].complete_us, 400);
   EXPECT_DOUBLE_EQ(r->launches[0].copied_back_us, 814);
-  EXPECT_DOUBLE_EQ(r->launches[1].launch_us, 814);
-  EXPECT_DOUBLE_EQ(r->launches[1].copied_back_us, 1228);
+  EXPECT_DOUBLE_EQ(r->launches[1].launch_us, 800);
+  EXPECT_DOUBLE_EQ(r->launches[1].copied_back_us, 1214);
   EXPECT_DOUBLE_EQ(r->backward_end_us, 800);
-  EXPECT_DOUBLE_EQ(r->iteration_us, 100 + 1228);
+  EXPECT_DOUBLE_EQ(r->iteration_us, 100 + 1214);
 }
 
 // Device gradients staged over a host communicator at 0.01 GB/s (10 B/us:
@@ -327,6 +329,28 @@ TEST(SimulatorTest, StagingWindowFreesAtTheCollectivesEnd) {
   EXPECT_DOUBLE_EQ(r->launches[0].copied_back_us, 22);
   EXPECT_DOUBLE_EQ(r->launches[1].launch_us, 18);
   EXPECT_DOUBLE_EQ(r->launches[1].copied_back_us, 36);
+}
+
+// Host copies: a window slot frees when the worker sees the collective
+// done, before it copies the bucket back (bucketing/engine.h Note [Launch
+// order]). Gradients copied in at 100 B/us (400 B each: in at 4 and 8 us);
+// with a window of 1, bucket 1 launches when bucket 0's collective ends
+// (18), not when its copy back does (22).
+TEST(SimulatorTest, HostCopyBackDoesNotHoldTheWindow) {
+  const Profile p = MakeProfile({100, 100}, {0, 0});
+  auto layout = LayoutFromProfile(p);
+  ASSERT_TRUE(layout.ok());
+  SimOptions o = World2();
+  o.views = false;
+  o.copy_gbps = 0.1;
+  o.max_in_flight = 1;
+  auto r = Simulate(p, bucketing::PerTensorPlan(*layout), Line(10, 0.01), o);
+  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_EQ(r->launches.size(), 2u);
+  EXPECT_DOUBLE_EQ(r->launches[0].done_us, r->launches[0].launch_us + 14);
+  EXPECT_DOUBLE_EQ(r->launches[0].copied_back_us, r->launches[0].done_us + 4);
+  EXPECT_DOUBLE_EQ(r->launches[1].launch_us, r->launches[0].done_us);
+  EXPECT_DOUBLE_EQ(r->launches[1].copied_back_us, r->launches[1].done_us + 4);
 }
 
 TEST(SimulatorTest, ForwardPriorityTakesTheEarliestLayerAmongCompleteBuckets) {

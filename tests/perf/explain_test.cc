@@ -47,11 +47,11 @@ GapInput Input(const bucketing::IterationStats& st, double end, double bend, dou
 }
 
 TEST(ExplainGapTest, QueuedBucketsChainThroughTheirPredecessors) {
-  // Three buckets, window 2: bucket 2 waits for bucket 0's copy back (its
-  // slot), then queues behind bucket 1, which queued behind bucket 0.
+  // Three buckets, window 2: bucket 2 launches once bucket 0 is seen done
+  // (its slot), then queues behind bucket 1, which queued behind bucket 0.
   bucketing::IterationStats st;
   st.bucket_times = {At(0, 110, 111, 112, 150, 151, 153), At(1, 120, 121, 152, 190, 192, 193),
-                     At(2, 130, 154, 191, 230, 231, 235)};
+                     At(2, 130, 152, 191, 230, 231, 235)};
   const GapTerms g = ExplainGap(Input(st, 240, 135, 180, 2));
   EXPECT_DOUBLE_EQ(g.tail_us, 5);
   EXPECT_DOUBLE_EQ(g.copy_back_us, 4);
@@ -64,14 +64,15 @@ TEST(ExplainGapTest, QueuedBucketsChainThroughTheirPredecessors) {
   EXPECT_DOUBLE_EQ(g.sum_us(), g.gap_us());
 }
 
-TEST(ExplainGapTest, AFullWindowChainsThroughTheSlotsCopyBack) {
-  // Window 1: bucket 1 launches only after bucket 0 was copied back (a
-  // 9 us copy), so the chain runs through that copy.
+TEST(ExplainGapTest, AFullWindowChainsThroughTheSlotNotItsCopyBack) {
+  // Window 1: bucket 1 launches once the worker sees bucket 0 done (151),
+  // while bucket 0's 9 us copy back runs: the chain runs through the slot,
+  // and that copy is off it.
   bucketing::IterationStats st;
-  st.bucket_times = {At(0, 110, 111, 112, 150, 151, 160), At(1, 120, 161, 162, 200, 201, 202)};
-  const GapTerms g = ExplainGap(Input(st, 205, 125, 150, 1));
+  st.bucket_times = {At(0, 110, 111, 112, 150, 151, 160), At(1, 120, 152, 153, 191, 192, 193)};
+  const GapTerms g = ExplainGap(Input(st, 196, 125, 150, 1));
   EXPECT_DOUBLE_EQ(g.tail_us, 3);
-  EXPECT_DOUBLE_EQ(g.copy_back_us, 1 + 9);
+  EXPECT_DOUBLE_EQ(g.copy_back_us, 1);
   EXPECT_DOUBLE_EQ(g.window_us, 1 + 1);
   EXPECT_DOUBLE_EQ(g.launch_to_start_us, 1 + 1 + 1 + 1);
   EXPECT_DOUBLE_EQ(g.transfer_excess_us, 8 + 8);
