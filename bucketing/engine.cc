@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "comm/thread_sched.h"
 #include "comm/types.h"
 
 namespace fusebox::bucketing {
@@ -134,6 +135,12 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(comm::Communicator& comm,
   if (absl::Status s = engine->VerifyAcrossRanks(); !s.ok()) return s;
   engine->worker_ = std::thread([e = engine.get()] {
     pthread_setname_np(pthread_self(), "fb-engine");  // for profilers and `top -H`
+    if (e->options_.worker_nice != 0 || e->options_.worker_slice > absl::ZeroDuration()) {
+      absl::Status s =
+          comm::SetThisThreadScheduling(e->options_.worker_nice, e->options_.worker_slice);
+      std::lock_guard<std::mutex> lock(e->mu_);
+      e->worker_scheduling_ = std::move(s);
+    }
     e->WorkerLoop();
   });
   return engine;
@@ -655,6 +662,11 @@ absl::Status Engine::MarkReadyOnDevice(int id, void* grad, int64_t numel,
     SlicesInLocked(id, NowUs());
   }
   return absl::OkStatus();
+}
+
+absl::Status Engine::worker_scheduling() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return worker_scheduling_;
 }
 
 std::shared_ptr<comm::DeviceEvent> Engine::finished_event() const {

@@ -130,6 +130,13 @@ struct EngineOptions {
   // Buckets launched whose allreduce has not yet completed (copies back do
   // not hold a slot); at least 1.
   int max_in_flight = 4;
+  // The worker thread's nice value (0: the caller's) and requested slice
+  // (0: the kernel's default), as comm/thread_sched.h sets them: what it
+  // needs to see a collective finish promptly on a core the communicator's
+  // progress thread shares. Where they cannot be set the worker runs as the
+  // caller's threads do and worker_scheduling() says why.
+  int worker_nice = 0;
+  absl::Duration worker_slice = absl::ZeroDuration();
   // How the next bucket to launch is chosen (Note [Launch order]).
   Schedule schedule = Schedule::kPlanOrder;
   // Average across ranks (ReduceOp::kAvg: the exact sum divided once by the
@@ -292,6 +299,9 @@ class Engine {
   // its result in device memory; the consumer's stream waits on it
   // (WaitEvent). Null before the first Finish and for host gradients.
   std::shared_ptr<comm::DeviceEvent> finished_event() const;
+  // OK, or why EngineOptions::worker_nice / worker_slice were not applied
+  // (OK also until the worker has started).
+  absl::Status worker_scheduling() const;
 
   // With options.external_buffers: every tensor of `bucket` is ready, packed
   // in the plan's slice order at `data` (numel elements, the bucket's
@@ -420,6 +430,7 @@ class Engine {
   std::deque<IterationStats> history_;
 
   std::thread worker_;
+  absl::Status worker_scheduling_;  // guarded by mu_
 };
 
 }  // namespace fusebox::bucketing

@@ -1,7 +1,6 @@
 #include "comm/async_core.h"
 
 #include <pthread.h>
-#include <sys/resource.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -16,6 +15,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "comm/communicator.h"
+#include "comm/thread_sched.h"
 
 namespace fusebox::comm {
 namespace {
@@ -32,23 +32,20 @@ AsyncCore::AsyncCore(AsyncCoreOptions options) : options_(std::move(options)) {}
 
 AsyncCore::~AsyncCore() { Stop(); }
 
-void AsyncCore::Start(CollectiveExecutor* executor, int nice) {
+void AsyncCore::Start(CollectiveExecutor* executor, int nice, absl::Duration slice) {
   executor_ = executor;
   exec_->self = this;
   std::promise<std::pair<pid_t, absl::Status>> started;
   std::future<std::pair<pid_t, absl::Status>> thread_is = started.get_future();
-  thread_ = std::thread([this, nice, &started] {
+  thread_ = std::thread([this, nice, slice, &started] {
     // Named for profilers and `top -H` (at most 15 characters).
     pthread_setname_np(pthread_self(), "fb-progress");
     const pid_t tid = static_cast<pid_t>(::syscall(SYS_gettid));
-    absl::Status applied;
-    // Note [Sharing a core with the progress thread]. On Linux the nice
-    // value is per thread: PRIO_PROCESS with a thread id sets this one only.
-    if (nice != 0 && ::setpriority(PRIO_PROCESS, static_cast<id_t>(tid), nice) != 0) {
-      const int e = errno;
-      applied = absl::PermissionDeniedError(absl::StrCat(
-          "the progress thread could not take nice ", nice, " (", std::strerror(e),
-          "; a negative value needs CAP_SYS_NICE or RLIMIT_NICE); it runs at the caller's"));
+    // Note [Sharing a core with the progress thread].
+    absl::Status applied = SetThisThreadScheduling(nice, slice);
+    if (!applied.ok()) {
+      applied = absl::Status(applied.code(), absl::StrCat("the progress thread ", applied.message(),
+                                                          "; it runs as the caller's threads do"));
     }
     started.set_value({tid, std::move(applied)});  // `started` is not touched after this
     Loop();

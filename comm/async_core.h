@@ -219,11 +219,13 @@ class AsyncCore {
   AsyncCore& operator=(const AsyncCore&) = delete;
 
   // Starts the progress thread on `executor`, which must outlive Stop().
-  // A `nice` other than 0 is set as the thread's nice value (Note [Sharing a
+  // A `nice` other than 0 is set as the thread's nice value and a positive
+  // `slice` as its requested slice (comm/thread_sched.h; Note [Sharing a
   // core with the progress thread]); where the process may not (a negative
   // value needs CAP_SYS_NICE or RLIMIT_NICE) the thread keeps the caller's,
   // and progress_priority() says why. Returns once the thread runs.
-  void Start(CollectiveExecutor* executor, int nice = 0);
+  void Start(CollectiveExecutor* executor, int nice = 0,
+             absl::Duration slice = absl::ZeroDuration());
   // After Start: OK, or why the requested nice value was not applied.
   const absl::Status& progress_priority() const { return progress_priority_; }
   // After Start: the progress thread's id (for tests and diagnostics).

@@ -136,6 +136,10 @@ struct UcxOptions {
   // the progress thread]). Where the process may not take it, the thread
   // runs at the caller's.
   int progress_nice = -10;
+  // The progress thread's requested slice (comm/thread_sched.h, Note
+  // [Slices, not weights]); 0 leaves the kernel's default (3 ms). Applied
+  // where progress_nice is.
+  absl::Duration progress_slice = absl::ZeroDuration();
   // Ask UCX to report failed peers (UCP_ERR_HANDLING_MODE_PEER): a collective
   // waiting on a rank that died then fails with Unavailable instead of
   // waiting for the caller's deadline. UCX 1.13 supports this only over TCP,

@@ -68,6 +68,15 @@ ABSL_FLAG(int, ucx_progress_nice, -10,
           "ucx backend: the progress thread's nice value where ranks do not outnumber cores (0: "
           "the caller's; a negative value needs CAP_SYS_NICE, else it is left and --log_level "
           "info says so)");
+ABSL_FLAG(double, ucx_progress_slice_us, 0,
+          "ucx backend: the progress thread's requested scheduler slice in microseconds where "
+          "ranks do not outnumber cores (Linux 6.12+, clamped to 100-100000; a shorter slice "
+          "runs a thread sooner when it wakes without a larger share; 0: the kernel's default)");
+ABSL_FLAG(int, engine_worker_nice, 0,
+          "overlap: the bucketing engine's worker thread's nice value (0: the caller's)");
+ABSL_FLAG(double, engine_worker_slice_us, 0,
+          "overlap: the engine's worker thread's requested scheduler slice in microseconds "
+          "(as --ucx_progress_slice_us; 0: the kernel's default)");
 ABSL_FLAG(std::string, ucx_tls, "",
           "UCX transports for the ucx backend (as UCX_TLS; default: $UCX_TLS, else "
           "sysv,cma,self,tcp with the shared-memory allreduce)");
@@ -315,6 +324,12 @@ absl::StatusOr<comm::BackendOptions> BackendOptionsFromFlags() {
         absl::StrCat("--ucx_progress_nice must be a nice value in [-20, 19], got ", nice));
   }
   b.ucx.progress_nice = nice;
+  const double slice_us = absl::GetFlag(FLAGS_ucx_progress_slice_us);
+  if (!(slice_us >= 0 && slice_us <= 1e5)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--ucx_progress_slice_us must be in [0, 100000] microseconds, got ", slice_us));
+  }
+  b.ucx.progress_slice = absl::Microseconds(slice_us);
   if (absl::Status s = comm::CollectiveTimeoutFromEnv(::getenv, &b); !s.ok()) return s;
   const double timeout_s = absl::GetFlag(FLAGS_timeout_s);
   if (!(timeout_s >= 0 && timeout_s <= 1e7)) {
@@ -359,14 +374,14 @@ int WithCommunicator(
         launch->mpi_initialized ? "MPI rendezvous" : "TCP rendezvous or single rank", "), backend ",
         backend, ", collective timeout ", absl::FormatDuration(u.timeout),
         backend == "ucx"
-            ? absl::StrCat(", UCX transports ", u.transports, ", shared memory ",
-                           u.use_shared_memory ? "on" : "off", ", chunk ", u.chunk_bytes,
-                           " B, small messages <= ", u.small_message_bytes,
-                           " B, recursive doubling <= ", u.recursive_doubling_bytes,
-                           " B, Rabenseifner <= ", u.rabenseifner_bytes, " B, opening ",
-                           absl::GetFlag(FLAGS_ucx_opening), ", linear <= ", u.linear_bytes,
-                           " B, spin ", absl::FormatDuration(u.progress_spin),
-                           ", progress thread nice ", u.progress_nice)
+            ? absl::StrCat(
+                  ", UCX transports ", u.transports, ", shared memory ",
+                  u.use_shared_memory ? "on" : "off", ", chunk ", u.chunk_bytes,
+                  " B, small messages <= ", u.small_message_bytes, " B, recursive doubling <= ",
+                  u.recursive_doubling_bytes, " B, Rabenseifner <= ", u.rabenseifner_bytes,
+                  " B, opening ", absl::GetFlag(FLAGS_ucx_opening), ", linear <= ", u.linear_bytes,
+                  " B, spin ", absl::FormatDuration(u.progress_spin), ", progress thread nice ",
+                  u.progress_nice, ", slice ", absl::FormatDuration(u.progress_slice))
             : ""));
   }
   int rc = 0;
@@ -415,6 +430,17 @@ absl::StatusOr<OverlapOptions> OverlapOptionsFromFlags(const comm::Logger& log) 
   o.plans = absl::StrSplit(absl::GetFlag(FLAGS_plans), ',', absl::SkipEmpty());
   if (o.plans.empty()) return absl::InvalidArgumentError("--plans: no plan given");
   o.max_in_flight = absl::GetFlag(FLAGS_in_flight);
+  o.worker_nice = absl::GetFlag(FLAGS_engine_worker_nice);
+  if (o.worker_nice < -20 || o.worker_nice > 19) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--engine_worker_nice must be a nice value in [-20, 19], got ", o.worker_nice));
+  }
+  const double worker_slice_us = absl::GetFlag(FLAGS_engine_worker_slice_us);
+  if (!(worker_slice_us >= 0 && worker_slice_us <= 1e5)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--engine_worker_slice_us must be in [0, 100000] microseconds, got ", worker_slice_us));
+  }
+  o.worker_slice = absl::Microseconds(worker_slice_us);
   if (o.max_in_flight < 1 || o.max_in_flight > 1024) {
     return absl::InvalidArgumentError("--in_flight must be in [1, 1024]");
   }

@@ -498,6 +498,8 @@ absl::StatusOr<OverlapReport> RunOverlap(comm::Communicator& comm,
 
   bucketing::EngineOptions eopts;
   eopts.max_in_flight = options.max_in_flight;
+  eopts.worker_nice = options.worker_nice;
+  eopts.worker_slice = options.worker_slice;
   eopts.schedule = options.schedule;
   eopts.record_timeline = !options.timeline_dir.empty();
   std::unique_ptr<Engine> engine;
@@ -705,6 +707,9 @@ absl::StatusOr<OverlapReport> RunOverlap(comm::Communicator& comm,
                  "(%.2f ms before the rounds); t(all) %.2f ms, t(last) %.3f ms\n",
                  bound_us / 1e3, first_bound_us / 1e3, report.comm.t_total_us / 1e3,
                  report.comm.t_last_us / 1e3);
+    if (absl::Status s = engine->worker_scheduling(); !s.ok()) {
+      std::fprintf(out, "# warning: the engine's worker %s\n", std::string(s.message()).c_str());
+    }
   }
   for (int pi = 0; pi < np; ++pi) {
     OverlapResult r;

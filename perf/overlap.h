@@ -33,6 +33,8 @@ struct OverlapOptions {
   // tuned (the online tuner, autotune/tuner.h); or paths to plan files.
   std::vector<std::string> plans = {"per-tensor", "ddp", "horovod", "hccl"};
   int max_in_flight = 4;
+  int worker_nice = 0;                                 // bucketing::EngineOptions::worker_nice
+  absl::Duration worker_slice = absl::ZeroDuration();  // and worker_slice
   bucketing::Schedule schedule = bucketing::Schedule::kPlanOrder;
   // true: gradients are computed in place in the fusion buffers (DDP's
   // gradient_as_bucket_view=True), nothing is copied; false: each gradient

@@ -383,7 +383,8 @@ absl::Status UcxCommunicator::Init(Store& store) {
   // rank); over messages the descriptor round's staging grows on use.
   if (shm_exchange_ || size_ == 1) header_slots_.resize(slot_bytes_ * size_);
   ring_slots_.resize(options_.chunk_bytes * kRingSlots);
-  core_.Start(this, oversubscribed ? 0 : options_.progress_nice);
+  core_.Start(this, oversubscribed ? 0 : options_.progress_nice,
+              oversubscribed ? absl::ZeroDuration() : options_.progress_slice);
   return absl::OkStatus();
 }
 

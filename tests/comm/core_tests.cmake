@@ -3,6 +3,7 @@ add_executable(comm_core_test
   ${CMAKE_CURRENT_SOURCE_DIR}/log_test.cc
   ${CMAKE_CURRENT_SOURCE_DIR}/types_test.cc
   ${CMAKE_CURRENT_SOURCE_DIR}/reduce_test.cc
+  ${CMAKE_CURRENT_SOURCE_DIR}/thread_sched_test.cc
   ${CMAKE_CURRENT_SOURCE_DIR}/work_test.cc)
 target_link_libraries(comm_core_test PRIVATE fusebox::comm_testing GTest::gmock GTest::gtest_main)
 gtest_discover_tests(comm_core_test DISCOVERY_TIMEOUT 60)
