@@ -859,10 +859,7 @@ void Engine::WorkerLoop() {
     const absl::Time deadline = absl::Now() + options_.timeout;
     absl::Status status;
     for (;;) {
-      // Blocks without polling (Work::SleepUntil): a bucket's collective
-      // takes tens of microseconds or more, and a polling worker takes the
-      // core from the thread that executes the next one.
-      status = next.work->SleepUntil(std::min(deadline, absl::Now() + kWaitSlice));
+      status = next.work->WaitUntil(std::min(deadline, absl::Now() + kWaitSlice));
       if (next.work->Test()) {
         // The collective's own outcome: it may have completed just after
         // this slice of the wait expired, which returned DeadlineExceeded.

@@ -40,25 +40,18 @@ absl::Status Work::Wait() {
 }
 
 absl::Status Work::WaitUntil(absl::Time deadline) {
-  if (PollUntilDone(done_)) return status();
-  return BlockUntil(deadline);
-}
-
-absl::Status Work::SleepUntil(absl::Time deadline) {
-  if (Test()) return status();
-  return BlockUntil(deadline);
-}
-
-absl::Status Work::BlockUntil(absl::Time deadline) {
-  std::unique_lock<std::mutex> lock(mu_);
-  const auto tp = absl::ToChronoTime(deadline);
-  sleepers_.fetch_add(1, std::memory_order_relaxed);
-  const bool done = cv_.wait_until(lock, tp, [&] { return done_.load(std::memory_order_acquire); });
-  sleepers_.fetch_sub(1, std::memory_order_relaxed);
-  if (!done) {
-    return absl::DeadlineExceededError(
-        "collective did not complete before the deadline (a peer may be "
-        "slow, stuck, or gone)");
+  if (!PollUntilDone(done_)) {
+    std::unique_lock<std::mutex> lock(mu_);
+    const auto tp = absl::ToChronoTime(deadline);
+    sleepers_.fetch_add(1, std::memory_order_relaxed);
+    const bool done =
+        cv_.wait_until(lock, tp, [&] { return done_.load(std::memory_order_acquire); });
+    sleepers_.fetch_sub(1, std::memory_order_relaxed);
+    if (!done) {
+      return absl::DeadlineExceededError(
+          "collective did not complete before the deadline (a peer may be "
+          "slow, stuck, or gone)");
+    }
   }
   return status();
 }

@@ -40,12 +40,6 @@ class Work {
     return WaitUntil(absl::Now() + timeout);
   }
 
-  // Like WaitUntil, but blocks at once instead of polling first: for a
-  // waiter whose collectives take long enough that a futex wake-up does not
-  // matter, and that must not take the core from the thread completing them
-  // (the bucketing engine's worker).
-  absl::Status SleepUntil(absl::Time deadline);
-
   // The final status; only meaningful once Test() is true.
   absl::Status status() const;
 
@@ -103,8 +97,6 @@ class Work {
   std::condition_variable cv_;
   absl::Status status_;  // guarded by mu_, immutable once done_
   std::vector<std::function<void(const absl::Status&)>> callbacks_;  // mu_
-
-  absl::Status BlockUntil(absl::Time deadline);
 };
 
 }  // namespace fusebox::comm

@@ -21,7 +21,19 @@ order, after the same warm-up), so the rounds pair the plans. It prints, per mod
     calibrated at the start of each run on DDP's default plan), and over the held-out plans the
     median and p90 of |error| and how many are under- and over-predicted.
 
-Writes <out>/<model>-r<R>.json and .log for each run and <out>/report.txt (what is printed).
+With --repeats K > 1 the whole sweep runs K times, one after another, and the report adds:
+
+  * the measurement's own repeatability: for every held-out plan of every cell, how far its
+    measured exposed communication moved between repeats (|a - b| / mean over each pair of
+    repeats), median and p90: no prediction can match one run more closely than the runs
+    match each other;
+  * the prediction error pooled over the repeats: per plan and cell, the mean prediction
+    against the mean measurement, with the same median, p90 and sides; also over the plans
+    whose mean exposed communication is at least 1 ms (below it a relative error measures
+    scheduling jitter, not the model).
+
+Writes <out>/<model>-r<R>[-k<repeat>].json and .log for each run and <out>/report.txt (what
+is printed).
 Exit status: 0 when every run succeeded. Standard library only.
 """
 
@@ -63,6 +75,22 @@ def median_ci(xs, level=0.95):
     return s[best[0]], s[best[1]]
 
 
+def quantile(sorted_xs, q):
+    """The smallest value with at least a fraction q of the values at or below it."""
+    return sorted_xs[min(len(sorted_xs) - 1, max(0, int(math.ceil(q * len(sorted_xs))) - 1))]
+
+
+def error_line(errors):
+    """Median and p90 of |error| and the split between sides, against the targets."""
+    a_err = sorted(abs(e) for e in errors)
+    under = sum(1 for e in errors if e < 0)
+    return ("median |error| %.0f%% (target <= 20%%), p90 %.0f%% (target <= 35%%), "
+            "under-predicted %d (%.0f%%), over-predicted %d (%.0f%%) (target: 35-65%% each side)"
+            % (100 * median(a_err), 100 * quantile(a_err, 0.9), under,
+               100.0 * under / len(errors), len(errors) - under,
+               100.0 * (len(errors) - under) / len(errors)))
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -74,6 +102,8 @@ def main():
     ap.add_argument("--plans", default="ddp,ddp-cap1mb,ddp-cap5mb,ddp-cap100mb,horovod,mg-wfbp,tuned")
     ap.add_argument("-n", "--rounds", type=int, default=7)
     ap.add_argument("--timeout", type=int, default=1800, help="per run, seconds")
+    ap.add_argument("--repeats", type=int, default=1,
+                    help="run the whole sweep this many times (see above)")
     ap.add_argument("--perf_flags", default="",
                     help="more fusebox-perf flags for every run (e.g. '--ucx_shm_stores cached')")
     a = ap.parse_args()
@@ -96,65 +126,75 @@ def main():
     say("# command per cell: fusebox-run -n 2 -- fusebox-perf overlap --profile MODEL "
         "--compute_scale auto --comm_ratio R --plans %s --explain -n %d -w 1 %s" %
         (a.plans, a.rounds, a.perf_flags))
+    if a.repeats < 1:
+        sys.exit("bench_gap: --repeats must be at least 1")
     failed = 0
     summary = []
     errors = []  # exposed-communication prediction errors of the held-out plans
-    for model in a.models.split(","):
-        for ratio in a.ratios.split(","):
-            stem = os.path.join(out, "%s-r%s" % (model, ratio))
-            with tempfile.TemporaryDirectory() as cache:
-                cmd = [run_tool, "-n", "2", "--", perf, "overlap", "--profile", model,
-                       "--compute_scale", "auto", "--comm_ratio", ratio, "--plans", a.plans,
-                       "--explain", "-n", str(a.rounds), "-w", "1", "--cache_dir", cache,
-                       "--json", stem + ".json"] + shlex.split(a.perf_flags)
-                proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                      text=True, timeout=a.timeout)
-            with open(stem + ".log", "w") as f:
-                f.write("$ " + " ".join(shlex.quote(c) for c in cmd) + "\n" + proc.stdout)
-            if proc.returncode != 0:
-                failed += 1
-                say("## %s, t(all)/T_b = %s: FAILED (exit %d; see %s.log)" %
-                    (model, ratio, proc.returncode, stem))
-                continue
-            with open(stem + ".json") as f:
-                j = json.load(f)
-            res = {r["plan"]: r for r in j["results"]}
-            say()
-            say("## %s, t(all)/T_b = %s (compute scale %.4g, backward %.2f ms, %d ranks)" %
-                (model, ratio, j["compute_scale"], j["backward_us"] / 1e3, j["nranks"]))
-            say("overlap slowdown %.2f (calibrated on DDP's default plan)" % j["overlap_slowdown"])
-            say("| plan | buckets | iter ms | 95% CI | iter/bound | exposed ms | pred exposed | "
-                "exp err | " + " | ".join(t.replace("_", " ") for t in TERMS) + " |")
-            say("| --- " * (8 + len(TERMS)) + "|")
-            for r in j["results"]:
-                lo, hi = r["iteration_ci95_us"]
-                g = r["gap"]
-                err = None
-                if r["predicted_us"] > 0 and r["exposed_us"] > 0:
-                    err = (r["predicted_exposed_us"] - r["exposed_us"]) / r["exposed_us"]
-                    # DDP's default calibrated the slowdown: the others are held out.
-                    if r["plan"] not in ("ddp", "tuned"):
-                        errors.append(err)
-                say("| %s | %d | %.2f | [%.2f, %.2f] | %.3f | %.2f | %.2f | %s | %s |" % (
-                    r["plan"], r["buckets"], r["iteration_us"] / 1e3, lo / 1e3, hi / 1e3,
-                    r["iteration_us"] / r["bound_us"], r["exposed_us"] / 1e3,
-                    r["predicted_exposed_us"] / 1e3,
-                    "n/a" if err is None else "%+.0f%%" % (100 * err),
-                    " | ".join("%.2f" % (g[t + "_us"] / 1e3) for t in TERMS)))
-            others = [r for r in j["results"] if r["plan"] != "tuned"]
-            best = min(others, key=lambda r: r["iteration_us"])
-            line = "best measured: %s, best/bound %.3f" % (
-                best["plan"], best["iteration_us"] / best["bound_us"])
-            if "tuned" in res:
-                t = res["tuned"]
-                # Paired by round: the tuned plan against the best non-tuned plan of the run.
-                pairs = [x / y for x, y in zip(t["iterations_us"], best["iterations_us"])]
-                lo, hi = median_ci(pairs)
-                line += "; tuned kept %s; tuned/best %.3f [%.3f, %.3f] over %d rounds" % (
-                    t.get("chosen", "?"), median(pairs), lo, hi, len(pairs))
-                summary.append((model, ratio, best["iteration_us"] / best["bound_us"],
-                                median(pairs), lo, hi, t.get("chosen", "?")))
-            say(line)
+    held_out = {}  # (model, ratio, plan) -> [(measured, predicted) per repeat]
+    cells = [(k, m, r) for k in range(a.repeats) for m in a.models.split(",")
+             for r in a.ratios.split(",")]
+    for repeat, model, ratio in cells:
+        stem = os.path.join(out, "%s-r%s" % (model, ratio))
+        if a.repeats > 1:
+            stem += "-k%d" % (repeat + 1)
+        with tempfile.TemporaryDirectory() as cache:
+            cmd = [run_tool, "-n", "2", "--", perf, "overlap", "--profile", model,
+                   "--compute_scale", "auto", "--comm_ratio", ratio, "--plans", a.plans,
+                   "--explain", "-n", str(a.rounds), "-w", "1", "--cache_dir", cache,
+                   "--json", stem + ".json"] + shlex.split(a.perf_flags)
+            proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                  text=True, timeout=a.timeout)
+        with open(stem + ".log", "w") as f:
+            f.write("$ " + " ".join(shlex.quote(c) for c in cmd) + "\n" + proc.stdout)
+        if proc.returncode != 0:
+            failed += 1
+            say("## %s, t(all)/T_b = %s: FAILED (exit %d; see %s.log)" %
+                (model, ratio, proc.returncode, stem))
+            continue
+        with open(stem + ".json") as f:
+            j = json.load(f)
+        res = {r["plan"]: r for r in j["results"]}
+        say()
+        say("## %s, t(all)/T_b = %s%s (compute scale %.4g, backward %.2f ms, %d ranks)" %
+            (model, ratio, ", repeat %d" % (repeat + 1) if a.repeats > 1 else "",
+             j["compute_scale"], j["backward_us"] / 1e3, j["nranks"]))
+        say("overlap slowdown %.2f (calibrated on DDP's default plan)" % j["overlap_slowdown"])
+        say("| plan | buckets | iter ms | 95% CI | iter/bound | exposed ms | pred exposed | "
+            "exp err | " + " | ".join(t.replace("_", " ") for t in TERMS) + " |")
+        say("| --- " * (8 + len(TERMS)) + "|")
+        for r in j["results"]:
+            lo, hi = r["iteration_ci95_us"]
+            g = r["gap"]
+            err = None
+            if r["predicted_us"] > 0 and r["exposed_us"] > 0:
+                err = (r["predicted_exposed_us"] - r["exposed_us"]) / r["exposed_us"]
+                # DDP's default calibrated the slowdown: the others are held out.
+                if r["plan"] not in ("ddp", "tuned"):
+                    errors.append(err)
+                    held_out.setdefault((model, ratio, r["plan"]), []).append(
+                        (r["exposed_us"], r["predicted_exposed_us"]))
+            say("| %s | %d | %.2f | [%.2f, %.2f] | %.3f | %.2f | %.2f | %s | %s |" % (
+                r["plan"], r["buckets"], r["iteration_us"] / 1e3, lo / 1e3, hi / 1e3,
+                r["iteration_us"] / r["bound_us"], r["exposed_us"] / 1e3,
+                r["predicted_exposed_us"] / 1e3,
+                "n/a" if err is None else "%+.0f%%" % (100 * err),
+                " | ".join("%.2f" % (g[t + "_us"] / 1e3) for t in TERMS)))
+        others = [r for r in j["results"] if r["plan"] != "tuned"]
+        best = min(others, key=lambda r: r["iteration_us"])
+        line = "best measured: %s, best/bound %.3f" % (
+            best["plan"], best["iteration_us"] / best["bound_us"])
+        if "tuned" in res:
+            t = res["tuned"]
+            # Paired by round: the tuned plan against the best non-tuned plan of the run.
+            pairs = [x / y for x, y in zip(t["iterations_us"], best["iterations_us"])]
+            lo, hi = median_ci(pairs)
+            line += "; tuned kept %s; tuned/best %.3f [%.3f, %.3f] over %d rounds" % (
+                t.get("chosen", "?"), median(pairs), lo, hi, len(pairs))
+            summary.append((model, ratio if a.repeats == 1 else "%s (%d)" % (ratio, repeat + 1),
+                            best["iteration_us"] / best["bound_us"],
+                            median(pairs), lo, hi, t.get("chosen", "?")))
+        say(line)
     say()
     say("## summary (targets: best/bound <= 1.10, tuned/best <= 1.05)")
     say("| model | t(all)/T_b | best/bound | tuned/best | 95% CI | tuned kept |")
@@ -162,16 +202,38 @@ def main():
     for m, r, bb, tb, lo, hi, chosen in summary:
         say("| %s | %s | %.3f | %.3f | [%.3f, %.3f] | %s |" % (m, r, bb, tb, lo, hi, chosen))
     if errors:
-        a_err = sorted(abs(e) for e in errors)
-        p90 = a_err[min(len(a_err) - 1, int(math.ceil(0.9 * len(a_err))) - 1)]
-        under = sum(1 for e in errors if e < 0)
         say()
         say("## exposed-communication prediction, held-out plans (every plan but DDP's default, "
             "which calibrated the overlap slowdown, and tuned)")
-        say("runs %d: median |error| %.0f%% (target <= 20%%), p90 %.0f%% (target <= 35%%), "
-            "under-predicted %d (%.0f%%), over-predicted %d (%.0f%%) (target: 35-65%% each side)"
-            % (len(errors), 100 * median(a_err), 100 * p90, under, 100.0 * under / len(errors),
-               len(errors) - under, 100.0 * (len(errors) - under) / len(errors)))
+        say("runs %d: %s" % (len(errors), error_line(errors)))
+    if a.repeats > 1 and held_out:
+        scatter = []
+        pooled, pooled_1ms = [], []
+        for samples in held_out.values():
+            meas = [m for m, _ in samples]
+            for i in range(len(meas)):
+                for k in range(i + 1, len(meas)):
+                    mean = (meas[i] + meas[k]) / 2
+                    if mean > 0:
+                        scatter.append(abs(meas[i] - meas[k]) / mean)
+            m = sum(meas) / len(meas)
+            p = sum(q for _, q in samples) / len(samples)
+            if m > 0:
+                pooled.append((p - m) / m)
+                if m >= 1000:
+                    pooled_1ms.append((p - m) / m)
+        say()
+        say("## repeatability and pooled prediction over %d repeats (held-out plans)" % a.repeats)
+        if scatter:
+            s_sorted = sorted(scatter)
+            say("measured exposed, run to run (|a - b| / mean, %d pairs): median %.0f%%, p90 %.0f%%"
+                " (the noise floor of one run)" % (len(scatter), 100 * median(s_sorted),
+                                                   100 * quantile(s_sorted, 0.9)))
+        if pooled:
+            say("mean of the repeats, %d plan-cells: %s" % (len(pooled), error_line(pooled)))
+        if pooled_1ms:
+            say("  those exposing >= 1 ms, %d plan-cells: %s" % (len(pooled_1ms),
+                                                                 error_line(pooled_1ms)))
     with open(os.path.join(out, "report.txt"), "w") as f:
         f.write("\n".join(lines) + "\n")
     print("wrote %s" % out)

@@ -809,7 +809,9 @@ void PrintGapTable(const OverlapReport& report, std::FILE* out) {
                "#   launch->start = launch (or the previous bucket's end) to the backend starting "
                "it, and done to noticed\n"
                "#   transfer+  = transfers on the chain beyond t(m) measured alone (contention)\n"
-               "#   copy back  = copies back on the chain; plan = the plan at isolated speed vs the "
+               "#   copy back  = the worker after it saw a bucket done on the chain: launches the "
+               "freed slot admits, then the copy back\n"
+               "#   plan       = the plan at isolated speed vs the "
                "bound; tail = after the last copy back\n");
   std::fprintf(out, "# %-14s %9s %9s %10s %9s %13s %10s %9s %9s %9s %9s %6s %9s %9s %8s\n",
                "plan", "iter", "gap", "late grads", "window", "launch->start", "transfer+",
