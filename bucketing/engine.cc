@@ -896,10 +896,15 @@ void Engine::WorkerLoop() {
       votes_[next.index] = std::move(votes);
       LaunchReadyLocked();
     }
+    // The copy alone (back_us) and when it ended: the launches above come
+    // between the completion and the copy.
     double back_us = 0;
+    const double copy_from_us = NowUs();
+    double copied_at_us = copy_from_us;
     if (status.ok()) {
       status = CopyBack(next.bucket);
-      back_us = NowUs() - complete_us;
+      copied_at_us = NowUs();
+      back_us = copied_at_us - copy_from_us;
     }
     if (status.ok()) {
       if (options_.on_tensor_reduced) {
@@ -953,7 +958,7 @@ void Engine::WorkerLoop() {
       bt.done_us = completed > 0 ? std::min(bt.noticed_us,
                                             static_cast<double>(completed - epoch_ns_) / 1e3 - origin)
                                  : bt.noticed_us;
-      bt.copied_us = complete_us + back_us - origin;
+      bt.copied_us = copied_at_us - origin;
       current_.bucket_times.push_back(bt);
     }
     if (timeline_) {
@@ -965,7 +970,7 @@ void Engine::WorkerLoop() {
                       launch_us_[next.bucket], complete_us - launch_us_[next.bucket], iteration_,
                       next.bucket, -1, bytes);
       if (back_us > 0) {
-        timeline_->Span("copy back", Track::kCopyBack, complete_us, back_us, iteration_,
+        timeline_->Span("copy back", Track::kCopyBack, copy_from_us, back_us, iteration_,
                         next.bucket, -1, bytes);
       }
     }

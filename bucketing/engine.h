@@ -198,7 +198,8 @@ struct BucketTiming {
   double start_us = -1;   // the backend began executing it; -1: it does not say
   double done_us = 0;     // the backend completed it (noticed_us when it does not say)
   double noticed_us = 0;  // the engine's worker saw it complete
-  double copied_us = 0;   // copied back to the gradients (noticed_us with views)
+  double copied_us = 0;   // copied back to the gradients, after the launches its
+                          // freed window slot admitted (Note [Launch order])
 };
 
 struct IterationStats {
