@@ -133,8 +133,8 @@ struct EngineOptions {
   // The worker thread's nice value (0: the caller's) and requested slice
   // (0: the kernel's default), as comm/thread_sched.h sets them: what it
   // needs to see a collective finish promptly on a core the communicator's
-  // progress thread shares. Where they cannot be set the worker runs as the
-  // caller's threads do and worker_scheduling() says why.
+  // progress thread shares. Where they cannot be set the worker runs with
+  // what was applied and worker_scheduling() says why.
   int worker_nice = 0;
   absl::Duration worker_slice = absl::ZeroDuration();
   // How the next bucket to launch is chosen (Note [Launch order]).

@@ -45,7 +45,7 @@ void AsyncCore::Start(CollectiveExecutor* executor, int nice, absl::Duration sli
     absl::Status applied = SetThisThreadScheduling(nice, slice);
     if (!applied.ok()) {
       applied = absl::Status(applied.code(), absl::StrCat("the progress thread ", applied.message(),
-                                                          "; it runs as the caller's threads do"));
+                                                          "; it runs with what was applied"));
     }
     started.set_value({tid, std::move(applied)});  // `started` is not touched after this
     Loop();

@@ -32,12 +32,20 @@ std::pair<int, int> EphemeralPortRange() {
 }
 
 // Whether `port` can be bound on `addr` now (tried and released).
-bool CanBind(const sockaddr_in& addr_template, int port) {
+bool CanBindOn(const sockaddr_in& addr_template, int port) {
   UniqueFd fd(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
   if (!fd.valid()) return false;
   sockaddr_in addr = addr_template;
   addr.sin_port = htons(static_cast<uint16_t>(port));
   return ::bind(fd.get(), reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0;
+}
+
+// On `addr` and on every address: a listener (torch's store) may bind the
+// wildcard, which fails where any address holds the port.
+bool CanBind(const sockaddr_in& addr_template, int port) {
+  sockaddr_in any = addr_template;
+  any.sin_addr.s_addr = htonl(INADDR_ANY);
+  return CanBindOn(addr_template, port) && CanBindOn(any, port);
 }
 
 }  // namespace

@@ -15,8 +15,10 @@ namespace fusebox::comm {
 // (/proc/sys/net/ipv4/ip_local_port_range): a port from bind(0) lies inside
 // that range, where any process's next outgoing connection may take it first
 // (a DDP job beside this one opens hundreds), and the listener then fails
-// with EADDRINUSE. Only an explicit bind takes a port outside the range. Falls
-// back to bind(0) where the range leaves no room below it.
+// with EADDRINUSE. Only an explicit bind takes a port outside the range. The
+// port is checked on `bind_addr` and on the wildcard address. Falls back to
+// bind(0) (inside the range, with the race above) where the range leaves no
+// room below it or 64 random ports below it were all taken.
 absl::StatusOr<int> PickFreePort(const std::string& bind_addr);
 
 }  // namespace fusebox::comm

@@ -8,6 +8,7 @@
 #include <cerrno>
 #include <cstdint>
 #include <cstring>
+#include <string>
 
 #include "absl/strings/str_cat.h"
 
@@ -43,26 +44,38 @@ absl::Status SetThisThreadScheduling(int nice, absl::Duration slice) {
                      "; a negative value needs CAP_SYS_NICE or RLIMIT_NICE)"));
   }
   if (slice <= absl::ZeroDuration()) return absl::OkStatus();
-  if (::sched_getscheduler(0) != SCHED_OTHER) {
-    return absl::FailedPreconditionError(
-        "a slice applies to SCHED_OTHER threads only; this one runs under another policy");
+  // Where only the slice fails, the nice value set above stays: say so.
+  const std::string kept = nice != 0 ? absl::StrCat("; its nice value is now ", nice) : "";
+  const int policy = ::sched_getscheduler(0);
+  if (policy < 0 || (policy & ~SCHED_RESET_ON_FORK) != SCHED_OTHER) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "could not request a slice: it applies to SCHED_OTHER threads only, and this one runs "
+        "under another policy",
+        kept));
   }
   errno = 0;
   const int current_nice = ::getpriority(PRIO_PROCESS, static_cast<id_t>(tid));
   if (current_nice == -1 && errno != 0) {
     const int e = errno;
-    return absl::InternalError(absl::StrCat("getpriority: ", std::strerror(e)));
+    return absl::InternalError(absl::StrCat("getpriority: ", std::strerror(e), kept));
   }
   SchedAttr attr{};
   attr.size = sizeof(attr);
   attr.sched_policy = SCHED_OTHER;
+  // SCHED_FLAG_RESET_ON_FORK (0x01): keep it where the thread had it.
+  if ((policy & SCHED_RESET_ON_FORK) != 0) attr.sched_flags = 0x01;
   attr.sched_nice = current_nice;  // sched_setattr sets it too: keep it
   attr.sched_runtime = static_cast<uint64_t>(absl::ToInt64Nanoseconds(slice));
   if (::syscall(SYS_sched_setattr, 0, &attr, 0) != 0) {
     const int e = errno;
-    return absl::InternalError(absl::StrCat("could not request a slice of ",
-                                            absl::FormatDuration(slice),
-                                            " (sched_setattr: ", std::strerror(e), ")"));
+    const std::string what =
+        absl::StrCat("could not request a slice of ", absl::FormatDuration(slice),
+                     " (sched_setattr: ", std::strerror(e), ")", kept);
+    // Kernels without the call (ENOSYS), or sandboxes that refuse it (EPERM:
+    // seccomp, some container runtimes).
+    if (e == ENOSYS) return absl::UnimplementedError(what);
+    if (e == EPERM) return absl::PermissionDeniedError(what);
+    return absl::InternalError(what);
   }
   return absl::OkStatus();
 }

@@ -24,7 +24,9 @@ namespace fusebox::comm {
 // Sets the calling thread's nice value (`nice` != 0; 0 leaves it) and, where
 // `slice` is positive, its requested slice (sched_setattr with
 // sched_runtime; kernels before 6.12 accept and ignore it for SCHED_OTHER).
-// Nothing is changed for a part that fails; the error says which and why.
+// The nice value is set first: where only the slice fails, the thread keeps
+// the new nice value, and the error says so. Unimplemented where the kernel
+// has no sched_setattr, PermissionDenied where it or a sandbox refuses it.
 absl::Status SetThisThreadScheduling(int nice, absl::Duration slice);
 
 // The calling thread's slice as the kernel reports it (sched_getattr's

@@ -143,14 +143,19 @@ def main():
                    "--compute_scale", "auto", "--comm_ratio", ratio, "--plans", a.plans,
                    "--explain", "-n", str(a.rounds), "-w", "1", "--cache_dir", cache,
                    "--json", stem + ".json"] + shlex.split(a.perf_flags)
-            proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                  text=True, timeout=a.timeout)
+            try:
+                proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                      text=True, timeout=a.timeout)
+                output, code = proc.stdout, proc.returncode
+            except subprocess.TimeoutExpired as e:
+                output = e.stdout if isinstance(e.stdout, str) else (e.stdout or b"").decode()
+                code = "timeout after %d s" % a.timeout
         with open(stem + ".log", "w") as f:
-            f.write("$ " + " ".join(shlex.quote(c) for c in cmd) + "\n" + proc.stdout)
-        if proc.returncode != 0:
+            f.write("$ " + " ".join(shlex.quote(c) for c in cmd) + "\n" + output)
+        if code != 0:
             failed += 1
-            say("## %s, t(all)/T_b = %s: FAILED (exit %d; see %s.log)" %
-                (model, ratio, proc.returncode, stem))
+            say("## %s, t(all)/T_b = %s: FAILED (exit %s; see %s.log)" %
+                (model, ratio, code, stem))
             continue
         with open(stem + ".json") as f:
             j = json.load(f)
@@ -172,8 +177,10 @@ def main():
                 # DDP's default calibrated the slowdown: the others are held out.
                 if r["plan"] not in ("ddp", "tuned"):
                     errors.append(err)
-                    held_out.setdefault((model, ratio, r["plan"]), []).append(
-                        (r["exposed_us"], r["predicted_exposed_us"]))
+            if r["plan"] not in ("ddp", "tuned") and r["predicted_us"] > 0:
+                # Every repeat's figures, none exposed (0) included.
+                held_out.setdefault((model, ratio, r["plan"]), []).append(
+                    (r["exposed_us"], r["predicted_exposed_us"]))
             say("| %s | %d | %.2f | [%.2f, %.2f] | %.3f | %.2f | %.2f | %s | %s |" % (
                 r["plan"], r["buckets"], r["iteration_us"] / 1e3, lo / 1e3, hi / 1e3,
                 r["iteration_us"] / r["bound_us"], r["exposed_us"] / 1e3,
@@ -209,7 +216,9 @@ def main():
     if a.repeats > 1 and held_out:
         scatter = []
         pooled, pooled_1ms = [], []
-        for samples in held_out.values():
+        # Only plan-cells measured in every repeat (a failed run leaves gaps).
+        complete = {k: v for k, v in held_out.items() if len(v) == a.repeats}
+        for samples in complete.values():
             meas = [m for m, _ in samples]
             for i in range(len(meas)):
                 for k in range(i + 1, len(meas)):
@@ -223,7 +232,9 @@ def main():
                 if m >= 1000:
                     pooled_1ms.append((p - m) / m)
         say()
-        say("## repeatability and pooled prediction over %d repeats (held-out plans)" % a.repeats)
+        say("## repeatability and pooled prediction over %d repeats (held-out plans; %d "
+            "plan-cells in every repeat, %d left out)" % (a.repeats, len(complete),
+                                                          len(held_out) - len(complete)))
         if scatter:
             s_sorted = sorted(scatter)
             say("measured exposed, run to run (|a - b| / mean, %d pairs): median %.0f%%, p90 %.0f%%"

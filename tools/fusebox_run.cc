@@ -295,12 +295,21 @@ absl::Status Launcher::SetUp() {
     }
     torch_port_ = options_.master_port + 1;
   } else {
-    // The command's own rendezvous (torch's env://) listens there.
-    absl::StatusOr<int> port = fusebox::comm::PickFreePort(StoreBindAddress(options_.master_addr));
-    if (!port.ok()) {
-      return absl::InternalError(absl::StrCat("MASTER_PORT: ", port.status().message()));
+    // The command's own rendezvous (torch's env://) listens there; never on
+    // the port this launcher's store is about to bind (--master-port, also
+    // below the ephemeral range).
+    for (int attempt = 0; torch_port_ == 0 || torch_port_ == options_.master_port; ++attempt) {
+      absl::StatusOr<int> port =
+          fusebox::comm::PickFreePort(StoreBindAddress(options_.master_addr));
+      if (!port.ok()) {
+        return absl::InternalError(absl::StrCat("MASTER_PORT: ", port.status().message()));
+      }
+      if (attempt == 8) {
+        return absl::InternalError(absl::StrCat(
+            "MASTER_PORT: no free port other than --master-port ", options_.master_port));
+      }
+      torch_port_ = *port;
     }
-    torch_port_ = *port;
   }
   if (options_.node_rank != 0) {
     // Node 0's launcher hosts the store; this node's ranks connect to it.

@@ -21,10 +21,18 @@ from ports import free_port
 HERE = os.path.dirname(os.path.abspath(__file__))
 PYDIR = os.environ.get("FUSEBOX_PYTHON_DIR")
 LAUNCH_TIMEOUT_S = 300
-ORPHAN_GRACE_S = 60
+# Longer than the workers' own collective timeout (ddp_worker.py registers
+# with timeout_s=60): a rank that learns of a peer's failure only by timing
+# out must get to report it.
+ORPHAN_GRACE_S = 120
 
 pytestmark = pytest.mark.skipif(not PYDIR, reason="FUSEBOX_PYTHON_DIR not set (module not built)")
 
+
+
+def read_log(out, rank):
+    with open(os.path.join(out, "rank%d.log" % rank)) as f:
+        return f.read()
 
 
 def launch(tmp, world, scenarios, tag):
@@ -60,8 +68,8 @@ def launch(tmp, world, scenarios, tag):
                 q.wait()
             for _, log in procs:
                 log.close()
-            tails = "\n".join("--- rank %d:\n%s" % (r, open(os.path.join(out, "rank%d.log" % r))
-                                                    .read()[-2000:]) for r in range(world))
+            tails = "\n".join("--- rank %d:\n%s" % (r, read_log(out, r)[-2000:])
+                                for r in range(world))
             pytest.fail("launch %s %s; logs in %s\n%s" % (
                 tag, "hung (> %d s)" % LAUNCH_TIMEOUT_S if not late else
                 "left ranks waiting on a failed one (> %d s)" % ORPHAN_GRACE_S, out, tails))
@@ -69,7 +77,7 @@ def launch(tmp, world, scenarios, tag):
     codes = [p.returncode for p, _ in procs]
     for _, log in procs:
         log.close()
-    logs = [open(os.path.join(out, "rank%d.log" % r)).read() for r in range(world)]
+    logs = [read_log(out, r) for r in range(world)]
     results = {}
     for sc in scenarios:
         per_rank = []
