@@ -211,6 +211,35 @@ TEST(EngineScheduleTest, ForwardPriorityFollowsAgreedNotLocalReadiness) {
   });
 }
 
+// A window slot frees when the worker sees the collective done, before it
+// copies the bucket back (Note [Launch order]): with one bucket in flight
+// and bucket 1 complete first, bucket 1 is launched before bucket 0's copy
+// back has ended. (Launched after the copy, as when the slot was held until
+// then, its launch time would follow bucket 0's copied time.)
+TEST(EngineScheduleTest, ACopyBackDoesNotHoldTheWindow) {
+  const GradientLayout layout = MakeLayout({1 << 16, 1 << 16});
+  RunRanks(2, [&](int rank, comm::Communicator& comm) {
+    EngineOptions options;
+    options.max_in_flight = 1;
+    auto engine = Engine::Create(comm, layout, PerTensorPlan(layout), options);
+    ASSERT_TRUE(engine.ok()) << engine.status();
+    // The caller's own buffers (not the buckets'): reduced values are
+    // copied back.
+    std::vector<std::vector<float>> g(2, std::vector<float>(1 << 16, 1.0f + rank));
+    for (int id : {1, 0}) ASSERT_TRUE((*engine)->MarkReady(id, g[id].data(), 1 << 16).ok());
+    ASSERT_TRUE((*engine)->Finish().ok());
+    for (const auto& v : g) EXPECT_EQ(v, std::vector<float>(1 << 16, 1.5f));
+    const IterationStats st = (*engine)->stats().back();  // a copy: stats() returns one
+    ASSERT_EQ(st.launch_order, (std::vector<int>{0, 1}));
+    ASSERT_EQ(st.bucket_times.size(), 2u);
+    const BucketTiming& first = st.bucket_times[0];
+    const BucketTiming& second = st.bucket_times[1];
+    ASSERT_EQ(first.bucket, 0);
+    EXPECT_GE(second.launch_us, first.noticed_us) << "rank " << rank;
+    EXPECT_LT(second.launch_us, first.copied_us) << "rank " << rank;
+  });
+}
+
 TEST(EngineScheduleTest, ForwardPriorityRefusesTooManyBuckets) {
   // Each allreduce carries one vote per bucket: beyond the limit the plan is
   // refused with a clear error rather than made quadratic.
