@@ -278,6 +278,25 @@ absl::StatusOr<E> ParseChoice(const char* flag, const std::string& value,
       absl::StrCat("--", flag, " must be ", names, ", got '", value, "'"));
 }
 
+// A thread's nice value from --`flag`: in [-20, 19].
+absl::StatusOr<int> NiceFromFlag(const char* flag, int nice) {
+  if (nice < -20 || nice > 19) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--", flag, " must be a nice value in [-20, 19], got ", nice));
+  }
+  return nice;
+}
+
+// A thread's requested scheduler slice from --`flag`, in microseconds: in
+// [0, 100000] (0: the kernel's default).
+absl::StatusOr<absl::Duration> SliceFromFlag(const char* flag, double us) {
+  if (!(us >= 0 && us <= 1e5)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--", flag, " must be in [0, 100000] microseconds, got ", us));
+  }
+  return absl::Microseconds(us);
+}
+
 absl::StatusOr<comm::BackendOptions> BackendOptionsFromFlags() {
   comm::BackendOptions b;
   auto chunk = ParseBytes(absl::GetFlag(FLAGS_ucx_chunk));
@@ -318,18 +337,14 @@ absl::StatusOr<comm::BackendOptions> BackendOptionsFromFlags() {
         absl::StrCat("--ucx_spin_us must be in [0, 1e6] microseconds, got ", spin_us));
   }
   b.ucx.progress_spin = absl::Microseconds(spin_us);
-  const int nice = absl::GetFlag(FLAGS_ucx_progress_nice);
-  if (nice < -20 || nice > 19) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--ucx_progress_nice must be a nice value in [-20, 19], got ", nice));
-  }
-  b.ucx.progress_nice = nice;
-  const double slice_us = absl::GetFlag(FLAGS_ucx_progress_slice_us);
-  if (!(slice_us >= 0 && slice_us <= 1e5)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--ucx_progress_slice_us must be in [0, 100000] microseconds, got ", slice_us));
-  }
-  b.ucx.progress_slice = absl::Microseconds(slice_us);
+  absl::StatusOr<int> nice =
+      NiceFromFlag("ucx_progress_nice", absl::GetFlag(FLAGS_ucx_progress_nice));
+  if (!nice.ok()) return nice.status();
+  b.ucx.progress_nice = *nice;
+  absl::StatusOr<absl::Duration> slice =
+      SliceFromFlag("ucx_progress_slice_us", absl::GetFlag(FLAGS_ucx_progress_slice_us));
+  if (!slice.ok()) return slice.status();
+  b.ucx.progress_slice = *slice;
   if (absl::Status s = comm::CollectiveTimeoutFromEnv(::getenv, &b); !s.ok()) return s;
   const double timeout_s = absl::GetFlag(FLAGS_timeout_s);
   if (!(timeout_s >= 0 && timeout_s <= 1e7)) {
@@ -430,17 +445,14 @@ absl::StatusOr<OverlapOptions> OverlapOptionsFromFlags(const comm::Logger& log) 
   o.plans = absl::StrSplit(absl::GetFlag(FLAGS_plans), ',', absl::SkipEmpty());
   if (o.plans.empty()) return absl::InvalidArgumentError("--plans: no plan given");
   o.max_in_flight = absl::GetFlag(FLAGS_in_flight);
-  o.worker_nice = absl::GetFlag(FLAGS_engine_worker_nice);
-  if (o.worker_nice < -20 || o.worker_nice > 19) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--engine_worker_nice must be a nice value in [-20, 19], got ", o.worker_nice));
-  }
-  const double worker_slice_us = absl::GetFlag(FLAGS_engine_worker_slice_us);
-  if (!(worker_slice_us >= 0 && worker_slice_us <= 1e5)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--engine_worker_slice_us must be in [0, 100000] microseconds, got ", worker_slice_us));
-  }
-  o.worker_slice = absl::Microseconds(worker_slice_us);
+  absl::StatusOr<int> worker_nice =
+      NiceFromFlag("engine_worker_nice", absl::GetFlag(FLAGS_engine_worker_nice));
+  if (!worker_nice.ok()) return worker_nice.status();
+  o.worker_nice = *worker_nice;
+  absl::StatusOr<absl::Duration> worker_slice =
+      SliceFromFlag("engine_worker_slice_us", absl::GetFlag(FLAGS_engine_worker_slice_us));
+  if (!worker_slice.ok()) return worker_slice.status();
+  o.worker_slice = *worker_slice;
   if (o.max_in_flight < 1 || o.max_in_flight > 1024) {
     return absl::InvalidArgumentError("--in_flight must be in [1, 1024]");
   }
