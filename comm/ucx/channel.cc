@@ -24,6 +24,8 @@ namespace {
 
 constexpr uint64_t kNoticeTagMask = ((uint64_t{1} << kStepBits) - 1) << kIndexBits;
 constexpr uint32_t kNoticeMagic = 0x46425846;  // "FBXF"
+// Note [A peer that left first] in channel.h.
+constexpr absl::Duration kPeerGoneGrace = absl::Seconds(1);
 
 }  // namespace
 
@@ -143,6 +145,7 @@ absl::Status Channel::Connect(const std::vector<std::string>& addresses, bool de
   }
   eps_.assign(size_, nullptr);
   peer_status_.assign(size_, UCS_OK);
+  peer_failed_seen_.assign(size_, absl::InfiniteFuture());
   ep_error_args_.resize(size_);
   for (int peer = 0; peer < size_; ++peer) {
     if (peer == rank_) continue;
@@ -282,20 +285,28 @@ absl::Status Channel::Progress(int peer) {
       }
     }
   }
-  if (peer >= 0 && peer_status_[peer] != UCS_OK) {
-    return absl::UnavailableError(absl::StrCat(
-        "rank ", peer, " is unreachable (its UCX endpoint failed: ", UcsError(peer_status_[peer]),
-        "); it may have exited or crashed"));
-  }
   if (abort_->load(std::memory_order_relaxed)) {
     return absl::CancelledError("communicator destroyed while a collective was in flight");
   }
   if (notice_recv_.done) return NoticeError();
+  if (peer >= 0 && peer_status_[peer] != UCS_OK) {
+    if (absl::Status s = PeerGone(peer); !s.ok()) return s;
+  }
   if (((++deadline_polls_ & 63) == 0 || slept) && absl::Now() >= deadline_) {
     return absl::DeadlineExceededError(peer >= 0 ? absl::StrCat("still waiting for rank ", peer)
                                                  : "still waiting");
   }
   return absl::OkStatus();
+}
+
+absl::Status Channel::PeerGone(int peer) {
+  const absl::Time now = absl::Now();
+  absl::Time& seen = peer_failed_seen_[peer];
+  if (seen == absl::InfiniteFuture()) seen = now;
+  if (now - seen < kPeerGoneGrace) return absl::OkStatus();
+  return absl::UnavailableError(absl::StrCat(
+      "rank ", peer, " is unreachable (its UCX endpoint failed: ", UcsError(peer_status_[peer]),
+      "); it may have exited or crashed"));
 }
 
 void Channel::Sleep() {

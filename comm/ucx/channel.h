@@ -39,6 +39,25 @@
 // post-mortems. Ranks aborted by a notice do not send one (their peers have
 // one already). The shared-memory allreduce has its own abandon word
 // (shm_allreduce.h).
+//
+// Note [A peer that left first]
+// A rank that has its result leaves, and its endpoints close, while a peer
+// may still be waiting for something else: under the linear opening a rank
+// that called a recursive-doubling AllReduce among ranks that called a
+// linear one waits for its exchange partner, which never sends (it runs the
+// linear round), and watches for rank 0's answer, which carries the
+// verdict. When the partner has its own answer first and leaves, the
+// waiting rank's endpoint to it fails (UCX over TCP reports a closed
+// connection as "Endpoint timeout") while rank 0's answer to it may not be
+// sent yet: on a loaded machine rank 0 can be descheduled between two
+// answers. Over TCP a rank's sends to a peer and its receives from it may
+// also run on two sockets, so a closed socket can be seen before the last
+// data on the other. So Progress reports a failed endpoint only once it has
+// been seen failed for kPeerGoneGrace (1 s), progressing all the while: what
+// was sent before the peer left still arrives and settles the call as every
+// other rank settles it. A notice is read before a failed endpoint (it says
+// why the peer left). A peer that crashed is reported 1 s later than it was
+// seen, well within the post-mortem's own 2 s.
 #ifndef FUSEBOX_COMM_UCX_CHANNEL_H_
 #define FUSEBOX_COMM_UCX_CHANNEL_H_
 
@@ -143,9 +162,10 @@ class Channel {
   void PostSend(int peer, const void* buf, size_t len, ucp_tag_t tag, Pending* p);
   void PostRecv(int peer, void* buf, size_t len, ucp_tag_t tag, Pending* p,
                 ucp_tag_t tag_mask = ~ucp_tag_t{0});
-  // One step of progress. Fails if the communicator is being destroyed, the
-  // endpoint of `peer` (when >= 0) reported an error, a failure notice
-  // arrived (Aborted), or the deadline passed.
+  // One step of progress. Fails if the communicator is being destroyed, a
+  // failure notice arrived (Aborted), the endpoint of `peer` (when >= 0)
+  // has reported an error for kPeerGoneGrace (Note [A peer that left
+  // first]), or the deadline passed.
   absl::Status Progress(int peer);
   // Progresses until `p` is done (or Progress fails).
   absl::Status WaitFor(Pending* p);
@@ -188,6 +208,9 @@ class Channel {
   void Sleep();
   // The error for a received notice (Aborted), validated.
   absl::Status NoticeError() const;
+  // Note [A peer that left first]: OK within the grace after `peer`'s
+  // endpoint was first seen failed, then Unavailable naming it.
+  absl::Status PeerGone(int peer);
 
   const int rank_;
   const int size_;
@@ -198,6 +221,9 @@ class Channel {
   std::vector<ucp_ep_h> eps_;  // eps_[rank_] unused
   // Per-peer endpoint status, set from UCP's error callback (during progress).
   std::vector<ucs_status_t> peer_status_;
+  // When Progress first saw each peer's endpoint failed (InfiniteFuture:
+  // not yet); Note [A peer that left first].
+  std::vector<absl::Time> peer_failed_seen_;
   std::vector<EpErrorArg> ep_error_args_;
   // Note [Failure notices]: the posted receive for peers' notices, and this
   // rank's own (it must stay valid while its sends are in flight).

@@ -191,6 +191,81 @@ TEST(UcxChannelTest, AFailureNoticeAbortsAPeerWaitingOnSomeoneElse) {
   EXPECT_LT(absl::Now() - start, absl::Seconds(30));
 }
 
+// Note [A peer that left first]: rank 0 waits for rank 1, which never
+// sends, and watches for rank 2's message, which decides the call. Rank 1
+// leaves (its endpoints close) and rank 2 sends only 300 ms later: rank 0's
+// wait must still end with rank 2's message, not with rank 1 unreachable,
+// and rank 1's failure is still reported once the grace has run out.
+TEST(UcxChannelTest, APeerThatLeftFirstDoesNotFailAWaitAnotherPeerSettles) {
+  constexpr int kWorld = 3;
+  std::atomic<bool> abort[kWorld] = {false, false, false};
+  std::unique_ptr<Channel> ch[kWorld];
+  std::vector<std::string> addresses(kWorld);
+  UcxOptions tcp;
+  tcp.transports = "tcp";
+  for (int r = 0; r < kWorld; ++r) {
+    ch[r] = std::make_unique<Channel>(r, kWorld, &abort[r]);
+    absl::StatusOr<std::string> a = ch[r]->Open(tcp, /*rma=*/false);
+    ASSERT_TRUE(a.ok()) << a.status();
+    addresses[r] = *a;
+  }
+  for (int r = 0; r < kWorld; ++r) {
+    ASSERT_TRUE(ch[r]->Connect(addresses, /*detect_peer_failure=*/true).ok());
+    ch[r]->set_deadline(absl::Now() + absl::Seconds(30));
+  }
+  std::atomic<bool> hello_in{false};
+  std::atomic<int64_t> left_at_ns{0};
+  absl::Status waited, later;
+  int from2 = -1;
+  absl::Duration reported_after;
+  std::thread waiter([&] {
+    Channel& c = *ch[0];
+    int hello = 0, never = 0;
+    Pending h, r1, r2;
+    // Rank 1's hello first, so that a connection to it exists to close.
+    c.PostRecv(1, &hello, sizeof(hello), MakeTag(1, 1, 0), &h);
+    waited = c.Finish(&h, "hello");
+    hello_in = true;
+    if (!waited.ok()) return;
+    c.PostRecv(1, &never, sizeof(never), MakeTag(1, 2, 0), &r1);
+    c.PostRecv(2, &from2, sizeof(from2), MakeTag(1, 3, 0), &r2);
+    while (!r2.done && waited.ok()) waited = c.Progress(1);
+    while (later.ok()) later = c.Progress(1);
+    reported_after = absl::Now() - absl::FromUnixNanos(left_at_ns.load());
+    c.Release(&r1, /*is_recv=*/true);
+    c.Release(&r2, /*is_recv=*/true);
+  });
+  std::thread leaver([&] {
+    Channel& c = *ch[1];
+    const int hello = 1;
+    Pending s;
+    c.PostSend(0, &hello, sizeof(hello), MakeTag(1, 1, 0), &s);
+    ASSERT_TRUE(c.Finish(&s, "hello").ok());
+    while (!hello_in) (void)c.Progress(-1);
+    c.Close(/*force=*/true);
+    ch[1].reset();
+    left_at_ns = absl::GetCurrentTimeNanos();
+  });
+  std::thread settler([&] {
+    while (left_at_ns.load() == 0) absl::SleepFor(absl::Milliseconds(1));
+    absl::SleepFor(absl::Milliseconds(300));  // rank 0 has long seen rank 1 gone
+    Channel& c = *ch[2];
+    const int verdict = 42;
+    Pending s;
+    c.PostSend(0, &verdict, sizeof(verdict), MakeTag(1, 3, 0), &s);
+    EXPECT_TRUE(c.Finish(&s, "verdict").ok());
+  });
+  leaver.join();
+  settler.join();
+  waiter.join();
+  ASSERT_TRUE(waited.ok()) << waited;
+  EXPECT_EQ(from2, 42);
+  EXPECT_TRUE(absl::IsUnavailable(later)) << later;
+  EXPECT_NE(later.message().find("rank 1 is unreachable"), std::string::npos) << later;
+  EXPECT_GE(reported_after, absl::Milliseconds(900));
+  EXPECT_LT(reported_after, absl::Seconds(10));
+}
+
 TEST(UcxChannelTest, TheAbortFlagCancelsAWait) {
   Pair p;
   ASSERT_TRUE(p.Connect().ok());
