@@ -15,7 +15,8 @@
 // * Collectives run one at a time, in launch order (one communicator: the
 //   UCX progress thread or one NCCL stream), each taking
 //   CostModel::AllReduceUs(bytes) + launch_overhead_us, stretched by
-//   overlap_slowdown for the part that runs while backward does.
+//   overlap_slowdown for the part that runs while backward does; one that
+//   starts while backward runs first pays overlap_overhead_us.
 // * A worker copies results back in launch order (nothing without views).
 // * The iteration ends at the later of backward's end and the last
 //   copy-back; forward precedes backward and overlaps nothing.
@@ -63,6 +64,12 @@ struct SimOptions {
   // speed after. Measured by a calibration replay (perf/overlap.h); 1: the
   // isolated cost model as is.
   double overlap_slowdown = 1;
+  // What a collective that starts while backward runs pays before it moves
+  // data at that speed (us, >= 0): the cost per collective under overlap
+  // that a collective alone does not pay (threads woken and descheduled by
+  // backward's, caches evicted between rounds). Calibrated with the
+  // slowdown (FitOverlapCost); 0: none.
+  double overlap_overhead_us = 0;
   // Device gradients staged through pinned host buffers at this bandwidth
   // (GB/s, each direction; autotune::MeasureStagingGbps); 0: the gradients
   // are in host memory (views and copy_gbps apply).
@@ -112,6 +119,22 @@ double LowerBoundUs(const Profile& profile, const CostModel& cost, const SimOpti
 // Checks the options alone (world size >= 1, window >= 1, finite
 // non-negative costs).
 absl::Status ValidateSimOptions(const SimOptions& options);
+
+// One collective that started and finished while backward ran: its
+// transfer time (start to done) and t(m) alone for its bytes.
+struct OverlapSample {
+  double alone_us = 0;
+  double moving_us = 0;
+};
+struct OverlapCost {
+  double slowdown = 1;     // SimOptions::overlap_slowdown
+  double overhead_us = 0;  // SimOptions::overlap_overhead_us
+};
+// Note [Calibrating the overlap]: fits moving = slowdown * alone + overhead
+// to `samples` by least squares, with slowdown in [1, 1000]
+// and overhead >= 0. With no sample, or samples of a single size, only the
+// slowdown is fitted (overhead 0).
+OverlapCost FitOverlapCost(const std::vector<OverlapSample>& samples);
 
 }  // namespace fusebox::autotune
 

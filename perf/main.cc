@@ -6,6 +6,7 @@
 //   mpirun -n 4 fusebox-perf allreduce --backend mpi -d all -o all
 #include <unistd.h>
 
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -165,7 +166,11 @@ ABSL_FLAG(bool, explain, false,
           "launch-to-start, transfer beyond t(m) alone, copy back, the plan itself, tail)");
 ABSL_FLAG(std::string, overlap_slowdown, "auto",
           "overlap: how many times slower transfers run while backward does, for the pred column "
-          "and the tuner's simulator: 'auto' measures it on a calibration replay, or a number >= 1");
+          "and the tuner's simulator: 'auto' measures it and --overlap_overhead_us on a "
+          "calibration replay, or a number >= 1");
+ABSL_FLAG(double, overlap_overhead_us, 0,
+          "overlap: with a given --overlap_slowdown, what each collective that starts while "
+          "backward runs pays besides (us, >= 0); calibrated with it under 'auto'");
 ABSL_FLAG(int, tune_split, 1,
           "overlap: 1 = the tuner may split large gradients (each split one is copied and needs "
           "its own buffer too), 0 = never");
@@ -475,6 +480,16 @@ absl::StatusOr<OverlapOptions> OverlapOptionsFromFlags(const comm::Logger& log) 
           "--overlap_slowdown: \"", f, "\" is not 'auto' or a number in [1, 1000]"));
     }
   }
+  o.overlap_overhead_us = absl::GetFlag(FLAGS_overlap_overhead_us);
+  if (!std::isfinite(o.overlap_overhead_us) || o.overlap_overhead_us < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("--overlap_overhead_us: ", o.overlap_overhead_us,
+                                                   " is not a finite number >= 0"));
+  }
+  if (o.overlap_overhead_us > 0 && o.overlap_slowdown <= 0) {
+    return absl::InvalidArgumentError(
+        "--overlap_overhead_us is given only with a number for --overlap_slowdown (under "
+        "'auto' both are calibrated)");
+  }
   o.save_plans_dir = absl::GetFlag(FLAGS_save_plans);
   o.cache_dir = absl::GetFlag(FLAGS_cache_dir);
   if (o.cache_dir.empty()) {
@@ -578,6 +593,7 @@ int OverlapMain(const comm::Logger& log, int argc, char** argv) {
                           {"cost_model", report->cost_model},
                           {"copy_gbps", report->copy_gbps},
                           {"overlap_slowdown", report->overlap_slowdown},
+                          {"overlap_overhead_us", report->overlap_overhead_us},
                           {"results", results}};
       std::ofstream f(absl::GetFlag(FLAGS_json));
       f << j.dump(1) << "\n";

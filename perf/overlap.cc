@@ -287,35 +287,44 @@ class Replay {
   std::set<void*> zeroed_;
 };
 
-// Replays DDP's default plan (one warm-up, then `iterations` recorded) and
-// returns, over the buckets that started and finished while backward ran,
-// their transfer time over t(m) alone: at least 1, the slowest rank's
-// figure; 1 when no bucket ran entirely inside backward.
-absl::StatusOr<double> CalibrateOverlapSlowdown(comm::Communicator& comm, Replay& replay,
-                                                const GradientLayout& layout,
-                                                const bucketing::EngineOptions& eopts,
-                                                const std::function<double(int64_t)>& isolated_us,
-                                                int iterations = 2) {
-  if (comm.size() < 2) return 1.0;
+// Replays DDP's default plan and DDP with 2 MiB buckets (one warm-up each,
+// then `iterations` recorded) and fits, over the buckets that started and
+// finished while backward ran, their transfer time against t(m) alone
+// (autotune::FitOverlapCost, Note [Calibrating the overlap] in
+// autotune/simulator.cc); every rank gets the slowest rank's figures (the
+// larger slowdown and the larger overhead). Neither plan is one of the
+// benchmark's held-out plans (perf/bench_gap.py). One rank: no overlap to
+// calibrate.
+absl::StatusOr<autotune::OverlapCost> CalibrateOverlap(
+    comm::Communicator& comm, Replay& replay, const GradientLayout& layout,
+    const bucketing::EngineOptions& eopts, const std::function<double(int64_t)>& isolated_us,
+    int iterations = 3) {
+  if (comm.size() < 2) return autotune::OverlapCost{};
   bucketing::EngineOptions o = eopts;
   o.record_timeline = false;
-  auto engine = Engine::Create(comm, layout, bucketing::DdpPlan(layout), o);
-  if (!engine.ok()) return engine.status();
-  Engine* e = engine->get();
-  double moving = 0, alone = 0;
-  for (int it = 0; it <= iterations; ++it) {
-    auto v = replay.Iterate(*e, [e] { return e->Finish(); }, it);
-    if (!v.ok()) return v.status();
-    if (it == 0) continue;
-    for (const bucketing::BucketTiming& b : replay.last_stats().bucket_times) {
-      if (b.start_us < 0 || b.done_us > replay.last_backward_end_us()) continue;
-      moving += b.done_us - b.start_us;
-      alone += isolated_us(b.bytes);
+  bucketing::DdpOptions small;
+  small.bucket_cap_bytes = 2 * bucketing::kMiB;
+  std::vector<autotune::OverlapSample> samples;
+  for (const bucketing::Plan& plan :
+       {bucketing::DdpPlan(layout), bucketing::DdpPlan(layout, small)}) {
+    auto engine = Engine::Create(comm, layout, plan, o);
+    if (!engine.ok()) return engine.status();
+    Engine* e = engine->get();
+    for (int it = 0; it <= iterations; ++it) {
+      auto v = replay.Iterate(
+          *e, [e] { return e->Finish(); }, it);
+      if (!v.ok()) return v.status();
+      if (it == 0) continue;
+      for (const bucketing::BucketTiming& b : replay.last_stats().bucket_times) {
+        if (b.start_us < 0 || b.done_us > replay.last_backward_end_us()) continue;
+        samples.push_back({isolated_us(b.bytes), b.done_us - b.start_us});
+      }
     }
   }
-  std::vector<double> f = {alone > 0 ? std::clamp(moving / alone, 1.0, 1000.0) : 1.0};
+  const autotune::OverlapCost fit = autotune::FitOverlapCost(samples);
+  std::vector<double> f = {fit.slowdown, fit.overhead_us};
   if (absl::Status s = MaxAcrossRanks(comm, f); !s.ok()) return s;
-  return f[0];
+  return autotune::OverlapCost{f[0], f[1]};
 }
 
 // The gap terms of the rank whose iteration was longest (the one the
@@ -524,21 +533,25 @@ absl::StatusOr<OverlapReport> RunOverlap(comm::Communicator& comm,
     if (options.progress && comm.rank() == 0) options.progress(line);
   };
   report.overlap_slowdown = options.overlap_slowdown;
+  report.overlap_overhead_us = std::max(0.0, options.overlap_overhead_us);
   if (report.overlap_slowdown <= 0) {
-    progress("calibrating the overlap slowdown (DDP's default plan, 3 iterations)");
-    auto f = CalibrateOverlapSlowdown(comm, replay, layout, eopts, isolated_us);
+    progress("calibrating the overlap (DDP's default plan and 2 MiB buckets, 4 iterations each)");
+    auto f = CalibrateOverlap(comm, replay, layout, eopts, isolated_us);
     if (!f.ok()) return f.status();
-    report.overlap_slowdown = *f;
+    report.overlap_slowdown = f->slowdown;
+    report.overlap_overhead_us = f->overhead_us;
   }
   sim.overlap_slowdown = report.overlap_slowdown;
+  sim.overlap_overhead_us = report.overlap_overhead_us;
   if (out != nullptr) {
     std::fprintf(out,
-                 "# overlap slowdown %.2f: transfers while backward runs take that many times "
-                 "t(m) alone (%s); pred uses it\n",
-                 report.overlap_slowdown,
+                 "# overlap: transfers while backward runs take %.2f times t(m) alone plus %.0f us "
+                 "per collective (%s); pred uses them\n",
+                 report.overlap_slowdown, report.overlap_overhead_us,
                  options.overlap_slowdown > 0
                      ? "given"
-                     : "calibrated on 2 replayed iterations of DDP's default plan");
+                     : "calibrated on 3 replayed iterations each of DDP's default plan and DDP "
+                       "with 2 MiB buckets");
     std::fflush(out);
   }
 

@@ -64,9 +64,11 @@ struct OverlapOptions {
   // Attribute each plan's iteration - bound to named terms (perf/explain.h)
   // and print them under the table.
   bool explain = false;
-  // The simulator's overlap_slowdown for the pred column and the tuner:
-  // <= 0 measures it on a calibration replay (autotune/simulator.h).
+  // The simulator's overlap_slowdown and overlap_overhead_us for the pred
+  // column and the tuner: a slowdown <= 0 measures both on a calibration
+  // replay (autotune/simulator.h); otherwise both are as given.
   double overlap_slowdown = 0;
+  double overlap_overhead_us = 0;
   // Called on rank 0 with a line of progress (calibration, tuning every 10
   // iterations, each round); empty: none.
   std::function<void(const std::string&)> progress;
@@ -137,6 +139,7 @@ struct OverlapReport {
   std::string cost_model;  // the fitted model, described (empty when the fit failed)
   double copy_gbps = 0;    // memcpy bandwidth per rank with every rank copying
   double overlap_slowdown = 1;  // given or calibrated (OverlapOptions)
+  double overlap_overhead_us = 0;  // given or calibrated (OverlapOptions)
   std::vector<OverlapResult> results;
 };
 

@@ -250,6 +250,70 @@ TEST(SimulatorTest, OverlapSlowdownStretchesOnlyWhatRunsDuringBackward) {
   EXPECT_FALSE(Simulate(p, bucketing::PerTensorPlan(*layout), c, o).ok());
 }
 
+// A collective that starts while backward runs first pays the overlap
+// overhead, then moves at the stretched speed; one that starts after
+// backward pays neither. 400 B (14 us alone), backward ending at 20,
+// overhead 4, slowdown 2: tensor 0 moves from 4, has done 8 us of its work
+// by 20 and finishes at 26; tensor 1 (ready at 20) starts at 26, after
+// backward: 26..40.
+TEST(SimulatorTest, OverlapOverheadIsPaidOnlyByCollectivesStartedDuringBackward) {
+  const Profile p = MakeProfile({100, 100}, {0, 20});
+  const CostModel c = Line(10, 0.01);
+  auto layout = LayoutFromProfile(p);
+  ASSERT_TRUE(layout.ok());
+  SimOptions o = World2();
+  o.overlap_slowdown = 2;
+  o.overlap_overhead_us = 4;
+  auto r = Simulate(p, bucketing::PerTensorPlan(*layout), c, o);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_DOUBLE_EQ(r->launches[0].done_us, 26);
+  EXPECT_DOUBLE_EQ(r->launches[1].start_us, 26);
+  EXPECT_DOUBLE_EQ(r->launches[1].done_us, 40);
+  EXPECT_DOUBLE_EQ(r->iteration_us, 100 + 40);
+  EXPECT_GE(r->iteration_us, LowerBoundUs(p, c, o));
+  o.overlap_overhead_us = -1;
+  EXPECT_FALSE(Simulate(p, bucketing::PerTensorPlan(*layout), c, o).ok());
+}
+
+// Note [Calibrating the overlap]: samples built as moving = s * alone + c
+// (with a little noise) give back s and c; without a cost per collective
+// the overhead is 0 and the slowdown the ratio; a slowdown below 1 is not
+// fitted; samples of one size fit the slowdown alone.
+TEST(SimulatorTest, FitOverlapCostRecoversTheSlowdownAndTheOverheadPerCollective) {
+  std::vector<OverlapSample> samples;
+  int i = 0;
+  for (double alone : {300.0, 320.0, 350.0, 3000.0, 4000.0, 4500.0}) {
+    const double noise = (i++ % 2 == 0 ? 1.01 : 0.99);
+    samples.push_back({alone, (1.5 * alone + 90) * noise});
+  }
+  OverlapCost fit = FitOverlapCost(samples);
+  EXPECT_NEAR(fit.slowdown, 1.5, 0.05);
+  EXPECT_NEAR(fit.overhead_us, 90, 10);
+
+  samples.clear();
+  for (double alone : {300.0, 3000.0}) samples.push_back({alone, 2 * alone});
+  fit = FitOverlapCost(samples);
+  EXPECT_NEAR(fit.slowdown, 2, 1e-9);
+  EXPECT_NEAR(fit.overhead_us, 0, 1e-9);
+
+  samples.clear();  // faster than alone plus a fixed cost: s = 1, c the mean excess (70, 60)
+  for (double alone : {300.0, 400.0}) samples.push_back({alone, 0.9 * alone + 100});
+  fit = FitOverlapCost(samples);
+  EXPECT_EQ(fit.slowdown, 1);
+  EXPECT_NEAR(fit.overhead_us, 65, 1e-9);
+
+  samples.clear();  // one size: the ratio, no overhead
+  samples.push_back({1000, 1500});
+  samples.push_back({1000, 2500});
+  fit = FitOverlapCost(samples);
+  EXPECT_NEAR(fit.slowdown, 2, 1e-9);
+  EXPECT_EQ(fit.overhead_us, 0);
+
+  fit = FitOverlapCost({});
+  EXPECT_EQ(fit.slowdown, 1);
+  EXPECT_EQ(fit.overhead_us, 0);
+}
+
 TEST(SimulatorTest, CopiesAndTheWindow) {
   // Copies at 0.001 GB/s = 1 B/us: 400 B take 400 us.
   const Profile p = MakeProfile({100, 100}, {0, 0});
