@@ -56,6 +56,13 @@ struct UcxOptions {
   // at 1 Gbit (docs/allreduce/20261126-emulated-rabenseifner). 0 turns it off. Every
   // rank's staging holds up to 2.5 times this many bytes (at most 64 MiB).
   size_t rabenseifner_bytes = 512 << 10;
+  // Where both apply (a power-of-two world of at least 4 ranks, over
+  // messages), AllReduce above this many bytes runs Rabenseifner instead of
+  // recursive doubling (up to recursive_doubling_bytes). Which is faster
+  // depends on the link and on how many ranks share a core (Note [Recursive
+  // doubling or Rabenseifner] in comm/ucx/algorithms.h); 32 KiB did best of
+  // 8-64 KiB on 4 and 8 emulated hosts over 1 and 4 Gbit.
+  size_t rabenseifner_from_bytes = 32 << 10;
   // How collectives over messages open (Note [Linear round] in
   // comm/ucx/descriptor_round.h). kRecursiveDoubling: the descriptor round,
   // log2(p) rounds of latency in p log2 p messages. kLinear: every rank's

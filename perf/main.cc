@@ -100,6 +100,10 @@ ABSL_FLAG(std::string, ucx_rabenseifner, "512K",
           "messages above --ucx_recursive_doubling up to this size runs Rabenseifner's "
           "algorithm (reduce-scatter by recursive halving carrying the descriptors, then "
           "allgather by recursive doubling); above it the ring. 0: off (at most 64M)");
+ABSL_FLAG(std::string, ucx_rabenseifner_from, "32K",
+          "ucx backend: where both run (a power-of-two world of at least 4 ranks, over "
+          "messages), AllReduce above this size runs Rabenseifner instead of recursive "
+          "doubling");
 ABSL_FLAG(std::string, ucx_opening, "auto",
           "ucx backend, over messages: how collectives open. rd: the descriptors compared by "
           "recursive doubling; linear: every descriptor to rank 0 and the verdict back "
@@ -316,6 +320,9 @@ absl::StatusOr<comm::BackendOptions> BackendOptionsFromFlags() {
   auto rab = ParseBytes(absl::GetFlag(FLAGS_ucx_rabenseifner));
   if (!rab.ok()) return rab.status();
   b.ucx.rabenseifner_bytes = *rab;
+  auto from = ParseBytes(absl::GetFlag(FLAGS_ucx_rabenseifner_from));
+  if (!from.ok()) return from.status();
+  b.ucx.rabenseifner_from_bytes = *from;
   using Opening = comm::UcxOptions::Opening;
   auto opening = ParseChoice<Opening>("ucx_opening", absl::GetFlag(FLAGS_ucx_opening),
                                       {{"auto", Opening::kAuto},
@@ -399,9 +406,10 @@ int WithCommunicator(
                   u.use_shared_memory ? "on" : "off", ", chunk ", u.chunk_bytes,
                   " B, small messages <= ", u.small_message_bytes, " B, recursive doubling <= ",
                   u.recursive_doubling_bytes, " B, Rabenseifner <= ", u.rabenseifner_bytes,
-                  " B, opening ", absl::GetFlag(FLAGS_ucx_opening), ", linear <= ", u.linear_bytes,
-                  " B, spin ", absl::FormatDuration(u.progress_spin), ", progress thread nice ",
-                  u.progress_nice, ", slice ", absl::FormatDuration(u.progress_slice))
+                  " B from ", absl::GetFlag(FLAGS_ucx_rabenseifner_from), " B, opening ",
+                  absl::GetFlag(FLAGS_ucx_opening), ", linear <= ", u.linear_bytes, " B, spin ",
+                  absl::FormatDuration(u.progress_spin), ", progress thread nice ", u.progress_nice,
+                  ", slice ", absl::FormatDuration(u.progress_slice))
             : ""));
   }
   int rc = 0;

@@ -49,6 +49,10 @@ AlgorithmTable BuildAlgorithmTable(const AlgorithmInputs& in) {
     const bool power_of_two = (in.world & (in.world - 1)) == 0;
     if (power_of_two && in.world >= 4) {
       t.carried_bytes_ = std::max(t.carried_bytes_, in.rabenseifner_bytes);
+      // Note [Recursive doubling or Rabenseifner], where Rabenseifner runs.
+      if (in.rabenseifner_bytes > 0) {
+        rabenseifner_from = std::min(rabenseifner_from, in.rabenseifner_from_bytes);
+      }
     }
     using Opening = UcxOptions::Opening;
     t.linear_ =

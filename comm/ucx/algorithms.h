@@ -36,9 +36,10 @@
 //   round, log2(p) rounds (two more where p is not a power of two) where
 //   the ring needs 2(p-1), each a round trip of latency across hosts.
 //   Where the world is a power of two of at least 4 ranks, AllReduce above
-//   that up to rabenseifner_bytes: Rabenseifner's algorithm inside the
-//   descriptor round (Note [Rabenseifner] in descriptor_round.h), the
-//   ring's bytes in 2 log2(p) rounds instead of 2(p-1).
+//   rabenseifner_from_bytes (Note [Recursive doubling or Rabenseifner]) up
+//   to rabenseifner_bytes: Rabenseifner's algorithm inside the descriptor
+//   round (Note [Rabenseifner] in descriptor_round.h), the ring's bytes in
+//   2 log2(p) rounds instead of 2(p-1).
 //   Above it the ring, which moves 2(p-1)/p of the data per rank where
 //   recursive doubling moves log2(p) times all of it (or the shared-memory
 //   allreduce, where every rank mapped every segment but the mailboxes
@@ -96,6 +97,28 @@ inline constexpr int kOversubscribedSmallMaxRanks = 8;
 // at 8 hosts 240-360 against 410-530.
 inline constexpr int kLinearMinRanks = 5;
 
+// Note [Recursive doubling or Rabenseifner]
+// Where the world is a power of two of at least 4 ranks, AllReduce over
+// messages can run recursive doubling (log2(p) rounds, each sending the
+// whole vector: L (a + m b), L = log2 p) or Rabenseifner (2L rounds moving
+// 2(p-1)/p of it in all: 2 L a + 2 (p-1)/p m b), a the cost of a round and
+// b the time per byte. Rabenseifner wins above m* = L a / ((L - 2(p-1)/p) b),
+// which depends on the link: on 4 emulated hosts (a ~ 35 us on shared
+// cores) about 17 KB over 1 Gbit and 70 KB over 4 Gbit. Measured, fusebox's
+// own two (blocking, 2 interleaved rounds, perf/cluster hosts sharing 2
+// cores, docs/allreduce/20261127-rabenseifner-from), recursive doubling was
+// faster up to 8 KiB everywhere, up to 16 KiB at 8 hosts over 1 Gbit, 32 KiB
+// at 4 hosts over 4 Gbit and 64 KiB at 8 hosts over 4 Gbit; Rabenseifner
+// from 16 KiB at 4 hosts over 1 Gbit. The switch point is therefore an
+// option (UcxOptions::rabenseifner_from_bytes), 32 KiB by default: of 8,
+// 16, 32 and 64 KiB it left the fewest and smallest losses among those
+// four settings at 16-64 KiB (at 64 KiB, 0.5-0.6x the other algorithm's
+// time at 1 Gbit and at 4 hosts over 4 Gbit, 1.5x at 8 hosts over 4 Gbit).
+// A switch point measured per communicator from ping-pongs (a and b, then
+// m*) was tried: on these shared cores the measured m* moved between 15
+// and 63 KiB from one communicator to the next on the same links, and
+// chose worse than 32 KiB.
+
 // Everything the table depends on; equal on every rank (Note [Algorithm
 // table]).
 struct AlgorithmInputs {
@@ -104,6 +127,10 @@ struct AlgorithmInputs {
   size_t small_message_bytes = 0;   // UcxOptions::small_message_bytes
   size_t recursive_doubling_bytes = 0;  // UcxOptions::recursive_doubling_bytes
   size_t rabenseifner_bytes = 0;        // UcxOptions::rabenseifner_bytes
+  // Where both apply, Rabenseifner above this many bytes instead of
+  // recursive doubling (Note [Recursive doubling or Rabenseifner]);
+  // SIZE_MAX: recursive doubling over its whole range.
+  size_t rabenseifner_from_bytes = SIZE_MAX;
   bool shm_exchange = false;        // the header round goes through shared memory
   bool shm_allreduce = false;       // every rank mapped every segment
   UcxOptions::Opening opening = UcxOptions::Opening::kAuto;  // UcxOptions::opening

@@ -275,8 +275,9 @@ absl::Status UcxCommunicator::Init(Store& store) {
   const std::string settings_text = absl::StrCat(
       "small_message_bytes=", options_.small_message_bytes,
       " recursive_doubling_bytes=", options_.recursive_doubling_bytes,
-      " rabenseifner_bytes=", options_.rabenseifner_bytes, " chunk_bytes=", options_.chunk_bytes,
-      " use_shared_memory=", options_.use_shared_memory,
+      " rabenseifner_bytes=", options_.rabenseifner_bytes,
+      " rabenseifner_from_bytes=", options_.rabenseifner_from_bytes,
+      " chunk_bytes=", options_.chunk_bytes, " use_shared_memory=", options_.use_shared_memory,
       " shm_chunk_bytes=", options_.shm_chunk_bytes,
       " shm_stores=", static_cast<int>(options_.shm_stores), " transports=", options_.transports,
       " detect_peer_failure=", options_.detect_peer_failure,
@@ -359,6 +360,7 @@ absl::Status UcxCommunicator::Init(Store& store) {
   inputs.small_message_bytes = options_.small_message_bytes;
   inputs.recursive_doubling_bytes = options_.recursive_doubling_bytes;
   inputs.rabenseifner_bytes = options_.rabenseifner_bytes;
+  inputs.rabenseifner_from_bytes = options_.rabenseifner_from_bytes;
   inputs.opening = options_.opening;
   inputs.linear_bytes = options_.linear_bytes;
   inputs.machine_oversubscribed = any_oversubscribed;

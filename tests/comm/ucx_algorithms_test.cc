@@ -225,6 +225,50 @@ TEST(AlgorithmTableTest, RabenseifnerTakesTheMiddleSizesWhereTheWorldIsAPowerOfT
             Algorithm::kShmAllReduce);
 }
 
+// Note [Recursive doubling or Rabenseifner]: where both run, recursive
+// doubling up to the switch point and Rabenseifner above it; the linear
+// round keeps its own range; other worlds and Rabenseifner off are
+// unchanged.
+TEST(AlgorithmTableTest, TheSwitchPointEndsRecursiveDoublingWhereBothRun) {
+  for (bool linear : {false, true}) {
+    AlgorithmInputs in = Inputs(8, 64, 4096, /*exchange=*/false, /*shm=*/false);
+    in.rabenseifner_bytes = 512 << 10;
+    in.rabenseifner_from_bytes = 10500;
+    if (linear) {
+      in.opening = UcxOptions::Opening::kLinear;
+      in.linear_bytes = 4096;
+    }
+    const AlgorithmTable t = BuildAlgorithmTable(in);
+    SCOPED_TRACE(linear ? "linear" : "descriptor round");
+    EXPECT_EQ(t.Select(Kind::kAllReduce, 4096),
+              linear ? Algorithm::kLinearAllReduce : Algorithm::kRecursiveDoublingAllReduce);
+    EXPECT_EQ(t.Select(Kind::kAllReduce, 10500), Algorithm::kRecursiveDoublingAllReduce);
+    EXPECT_EQ(t.Select(Kind::kAllReduce, 10501), Algorithm::kRabenseifnerAllReduce);
+    EXPECT_EQ(t.Select(Kind::kAllReduce, 512 << 10), Algorithm::kRabenseifnerAllReduce);
+    EXPECT_EQ(t.Select(Kind::kAllReduce, (512 << 10) + 1), Algorithm::kRingAllReduce);
+    EXPECT_EQ(t.carried_bytes(), size_t{512} << 10);
+  }
+  // A switch point below the linear round's range: linear, then Rabenseifner.
+  AlgorithmInputs low = Inputs(8, 64, 4096, false, false);
+  low.rabenseifner_bytes = 512 << 10;
+  low.rabenseifner_from_bytes = 2048;
+  low.opening = UcxOptions::Opening::kLinear;
+  low.linear_bytes = 4096;
+  EXPECT_EQ(BuildAlgorithmTable(low).Select(Kind::kAllReduce, 4096), Algorithm::kLinearAllReduce);
+  EXPECT_EQ(BuildAlgorithmTable(low).Select(Kind::kAllReduce, 4097),
+            Algorithm::kRabenseifnerAllReduce);
+  // Not a power of two, or Rabenseifner off: recursive doubling to its end, then the ring.
+  for (int world : {6, 8}) {
+    AlgorithmInputs in = Inputs(world, 64, 4096, false, false);
+    in.rabenseifner_bytes = world == 8 ? 0 : 512 << 10;
+    in.rabenseifner_from_bytes = 10500;
+    EXPECT_EQ(BuildAlgorithmTable(in).Select(Kind::kAllReduce, kDefaultRecursiveDoubling),
+              Algorithm::kRecursiveDoublingAllReduce);
+    EXPECT_EQ(BuildAlgorithmTable(in).Select(Kind::kAllReduce, kDefaultRecursiveDoubling + 1),
+              Algorithm::kRingAllReduce);
+  }
+}
+
 TEST(AlgorithmTableTest, DescribeNamesEveryRange) {
   const std::string d = BuildAlgorithmTable(Inputs(2, 2, 4096, true, true)).Describe();
   EXPECT_THAT(d, HasSubstr("AllReduce: 0-4096 B one-shot, 4097 B+ shm-allreduce"));

@@ -524,6 +524,41 @@ TEST(UcxCommunicatorTest, MismatchedCountsFailOnEveryRankNamingBoth) {
   }
 }
 
+// Note [Recursive doubling or Rabenseifner]: over messages at 4 ranks,
+// AllReduce runs recursive doubling up to the switch point (32 KiB by
+// default, or as given) and Rabenseifner above it, on every rank alike, and
+// both give every rank the exact sum.
+TEST(UcxCommunicatorTest, TheSwitchPointSplitsRecursiveDoublingAndRabenseifner) {
+  for (size_t given : {size_t{0}, size_t{12345}}) {
+    UcxOptions o;
+    o.use_shared_memory = false;
+    o.transports = "tcp,self";
+    if (given > 0) o.rabenseifner_from_bytes = given;
+    const size_t from = given > 0 ? given : size_t{32} << 10;
+    constexpr int kWorld = 4;
+    std::vector<std::string> tables(kWorld);
+    RunRanks(kWorld, o, [&](int rank, Communicator& comm) {
+      tables[rank] = comm.Algorithms();
+      for (size_t count : {from / 4, from / 4 + 1, size_t{20000}}) {
+        std::vector<float> in(count), out(count, -1.0f), want(count);
+        for (size_t i = 0; i < count; ++i) {
+          in[i] = static_cast<float>((rank + 1) * (i % 7));
+          want[i] = static_cast<float>(10 * (i % 7));  // (1 + 2 + 3 + 4) * (i % 7)
+        }
+        absl::Status s =
+            AllReduceSync(comm, in.data(), out.data(), count, DataType::kFloat32, ReduceOp::kSum);
+        ASSERT_TRUE(s.ok()) << s;
+        ASSERT_EQ(out, want) << "rank " << rank << ", count " << count;
+      }
+    });
+    for (int r = 1; r < kWorld; ++r) EXPECT_EQ(tables[r], tables[0]) << "rank " << r;
+    EXPECT_NE(tables[0].find(absl::StrCat("0-", from, " B recursive-doubling, ", from + 1,
+                                          "-524288 B rabenseifner")),
+              std::string::npos)
+        << tables[0];
+  }
+}
+
 TEST(UcxCommunicatorTest, MismatchedTypesFailNamingBoth) {
   RunRanks(2, UcxOptions{}, [&](int rank, Communicator& comm) {
     std::vector<double> buf(16, 1.0);
