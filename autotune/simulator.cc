@@ -250,7 +250,8 @@ OverlapCost FitOverlapCost(const std::vector<OverlapSample>& samples) {
     const double c = (sy - s * sx) / sw;
     if (c >= 0 && s >= 1) {
       fit.slowdown = clamp_s(s);
-      fit.overhead_us = c;
+      // Refitted at the clamped slowdown (the same where nothing was clamped).
+      fit.overhead_us = std::max(0.0, (sy - fit.slowdown * sx) / sw);
       return fit;
     }
     if (c >= 0 && s < 1) {

@@ -25,7 +25,9 @@ struct UcxOptions {
   // context switches); 0 turns one-shot off everywhere.
   size_t small_message_bytes = 4 << 10;
   // AllReduce over messages (no shared memory: across hosts) of up to this
-  // many bytes (or small_message_bytes, if larger) runs recursive doubling
+  // many bytes (or small_message_bytes, if larger; where the world is a
+  // power of two of at least 4 ranks, only up to rabenseifner_from_bytes
+  // and above rabenseifner_bytes) runs recursive doubling
   // inside the descriptor round, log2(p) rounds of latency instead of the
   // ring's 2(p-1) (Note [Algorithm table] in comm/ucx/algorithms.h); every
   // rank's receive staging holds that many bytes. Its break-even with
@@ -38,8 +40,8 @@ struct UcxOptions {
   // shortened 4 KiB at 2 and 4 hosts and changed nothing at 8
   // (docs/allreduce/20261126-emulated-rd-1gbit).
   size_t recursive_doubling_bytes = 64 << 10;
-  // AllReduce over messages above what recursive doubling (or the linear
-  // round) carries, up to this many
+  // AllReduce over messages above rabenseifner_from_bytes (or what the
+  // linear round carries), up to this many
   // bytes, runs Rabenseifner's algorithm inside the descriptor round where
   // the world is a power of two of at least 4 ranks: a reduce-scatter by
   // recursive halving whose messages carry the descriptors, then an

@@ -93,11 +93,12 @@ ABSL_FLAG(std::string, ucx_shm_stores, "auto",
 ABSL_FLAG(std::string, ucx_recursive_doubling, "64K",
           "ucx backend: AllReduce over messages (no shared memory: across hosts) up to this "
           "size (or --ucx_small, if larger) runs recursive doubling inside the round that "
-          "compares the ranks' descriptors; above it Rabenseifner (--ucx_rabenseifner) or the "
-          "ring");
+          "compares the ranks' descriptors (where the world is a power of two of at least 4 "
+          "ranks, only up to --ucx_rabenseifner_from); above it Rabenseifner (up to "
+          "--ucx_rabenseifner) or the ring");
 ABSL_FLAG(std::string, ucx_rabenseifner, "512K",
           "ucx backend: where the world is a power of two of at least 4 ranks, AllReduce over "
-          "messages above --ucx_recursive_doubling up to this size runs Rabenseifner's "
+          "messages above --ucx_rabenseifner_from up to this size runs Rabenseifner's "
           "algorithm (reduce-scatter by recursive halving carrying the descriptors, then "
           "allgather by recursive doubling); above it the ring. 0: off (at most 64M)");
 ABSL_FLAG(std::string, ucx_rabenseifner_from, "32K",
@@ -406,7 +407,7 @@ int WithCommunicator(
                   u.use_shared_memory ? "on" : "off", ", chunk ", u.chunk_bytes,
                   " B, small messages <= ", u.small_message_bytes, " B, recursive doubling <= ",
                   u.recursive_doubling_bytes, " B, Rabenseifner <= ", u.rabenseifner_bytes,
-                  " B from ", absl::GetFlag(FLAGS_ucx_rabenseifner_from), " B, opening ",
+                  " B from ", u.rabenseifner_from_bytes, " B, opening ",
                   absl::GetFlag(FLAGS_ucx_opening), ", linear <= ", u.linear_bytes, " B, spin ",
                   absl::FormatDuration(u.progress_spin), ", progress thread nice ", u.progress_nice,
                   ", slice ", absl::FormatDuration(u.progress_slice))

@@ -291,8 +291,9 @@ class Replay {
 // then `iterations` recorded) and fits, over the buckets that started and
 // finished while backward ran, their transfer time against t(m) alone
 // (autotune::FitOverlapCost, Note [Calibrating the overlap] in
-// autotune/simulator.cc); every rank gets the slowest rank's figures (the
-// larger slowdown and the larger overhead). Neither plan is one of the
+// autotune/simulator.cc); every rank gets the fit of the rank whose fit
+// predicts the most transfer time for its own samples (one rank's slowdown
+// and overhead together, not the larger of each). Neither plan is one of the
 // benchmark's held-out plans (perf/bench_gap.py). One rank: no overlap to
 // calibrate.
 absl::StatusOr<autotune::OverlapCost> CalibrateOverlap(
@@ -322,7 +323,20 @@ absl::StatusOr<autotune::OverlapCost> CalibrateOverlap(
     }
   }
   const autotune::OverlapCost fit = autotune::FitOverlapCost(samples);
+  double predicted = 0;
+  for (const autotune::OverlapSample& p : samples) {
+    predicted += fit.slowdown * p.alone_us + fit.overhead_us;
+  }
+  // The chosen rank: the most predicted, the lowest rank on a tie.
+  std::vector<double> key = {predicted};
+  if (absl::Status s = MaxAcrossRanks(comm, key); !s.ok()) return s;
+  std::vector<double> who = {predicted == key[0] ? -static_cast<double>(comm.rank())
+                                                 : -static_cast<double>(comm.size())};
+  if (absl::Status s = MaxAcrossRanks(comm, who); !s.ok()) return s;
   std::vector<double> f = {fit.slowdown, fit.overhead_us};
+  if (comm.rank() != static_cast<int>(-who[0])) {
+    std::fill(f.begin(), f.end(), std::numeric_limits<double>::lowest());
+  }
   if (absl::Status s = MaxAcrossRanks(comm, f); !s.ok()) return s;
   return autotune::OverlapCost{f[0], f[1]};
 }
@@ -526,14 +540,15 @@ absl::StatusOr<OverlapReport> RunOverlap(comm::Communicator& comm,
     };
   }
 
-  // How much slower transfers run while backward does (the simulator's
-  // overlap_slowdown): given, or measured on a calibration replay of DDP's
-  // default plan before anything else runs.
+  // How much slower transfers run while backward does, and what each
+  // collective started then pays (the simulator's overlap_slowdown and
+  // overlap_overhead_us): given, or measured on a calibration replay of
+  // DDP's default plan and DDP with 2 MiB buckets before anything else runs.
   auto progress = [&](const std::string& line) {
     if (options.progress && comm.rank() == 0) options.progress(line);
   };
   report.overlap_slowdown = options.overlap_slowdown;
-  report.overlap_overhead_us = std::max(0.0, options.overlap_overhead_us);
+  report.overlap_overhead_us = options.overlap_overhead_us;  // validated by the simulator
   if (report.overlap_slowdown <= 0) {
     progress("calibrating the overlap (DDP's default plan and 2 MiB buckets, 4 iterations each)");
     auto f = CalibrateOverlap(comm, replay, layout, eopts, isolated_us);
@@ -846,7 +861,7 @@ void PrintGapTable(const OverlapReport& report, std::FILE* out) {
   }
   std::fprintf(out,
                "# exposed = measured iteration end - backward end (median); pred exp = the "
-               "simulator's, with the overlap slowdown above; exp err = (pred - measured) / "
+               "simulator's, with the overlap terms above; exp err = (pred - measured) / "
                "measured\n");
   std::fflush(out);
 }

@@ -40,18 +40,26 @@ AlgorithmTable BuildAlgorithmTable(const AlgorithmInputs& in) {
   t.small_bytes_ = SmallMessageBytes(in);
   const Kind kinds[] = {Kind::kAllReduce, Kind::kBroadcast, Kind::kAllGather, Kind::kBarrier};
   const bool messages = in.world > 1 && !in.shm_exchange;  // the descriptor round opens
-  size_t rabenseifner_from = 0;  // recursive doubling up to it, Rabenseifner above
+  // AllReduce over messages, after the linear round's range where it opens:
+  // recursive doubling up to rd_to, Rabenseifner up to rab_to, recursive
+  // doubling again up to rd_end (where rabenseifner_bytes ends below it),
+  // then the ring.
+  size_t rd_to = 0, rab_to = 0, rd_end = 0;
   if (messages) {
-    t.carried_bytes_ = std::max(t.small_bytes_, in.recursive_doubling_bytes);
-    rabenseifner_from = t.carried_bytes_;
+    rd_end = std::max(t.small_bytes_, in.recursive_doubling_bytes);
+    t.carried_bytes_ = rd_end;
+    rd_to = rd_end;
     // Rabenseifner where every rank exchanges (p a power of two) and halving
-    // saves bytes (recursive doubling moves log2(p) copies: 1 at p = 2).
+    // saves bytes (recursive doubling moves log2(p) copies: 1 at p = 2),
+    // above rabenseifner_from_bytes (Note [Recursive doubling or
+    // Rabenseifner]) up to rabenseifner_bytes.
     const bool power_of_two = (in.world & (in.world - 1)) == 0;
     if (power_of_two && in.world >= 4) {
-      t.carried_bytes_ = std::max(t.carried_bytes_, in.rabenseifner_bytes);
-      // Note [Recursive doubling or Rabenseifner], where Rabenseifner runs.
-      if (in.rabenseifner_bytes > 0) {
-        rabenseifner_from = std::min(rabenseifner_from, in.rabenseifner_from_bytes);
+      const size_t from = std::min(rd_end, in.rabenseifner_from_bytes);
+      if (in.rabenseifner_bytes > from) {
+        rd_to = from;
+        rab_to = in.rabenseifner_bytes;
+        t.carried_bytes_ = std::max(t.carried_bytes_, rab_to);
       }
     }
     using Opening = UcxOptions::Opening;
@@ -70,11 +78,11 @@ AlgorithmTable BuildAlgorithmTable(const AlgorithmInputs& in) {
       switch (kind) {
         case Kind::kAllReduce:
           if (t.linear_) r.push_back({t.linear_bytes_, Algorithm::kLinearAllReduce});
-          if (!t.linear_ || rabenseifner_from > t.linear_bytes_) {
-            r.push_back({rabenseifner_from, Algorithm::kRecursiveDoublingAllReduce});
-          }
-          if (t.carried_bytes_ > r.back().max_bytes) {
-            r.push_back({t.carried_bytes_, Algorithm::kRabenseifnerAllReduce});
+          // Each range only where it ends above the last one.
+          for (const auto& [to, a] : {std::pair{rd_to, Algorithm::kRecursiveDoublingAllReduce},
+                                      std::pair{rab_to, Algorithm::kRabenseifnerAllReduce},
+                                      std::pair{rd_end, Algorithm::kRecursiveDoublingAllReduce}}) {
+            if (r.empty() || to > r.back().max_bytes) r.push_back({to, a});
           }
           if (r.back().max_bytes < SIZE_MAX) {
             r.push_back({SIZE_MAX,

@@ -31,8 +31,8 @@
 // Over messages (ranks on several hosts) the descriptor round opens every
 // collective instead (Note [Descriptor round] in descriptor_round.h):
 // * Barrier: the descriptor round alone (kNone).
-// * AllReduce up to carried_bytes, max(small_message_bytes,
-//   recursive_doubling_bytes): recursive doubling inside the descriptor
+// * AllReduce up to max(small_message_bytes, recursive_doubling_bytes)
+//   (less Rabenseifner's range below): recursive doubling inside the descriptor
 //   round, log2(p) rounds (two more where p is not a power of two) where
 //   the ring needs 2(p-1), each a round trip of latency across hosts.
 //   Where the world is a power of two of at least 4 ranks, AllReduce above
@@ -106,18 +106,21 @@ inline constexpr int kLinearMinRanks = 5;
 // which depends on the link: on 4 emulated hosts (a ~ 35 us on shared
 // cores) about 17 KB over 1 Gbit and 70 KB over 4 Gbit. Measured, fusebox's
 // own two (blocking, 2 interleaved rounds, perf/cluster hosts sharing 2
-// cores, docs/allreduce/20261127-rabenseifner-from), recursive doubling was
-// faster up to 8 KiB everywhere, up to 16 KiB at 8 hosts over 1 Gbit, 32 KiB
-// at 4 hosts over 4 Gbit and 64 KiB at 8 hosts over 4 Gbit; Rabenseifner
-// from 16 KiB at 4 hosts over 1 Gbit. The switch point is therefore an
-// option (UcxOptions::rabenseifner_from_bytes), 32 KiB by default: of 8,
-// 16, 32 and 64 KiB it left the fewest and smallest losses among those
-// four settings at 16-64 KiB (at 64 KiB, 0.5-0.6x the other algorithm's
-// time at 1 Gbit and at 4 hosts over 4 Gbit, 1.5x at 8 hosts over 4 Gbit).
-// A switch point measured per communicator from ping-pongs (a and b, then
-// m*) was tried: on these shared cores the measured m* moved between 15
-// and 63 KiB from one communicator to the next on the same links, and
-// chose worse than 32 KiB.
+// cores, docs/allreduce/20261127-rabenseifner-from): at 8 KiB neither was
+// faster in 3 of 4 settings (recursive doubling at 8 hosts over 1 Gbit);
+// recursive doubling was faster up to 16 KiB at 8 hosts over 1 Gbit, 32
+// KiB at 4 hosts over 4 Gbit and 64 KiB at 8 hosts over 4 Gbit;
+// Rabenseifner from 16 KiB at 4 hosts over 1 Gbit. Rabenseifner therefore
+// runs above UcxOptions::rabenseifner_from_bytes, 32 KiB by default: of 8,
+// 16, 32 and 64 KiB it left the fewest and smallest losses at 16-64 KiB
+// (64 KiB, recursive doubling's whole range before, took 1.33x
+// Rabenseifner's time at 64 KiB at 4 hosts over 1 Gbit, 1.7x at 8 hosts,
+// and 1.7-4.1x at 4 hosts over 4 Gbit). Rabenseifner ends at
+// rabenseifner_bytes; where that is inside recursive doubling's range,
+// recursive doubling resumes above it. A switch point measured per
+// communicator (a and b from exchanges between rank pairs, then m*) was
+// tried: on these shared cores the measured m* moved between 8 and 64 KiB
+// from one communicator to the next on the same links, and chose worse.
 
 // Everything the table depends on; equal on every rank (Note [Algorithm
 // table]).

@@ -24,8 +24,6 @@ namespace {
 
 constexpr uint64_t kNoticeTagMask = ((uint64_t{1} << kStepBits) - 1) << kIndexBits;
 constexpr uint32_t kNoticeMagic = 0x46425846;  // "FBXF"
-// Note [A peer that left first] in channel.h.
-constexpr absl::Duration kPeerGoneGrace = absl::Seconds(1);
 
 }  // namespace
 
@@ -293,17 +291,19 @@ absl::Status Channel::Progress(int peer) {
     if (absl::Status s = PeerGone(peer); !s.ok()) return s;
   }
   if (((++deadline_polls_ & 63) == 0 || slept) && absl::Now() >= deadline_) {
+    // A peer already seen gone is what the wait was stuck on.
+    if (peer >= 0 && peer_status_[peer] != UCS_OK) return PeerGone(peer, /*now_or_never=*/true);
     return absl::DeadlineExceededError(peer >= 0 ? absl::StrCat("still waiting for rank ", peer)
                                                  : "still waiting");
   }
   return absl::OkStatus();
 }
 
-absl::Status Channel::PeerGone(int peer) {
+absl::Status Channel::PeerGone(int peer, bool now_or_never) {
   const absl::Time now = absl::Now();
   absl::Time& seen = peer_failed_seen_[peer];
   if (seen == absl::InfiniteFuture()) seen = now;
-  if (now - seen < kPeerGoneGrace) return absl::OkStatus();
+  if (!now_or_never && now - seen < kPeerGoneGrace) return absl::OkStatus();
   return absl::UnavailableError(absl::StrCat(
       "rank ", peer, " is unreachable (its UCX endpoint failed: ", UcsError(peer_status_[peer]),
       "); it may have exited or crashed"));

@@ -83,6 +83,10 @@ inline constexpr uint64_t kNoticeStep = (uint64_t{1} << kStepBits) - 1;
 // reach 2(p-1)).
 inline constexpr int kMaxWorld = 2048;
 
+// Note [A peer that left first]: how long a failed endpoint is progressed
+// past before it is reported.
+inline constexpr absl::Duration kPeerGoneGrace = absl::Seconds(1);
+
 inline ucp_tag_t MakeTag(uint64_t seq, uint64_t step, uint64_t index) {
   return ((seq & ((uint64_t{1} << kSeqBits) - 1)) << (kStepBits + kIndexBits)) |
          ((step & ((uint64_t{1} << kStepBits) - 1)) << kIndexBits) |
@@ -209,8 +213,9 @@ class Channel {
   // The error for a received notice (Aborted), validated.
   absl::Status NoticeError() const;
   // Note [A peer that left first]: OK within the grace after `peer`'s
-  // endpoint was first seen failed, then Unavailable naming it.
-  absl::Status PeerGone(int peer);
+  // endpoint was first seen failed (unless `now_or_never`: the deadline has
+  // passed), then Unavailable naming it.
+  absl::Status PeerGone(int peer, bool now_or_never = false);
 
   const int rank_;
   const int size_;

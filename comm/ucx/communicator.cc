@@ -22,9 +22,10 @@
 //   descriptor_round.h): the headers compared by recursive doubling,
 //   about p log2(p) messages instead of p(p-1), carrying AllReduce up to
 //   max(small_message_bytes, recursive_doubling_bytes) in the same
-//   messages, and above that up to rabenseifner_bytes as a reduce-scatter
-//   in the same exchanges followed by an allgather (Note [Rabenseifner];
-//   worlds of a power of two >= 4 ranks; Note [Algorithm table]). Where some machine runs more
+//   messages; in worlds of a power of two >= 4 ranks, above
+//   rabenseifner_from_bytes up to rabenseifner_bytes as a reduce-scatter in
+//   the same exchanges followed by an allgather (Note [Rabenseifner]; Note
+//   [Algorithm table]). Where some machine runs more
 //   ranks than cores, the linear round instead (Note [Linear round]): every header to rank 0 and
 //   its verdict back, 2(p-1) messages.
 // Larger AllReduce over messages runs a ring reduce-scatter + allgather,

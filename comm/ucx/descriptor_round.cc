@@ -344,6 +344,15 @@ absl::Status DescriptorRound(Channel& channel, const Header& header, const Carri
         return absl::DeadlineExceededError(absl::StrCat(s.message(), " (", what, ")"));
       }
     }
+    // Note [A peer that left first]: a send that failed because its partner
+    // has its verdict and left; rank 0's answer may still be on its way.
+    if (side.has_value() && q->done && q->status != UCS_OK) {
+      const absl::Time until = absl::Now() + kPeerGoneGrace;
+      while (absl::Now() < until) {
+        if (settled()) return settled_status;
+        if (absl::Status s = channel.Progress(-1); !s.ok()) return s;
+      }
+    }
     return channel.Finish(q, what);
   };
 

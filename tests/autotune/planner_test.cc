@@ -309,6 +309,21 @@ TEST(SimulatorTest, FitOverlapCostRecoversTheSlowdownAndTheOverheadPerCollective
   EXPECT_NEAR(fit.slowdown, 2, 1e-9);
   EXPECT_EQ(fit.overhead_us, 0);
 
+  samples.clear();  // a negative intercept: refitted through the origin
+  for (double alone : {100.0, 1000.0}) samples.push_back({alone, 3 * alone - 50});
+  fit = FitOverlapCost(samples);
+  EXPECT_EQ(fit.overhead_us, 0);
+  EXPECT_NEAR(
+      fit.slowdown,
+      (3 * 100 * 100 - 50 * 100 + 3 * 1000 * 1000 - 50 * 1000) / (100.0 * 100 + 1000.0 * 1000),
+      1e-9);
+
+  samples.clear();  // a slowdown past 1000 is clamped and the overhead refitted at it
+  for (double alone : {1.0, 2.0}) samples.push_back({alone, 2000 * alone + 10});
+  fit = FitOverlapCost(samples);
+  EXPECT_EQ(fit.slowdown, 1000);
+  EXPECT_NEAR(fit.overhead_us, (2010 + 4010 - 1000 * 3) / 2.0, 1e-9);
+
   fit = FitOverlapCost({});
   EXPECT_EQ(fit.slowdown, 1);
   EXPECT_EQ(fit.overhead_us, 0);

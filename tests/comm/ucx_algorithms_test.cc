@@ -269,6 +269,43 @@ TEST(AlgorithmTableTest, TheSwitchPointEndsRecursiveDoublingWhereBothRun) {
   }
 }
 
+// Rabenseifner runs above the switch point up to rabenseifner_bytes and no
+// further: where that ends inside recursive doubling's range, recursive
+// doubling resumes; where it does not reach above the switch point, there
+// is none; a switch point of 0 gives recursive doubling empty messages only.
+TEST(AlgorithmTableTest, RabenseifnerStaysBetweenTheSwitchPointAndItsOwnLimit) {
+  const auto table = [](size_t from, size_t rab) {
+    AlgorithmInputs in = Inputs(4, 64, 4096, /*exchange=*/false, /*shm=*/false);
+    in.rabenseifner_from_bytes = from;
+    in.rabenseifner_bytes = rab;
+    return BuildAlgorithmTable(in);
+  };
+  const size_t rd = kDefaultRecursiveDoubling;  // 64 KiB
+  // Inside: 32 KiB to 48 KiB Rabenseifner, recursive doubling around it.
+  AlgorithmTable t = table(32 << 10, 48 << 10);
+  EXPECT_EQ(t.Select(Kind::kAllReduce, 32 << 10), Algorithm::kRecursiveDoublingAllReduce);
+  EXPECT_EQ(t.Select(Kind::kAllReduce, (32 << 10) + 1), Algorithm::kRabenseifnerAllReduce);
+  EXPECT_EQ(t.Select(Kind::kAllReduce, 48 << 10), Algorithm::kRabenseifnerAllReduce);
+  EXPECT_EQ(t.Select(Kind::kAllReduce, (48 << 10) + 1), Algorithm::kRecursiveDoublingAllReduce);
+  EXPECT_EQ(t.Select(Kind::kAllReduce, rd), Algorithm::kRecursiveDoublingAllReduce);
+  EXPECT_EQ(t.Select(Kind::kAllReduce, rd + 1), Algorithm::kRingAllReduce);
+  EXPECT_EQ(t.carried_bytes(), rd);
+  // Below the switch point: none (recursive doubling to its end, then the ring).
+  t = table(32 << 10, 16 << 10);
+  EXPECT_EQ(t.Select(Kind::kAllReduce, rd), Algorithm::kRecursiveDoublingAllReduce);
+  EXPECT_EQ(t.Select(Kind::kAllReduce, rd + 1), Algorithm::kRingAllReduce);
+  // A switch point above recursive doubling's range: Rabenseifner from its end.
+  t = table(1 << 20, 512 << 10);
+  EXPECT_EQ(t.Select(Kind::kAllReduce, rd), Algorithm::kRecursiveDoublingAllReduce);
+  EXPECT_EQ(t.Select(Kind::kAllReduce, rd + 1), Algorithm::kRabenseifnerAllReduce);
+  // 0: only empty messages by recursive doubling.
+  t = table(0, 512 << 10);
+  EXPECT_EQ(t.Select(Kind::kAllReduce, 0), Algorithm::kRecursiveDoublingAllReduce);
+  EXPECT_EQ(t.Select(Kind::kAllReduce, 1), Algorithm::kRabenseifnerAllReduce);
+  EXPECT_EQ(t.Select(Kind::kAllReduce, 512 << 10), Algorithm::kRabenseifnerAllReduce);
+  EXPECT_EQ(t.Select(Kind::kAllReduce, (512 << 10) + 1), Algorithm::kRingAllReduce);
+}
+
 TEST(AlgorithmTableTest, DescribeNamesEveryRange) {
   const std::string d = BuildAlgorithmTable(Inputs(2, 2, 4096, true, true)).Describe();
   EXPECT_THAT(d, HasSubstr("AllReduce: 0-4096 B one-shot, 4097 B+ shm-allreduce"));

@@ -819,6 +819,9 @@ TEST(UcxCommunicatorTest, OptionsThatDifferAcrossRanksAreAnErrorNamingBoth) {
   ExpectOptionsThatDifferAreRefused(
       [](int r, UcxOptions& o) { o.recursive_doubling_bytes = r == 0 ? 0 : 65536; },
       "recursive_doubling_bytes=0", "recursive_doubling_bytes=65536");
+  ExpectOptionsThatDifferAreRefused(
+      [](int r, UcxOptions& o) { o.rabenseifner_from_bytes = r == 0 ? 8192 : 32768; },
+      "rabenseifner_from_bytes=8192", "rabenseifner_from_bytes=32768");
 }
 
 TEST(UcxCommunicatorTest, CountsThatOverflowAreRejected) {
