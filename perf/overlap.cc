@@ -287,6 +287,23 @@ class Replay {
   std::set<void*> zeroed_;
 };
 
+// On every rank, `values` as the rank with the largest `key` holds them (the
+// lowest such rank on a tie): every other rank contributes the smallest
+// double, so the maximum is the chosen rank's, negative values included.
+absl::StatusOr<std::vector<double>> ValuesOfRankWithLargest(comm::Communicator& comm, double key,
+                                                            std::vector<double> values) {
+  std::vector<double> largest = {key};
+  if (absl::Status s = MaxAcrossRanks(comm, largest); !s.ok()) return s;
+  std::vector<double> who = {key == largest[0] ? -static_cast<double>(comm.rank())
+                                               : -static_cast<double>(comm.size())};
+  if (absl::Status s = MaxAcrossRanks(comm, who); !s.ok()) return s;
+  if (comm.rank() != static_cast<int>(-who[0])) {
+    std::fill(values.begin(), values.end(), std::numeric_limits<double>::lowest());
+  }
+  if (absl::Status s = MaxAcrossRanks(comm, values); !s.ok()) return s;
+  return values;
+}
+
 // Replays DDP's default plan and DDP with 2 MiB buckets (one warm-up each,
 // then `iterations` recorded) and fits, over the buckets that started and
 // finished while backward ran, their transfer time against t(m) alone
@@ -327,18 +344,9 @@ absl::StatusOr<autotune::OverlapCost> CalibrateOverlap(
   for (const autotune::OverlapSample& p : samples) {
     predicted += fit.slowdown * p.alone_us + fit.overhead_us;
   }
-  // The chosen rank: the most predicted, the lowest rank on a tie.
-  std::vector<double> key = {predicted};
-  if (absl::Status s = MaxAcrossRanks(comm, key); !s.ok()) return s;
-  std::vector<double> who = {predicted == key[0] ? -static_cast<double>(comm.rank())
-                                                 : -static_cast<double>(comm.size())};
-  if (absl::Status s = MaxAcrossRanks(comm, who); !s.ok()) return s;
-  std::vector<double> f = {fit.slowdown, fit.overhead_us};
-  if (comm.rank() != static_cast<int>(-who[0])) {
-    std::fill(f.begin(), f.end(), std::numeric_limits<double>::lowest());
-  }
-  if (absl::Status s = MaxAcrossRanks(comm, f); !s.ok()) return s;
-  return autotune::OverlapCost{f[0], f[1]};
+  auto f = ValuesOfRankWithLargest(comm, predicted, {fit.slowdown, fit.overhead_us});
+  if (!f.ok()) return f.status();
+  return autotune::OverlapCost{(*f)[0], (*f)[1]};
 }
 
 // The gap terms of the rank whose iteration was longest (the one the
@@ -347,19 +355,12 @@ absl::StatusOr<autotune::OverlapCost> CalibrateOverlap(
 // terms summed over iterations describe the same steps as the table, also
 // when the slowest rank changes from one iteration to the next.
 absl::StatusOr<GapTerms> GapOfSlowestRank(comm::Communicator& comm, const GapTerms& mine) {
-  std::vector<double> key = {mine.iteration_us};
-  if (absl::Status s = MaxAcrossRanks(comm, key); !s.ok()) return s;
-  std::vector<double> who = {mine.iteration_us == key[0] ? -static_cast<double>(comm.rank())
-                                                          : -static_cast<double>(comm.size())};
-  if (absl::Status s = MaxAcrossRanks(comm, who); !s.ok()) return s;
-  const bool me = comm.rank() == static_cast<int>(-who[0]);
-  const std::vector<std::pair<std::string, double>> list = GapTermList(mine);
-  std::vector<double> v = {mine.iteration_us, mine.bound_us, static_cast<double>(mine.chain_buckets)};
-  for (const auto& [name, value] : list) v.push_back(value);
-  // Every rank but the chosen one contributes the smallest double, so the
-  // maximum is the chosen rank's (negative terms included).
-  if (!me) std::fill(v.begin(), v.end(), std::numeric_limits<double>::lowest());
-  if (absl::Status s = MaxAcrossRanks(comm, v); !s.ok()) return s;
+  std::vector<double> mine_v = {mine.iteration_us, mine.bound_us,
+                                static_cast<double>(mine.chain_buckets)};
+  for (const auto& [name, value] : GapTermList(mine)) mine_v.push_back(value);
+  auto chosen = ValuesOfRankWithLargest(comm, mine.iteration_us, std::move(mine_v));
+  if (!chosen.ok()) return chosen.status();
+  const std::vector<double>& v = *chosen;
   GapTerms g;
   g.iteration_us = v[0];
   g.bound_us = v[1];
