@@ -45,6 +45,17 @@
 // are not starved), then blocks on a condition variable that Issue signals
 // whenever the thread is blocked, so a call issued to an idle communicator
 // waits one futex wake-up, and one issued within the spin window none.
+// Why a condition variable and not the UCP worker's event fd (block on the
+// fd, Issue waking it): UCX runs each collective to its end inside Start
+// (its waits poll the worker and, where ranks outnumber cores, sleep on
+// that fd: ucx::Channel::Sleep), so while the thread is idle no request of
+// its communicator is outstanding and the fd has nothing to report that a
+// collective needs before the next Issue; an eventfd write would be the
+// same one kernel wake-up as the futex; and on one host the worker has no
+// such fd (shared-memory transports have no wake-up events; the worker asks
+// for them only where every transport is TCP). Watching the fd while idle
+// would only take in peers' early messages on a core that backward is
+// using. (Reasoned, not measured.)
 // Sharing cores with compute (the design decision): the thread is bound as
 // its process is, busy-waits only while a collective is in flight (or within
 // the spin window, 0 for UCX), and where its machine is not oversubscribed
@@ -90,8 +101,8 @@
 // thread. (2) While a collective is in flight the thread may take, by the
 // scheduler's weights for nice -10 and 0, about nine tenths of a core it
 // shares with a busy compute thread, where it took half (not measured: the
-// replay sleeps); it sleeps whenever nothing is in flight. Where this machine's ranks outnumber its cores, a rank's peers may
-// need the same core while it polls for them, so the nice value is left
+// replay sleeps); it sleeps whenever nothing is in flight. Where this machine's ranks outnumber its
+// cores, a rank's peers may need the same core while it polls for them, so the nice value is left
 // alone there. A negative nice value needs CAP_SYS_NICE or RLIMIT_NICE;
 // without them the thread runs at the caller's (Communicator::SetupNotes).
 //

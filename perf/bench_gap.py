@@ -19,8 +19,10 @@ order, after the same warm-up), so the rounds pair the plans. It prints, per mod
   * the gap report of every plan (fusebox-perf overlap --explain): where iteration - bound goes;
   * exposed communication measured and predicted (autotune::Simulate with the overlap slowdown
     calibrated at the start of each run on DDP's default plan and DDP with 2 MiB buckets:
-    slowdown and cost per collective), and over the held-out plans the
-    median and p90 of |error| and how many are under- and over-predicted.
+    slowdown and cost per collective; the cost model fitted to the allreduce sizes timed again
+    in every round, the median of each), and over the held-out plans the median and p90 of
+    |error| and how many are under- and over-predicted; beside it the same figures under the
+    sizes timed once before the rounds (the earlier prediction), for comparison.
 
 With --repeats K > 1 the whole sweep runs K times, one after another, and the report adds:
 
@@ -132,6 +134,7 @@ def main():
     failed = 0
     summary = []
     errors = []  # exposed-communication prediction errors of the held-out plans
+    errors_before = []  # the same under the sizes timed before the rounds
     held_out = {}  # (model, ratio, plan) -> [(measured, predicted) per repeat]
     cells = [(k, m, r) for k in range(a.repeats) for m in a.models.split(",")
              for r in a.ratios.split(",")]
@@ -180,10 +183,14 @@ def main():
                 # calibrated the overlap: the others are held out.
                 if r["plan"] not in ("ddp", "tuned"):
                     errors.append(err)
+                    if r.get("predicted_before_us", 0) > 0:
+                        errors_before.append((r["predicted_before_exposed_us"] - r["exposed_us"])
+                                             / r["exposed_us"])
             if r["plan"] not in ("ddp", "tuned") and r["predicted_us"] > 0:
                 # Every repeat's figures, none exposed (0) included.
                 held_out.setdefault((model, ratio, r["plan"]), []).append(
-                    (r["exposed_us"], r["predicted_exposed_us"]))
+                    (r["exposed_us"], r["predicted_exposed_us"],
+                     r.get("predicted_before_exposed_us", 0)))
             say("| %s | %d | %.2f | [%.2f, %.2f] | %.3f | %.2f | %.2f | %s | %s |" % (
                 r["plan"], r["buckets"], r["iteration_us"] / 1e3, lo / 1e3, hi / 1e3,
                 r["iteration_us"] / r["bound_us"], r["exposed_us"] / 1e3,
@@ -216,22 +223,28 @@ def main():
         say("## exposed-communication prediction, held-out plans (every plan but DDP's default, "
             "which calibrated the overlap with DDP at 2 MiB, and tuned)")
         say("runs %d: %s" % (len(errors), error_line(errors)))
+        if len(errors_before) == len(errors):
+            say("  the same runs under the sizes timed once before the rounds (the earlier "
+                "prediction): %s" % error_line(errors_before))
     if a.repeats > 1 and held_out:
         scatter = []
-        pooled, pooled_1ms = [], []
+        pooled, pooled_1ms, pooled_before = [], [], []
         # Only plan-cells measured in every repeat (a failed run leaves gaps).
         complete = {k: v for k, v in held_out.items() if len(v) == a.repeats}
         for samples in complete.values():
-            meas = [m for m, _ in samples]
+            meas = [m for m, _, _ in samples]
             for i in range(len(meas)):
                 for k in range(i + 1, len(meas)):
                     mean = (meas[i] + meas[k]) / 2
                     if mean > 0:
                         scatter.append(abs(meas[i] - meas[k]) / mean)
             m = sum(meas) / len(meas)
-            p = sum(q for _, q in samples) / len(samples)
+            p = sum(q for _, q, _ in samples) / len(samples)
             if m > 0:
                 pooled.append((p - m) / m)
+                if all(b > 0 for _, _, b in samples):
+                    pb = sum(b for _, _, b in samples) / len(samples)
+                    pooled_before.append((pb - m) / m)
                 if m >= 1000:
                     pooled_1ms.append((p - m) / m)
         say()
@@ -245,6 +258,8 @@ def main():
                                                    100 * quantile(s_sorted, 0.9)))
         if pooled:
             say("mean of the repeats, %d plan-cells: %s" % (len(pooled), error_line(pooled)))
+        if pooled_before and len(pooled_before) == len(pooled):
+            say("  under the sizes timed once before the rounds: %s" % error_line(pooled_before))
         if pooled_1ms:
             say("  those exposing >= 1 ms, %d plan-cells: %s" % (len(pooled_1ms),
                                                                  error_line(pooled_1ms)))

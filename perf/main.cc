@@ -373,6 +373,15 @@ absl::StatusOr<comm::BackendOptions> BackendOptionsFromFlags() {
   return b;
 }
 
+// Allreduce samples as [{"bytes": b, "time_us": t}, ...].
+nlohmann::json SamplesJson(const std::vector<autotune::AllReduceSample>& samples) {
+  nlohmann::json a = nlohmann::json::array();
+  for (const autotune::AllReduceSample& x : samples) {
+    a.push_back({{"bytes", x.bytes}, {"time_us", x.time_us}});
+  }
+  return a;
+}
+
 // Logs the error (naming the rank once the rendezvous has) and returns 1.
 int Fail(const comm::Logger& log, const absl::Status& s) {
   log.Error(s.message());
@@ -558,18 +567,25 @@ int OverlapMain(const comm::Logger& log, int argc, char** argv) {
     } else if (rank == 0 && !absl::GetFlag(FLAGS_json).empty()) {
       nlohmann::json results = nlohmann::json::array();
       for (const OverlapResult& r : report->results) {
-        results.push_back({{"plan", r.plan}, {"buckets", r.buckets},
+        results.push_back({{"plan", r.plan},
+                           {"buckets", r.buckets},
                            {"plan_hash", absl::StrFormat("%016x", r.plan_hash)},
                            {"iteration_us", r.iteration_us},
                            {"iteration_ci95_us", {r.iteration_low_us, r.iteration_high_us}},
-                           {"iterations_us", r.iterations_us}, {"backward_us", r.backward_us},
-                           {"exposed_us", r.exposed_us}, {"copy_us", r.copy_us},
-                           {"start_p50_us", r.start_p50_us}, {"start_p99_us", r.start_p99_us},
+                           {"iterations_us", r.iterations_us},
+                           {"backward_us", r.backward_us},
+                           {"exposed_us", r.exposed_us},
+                           {"copy_us", r.copy_us},
+                           {"start_p50_us", r.start_p50_us},
+                           {"start_p99_us", r.start_p99_us},
                            {"reaction_p50_us", r.reaction_p50_us},
                            {"reaction_p99_us", r.reaction_p99_us},
-                           {"bound_us", r.bound_us}, {"compute_us", r.compute_us},
+                           {"bound_us", r.bound_us},
+                           {"compute_us", r.compute_us},
                            {"predicted_us", r.predicted_us},
-                           {"predicted_exposed_us", r.predicted_exposed_us}});
+                           {"predicted_exposed_us", r.predicted_exposed_us},
+                           {"predicted_before_us", r.predicted_before_us},
+                           {"predicted_before_exposed_us", r.predicted_before_exposed_us}});
         nlohmann::json gap = {{"gap_us", r.gap.gap_us()}, {"chain_buckets", r.gap.chain_buckets}};
         for (const auto& [name, value] : GapTermList(r.gap)) gap[name + "_us"] = value;
         results.back()["gap"] = gap;
@@ -598,7 +614,10 @@ int OverlapMain(const comm::Logger& log, int argc, char** argv) {
                             {"t_total_us", report->comm.t_total_us},
                             {"t_last_first_us", report->comm.t_last_first_us},
                             {"t_total_first_us", report->comm.t_total_first_us},
-                            {"total_measured", report->comm.total_measured}}},
+                            {"total_measured", report->comm.total_measured},
+                            {"samples", SamplesJson(report->comm.samples)},
+                            {"beside_samples", SamplesJson(report->comm.beside_samples)},
+                            {"beside_rounds_us", report->comm.beside_rounds_us}}},
                           {"cost_model", report->cost_model},
                           {"copy_gbps", report->copy_gbps},
                           {"overlap_slowdown", report->overlap_slowdown},

@@ -93,6 +93,11 @@ struct CommModel {
   // Every timed size (world, bytes, median us): what the simulator's cost
   // model is fitted to.
   std::vector<autotune::AllReduceSample> samples;
+  // The same sizes timed again once in every round of the plans, the median
+  // of each (empty with one rank or no rounds): what `pred` is fitted to.
+  std::vector<autotune::AllReduceSample> beside_samples;
+  // Every round's time of each size (beside_rounds_us[i][round], sample i).
+  std::vector<std::vector<double>> beside_rounds_us;
 };
 
 struct OverlapResult {
@@ -109,9 +114,14 @@ struct OverlapResult {
   double bound_us = 0;     // docs/model.md lower bound under CommModel
   double compute_us = 0;   // forward + backward of the replay
   // autotune::Simulate's iteration time under the cost model fitted to this
-  // communicator (0 when the fit failed).
+  // communicator's sizes timed beside the plans (or the given one; 0 when
+  // the fit failed).
   double predicted_us = 0;
   double predicted_exposed_us = 0;  // the same run's exposed communication
+  // The same under the sizes timed before the rounds (Note [The cost model
+  // beside the plans] in perf/overlap.cc); 0 when a cost model was given.
+  double predicted_before_us = 0;
+  double predicted_before_exposed_us = 0;
   // Launch-to-start of the buckets (median, 99th percentile; worst rank; -1
   // when the backend does not mark starts), and the same less queueing
   // behind the previous bucket (IterationStats::start_reaction_us).

@@ -136,6 +136,24 @@ TEST(ExplainGapTest, OnARealReplayTheTermsAddUpToTheMeasuredGap) {
   for (size_t i = 0; i < reports[0]->results.size(); ++i) {
     EXPECT_DOUBLE_EQ(reports[0]->results[i].gap.plan_us, reports[1]->results[i].gap.plan_us);
   }
+  // Note [The cost model beside the plans]: every size of the cost model
+  // was timed again in the rounds, alike on every rank; the bound keeps the
+  // least time of its sizes, so t(all) is at most their median; both
+  // predictions were made.
+  const CommModel& m = reports[0]->comm;
+  ASSERT_EQ(m.beside_samples.size(), m.samples.size());
+  ASSERT_TRUE(m.total_measured);
+  for (size_t i = 0; i < m.samples.size(); ++i) {
+    EXPECT_EQ(m.beside_samples[i].bytes, m.samples[i].bytes);
+    EXPECT_GT(m.beside_samples[i].time_us, 0);
+    EXPECT_DOUBLE_EQ(m.beside_samples[i].time_us, reports[1]->comm.beside_samples[i].time_us);
+  }
+  EXPECT_EQ(m.beside_samples.back().bytes, m.bound_sizes.back());
+  EXPECT_LE(m.t_total_us, m.beside_samples.back().time_us);
+  for (const OverlapResult& res : reports[0]->results) {
+    EXPECT_GT(res.predicted_us, 0) << res.plan;
+    EXPECT_GT(res.predicted_before_us, 0) << res.plan;
+  }
 }
 
 }  // namespace
