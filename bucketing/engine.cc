@@ -60,6 +60,7 @@ Engine::Engine(comm::Communicator& comm, GradientLayout layout, EngineOptions op
   if (options_.record_timeline) {
     timeline_ = std::make_unique<Timeline>(options_.max_timeline_events);
   }
+  gate_->engine = this;
 }
 
 absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(comm::Communicator& comm,
@@ -147,6 +148,12 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(comm::Communicator& comm,
 }
 
 Engine::~Engine() {
+  {
+    // No completion callback reaches the engine from here on (Note [Freeing
+    // a slot where the collective completes]); the worker frees the rest.
+    std::lock_guard<std::mutex> gate(gate_->mu);
+    gate_->engine = nullptr;
+  }
   // Copies still queued on the device streams run first: the copy-in
   // stream's host functions take mu_, and the copies use the buffers.
   if (copy_in_ != nullptr) (void)device_->SynchronizeStream(*copy_in_);
@@ -389,6 +396,8 @@ void Engine::ResetIterationLocked() {
   }
   next_launch_ = 0;
   launched_count_ = 0;
+  freed_count_ = 0;
+  ++generation_;
   votes_.assign(plan_.buckets.size(), {});
   done_count_ = 0;
   started_ = false;
@@ -794,6 +803,17 @@ void Engine::Launch(int b) {
     }
     work = *std::move(issued);
     work->OnComplete([keep = buffers_](const absl::Status&) {});
+    if (options_.launch_on_completion && !direct_ && device_ == nullptr) {
+      // Note [Freeing a slot where the collective completes].
+      auto armed = std::make_shared<std::atomic<bool>>(false);
+      work->OnComplete([gate = gate_, armed, generation = generation_, index = launched_count_,
+                        b](const absl::Status& s) {
+        if (!s.ok() || !armed->load(std::memory_order_acquire)) return;
+        std::lock_guard<std::mutex> lock(gate->mu);
+        if (gate->engine != nullptr) gate->engine->OnLaunchComplete(generation, index, b);
+      });
+      armed->store(true, std::memory_order_release);
+    }
     if (options_.external_buffers && options_.on_bucket_reduced) {
       // The worker waits for this to have run before it counts the bucket
       // done, so every report precedes Finish()'s return (a Work runs its
@@ -815,6 +835,24 @@ void Engine::Launch(int b) {
   launched_.push_back(Launched{b, launched_count_++, std::move(work), std::move(reported)});
   ++in_flight_;
   ++window_;
+}
+
+bool Engine::FreeSlotLocked(int index, int bucket, bool read_votes) {
+  if (index != freed_count_) return false;
+  ++freed_count_;
+  --window_;
+  if (read_votes && vote_slots_ > 0) votes_[index] = ReadVotes(bucket);
+  return true;
+}
+
+void Engine::OnLaunchComplete(int64_t generation, int index, int bucket) {
+  std::unique_lock<std::mutex> lock(mu_, std::try_to_lock);
+  if (!lock.owns_lock()) return;  // the worker frees it
+  if (generation != generation_ || !failed_.ok()) return;
+  if (!FreeSlotLocked(index, bucket, /*read_votes=*/true)) return;
+  const int before = launched_count_;
+  LaunchReadyLocked();
+  current_.launches_on_completion += launched_count_ - before;
 }
 
 absl::Status Engine::CopyBack(int b) {
@@ -887,14 +925,12 @@ void Engine::WorkerLoop() {
     // copy back, so the next launch never waits behind a copy (Note [Launch
     // order]). Its votes are what kForwardPriority chooses launch
     // next.index + W by.
+    // (Or earlier, by the Work's completion callback: Note [Freeing a slot
+    // where the collective completes].)
     const bool slot_freed = status.ok();
     if (slot_freed) {
-      std::vector<uint8_t> votes;
-      if (vote_slots_ > 0) votes = ReadVotes(next.bucket);
       std::lock_guard<std::mutex> lock(mu_);
-      --window_;
-      votes_[next.index] = std::move(votes);
-      LaunchReadyLocked();
+      if (FreeSlotLocked(next.index, next.bucket, /*read_votes=*/true)) LaunchReadyLocked();
     }
     // The copy alone (back_us) and when it ended: the launches above come
     // between the completion and the copy.
@@ -917,7 +953,7 @@ void Engine::WorkerLoop() {
     }
     std::lock_guard<std::mutex> lock(mu_);
     --in_flight_;
-    if (!slot_freed) --window_;
+    if (!slot_freed) FreeSlotLocked(next.index, next.bucket, /*read_votes=*/false);
     if (!status.ok()) {
       FailLocked(absl::Status(status.code(), absl::StrFormat("bucket %d: %s", next.bucket,
                                                              status.message())));

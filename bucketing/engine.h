@@ -36,6 +36,29 @@
 // Whatever order gradients arrive in, every rank issues the same sequence,
 // and results do not depend on timing.
 //
+// Note [Freeing a slot where the collective completes]
+// A launched bucket's window slot frees when its allreduce completes, and
+// the freed slot admits the next launch. The engine's worker sees the
+// completion by waking from its wait on the Work; with many buckets queued
+// on a host communicator (communication-bound, 1-5 MiB buckets) that wake-up
+// waited for a core taken by the communicator's progress thread (which runs
+// at a higher priority, Note [Sharing a core with the progress thread] in
+// comm/async_core.h), and the window's queue ran dry meanwhile: the gap
+// report's launch-to-start term reached 14-18 ms of 65-75 ms iterations
+// (ViT-B/16 at t(all) = 2 T_b, docs/gap/20261127-beside). So, on a host
+// communicator, each launch also registers a completion callback that frees
+// the slot and launches what it admits on the completing thread (the
+// progress thread), if it can take the engine's lock at once (try_lock: the
+// collective path never waits behind another thread's lock); otherwise the
+// worker does it as before. Slots free in launch order (freed_count_), so
+// whichever of the two comes second finds the slot freed, and
+// kForwardPriority's votes of launch k - W are read before launch k is
+// chosen. A callback that runs inside OnComplete itself (the Work was done
+// already, on the launching thread that holds the lock) or before Launch
+// armed it does nothing, and one from an earlier iteration (generation_) or
+// after the engine is gone (CompletionGate) neither. The copy back and the
+// bookkeeping stay on the worker.
+//
 // Note [Fusion buffers and views]
 // Each bucket owns a fusion buffer holding its slices back to back. A
 // tensor that lies whole in one bucket has a stable address there
@@ -137,6 +160,11 @@ struct EngineOptions {
   // what was applied and worker_scheduling() says why.
   int worker_nice = 0;
   absl::Duration worker_slice = absl::ZeroDuration();
+  // On a host communicator, a completed collective frees its window slot and
+  // launches what that admits on the thread that completed it, where the
+  // engine's lock is free at once (Note [Freeing a slot where the collective
+  // completes]); false: only the worker does (as before 2026-11-27).
+  bool launch_on_completion = true;
   // How the next bucket to launch is chosen (Note [Launch order]).
   Schedule schedule = Schedule::kPlanOrder;
   // Average across ranks (ReduceOp::kAvg: the exact sum divided once by the
@@ -215,6 +243,10 @@ struct IterationStats {
   double copy_back_us = 0;     // time spent copying results back
   int buckets = 0;
   std::vector<int> launch_order;  // bucket indices in the order they were issued
+  // Launches made on the thread that completed a collective, when its freed
+  // window slot admitted them (Note [Freeing a slot where the collective
+  // completes]); the rest were made by MarkReady's caller or the worker.
+  int launches_on_completion = 0;
   // With EngineOptions::record_ready_times: per tensor, when MarkReady was
   // called, microseconds after start_us (so 0 for the first gradient when
   // StartIteration was not called).
@@ -422,6 +454,11 @@ class Engine {
   std::vector<std::vector<uint8_t>> votes_;  // per launch index, once processed
   int in_flight_ = 0;                        // launched and not yet copied back
   int window_ = 0;  // launched and not yet seen complete (<= max_in_flight)
+  // Note [Freeing a slot where the collective completes]: launches whose
+  // slot is free, a prefix of the launch order; and the iteration's number,
+  // which a late completion of an earlier iteration does not match.
+  int freed_count_ = 0;
+  int64_t generation_ = 0;
   int done_count_ = 0;
   bool started_ = false;
   IterationStats current_;
@@ -429,6 +466,21 @@ class Engine {
   absl::Status failed_;               // sticky
   bool stopping_ = false;
   std::deque<IterationStats> history_;
+
+  // Note [Freeing a slot where the collective completes]: how a Work's
+  // completion callback reaches the engine, cleared (under its own mutex)
+  // when the engine is destroyed.
+  struct CompletionGate {
+    std::mutex mu;
+    Engine* engine = nullptr;
+  };
+  std::shared_ptr<CompletionGate> gate_ = std::make_shared<CompletionGate>();
+  // The callback's side (on the thread that completed launch `index`):
+  // frees its slot and launches what that admits, where mu_ is free.
+  void OnLaunchComplete(int64_t generation, int index, int bucket);
+  // Frees launch `index`'s window slot if it is the next to free (mu_
+  // held), with its votes where `read_votes`; false if it was freed before.
+  bool FreeSlotLocked(int index, int bucket, bool read_votes);
 
   std::thread worker_;
   absl::Status worker_scheduling_;  // guarded by mu_

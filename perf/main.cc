@@ -75,6 +75,9 @@ ABSL_FLAG(double, ucx_progress_slice_us, 0,
           "runs a thread sooner when it wakes without a larger share; 0: the kernel's default)");
 ABSL_FLAG(int, engine_worker_nice, 0,
           "overlap: the bucketing engine's worker thread's nice value (0: the caller's)");
+ABSL_FLAG(bool, engine_launch_on_completion, true,
+          "overlap: a completed allreduce frees its window slot and launches the next bucket on "
+          "the thread that completed it (false: only the engine's worker does)");
 ABSL_FLAG(double, engine_worker_slice_us, 0,
           "overlap: the engine's worker thread's requested scheduler slice in microseconds "
           "(as --ucx_progress_slice_us; 0: the kernel's default)");
@@ -472,6 +475,7 @@ absl::StatusOr<OverlapOptions> OverlapOptionsFromFlags(const comm::Logger& log) 
       NiceFromFlag("engine_worker_nice", absl::GetFlag(FLAGS_engine_worker_nice));
   if (!worker_nice.ok()) return worker_nice.status();
   o.worker_nice = *worker_nice;
+  o.launch_on_completion = absl::GetFlag(FLAGS_engine_launch_on_completion);
   absl::StatusOr<absl::Duration> worker_slice =
       SliceFromFlag("engine_worker_slice_us", absl::GetFlag(FLAGS_engine_worker_slice_us));
   if (!worker_slice.ok()) return worker_slice.status();
@@ -585,7 +589,9 @@ int OverlapMain(const comm::Logger& log, int argc, char** argv) {
                            {"predicted_us", r.predicted_us},
                            {"predicted_exposed_us", r.predicted_exposed_us},
                            {"predicted_before_us", r.predicted_before_us},
-                           {"predicted_before_exposed_us", r.predicted_before_exposed_us}});
+                           {"predicted_before_exposed_us", r.predicted_before_exposed_us},
+                           {"predicted_beside_us", r.predicted_beside_us},
+                           {"predicted_beside_exposed_us", r.predicted_beside_exposed_us}});
         nlohmann::json gap = {{"gap_us", r.gap.gap_us()}, {"chain_buckets", r.gap.chain_buckets}};
         for (const auto& [name, value] : GapTermList(r.gap)) gap[name + "_us"] = value;
         results.back()["gap"] = gap;

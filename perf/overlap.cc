@@ -558,6 +558,7 @@ absl::StatusOr<OverlapReport> RunOverlap(comm::Communicator& comm,
   bucketing::EngineOptions eopts;
   eopts.max_in_flight = options.max_in_flight;
   eopts.worker_nice = options.worker_nice;
+  eopts.launch_on_completion = options.launch_on_completion;
   eopts.worker_slice = options.worker_slice;
   eopts.schedule = options.schedule;
   eopts.record_timeline = !options.timeline_dir.empty();
@@ -866,11 +867,18 @@ absl::StatusOr<OverlapReport> RunOverlap(comm::Communicator& comm,
         r.predicted_us = predicted->iteration_us;
         r.predicted_exposed_us = predicted->exposed_us;
       }
-      if (!options.predict_with.has_value() && cost.has_value()) {
+      if (cost.has_value()) {
         auto before = autotune::Simulate(profile, plan, *cost, sim);
         if (before.ok()) {
           r.predicted_before_us = before->iteration_us;
           r.predicted_before_exposed_us = before->exposed_us;
+        }
+      }
+      if (beside_cost.has_value()) {
+        auto beside_pred = autotune::Simulate(profile, plan, *beside_cost, sim);
+        if (beside_pred.ok()) {
+          r.predicted_beside_us = beside_pred->iteration_us;
+          r.predicted_beside_exposed_us = beside_pred->exposed_us;
         }
       }
     } else if (comm.size() == 1) {

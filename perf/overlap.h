@@ -34,6 +34,7 @@ struct OverlapOptions {
   std::vector<std::string> plans = {"per-tensor", "ddp", "horovod", "hccl"};
   int max_in_flight = 4;
   int worker_nice = 0;                                 // bucketing::EngineOptions::worker_nice
+  bool launch_on_completion = true;  // bucketing::EngineOptions::launch_on_completion
   absl::Duration worker_slice = absl::ZeroDuration();  // and worker_slice
   bucketing::Schedule schedule = bucketing::Schedule::kPlanOrder;
   // true: gradients are computed in place in the fusion buffers (DDP's
@@ -118,10 +119,14 @@ struct OverlapResult {
   // the fit failed).
   double predicted_us = 0;
   double predicted_exposed_us = 0;  // the same run's exposed communication
-  // The same under the sizes timed before the rounds (Note [The cost model
-  // beside the plans] in perf/overlap.cc); 0 when a cost model was given.
+  // The same under the sizes timed before the rounds, and under the sizes
+  // timed beside the plans (Note [The cost model beside the plans] in
+  // perf/overlap.cc), whichever `pred` used or not (e.g. with a given cost
+  // model); 0 where there is none.
   double predicted_before_us = 0;
   double predicted_before_exposed_us = 0;
+  double predicted_beside_us = 0;
+  double predicted_beside_exposed_us = 0;
   // Launch-to-start of the buckets (median, 99th percentile; worst rank; -1
   // when the backend does not mark starts), and the same less queueing
   // behind the previous bucket (IterationStats::start_reaction_us).
