@@ -312,6 +312,7 @@ absl::Status Engine::Install(Plan plan) {
   state_.assign(nb, BucketState::kFilling);
   launch_us_.assign(nb, 0);
   ready_at_us_.assign(nb, 0);
+  freed_at_us_.assign(nb, 0);
   ResetIterationLocked();
   return absl::OkStatus();
 }
@@ -397,6 +398,7 @@ void Engine::ResetIterationLocked() {
   next_launch_ = 0;
   launched_count_ = 0;
   freed_count_ = 0;
+  std::fill(freed_at_us_.begin(), freed_at_us_.end(), 0.0);
   ++generation_;
   votes_.assign(plan_.buckets.size(), {});
   done_count_ = 0;
@@ -687,8 +689,9 @@ int Engine::ChooseNextLocked() const {
   const int nb = static_cast<int>(plan_.buckets.size());
   const int k = launched_count_;
   if (options_.schedule == Schedule::kForwardPriority && k >= options_.max_in_flight) {
-    // Launch k - W has completed (window_ < W, and the worker sees
-    // launches complete in order), so its votes are known on every rank.
+    // Launch k - W has completed (window_ < W, and slots free in launch
+    // order, each with its votes read), so its votes are known on every
+    // rank.
     const std::vector<uint8_t>& everywhere = votes_[k - options_.max_in_flight];
     int best = -1;
     for (int b = 0; b < nb; ++b) {
@@ -803,26 +806,30 @@ void Engine::Launch(int b) {
     }
     work = *std::move(issued);
     work->OnComplete([keep = buffers_](const absl::Status&) {});
-    if (options_.launch_on_completion && !direct_ && device_ == nullptr) {
-      // Note [Freeing a slot where the collective completes].
-      auto armed = std::make_shared<std::atomic<bool>>(false);
-      work->OnComplete([gate = gate_, armed, generation = generation_, index = launched_count_,
-                        b](const absl::Status& s) {
-        if (!s.ok() || !armed->load(std::memory_order_acquire)) return;
-        std::lock_guard<std::mutex> lock(gate->mu);
-        if (gate->engine != nullptr) gate->engine->OnLaunchComplete(generation, index, b);
-      });
-      armed->store(true, std::memory_order_release);
-    }
     if (options_.external_buffers && options_.on_bucket_reduced) {
       // The worker waits for this to have run before it counts the bucket
       // done, so every report precedes Finish()'s return (a Work runs its
-      // callbacks just after it reports done).
+      // callbacks just after it reports done). Registered before the next
+      // one, so that the report does not wait behind the launches it admits.
       reported = std::make_shared<std::atomic<bool>>(false);
       work->OnComplete([done = options_.on_bucket_reduced, b, reported](const absl::Status& s) {
         done(b, s);
         reported->store(true, std::memory_order_release);
       });
+    }
+    if (options_.launch_on_completion && !direct_ && device_ == nullptr) {
+      // Note [Freeing a slot where the collective completes]. Both locks
+      // are tried, never waited for: the worker frees the slot otherwise.
+      auto armed = std::make_shared<std::atomic<bool>>(false);
+      work->OnComplete([gate = gate_, armed, generation = generation_, index = launched_count_,
+                        b](const absl::Status& s) {
+        if (!s.ok() || !armed->load(std::memory_order_acquire)) return;
+        std::unique_lock<std::mutex> lock(gate->mu, std::try_to_lock);
+        if (lock.owns_lock() && gate->engine != nullptr) {
+          gate->engine->OnLaunchComplete(generation, index, b);
+        }
+      });
+      armed->store(true, std::memory_order_release);
     }
   }
   state_[b] = BucketState::kLaunched;
@@ -841,6 +848,7 @@ bool Engine::FreeSlotLocked(int index, int bucket, bool read_votes) {
   if (index != freed_count_) return false;
   ++freed_count_;
   --window_;
+  freed_at_us_[bucket] = NowUs();
   if (read_votes && vote_slots_ > 0) votes_[index] = ReadVotes(bucket);
   return true;
 }
@@ -995,6 +1003,8 @@ void Engine::WorkerLoop() {
                                             static_cast<double>(completed - epoch_ns_) / 1e3 - origin)
                                  : bt.noticed_us;
       bt.copied_us = copied_at_us - origin;
+      bt.freed_us =
+          freed_at_us_[next.bucket] > 0 ? freed_at_us_[next.bucket] - origin : bt.noticed_us;
       current_.bucket_times.push_back(bt);
     }
     if (timeline_) {

@@ -13,9 +13,11 @@
 // ordering]), but gradients become ready in different orders and at
 // different times on different ranks and threads. So the engine never picks
 // among buckets by local readiness alone. At most `max_in_flight` (W)
-// buckets are launched and not yet complete (a slot frees when the worker
-// sees the allreduce finish, before it copies the bucket back, so no launch
-// waits behind a copy); the k-th launch of an iteration is chosen by the
+// buckets are launched and not yet complete (a slot frees when the
+// allreduce finishes, on the thread that completed it or when the worker
+// sees it, before the bucket is copied back, so no launch waits behind a
+// copy: Note [Freeing a slot where the collective completes]); the k-th
+// launch of an iteration is chosen by the
 // schedule:
 // * kPlanOrder: bucket k, once it is complete on this rank. The plan's
 //   bucket order is the launch order (and is covered by its hash).
@@ -46,18 +48,24 @@
 // comm/async_core.h), and the window's queue ran dry meanwhile: the gap
 // report's launch-to-start term reached 14-18 ms of 65-75 ms iterations
 // (ViT-B/16 at t(all) = 2 T_b, docs/gap/20261127-beside). So, on a host
-// communicator, each launch also registers a completion callback that frees
+// communicator with host gradients (not with EngineOptions::device, whose
+// staging copies are ordered on the worker, nor on a device communicator),
+// each launch also registers a completion callback that frees
 // the slot and launches what it admits on the completing thread (the
-// progress thread), if it can take the engine's lock at once (try_lock: the
-// collective path never waits behind another thread's lock); otherwise the
-// worker does it as before. Slots free in launch order (freed_count_), so
-// whichever of the two comes second finds the slot freed, and
-// kForwardPriority's votes of launch k - W are read before launch k is
-// chosen. A callback that runs inside OnComplete itself (the Work was done
-// already, on the launching thread that holds the lock) or before Launch
+// progress thread), if it can take the engine's locks at once (try_lock:
+// the completing thread never waits behind another thread's lock);
+// otherwise the worker does it as before. Such a thread may then issue
+// collectives from inside a completion callback, which the communicator
+// contract allows (comm/work.h forbids only blocking there). Slots free in launch order
+// (freed_count_), so whichever of the two comes second finds the slot freed, and kForwardPriority's
+// votes of launch k - W are read before launch k is chosen. A callback that runs inside OnComplete
+// itself (the Work was done already, on the launching thread that holds the lock) or before Launch
 // armed it does nothing, and one from an earlier iteration (generation_) or
 // after the engine is gone (CompletionGate) neither. The copy back and the
-// bookkeeping stay on the worker.
+// bookkeeping stay on the worker. Measured on 2 local ranks
+// (docs/gap/20261127-launch-on-completion): the many-bucket plans'
+// launch-to-start term fell from 4-15 to 0-3 ms per iteration; their
+// iteration times moved within the round-to-round scatter.
 //
 // Note [Fusion buffers and views]
 // Each bucket owns a fusion buffer holding its slices back to back. A
@@ -226,6 +234,10 @@ struct BucketTiming {
   double start_us = -1;   // the backend began executing it; -1: it does not say
   double done_us = 0;     // the backend completed it (noticed_us when it does not say)
   double noticed_us = 0;  // the engine's worker saw it complete
+  // Its window slot freed: on the thread that completed it, or when the
+  // worker saw it complete (Note [Freeing a slot where the collective
+  // completes]).
+  double freed_us = 0;
   double copied_us = 0;   // copied back to the gradients, after the launches its
                           // freed window slot admitted (Note [Launch order])
 };
@@ -448,6 +460,7 @@ class Engine {
   std::vector<BucketState> state_;    // per bucket
   std::vector<double> launch_us_;     // per bucket
   std::vector<double> ready_at_us_;   // per bucket: when its last slice was marked
+  std::vector<double> freed_at_us_;   // per bucket: when its window slot freed (0: not yet)
   int marked_count_ = 0;
   int next_launch_ = 0;               // lowest bucket not yet launched
   int launched_count_ = 0;            // k of the next launch

@@ -95,8 +95,9 @@
 // (docs/gap/20261127-nice). The worker at nice -10 too undid the p99.
 // Since then a completed collective frees its window slot and launches the
 // next bucket on the completing thread itself (Note [Freeing a slot where
-// the collective completes] in bucketing/engine.h): that term fell to
-// 0.2-6 ms there (docs/gap/20261127-launch-on-completion).
+// the collective completes] in bucketing/engine.h): that term fell from
+// 4-15 to 0-3 ms there, iteration times within the noise
+// (docs/gap/20261127-launch-on-completion).
 // The costs: (1) a run of small non-blocking calls issued back to back from
 // a thread on the same core pays a futex wake-up and two switches per call
 // (8 B to 4 KiB on 2 ranks: 5-8 us a call where spinning took 0.5-3 us;

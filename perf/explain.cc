@@ -18,10 +18,13 @@ namespace fusebox::perf {
 //   start_i   <- launch_i               launch-to-start
 //          or <- done_{i-1}             queued behind i-1: go there
 //   launch_i  <- ready_i                window (held after it was ready)
-//          or <- noticed_{i-W}          the window of W in flight was full: go there
-//                                       (a slot frees when the worker sees the
-//                                       collective done, before its copy back)
+//          or <- freed_{i-W}            the window of W in flight was full: go there
+//                                       (a slot frees when the collective is done,
+//                                       on the completing thread or when the worker
+//                                       sees it, before its copy back)
 //          or <- launch_{i-1}           plan order held it behind i-1: go there
+//   freed_i   <- done_i                 launch-to-start (whoever freed the slot:
+//                                       its reaction)
 // (the latest of the alternatives is the one it waited for). The chain ends
 // at some bucket j's ready time, which the profile says should be forward +
 // ready_j: the difference is late gradients. What is left, forward +
@@ -76,13 +79,23 @@ GapTerms ExplainGap(const GapInput& in) {
       t.launch_to_start_us += start - x.launch_us;
     }
     // At launch_i: what held it, the latest of its readiness, a window slot
-    // and the previous launch.
-    const double slot = i >= w ? b[i - w].noticed_us : -1;
+    // and the previous launch. (Timings without freed_us: the worker's
+    // notice freed the slot.)
+    const auto freed = [&](const bucketing::BucketTiming& y) {
+      return y.freed_us > 0 ? y.freed_us : y.noticed_us;
+    };
+    const double slot = i >= w ? freed(b[i - w]) : -1;
     const double order = i > 0 ? b[i - 1].launch_us : -1;
     if (slot > x.ready_us && slot >= order) {
       t.window_us += x.launch_us - slot;
       i -= w;
-      at = At::kNoticed;
+      if (b[i].freed_us > 0) {
+        // freed_{i} <- done_{i}: the reaction of whoever freed it.
+        t.launch_to_start_us += b[i].freed_us - b[i].done_us;
+        at = At::kDone;
+      } else {
+        at = At::kNoticed;
+      }
       continue;
     }
     if (order > x.ready_us) {

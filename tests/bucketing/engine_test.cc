@@ -216,11 +216,18 @@ TEST(EngineScheduleTest, ForwardPriorityFollowsAgreedNotLocalReadiness) {
 // and bucket 1 complete first, bucket 1 is launched before bucket 0's copy
 // back has ended. (Launched after the copy, as when the slot was held until
 // then, its launch time would follow bucket 0's copied time.)
-TEST(EngineScheduleTest, ACopyBackDoesNotHoldTheWindow) {
+// With launches on completion off, only the worker frees slots: the second
+// launch follows its notice of the first bucket and precedes that bucket's
+// copy back. On (the default), the slot may free sooner, on the completing
+// thread, and still before the copy back.
+class CopyBackWindowTest : public ::testing::TestWithParam<bool> {};
+
+TEST_P(CopyBackWindowTest, ACopyBackDoesNotHoldTheWindow) {
   const GradientLayout layout = MakeLayout({1 << 16, 1 << 16});
   RunRanks(2, [&](int rank, comm::Communicator& comm) {
     EngineOptions options;
     options.max_in_flight = 1;
+    options.launch_on_completion = GetParam();
     auto engine = Engine::Create(comm, layout, PerTensorPlan(layout), options);
     ASSERT_TRUE(engine.ok()) << engine.status();
     // The caller's own buffers (not the buckets'): reduced values are
@@ -235,10 +242,17 @@ TEST(EngineScheduleTest, ACopyBackDoesNotHoldTheWindow) {
     const BucketTiming& first = st.bucket_times[0];
     const BucketTiming& second = st.bucket_times[1];
     ASSERT_EQ(first.bucket, 0);
-    EXPECT_GE(second.launch_us, first.done_us) << "rank " << rank;
+    EXPECT_GE(second.launch_us, GetParam() ? first.done_us : first.noticed_us) << "rank " << rank;
+    EXPECT_GE(second.launch_us, first.freed_us) << "rank " << rank;
     EXPECT_LT(second.launch_us, first.copied_us) << "rank " << rank;
+    if (!GetParam()) EXPECT_EQ(st.launches_on_completion, 0);
   });
 }
+
+INSTANTIATE_TEST_SUITE_P(LaunchOnCompletion, CopyBackWindowTest, ::testing::Bool(),
+                         [](const ::testing::TestParamInfo<bool>& p) {
+                           return p.param ? "On" : "Off";
+                         });
 
 // Note [Freeing a slot where the collective completes]: with one bucket in
 // flight and every gradient ready, each completion admits the next launch on

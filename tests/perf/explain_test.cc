@@ -82,6 +82,26 @@ TEST(ExplainGapTest, AFullWindowChainsThroughTheSlotNotItsCopyBack) {
   EXPECT_DOUBLE_EQ(g.sum_us(), g.gap_us());
 }
 
+TEST(ExplainGapTest, ASlotFreedOnCompletionChainsThroughItsFreeNotTheWorkersNotice) {
+  // Window 1: bucket 0's slot was freed on the completing thread at 150.5
+  // and bucket 1 launched at 151, while the worker noticed bucket 0 only at
+  // 158 (Note [Freeing a slot where the collective completes]): the chain
+  // runs done_0 -> freed_0 -> launch_1, and the worker's late notice and
+  // copy of bucket 0 are off it (no negative window term).
+  bucketing::IterationStats st;
+  st.bucket_times = {At(0, 110, 111, 112, 150, 158, 160), At(1, 120, 151, 152, 190, 191, 192)};
+  st.bucket_times[0].freed_us = 150.5;
+  st.bucket_times[1].freed_us = 190.5;
+  const GapTerms g = ExplainGap(Input(st, 195, 125, 150, 1));
+  EXPECT_DOUBLE_EQ(g.tail_us, 3);
+  EXPECT_DOUBLE_EQ(g.copy_back_us, 1);
+  EXPECT_DOUBLE_EQ(g.window_us, 0.5 + 1);
+  EXPECT_DOUBLE_EQ(g.launch_to_start_us, 1 + 1 + 0.5 + 1);
+  EXPECT_DOUBLE_EQ(g.transfer_excess_us, 8 + 8);
+  EXPECT_EQ(g.chain_buckets, 2);
+  EXPECT_DOUBLE_EQ(g.sum_us(), g.gap_us());
+}
+
 TEST(ExplainGapTest, TheWorkerBusyCopyingChainsToTheEarlierCopy) {
   // Bucket 1 is done at 155 while the worker copies bucket 0 back until
   // 170: the worker's wait is bucket 0's copy, not bucket 1's transfer.
