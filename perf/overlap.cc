@@ -919,7 +919,7 @@ void PrintGapTable(const OverlapReport& report, std::FILE* out) {
                "time (copy-in, replay slip)\n"
                "#   window     = ready but held by the in-flight window or plan order\n"
                "#   launch->start = launch (or the previous bucket's end) to the backend starting "
-               "it, and done to noticed\n"
+               "it, and done to noticed or to its window slot freed\n"
                "#   transfer+  = transfers on the chain beyond t(m) measured alone (contention)\n"
                "#   copy back  = the worker after it saw a bucket done on the chain: launches the "
                "freed slot admits, then the copy back\n"

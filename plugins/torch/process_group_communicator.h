@@ -5,7 +5,10 @@
 // Note [A process group of its own]
 // c10d pairs collectives across ranks by issue order (gloo tags each with a
 // per-group counter; NCCL enqueues in order). The engine issues from the
-// autograd thread and from its worker thread, DDP issues its own
+// autograd thread, from its worker thread and from the thread that
+// completed an earlier collective (Note [Freeing a slot where the collective
+// completes] in bucketing/engine.h), always under its own lock and in its
+// launch order; DDP issues its own
 // collectives (buffer broadcasts, the unused-parameter map) from the
 // training thread; on one shared group those could interleave differently
 // on different ranks and pair the wrong calls. So the DDP hook gives fusebox
