@@ -1003,8 +1003,7 @@ void Engine::WorkerLoop() {
                                             static_cast<double>(completed - epoch_ns_) / 1e3 - origin)
                                  : bt.noticed_us;
       bt.copied_us = copied_at_us - origin;
-      bt.freed_us =
-          freed_at_us_[next.bucket] > 0 ? freed_at_us_[next.bucket] - origin : bt.noticed_us;
+      bt.freed_us = freed_at_us_[next.bucket] - origin;  // freed above, or by its callback
       current_.bucket_times.push_back(bt);
     }
     if (timeline_) {

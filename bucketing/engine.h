@@ -42,28 +42,29 @@
 // A launched bucket's window slot frees when its allreduce completes, and
 // the freed slot admits the next launch. The engine's worker sees the
 // completion by waking from its wait on the Work; with many buckets queued
-// on a host communicator (communication-bound, 1-5 MiB buckets) that wake-up
-// waited for a core taken by the communicator's progress thread (which runs
-// at a higher priority, Note [Sharing a core with the progress thread] in
-// comm/async_core.h), and the window's queue ran dry meanwhile: the gap
-// report's launch-to-start term reached 14-18 ms of 65-75 ms iterations
-// (ViT-B/16 at t(all) = 2 T_b, docs/gap/20261127-beside). So, on a host
-// communicator with host gradients (not with EngineOptions::device, whose
-// staging copies are ordered on the worker, nor on a device communicator),
-// each launch also registers a completion callback that frees
-// the slot and launches what it admits on the completing thread (the
+// on a host communicator (communication-bound, 1-5 MiB buckets) that
+// wake-up waited for a core taken by the communicator's progress thread
+// (which runs at a higher priority, Note [Sharing a core with the progress
+// thread] in comm/async_core.h), and the window's queue ran dry meanwhile:
+// the gap report's launch-to-start term reached 14-18 ms of 65-75 ms
+// iterations (ViT-B/16 at t(all) = 2 T_b, docs/gap/20261127-beside). So, on
+// a host communicator with host gradients (not with EngineOptions::device,
+// whose staging copies are ordered on the worker, nor on a device
+// communicator), each launch also registers a completion callback that
+// frees the slot and launches what it admits on the completing thread (the
 // progress thread), if it can take the engine's locks at once (try_lock:
 // the completing thread never waits behind another thread's lock);
 // otherwise the worker does it as before. Such a thread may then issue
 // collectives from inside a completion callback, which the communicator
-// contract allows (comm/work.h forbids only blocking there). Slots free in launch order
-// (freed_count_), so whichever of the two comes second finds the slot freed, and kForwardPriority's
-// votes of launch k - W are read before launch k is chosen. A callback that runs inside OnComplete
-// itself (the Work was done already, on the launching thread that holds the lock) or before Launch
-// armed it does nothing, and one from an earlier iteration (generation_) or
-// after the engine is gone (CompletionGate) neither. The copy back and the
-// bookkeeping stay on the worker. Measured on 2 local ranks
-// (docs/gap/20261127-launch-on-completion): the many-bucket plans'
+// contract allows (comm/work.h forbids only blocking there). Slots free in
+// launch order (freed_count_), so whichever of the two comes second finds
+// the slot freed, and kForwardPriority's votes of launch k - W are read
+// before launch k is chosen. A callback that runs inside OnComplete itself
+// (the Work was done already, on the launching thread that holds the lock)
+// or before Launch armed it does nothing, and one from an earlier iteration
+// (generation_) or after the engine is gone (CompletionGate) neither. The
+// copy back and the bookkeeping stay on the worker. Measured on 2 local
+// ranks (docs/gap/20261127-launch-on-completion): the many-bucket plans'
 // launch-to-start term fell from 4-15 to 0-3 ms per iteration; their
 // iteration times moved within the round-to-round scatter.
 //

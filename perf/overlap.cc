@@ -784,9 +784,6 @@ absl::StatusOr<OverlapReport> RunOverlap(comm::Communicator& comm,
       if (!options.predict_with.has_value()) report.cost_model = beside_cost->Describe();
     }
   }
-  const std::optional<autotune::CostModel> pred_cost =
-      options.predict_with.has_value() ? options.predict_with
-                                       : (beside_cost.has_value() ? beside_cost : cost);
   if (out != nullptr) {
     if (!report.comm.beside_samples.empty()) {
       std::string sizes;
@@ -861,26 +858,26 @@ absl::StatusOr<OverlapReport> RunOverlap(comm::Communicator& comm,
     // Against the final bound (Note [A bound measured beside the plans]).
     r.gap.plan_us += r.gap.bound_us - bound_us;
     r.gap.bound_us = bound_us;
-    if (pred_cost.has_value()) {
-      auto predicted = autotune::Simulate(profile, plan, *pred_cost, sim);
-      if (predicted.ok()) {
-        r.predicted_us = predicted->iteration_us;
-        r.predicted_exposed_us = predicted->exposed_us;
-      }
-      if (cost.has_value()) {
-        auto before = autotune::Simulate(profile, plan, *cost, sim);
-        if (before.ok()) {
-          r.predicted_before_us = before->iteration_us;
-          r.predicted_before_exposed_us = before->exposed_us;
-        }
-      }
-      if (beside_cost.has_value()) {
-        auto beside_pred = autotune::Simulate(profile, plan, *beside_cost, sim);
-        if (beside_pred.ok()) {
-          r.predicted_beside_us = beside_pred->iteration_us;
-          r.predicted_beside_exposed_us = beside_pred->exposed_us;
-        }
-      }
+    // Each model simulated once. `pred` is the given model's, else the one
+    // timed beside the plans, else the one timed before the rounds.
+    const auto simulate = [&](const std::optional<autotune::CostModel>& model, double* iteration_us,
+                              double* exposed_us) {
+      if (!model.has_value()) return;
+      auto p = autotune::Simulate(profile, plan, *model, sim);
+      if (!p.ok()) return;
+      *iteration_us = p->iteration_us;
+      *exposed_us = p->exposed_us;
+    };
+    simulate(cost, &r.predicted_before_us, &r.predicted_before_exposed_us);
+    simulate(beside_cost, &r.predicted_beside_us, &r.predicted_beside_exposed_us);
+    if (options.predict_with.has_value()) {
+      simulate(options.predict_with, &r.predicted_us, &r.predicted_exposed_us);
+    } else if (beside_cost.has_value()) {
+      r.predicted_us = r.predicted_beside_us;
+      r.predicted_exposed_us = r.predicted_beside_exposed_us;
+    } else if (cost.has_value()) {
+      r.predicted_us = r.predicted_before_us;
+      r.predicted_exposed_us = r.predicted_before_exposed_us;
     } else if (comm.size() == 1) {
       r.predicted_us = r.compute_us;
     }

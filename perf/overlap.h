@@ -94,8 +94,9 @@ struct CommModel {
   // Every timed size (world, bytes, median us): what the simulator's cost
   // model is fitted to.
   std::vector<autotune::AllReduceSample> samples;
-  // The same sizes timed again once in every round of the plans, the median
-  // of each (empty with one rank or no rounds): what `pred` is fitted to.
+  // The same sizes timed again in every round of the plans (the median of
+  // three), the median of each over the rounds (empty with one rank or no
+  // rounds): what `pred` is fitted to unless a model was given.
   std::vector<autotune::AllReduceSample> beside_samples;
   // Every round's time of each size (beside_rounds_us[i][round], sample i).
   std::vector<std::vector<double>> beside_rounds_us;

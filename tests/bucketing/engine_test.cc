@@ -245,7 +245,9 @@ TEST_P(CopyBackWindowTest, ACopyBackDoesNotHoldTheWindow) {
     EXPECT_GE(second.launch_us, GetParam() ? first.done_us : first.noticed_us) << "rank " << rank;
     EXPECT_GE(second.launch_us, first.freed_us) << "rank " << rank;
     EXPECT_LT(second.launch_us, first.copied_us) << "rank " << rank;
-    if (!GetParam()) EXPECT_EQ(st.launches_on_completion, 0);
+    if (!GetParam()) {
+      EXPECT_EQ(st.launches_on_completion, 0);
+    }
   });
 }
 
