@@ -918,6 +918,7 @@ absl::Status UcxCommunicator::InitSharedMemory(Store& store) {
       break;
     }
     shm_group_.bases[peer] = static_cast<unsigned char*>(ptr);
+    ucx::FaultInShmSegment(shm_group_.bases[peer], bytes);
   }
   // "ok" names the segment's layout: ranks whose options differ would read
   // each other's segments at other offsets, so they all fall back instead.

@@ -1,6 +1,7 @@
 #include "comm/ucx/shm_allreduce.h"
 
 #include <sched.h>
+#include <unistd.h>
 #if defined(__SSE2__)
 #include <emmintrin.h>
 #endif
@@ -186,12 +187,17 @@ size_t ShmSegmentBytes(int size, size_t chunk_bytes, size_t mailbox_bytes) {
 }
 
 void InitShmSegment(unsigned char* base, int size, size_t chunk_bytes, size_t mailbox_bytes) {
-  std::memset(base, 0, kControlBytes);
-  if (mailbox_bytes == 0) return;
-  const ShmGroup g{0, size, chunk_bytes, {}, mailbox_bytes};
-  for (uint64_t which : {0, 1}) {
-    std::memset(static_cast<void*>(Mailbox(g, base, which)), 0, sizeof(MailboxHead));
-  }
+  // All of it, not only the counters and the mailboxes' flags: Note
+  // [Faulting the segments in].
+  std::memset(base, 0, ShmSegmentBytes(size, chunk_bytes, mailbox_bytes));
+}
+
+void FaultInShmSegment(const unsigned char* base, size_t bytes) {
+  const long page = sysconf(_SC_PAGESIZE);
+  const size_t step = page > 0 ? static_cast<size_t>(page) : 4096;
+  const volatile unsigned char* p = base;
+  for (size_t off = 0; off < bytes; off += step) (void)p[off];
+  if (bytes > 0) (void)p[bytes - 1];
 }
 
 int StagingChooser::ClassOf(size_t bytes) {

@@ -116,9 +116,28 @@ class StagingChooser {
 // mailboxes of mailbox_bytes, each with a 16-byte head).
 size_t ShmSegmentBytes(int size, size_t chunk_bytes, size_t mailbox_bytes = 0);
 
-// Prepares a fresh segment of that geometry (zeroes its counters and its
-// mailboxes' flags). Call before publishing it.
+// Note [Faulting the segments in]
+// A page of a segment costs a page fault in each process the first time
+// that process touches it, and on this VM a fault on shared memory costs
+// several microseconds. The staging slots are used in turn, so the first
+// kSlots allreduces of each new size touched pages none had touched: on 2
+// local ranks the first four 32 KiB allreduces of a process took 70 us
+// each (median of 6 runs) and 24 with the segments faulted in, those of
+// 256 KiB 375 and 75 (docs/allreduce/20261127-fault-in). The cost model's
+// timings, taken in a
+// new process one size after the other, had recorded those first calls as
+// the sizes' cost (256 KiB as dear as 2 MiB). So the owner writes its whole
+// segment before publishing it, and every rank reads every page of its
+// peers' segments once mapped: the faults are paid once, in Init.
+
+// Prepares a fresh segment of that geometry: zeroes all of it (counters,
+// mailboxes' flags, and the staging, which faults every page in). Call
+// before publishing it.
 void InitShmSegment(unsigned char* base, int size, size_t chunk_bytes, size_t mailbox_bytes = 0);
+
+// Reads one byte of every page of a peer's segment as mapped here, so that
+// this process faults its mapping in now (Note [Faulting the segments in]).
+void FaultInShmSegment(const unsigned char* base, size_t bytes);
 
 // recv = op over the group of send, `count` elements; in-place when
 // send == recv. Every rank of the group calls it with the same arguments but

@@ -4,7 +4,13 @@
 // is checked without UCX.
 #include "comm/ucx/shm_allreduce.h"
 
+#include <sys/mman.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <algorithm>
 #include <cstdlib>
+#include <cstring>
 #include <memory>
 #include <thread>
 #include <vector>
@@ -68,6 +74,55 @@ TEST(ShmAllReduceTest, EveryTypeAndOpAcrossRoundsAndCollectives) {
 // stores are covered), with some, and with one rank streaming and the
 // others not, from inputs and into outputs off 16-byte lines, the result is
 // the exact one, as with cached stores.
+// Note [Faulting the segments in]: the owner's Init writes every byte (a
+// segment that held anything before comes out all zero), so each of its
+// pages is faulted in before any allreduce.
+TEST(ShmSegmentTest, InitWritesTheWholeSegment) {
+  for (size_t mailbox : {size_t{0}, size_t{4096}}) {
+    const size_t bytes = ShmSegmentBytes(3, 128 << 10, mailbox);
+    std::vector<unsigned char> seg(bytes, 0xab);
+    InitShmSegment(seg.data(), 3, 128 << 10, mailbox);
+    EXPECT_EQ(std::count(seg.begin(), seg.end(), 0), static_cast<std::ptrdiff_t>(bytes))
+        << "mailbox " << mailbox;
+  }
+}
+
+// This thread's minor page faults so far.
+long MinorFaults() {
+  rusage u{};
+  getrusage(RUSAGE_THREAD, &u);
+  return u.ru_minflt;
+}
+
+// Touching every page of `p` (reads): the faults that took.
+long FaultsToRead(const unsigned char* p, size_t bytes) {
+  const long before = MinorFaults();
+  const volatile unsigned char* v = p;
+  unsigned sum = 0;
+  for (size_t off = 0; off < bytes; off += 4096) sum += v[off];
+  (void)sum;
+  return MinorFaults() - before;
+}
+
+// A peer's segment read in once costs no fault when the allreduce reads it;
+// one not read in costs one a page (the measurement can see the faults).
+TEST(ShmSegmentTest, FaultInLeavesNoPageToFaultOnFirstUse) {
+  constexpr size_t kPages = 64, kBytes = kPages * 4096;
+  auto map = [] {
+    void* p = mmap(nullptr, kBytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    return p == MAP_FAILED ? nullptr : static_cast<unsigned char*>(p);
+  };
+  unsigned char* faulted = map();
+  unsigned char* cold = map();
+  ASSERT_NE(faulted, nullptr);
+  ASSERT_NE(cold, nullptr);
+  FaultInShmSegment(faulted, kBytes);
+  EXPECT_LE(FaultsToRead(faulted, kBytes), 2);
+  EXPECT_GE(FaultsToRead(cold, kBytes), static_cast<long>(kPages / 2));
+  munmap(faulted, kBytes);
+  munmap(cold, kBytes);
+}
+
 TEST(ShmAllReduceTest, StreamedStagingGivesTheExactResult) {
   for (int world : {2, 3}) {
     constexpr size_t kChunk = 4096;
