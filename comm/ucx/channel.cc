@@ -272,16 +272,21 @@ void Channel::PostRecv(int peer, void* buf, size_t len, ucp_tag_t tag, Pending* 
 
 absl::Status Channel::Progress(int peer) {
   bool slept = false;
-  if (ucp_worker_progress(worker_) == 0) {
-    // Nothing happened: let an oversubscribed peer run.
-    if ((++idle_polls_ & yield_mask_) == 0) {
-      slept = sleep_when_idle_ && event_fd_ >= 0;
-      if (slept) {
-        Sleep();
-      } else {
-        sched_yield();
-      }
+  if (ucp_worker_progress(worker_) != 0) {
+    idle_run_ = 0;
+  } else if (sleep_when_idle_ && event_fd_ >= 0) {
+    // Note [Waiting where ranks outnumber cores].
+    if (++idle_run_ > yields_before_sleep_) {
+      ++idle_sleeps_;
+      slept = true;
+      Sleep();
+    } else {
+      ++idle_yields_;
+      sched_yield();
     }
+  } else if ((++idle_polls_ & yield_mask_) == 0) {
+    // Nothing happened: let an oversubscribed peer run.
+    sched_yield();
   }
   if (abort_->load(std::memory_order_relaxed)) {
     return absl::CancelledError("communicator destroyed while a collective was in flight");

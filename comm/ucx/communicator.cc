@@ -343,13 +343,14 @@ absl::Status UcxCommunicator::Init(Store& store) {
   // outnumber cores (a descheduled peer must get to run), rarely otherwise.
   // (Unbound ranks can still share a core by the scheduler's choice, which
   // makes small collectives bimodal; fusebox-run binds ranks when they fit.)
-  // Where the transports are TCP only, an oversubscribed rank sleeps on the
-  // worker's event fd instead of yielding: each poll of a TCP worker is an
-  // epoll_wait (4 emulated hosts on 2 cores made 110 of them per rank per
-  // 8 B allreduce), and a sleeping rank leaves the core to those with work
-  // (8 B: 160-200 -> 117-133 us there).
+  // Where the transports are TCP only, an oversubscribed rank yields at
+  // each idle poll and, after kYieldsBeforeSleep of them in a row, sleeps on
+  // the worker's event fd (Note [Waiting where ranks outnumber cores] in
+  // channel.h): each poll of a TCP worker is an epoll_wait, and a rank that
+  // sleeps leaves the core to those with work.
+  constexpr unsigned kYieldsBeforeSleep = 4;
   channel_.set_yield_mask(oversubscribed ? 15 : 1023);
-  channel_.set_sleep_when_idle(oversubscribed);
+  channel_.set_sleep_when_idle(oversubscribed, kYieldsBeforeSleep);
   // Note [Algorithm table]. The mailboxes are sized for the threshold the
   // shared-memory exchange would give; all ranks of a shared-memory group
   // share the host, so they agree (and the segment layout check makes them

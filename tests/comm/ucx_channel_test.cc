@@ -140,6 +140,9 @@ TEST(UcxChannelTest, ASleepingChannelWakesForAMessageAndStillMeetsItsDeadline) {
   // Woken by the message, not by the bound: 100 rounds that each waited out
   // a 10 ms sleep would take a second at least.
   EXPECT_LT(absl::Now() - rounds_start, absl::Seconds(1));
+  // No yields before sleeping were asked for.
+  EXPECT_EQ(p.ch[0]->idle_yields(), 0u);
+  EXPECT_GT(p.ch[0]->idle_sleeps(), 0u);
   Channel& c = *p.ch[0];
   int buf = 0;
   Pending r;
@@ -150,6 +153,44 @@ TEST(UcxChannelTest, ASleepingChannelWakesForAMessageAndStillMeetsItsDeadline) {
   EXPECT_TRUE(absl::IsDeadlineExceeded(s)) << s;
   EXPECT_LT(absl::Now() - start, absl::Milliseconds(500));
   c.Release(&r, /*is_recv=*/true);
+}
+
+// Note [Waiting where ranks outnumber cores]: sleeping when idle after 3
+// yields, a wait of about 5 ms first yields (3 times per run of idle polls)
+// and then sleeps, instead of yielding at every poll (thousands in 5 ms) or
+// sleeping at once; the message still arrives.
+TEST(UcxChannelTest, ASleepingChannelYieldsAFewTimesBeforeItSleeps) {
+  Pair p;
+  UcxOptions tcp;
+  tcp.transports = "tcp";
+  ASSERT_TRUE(p.Connect(tcp).ok());
+  for (auto& c : p.ch) c->set_deadline(absl::Now() + absl::Seconds(30));
+  Channel& waiter = *p.ch[0];
+  waiter.set_sleep_when_idle(true, /*yields=*/3);
+  int got = -1;
+  const int sent = 42;
+  absl::Status recv_status, send_status;
+  std::thread receiver([&] {
+    Pending r;
+    waiter.PostRecv(1, &got, sizeof(got), MakeTag(1, 1, 0), &r);
+    recv_status = waiter.Finish(&r, "receive");
+  });
+  std::thread sender([&] {
+    absl::SleepFor(absl::Milliseconds(5));
+    Pending s;
+    p.ch[1]->PostSend(0, &sent, sizeof(sent), MakeTag(1, 1, 0), &s);
+    send_status = p.ch[1]->Finish(&s, "send");
+  });
+  receiver.join();
+  sender.join();
+  ASSERT_TRUE(recv_status.ok()) << recv_status;
+  ASSERT_TRUE(send_status.ok()) << send_status;
+  EXPECT_EQ(got, sent);
+  EXPECT_GE(waiter.idle_yields(), 3u);
+  EXPECT_GE(waiter.idle_sleeps(), 1u);
+  // At most 3 yields per run of idle polls, and a run ends only when a poll
+  // progresses: far fewer than a wait that yields at every poll makes.
+  EXPECT_LT(waiter.idle_yields(), 600u);
 }
 
 TEST(UcxChannelTest, AFailureNoticeAbortsAPeerWaitingOnSomeoneElse) {
