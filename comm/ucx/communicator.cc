@@ -217,9 +217,15 @@ class UcxCommunicator final : public Communicator, private CollectiveExecutor {
   const int size_;
   Store& store_;  // outlives the communicator; used again only by a post-mortem
 
-  // Header-round staging: size_ slots of (Header + small_bytes_).
+  // The header round's message on one rank (Header + small_bytes_); with
+  // several, every rank's message is read where it arrived.
   size_t slot_bytes_ = 0;
   std::vector<unsigned char> header_slots_;
+  // Every rank's header-round message (a Header, then its payload) once the
+  // round is done: in the mailboxes (Note [Reading the mailboxes in place]
+  // in shm_allreduce.h), or header_slots_ on one rank. Valid until the next
+  // header round.
+  std::vector<const unsigned char*> received_;
   // Ring staging: `kRingSlots` chunks.
   static constexpr int kRingSlots = 8;
   std::vector<unsigned char> ring_slots_;
@@ -229,7 +235,7 @@ class UcxCommunicator final : public Communicator, private CollectiveExecutor {
 
   // Shared-memory path (Note [UCX shared-memory allreduce]).
   absl::Status InitSharedMemory(Store& store);
-  // Compares the headers in header_slots_ (Note [UCX collective protocol]).
+  // Compares the headers in received_ (Note [UCX collective protocol]).
   absl::Status CheckHeaders() const;
   absl::Status ShmAllReduce(const Request& req);
   bool shm_enabled_ = false;
@@ -385,7 +391,7 @@ absl::Status UcxCommunicator::Init(Store& store) {
   slot_bytes_ = sizeof(Header) + small_bytes_;
   // The header round's slots, where it opens collectives (one host, or one
   // rank); over messages the descriptor round's staging grows on use.
-  if (shm_exchange_ || size_ == 1) header_slots_.resize(slot_bytes_ * size_);
+  if (size_ == 1) header_slots_.resize(slot_bytes_);
   ring_slots_.resize(options_.chunk_bytes * kRingSlots);
   core_.Start(this, oversubscribed ? 0 : options_.progress_nice,
               oversubscribed ? absl::ZeroDuration() : options_.progress_slice);
@@ -530,9 +536,7 @@ absl::Status UcxCommunicator::Run(const Request& req) {
     return s;
   }
 
-  const auto slot = [&](int r) {
-    return header_slots_.data() + static_cast<size_t>(r) * slot_bytes_ + sizeof(Header);
-  };
+  const auto slot = [&](int r) { return received_[r] + sizeof(Header); };
   switch (algorithm) {
     case Algorithm::kNone:
       return absl::OkStatus();
@@ -584,16 +588,29 @@ absl::Status UcxCommunicator::Run(const Request& req) {
 
 absl::Status UcxCommunicator::HeaderRound(const Request& req, size_t payload_bytes,
                                           const void* payload) {
-  unsigned char* mine = header_slots_.data() + static_cast<size_t>(rank_) * slot_bytes_;
-  std::memcpy(mine, &req.header, sizeof(Header));
-  if (payload_bytes > 0) std::memcpy(mine + sizeof(Header), payload, payload_bytes);
-  if (size_ == 1) return absl::OkStatus();
+  const size_t message_bytes = sizeof(Header) + payload_bytes;
+  const auto build = [&](unsigned char* mine) {
+    std::memcpy(mine, &req.header, sizeof(Header));
+    if (payload_bytes > 0) std::memcpy(mine + sizeof(Header), payload, payload_bytes);
+  };
+  if (size_ == 1) {
+    build(header_slots_.data());
+    received_.assign(1, header_slots_.data());
+    return absl::OkStatus();
+  }
   // Over messages the descriptor round opens instead (Run).
   if (!shm_exchange_) return absl::InternalError("header round over messages");
-  // One write and one flag per rank (Note [Shared-memory exchange]).
-  if (absl::Status s = ucx::ShmExchange(shm_group_, mine, sizeof(Header) + payload_bytes,
-                                        header_slots_.data(), slot_bytes_, &exchange_lengths_,
-                                        &shm_exchanges_, core_.aborted(), channel_.deadline());
+  if (message_bytes > shm_group_.mailbox_bytes) {
+    return absl::InternalError(absl::StrCat("header round: ", message_bytes,
+                                            " bytes do not fit a mailbox of ",
+                                            shm_group_.mailbox_bytes));
+  }
+  // One write and one flag per rank (Note [Shared-memory exchange]); the
+  // message is built in the mailbox and every rank's read where it arrived
+  // (Note [Reading the mailboxes in place]).
+  build(ucx::ShmOutbox(shm_group_, shm_exchanges_));
+  if (absl::Status s = ucx::ShmPost(shm_group_, message_bytes, &received_, &exchange_lengths_,
+                                    &shm_exchanges_, core_.aborted(), channel_.deadline());
       !s.ok()) {
     return s;
   }
@@ -610,10 +627,10 @@ absl::Status UcxCommunicator::CheckHeaders() const {
   // Every rank compares every header with rank 0's, so all reach the same
   // verdict with the same message.
   Header ref;
-  std::memcpy(&ref, header_slots_.data(), sizeof(Header));
+  std::memcpy(&ref, received_[0], sizeof(Header));
   for (int r = 0; r < size_; ++r) {
     Header h;
-    std::memcpy(&h, header_slots_.data() + static_cast<size_t>(r) * slot_bytes_, sizeof(Header));
+    std::memcpy(&h, received_[r], sizeof(Header));
     if (h.magic != kHeaderMagic || h.sender != r) {
       return absl::DataLossError(absl::StrCat("rank ", r, " sent a malformed collective header"));
     }
@@ -629,9 +646,7 @@ void UcxCommunicator::SmallAllReduce(const Request& req) {
   const ReduceOp op = static_cast<ReduceOp>(h.op);
   const size_t bytes = h.count * DataTypeSize(type);
   if (bytes == 0) return;
-  const auto slot = [&](int r) {
-    return header_slots_.data() + static_cast<size_t>(r) * slot_bytes_ + sizeof(Header);
-  };
+  const auto slot = [&](int r) { return received_[r] + sizeof(Header); };
   // Rank order on every rank: bit-identical results everywhere. Own data is
   // read from the slot (a copy), so in-place is safe.
   if (size_ == 1) {

@@ -323,39 +323,65 @@ absl::Status ShmAllReduce(const ShmGroup& g, const void* send, void* recv, size_
   return absl::OkStatus();
 }
 
-absl::Status ShmExchange(const ShmGroup& g, const void* message, size_t bytes,
-                         unsigned char* out, size_t out_stride, std::vector<size_t>* lengths,
-                         uint64_t* exchanges, const std::atomic<bool>& abort,
-                         absl::Time deadline) {
-  if (bytes > g.mailbox_bytes || bytes > out_stride) {
-    return absl::InvalidArgumentError(absl::StrCat("shared-memory exchange: ", bytes,
-                                                   " bytes do not fit a mailbox of ",
-                                                   g.mailbox_bytes, " (or the output stride)"));
+unsigned char* ShmOutbox(const ShmGroup& g, uint64_t exchanges) {
+  return MessageOf(Mailbox(g, g.bases[g.rank], (exchanges + 1) % 2));
+}
+
+absl::Status ShmPost(const ShmGroup& g, size_t bytes, std::vector<const unsigned char*>* messages,
+                     std::vector<size_t>* lengths, uint64_t* exchanges,
+                     const std::atomic<bool>& abort, absl::Time deadline) {
+  if (bytes > g.mailbox_bytes) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "shared-memory exchange: ", bytes, " bytes do not fit a mailbox of ", g.mailbox_bytes));
   }
   Control* const ctl = ControlOf(g.bases[g.rank]);
-  const auto give_up = [&](WaitResult w) {
-    ctl->aborted.store(w.aborted, std::memory_order_release);
-    return w.status;
-  };
   const uint64_t n = ++*exchanges;  // 1-based, the same on every rank
   // Mailbox n % 2 was last written for exchange n - 2, and every peer has
   // read it: each posted n - 1 (this rank waited for that in exchange n - 1),
   // and a rank posts only after reading all of its previous exchange.
   MailboxHead* mine = Mailbox(g, g.bases[g.rank], n % 2);
   mine->length = bytes;
-  if (bytes > 0) std::memcpy(MessageOf(mine), message, bytes);
   mine->exchange.store(n, std::memory_order_release);
   const auto flag_of = [&g, n](unsigned char* base) -> std::atomic<uint64_t>& {
     return Mailbox(g, base, n % 2)->exchange;
   };
   WaitResult w = WaitAll(g, flag_of, "exchange", n, abort, deadline);
-  if (!w.status.ok()) return give_up(std::move(w));
+  if (!w.status.ok()) {
+    ctl->aborted.store(w.aborted, std::memory_order_release);
+    return w.status;
+  }
+  messages->resize(g.size);
   lengths->resize(g.size);
   for (int r = 0; r < g.size; ++r) {
     MailboxHead* box = Mailbox(g, g.bases[r], n % 2);
+    (*messages)[r] = MessageOf(box);
     // A peer's segment is untrusted as far as sizes go.
-    const size_t len = std::min<uint64_t>({box->length, g.mailbox_bytes, out_stride});
-    if (len > 0) std::memcpy(out + r * out_stride, MessageOf(box), len);
+    (*lengths)[r] = std::min<uint64_t>(box->length, g.mailbox_bytes);
+    // Every line of every message in flight at once, as a copy would have
+    // had them, before the caller reads them one after the other.
+    for (size_t off = kLine; off < (*lengths)[r] + sizeof(MailboxHead); off += kLine) {
+      __builtin_prefetch(reinterpret_cast<const unsigned char*>(box) + off);
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ShmExchange(const ShmGroup& g, const void* message, size_t bytes, unsigned char* out,
+                         size_t out_stride, std::vector<size_t>* lengths, uint64_t* exchanges,
+                         const std::atomic<bool>& abort, absl::Time deadline) {
+  if (bytes > g.mailbox_bytes || bytes > out_stride) {
+    return absl::InvalidArgumentError(absl::StrCat("shared-memory exchange: ", bytes,
+                                                   " bytes do not fit a mailbox of ",
+                                                   g.mailbox_bytes, " (or the output stride)"));
+  }
+  if (bytes > 0) std::memcpy(ShmOutbox(g, *exchanges), message, bytes);
+  std::vector<const unsigned char*> messages;
+  if (absl::Status s = ShmPost(g, bytes, &messages, lengths, exchanges, abort, deadline); !s.ok()) {
+    return s;
+  }
+  for (int r = 0; r < g.size; ++r) {
+    const size_t len = std::min((*lengths)[r], out_stride);
+    if (len > 0) std::memcpy(out + r * out_stride, messages[r], len);
     (*lengths)[r] = len;
   }
   return absl::OkStatus();

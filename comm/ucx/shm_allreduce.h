@@ -177,6 +177,28 @@ absl::Status ShmExchange(const ShmGroup& group, const void* message, size_t byte
                          uint64_t* exchanges, const std::atomic<bool>& abort,
                          absl::Time deadline = absl::InfiniteFuture());
 
+// Note [Reading the mailboxes in place]
+// ShmExchange in two halves, for a caller that builds its message where it
+// is sent and reads the others' where they arrived: ShmOutbox is where this
+// rank's next message goes (mailbox_bytes of room), ShmPost publishes the
+// `bytes` written there and waits as ShmExchange does, then points
+// (*messages)[r] at rank r's message in its own segment. The same argument
+// as above keeps them there: rank r writes that mailbox again only in
+// exchange n + 2, after this rank's next post. So they may be read until
+// this rank posts again, and no copy is made (ShmPost prefetches every line
+// of every message, as a copy would have had them in flight together). The
+// UCX backend's header round built its message in a slot of its own, copied
+// it into the mailbox and every mailbox out again before reducing: 4 copies
+// of a small allreduce's data where 1 is needed. Read in place, 2 local
+// ranks: 2 KiB 0.79 -> 0.69 us, 512 B 0.40 -> 0.36 us (medians of 16
+// interleaved rounds, faster in 13-14 of them; 8 B unchanged within the
+// scatter; docs/allreduce/20261127-mailbox-in-place).
+unsigned char* ShmOutbox(const ShmGroup& group, uint64_t exchanges);
+absl::Status ShmPost(const ShmGroup& group, size_t bytes,
+                     std::vector<const unsigned char*>* messages, std::vector<size_t>* lengths,
+                     uint64_t* exchanges, const std::atomic<bool>& abort,
+                     absl::Time deadline = absl::InfiniteFuture());
+
 }  // namespace fusebox::comm::ucx
 
 #endif  // FUSEBOX_COMM_UCX_SHM_ALLREDUCE_H_

@@ -350,6 +350,48 @@ TEST(ShmExchangeTest, EveryRankGetsEveryMessageAcrossManyExchanges) {
   }
 }
 
+// Note [Reading the mailboxes in place]: a message built in ShmOutbox and
+// posted is read by every rank where it arrived, in its sender's segment,
+// intact until the reader posts again (it reads them only after its peers
+// have gone on to build their next message), across both mailboxes.
+TEST(ShmExchangeTest, PostedMessagesAreReadInTheSendersSegmentUntilTheNextPost) {
+  for (int world : {2, 3, 5}) {
+    constexpr size_t kChunk = 64, kMailbox = 100;
+    Segments seg(world, kChunk, kMailbox);
+    const size_t seg_bytes = ShmSegmentBytes(world, kChunk, kMailbox);
+    std::atomic<bool> abort{false};
+    std::vector<int> wrong(world, 0);
+    std::vector<std::thread> threads;
+    for (int r = 0; r < world; ++r) {
+      threads.emplace_back([&, r] {
+        ShmGroup g{r, world, kChunk, seg.bases, kMailbox};
+        uint64_t exchanges = 0;
+        std::vector<const unsigned char*> messages;
+        std::vector<size_t> lengths;
+        for (int n = 1; n <= 1000; ++n) {
+          const size_t mine = (n + r) % 97;
+          unsigned char* box = ShmOutbox(g, exchanges);
+          for (size_t i = 0; i < mine; ++i) box[i] = static_cast<unsigned char>(n * r + i);
+          ASSERT_TRUE(ShmPost(g, mine, &messages, &lengths, &exchanges, abort).ok());
+          // Peers may be building exchange n + 1 meanwhile: n's must stay.
+          std::this_thread::yield();
+          for (int q = 0; q < world; ++q) {
+            const size_t len = (n + q) % 97;
+            const unsigned char* m = messages[q];
+            if (m < seg.bases[q] || m + len > seg.bases[q] + seg_bytes) ++wrong[r];
+            if (lengths[q] != len) ++wrong[r];
+            for (size_t i = 0; i < len && lengths[q] == len; ++i) {
+              if (m[i] != static_cast<unsigned char>(n * q + i)) ++wrong[r];
+            }
+          }
+        }
+      });
+    }
+    for (auto& t : threads) t.join();
+    for (int r = 0; r < world; ++r) EXPECT_EQ(wrong[r], 0) << "world " << world << " rank " << r;
+  }
+}
+
 TEST(ShmExchangeTest, TooLongAMessageIsRefusedAndAMissingRankTimesOutByName) {
   constexpr int kWorld = 2;
   Segments seg(kWorld, 64, 32);
