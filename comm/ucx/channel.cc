@@ -5,6 +5,7 @@
 #include <sched.h>
 
 #include <algorithm>
+#include <climits>
 #include <cstdlib>
 #include <initializer_list>
 #include <string>
@@ -276,10 +277,10 @@ absl::Status Channel::Progress(int peer) {
     idle_run_ = 0;
   } else if (sleep_when_idle_ && event_fd_ >= 0) {
     // Note [Waiting where ranks outnumber cores].
-    if (++idle_run_ > yields_before_sleep_) {
-      ++idle_sleeps_;
-      slept = true;
-      Sleep();
+    if (idle_run_ < UINT_MAX) ++idle_run_;
+    if (idle_run_ > yields_before_sleep_) {
+      slept = Sleep();
+      if (slept) ++idle_sleeps_;
     } else {
       ++idle_yields_;
       sched_yield();
@@ -314,20 +315,21 @@ absl::Status Channel::PeerGone(int peer, bool now_or_never) {
       "); it may have exited or crashed"));
 }
 
-void Channel::Sleep() {
+bool Channel::Sleep() {
   // Armed, the worker's fd becomes readable when anything arrives or
   // completes. BUSY: something already did; progress again at once. A
   // worker that cannot be armed yields from then on. The bound keeps the
   // abort flag and the deadline looked at.
   const ucs_status_t st = ucp_worker_arm(worker_);
-  if (st == UCS_ERR_BUSY) return;
+  if (st == UCS_ERR_BUSY) return false;
   if (st != UCS_OK) {
     event_fd_ = -1;
     sched_yield();
-    return;
+    return false;
   }
   pollfd fd{event_fd_, POLLIN, 0};
   poll(&fd, 1, /*timeout_ms=*/10);
+  return true;
 }
 
 absl::Status Channel::NoticeError() const {

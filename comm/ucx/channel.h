@@ -181,13 +181,15 @@ class Channel {
   // leaves its core to the ranks that have work. Then every poll that found
   // nothing yields, and after `yields` such polls in a row the channel
   // sleeps at each until one progresses (Note [Waiting where ranks outnumber
-  // cores]); the yield mask does not apply.
+  // cores]; the run of idle polls carries over from one wait to the next
+  // until a poll progresses); the yield mask applies only where the worker
+  // has no event fd, or could not be armed.
   void set_sleep_when_idle(bool sleep, unsigned yields = 0) {
     sleep_when_idle_ = sleep;
     yields_before_sleep_ = yields;
   }
-  // Idle polls that yielded, and that slept, while sleeping when idle (for
-  // tests and diagnostics).
+  // Idle polls that yielded, and that slept on the event fd, while sleeping
+  // when idle (for tests and diagnostics).
   uint64_t idle_yields() const { return idle_yields_; }
   uint64_t idle_sleeps() const { return idle_sleeps_; }
 
@@ -236,8 +238,10 @@ class Channel {
   };
   static_assert(sizeof(FailureNotice) == 16, "FailureNotice is a wire format");
 
-  // Waits for the worker's event fd (set_sleep_when_idle).
-  void Sleep();
+  // Waits for the worker's event fd (set_sleep_when_idle). False where it
+  // did not wait: the worker had events already (progress again at once),
+  // or could not be armed (it then yields, and the channel no longer sleeps).
+  bool Sleep();
   // The error for a received notice (Aborted), validated.
   absl::Status NoticeError() const;
   // Note [A peer that left first]: OK within the grace after `peer`'s

@@ -601,9 +601,9 @@ absl::Status UcxCommunicator::HeaderRound(const Request& req, size_t payload_byt
   // Over messages the descriptor round opens instead (Run).
   if (!shm_exchange_) return absl::InternalError("header round over messages");
   if (message_bytes > shm_group_.mailbox_bytes) {
-    return absl::InternalError(absl::StrCat("header round: ", message_bytes,
-                                            " bytes do not fit a mailbox of ",
-                                            shm_group_.mailbox_bytes));
+    return absl::InvalidArgumentError(absl::StrCat("header round: ", message_bytes,
+                                                   " bytes do not fit a mailbox of ",
+                                                   shm_group_.mailbox_bytes));
   }
   // One write and one flag per rank (Note [Shared-memory exchange]); the
   // message is built in the mailbox and every rank's read where it arrived
@@ -934,7 +934,6 @@ absl::Status UcxCommunicator::InitSharedMemory(Store& store) {
       break;
     }
     shm_group_.bases[peer] = static_cast<unsigned char*>(ptr);
-    ucx::FaultInShmSegment(shm_group_.bases[peer], bytes);
   }
   // "ok" names the segment's layout: ranks whose options differ would read
   // each other's segments at other offsets, so they all fall back instead.
@@ -948,6 +947,13 @@ absl::Status UcxCommunicator::InitSharedMemory(Store& store) {
                              [&](const std::string& v) { return v == (*verdicts)[0]; }) &&
                  absl::StartsWith((*verdicts)[0], "ok ");
   shm_exchange_ = shm_enabled_ && mailbox_bytes > 0;
+  // Note [Faulting the segments in]: every segment is now known to be this
+  // size.
+  if (shm_enabled_ && ucx::FaultInGroup(size_, bytes)) {
+    for (int peer = 0; peer < size_; ++peer) {
+      if (peer != rank_) ucx::FaultInShmSegment(shm_group_.bases[peer], bytes);
+    }
+  }
   return absl::OkStatus();
 }
 

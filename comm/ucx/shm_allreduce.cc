@@ -187,9 +187,18 @@ size_t ShmSegmentBytes(int size, size_t chunk_bytes, size_t mailbox_bytes) {
 }
 
 void InitShmSegment(unsigned char* base, int size, size_t chunk_bytes, size_t mailbox_bytes) {
-  // All of it, not only the counters and the mailboxes' flags: Note
-  // [Faulting the segments in].
-  std::memset(base, 0, ShmSegmentBytes(size, chunk_bytes, mailbox_bytes));
+  const size_t bytes = ShmSegmentBytes(size, chunk_bytes, mailbox_bytes);
+  if (FaultInGroup(size, bytes)) {
+    // All of it: Note [Faulting the segments in].
+    std::memset(base, 0, bytes);
+    return;
+  }
+  std::memset(base, 0, kControlBytes);
+  if (mailbox_bytes == 0) return;
+  const ShmGroup g{0, size, chunk_bytes, {}, mailbox_bytes};
+  for (uint64_t which : {0, 1}) {
+    std::memset(static_cast<void*>(Mailbox(g, base, which)), 0, sizeof(MailboxHead));
+  }
 }
 
 void FaultInShmSegment(const unsigned char* base, size_t bytes) {

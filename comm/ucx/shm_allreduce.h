@@ -128,11 +128,22 @@ size_t ShmSegmentBytes(int size, size_t chunk_bytes, size_t mailbox_bytes = 0);
 // new process one size after the other, had recorded those first calls as
 // the sizes' cost (256 KiB as dear as 2 MiB). So the owner writes its whole
 // segment before publishing it, and every rank reads every page of its
-// peers' segments once mapped: the faults are paid once, in Init.
+// peers' segments once every rank's layout is known to be the same (a
+// peer's segment may otherwise be smaller than this rank's): the faults are
+// paid once, in Init. Only where the group's segments come to at most
+// kFaultInGroupBytes together (with the default 128 KiB chunk, up to 22
+// ranks): beyond that, committing every page up front costs more memory
+// than a first call's faults cost time, and they stay lazy.
 
-// Prepares a fresh segment of that geometry: zeroes all of it (counters,
-// mailboxes' flags, and the staging, which faults every page in). Call
-// before publishing it.
+constexpr size_t kFaultInGroupBytes = size_t{256} << 20;
+// Whether a group of `size` segments of `segment_bytes` is faulted in.
+inline bool FaultInGroup(int size, size_t segment_bytes) {
+  return static_cast<size_t>(size) * segment_bytes <= kFaultInGroupBytes;
+}
+
+// Prepares a fresh segment of that geometry: zeroes its counters and its
+// mailboxes' flags, and all the rest too (faulting every page in) where
+// FaultInGroup. Call before publishing it.
 void InitShmSegment(unsigned char* base, int size, size_t chunk_bytes, size_t mailbox_bytes = 0);
 
 // Reads one byte of every page of a peer's segment as mapped here, so that
@@ -166,7 +177,8 @@ absl::Status ShmAllReduce(const ShmGroup& group, const void* send, void* recv, s
 // so a small collective costs each reader one line transfer per peer, and
 // the writer one. No flag says "read": a rank writes mailbox n % 2 again
 // only in exchange n + 2, after it saw every peer's flag reach n + 1, and a
-// peer sets that flag only after it has copied out all of exchange n. The
+// peer sets that flag only after it has finished reading exchange n (copied
+// out, or read in place: Note [Reading the mailboxes in place]). The
 // caller compares the descriptors it received, so a mismatch is found on
 // every rank, as with the network round. Abort, peers that gave up and the
 // deadline behave as in ShmAllReduce.

@@ -94,12 +94,14 @@ long MinorFaults() {
   return u.ru_minflt;
 }
 
+size_t PageBytes() { return static_cast<size_t>(sysconf(_SC_PAGESIZE)); }
+
 // Touching every page of `p` (reads): the faults that took.
 long FaultsToRead(const unsigned char* p, size_t bytes) {
   const long before = MinorFaults();
   const volatile unsigned char* v = p;
   unsigned sum = 0;
-  for (size_t off = 0; off < bytes; off += 4096) sum += v[off];
+  for (size_t off = 0; off < bytes; off += PageBytes()) sum += v[off];
   (void)sum;
   return MinorFaults() - before;
 }
@@ -107,8 +109,9 @@ long FaultsToRead(const unsigned char* p, size_t bytes) {
 // A peer's segment read in once costs no fault when the allreduce reads it;
 // one not read in costs one a page (the measurement can see the faults).
 TEST(ShmSegmentTest, FaultInLeavesNoPageToFaultOnFirstUse) {
-  constexpr size_t kPages = 64, kBytes = kPages * 4096;
-  auto map = [] {
+  constexpr size_t kPages = 64;
+  const size_t kBytes = kPages * PageBytes();
+  auto map = [&] {
     void* p = mmap(nullptr, kBytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
     return p == MAP_FAILED ? nullptr : static_cast<unsigned char*>(p);
   };
@@ -352,8 +355,8 @@ TEST(ShmExchangeTest, EveryRankGetsEveryMessageAcrossManyExchanges) {
 
 // Note [Reading the mailboxes in place]: a message built in ShmOutbox and
 // posted is read by every rank where it arrived, in its sender's segment,
-// intact until the reader posts again (it reads them only after its peers
-// have gone on to build their next message), across both mailboxes.
+// intact until the reader posts again (while peers may already be building
+// their next message), across both mailboxes.
 TEST(ShmExchangeTest, PostedMessagesAreReadInTheSendersSegmentUntilTheNextPost) {
   for (int world : {2, 3, 5}) {
     constexpr size_t kChunk = 64, kMailbox = 100;
@@ -372,7 +375,9 @@ TEST(ShmExchangeTest, PostedMessagesAreReadInTheSendersSegmentUntilTheNextPost) 
           const size_t mine = (n + r) % 97;
           unsigned char* box = ShmOutbox(g, exchanges);
           for (size_t i = 0; i < mine; ++i) box[i] = static_cast<unsigned char>(n * r + i);
-          ASSERT_TRUE(ShmPost(g, mine, &messages, &lengths, &exchanges, abort).ok());
+          ASSERT_TRUE(ShmPost(g, mine, &messages, &lengths, &exchanges, abort,
+                              absl::Now() + absl::Seconds(60))
+                          .ok());
           // Peers may be building exchange n + 1 meanwhile: n's must stay.
           std::this_thread::yield();
           for (int q = 0; q < world; ++q) {

@@ -111,8 +111,7 @@ TEST(UcxChannelTest, ASleepingChannelWakesForAMessageAndStillMeetsItsDeadline) {
   tcp.transports = "tcp";
   ASSERT_TRUE(p.Connect(tcp).ok());
   for (auto& c : p.ch) {
-    c->set_yield_mask(0);  // sleep at every idle poll
-    c->set_sleep_when_idle(true);
+    c->set_sleep_when_idle(true);  // no yields first: sleeps at every idle poll
     c->set_deadline(absl::Now() + absl::Seconds(30));
   }
   const absl::Time rounds_start = absl::Now();
@@ -156,9 +155,9 @@ TEST(UcxChannelTest, ASleepingChannelWakesForAMessageAndStillMeetsItsDeadline) {
 }
 
 // Note [Waiting where ranks outnumber cores]: sleeping when idle after 3
-// yields, a wait of about 5 ms first yields (3 times per run of idle polls)
-// and then sleeps, instead of yielding at every poll (thousands in 5 ms) or
-// sleeping at once; the message still arrives.
+// yields, a wait first yields (3 times per run of idle polls) and then
+// sleeps, instead of yielding at every poll or sleeping at once; a message
+// sent once it sleeps still wakes it.
 TEST(UcxChannelTest, ASleepingChannelYieldsAFewTimesBeforeItSleeps) {
   Pair p;
   UcxOptions tcp;
@@ -170,13 +169,17 @@ TEST(UcxChannelTest, ASleepingChannelYieldsAFewTimesBeforeItSleeps) {
   int got = -1;
   const int sent = 42;
   absl::Status recv_status, send_status;
+  std::atomic<bool> asleep{false};
   std::thread receiver([&] {
     Pending r;
     waiter.PostRecv(1, &got, sizeof(got), MakeTag(1, 1, 0), &r);
-    recv_status = waiter.Finish(&r, "receive");
+    // Wait (as Finish does) until it has slept once; nothing is sent before.
+    while (recv_status.ok() && waiter.idle_sleeps() == 0) recv_status = waiter.Progress(1);
+    asleep = true;
+    if (recv_status.ok()) recv_status = waiter.Finish(&r, "receive");
   });
   std::thread sender([&] {
-    absl::SleepFor(absl::Milliseconds(5));
+    while (!asleep) absl::SleepFor(absl::Microseconds(100));
     Pending s;
     p.ch[1]->PostSend(0, &sent, sizeof(sent), MakeTag(1, 1, 0), &s);
     send_status = p.ch[1]->Finish(&s, "send");
