@@ -43,7 +43,8 @@
 // per-round ratios; faster in 8-9 of 10 rounds), the same within the
 // scatter at 4 KiB and 32 KiB and at 8 hosts. 8 or 16 yields did about as
 // well; 64 yields, or yielding and never sleeping, were slower than the
-// previous policy at 8 hosts (280-415 us against 208-223 never sleeping).
+// previous policy at 8 hosts up to 4 KiB (never sleeping: 281-415 us,
+// against the previous policy's 208-223).
 //
 // Note [Failure notices]
 // A rank that gives up on a collective (its deadline passed, or a peer's

@@ -389,8 +389,9 @@ absl::Status UcxCommunicator::Init(Store& store) {
   // 20-21 us, 128 KiB 65-90 -> 50-77 us.
   shm_group_.yield_mask = oversubscribed ? 0 : 255;
   slot_bytes_ = sizeof(Header) + small_bytes_;
-  // The header round's slots, where it opens collectives (one host, or one
-  // rank); over messages the descriptor round's staging grows on use.
+  // The header round's message on one rank; with several on one host it is
+  // built and read in the mailboxes, and over messages the descriptor
+  // round's staging grows on use.
   if (size_ == 1) header_slots_.resize(slot_bytes_);
   ring_slots_.resize(options_.chunk_bytes * kRingSlots);
   core_.Start(this, oversubscribed ? 0 : options_.progress_nice,
