@@ -375,25 +375,4 @@ absl::Status ShmPost(const ShmGroup& g, size_t bytes, std::vector<const unsigned
   return absl::OkStatus();
 }
 
-absl::Status ShmExchange(const ShmGroup& g, const void* message, size_t bytes, unsigned char* out,
-                         size_t out_stride, std::vector<size_t>* lengths, uint64_t* exchanges,
-                         const std::atomic<bool>& abort, absl::Time deadline) {
-  if (bytes > g.mailbox_bytes || bytes > out_stride) {
-    return absl::InvalidArgumentError(absl::StrCat("shared-memory exchange: ", bytes,
-                                                   " bytes do not fit a mailbox of ",
-                                                   g.mailbox_bytes, " (or the output stride)"));
-  }
-  if (bytes > 0) std::memcpy(ShmOutbox(g, *exchanges), message, bytes);
-  std::vector<const unsigned char*> messages;
-  if (absl::Status s = ShmPost(g, bytes, &messages, lengths, exchanges, abort, deadline); !s.ok()) {
-    return s;
-  }
-  for (int r = 0; r < g.size; ++r) {
-    const size_t len = std::min((*lengths)[r], out_stride);
-    if (len > 0) std::memcpy(out + r * out_stride, messages[r], len);
-    (*lengths)[r] = len;
-  }
-  return absl::OkStatus();
-}
-
 }  // namespace fusebox::comm::ucx

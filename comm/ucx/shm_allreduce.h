@@ -39,7 +39,7 @@ struct ShmGroup {
   int size = 1;
   size_t chunk_bytes = 128 << 10;       // bytes a rank owns per round; a multiple of 64
   std::vector<unsigned char*> bases;    // every rank's segment, as mapped here
-  // Largest message ShmExchange carries (0: the segments have no mailboxes).
+  // Largest message ShmPost carries (0: the segments have no mailboxes).
   size_t mailbox_bytes = 0;
   // A waiting rank yields its core every yield_mask + 1 polls (a power of two
   // minus one): rarely when every rank has a core of its own, at every poll
@@ -169,35 +169,30 @@ absl::Status ShmAllReduce(const ShmGroup& group, const void* send, void* recv, s
 // rank's, with one write and one flag per rank and no network round trip:
 // the UCX backend's header round (the collective's descriptor, with the
 // data of a small collective behind it) when all ranks share the host.
-// Exchange n writes mailbox n % 2 of this rank's segment (its length, then
-// the message), then sets that mailbox's flag to n (release); it waits for
-// the flag of every rank's mailbox n % 2 to reach n, then copies every
-// rank's message (its own too) into out + r * out_stride. The flag sits in
+// Exchange n writes mailbox n % 2 of this rank's segment (the message, then
+// its length), then sets that mailbox's flag to n (release); it waits for
+// the flag of every rank's mailbox n % 2 to reach n, and every rank's
+// message is then read where it arrived (Note [Reading the mailboxes in
+// place]). The flag sits in
 // the same cache line as the length and the first 48 bytes of the message,
 // so a small collective costs each reader one line transfer per peer, and
 // the writer one. No flag says "read": a rank writes mailbox n % 2 again
 // only in exchange n + 2, after it saw every peer's flag reach n + 1, and a
-// peer sets that flag only after it has finished reading exchange n (copied
-// out, or read in place: Note [Reading the mailboxes in place]). The
+// peer sets that flag only after it has finished reading exchange n. The
 // caller compares the descriptors it received, so a mismatch is found on
 // every rank, as with the network round. Abort, peers that gave up and the
 // deadline behave as in ShmAllReduce.
-// Each rank's message lands at out + r * out_stride and its length in
-// (*lengths)[r]; `exchanges` counts this rank's exchanges (start at 0).
-absl::Status ShmExchange(const ShmGroup& group, const void* message, size_t bytes,
-                         unsigned char* out, size_t out_stride, std::vector<size_t>* lengths,
-                         uint64_t* exchanges, const std::atomic<bool>& abort,
-                         absl::Time deadline = absl::InfiniteFuture());
-
+//
 // Note [Reading the mailboxes in place]
-// ShmExchange in two halves, for a caller that builds its message where it
-// is sent and reads the others' where they arrived: ShmOutbox is where this
-// rank's next message goes (mailbox_bytes of room), ShmPost publishes the
-// `bytes` written there and waits as ShmExchange does, then points
-// (*messages)[r] at rank r's message in its own segment. The same argument
-// as above keeps them there: rank r writes that mailbox again only in
-// exchange n + 2, after this rank's next post. So they may be read until
-// this rank posts again, and no copy is made (ShmPost prefetches every line
+// The caller builds its message where it is sent and reads the others'
+// where they arrived: ShmOutbox is where this rank's next message goes
+// (mailbox_bytes of room), ShmPost publishes the `bytes` written there,
+// waits, then points (*messages)[r] at rank r's message in its own segment
+// and sets (*lengths)[r] to its length; `exchanges` counts this rank's
+// exchanges (start at 0). The argument above keeps the messages there:
+// rank r writes that mailbox again only in exchange n + 2, after this
+// rank's next post. So they may be read until this rank posts again, and
+// no copy is made (ShmPost prefetches every line
 // of every message, as a copy would have had them in flight together). The
 // UCX backend's header round built its message in a slot of its own, copied
 // it into the mailbox and every mailbox out again before reducing: 4 copies
