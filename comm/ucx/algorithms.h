@@ -50,7 +50,8 @@
 // world has at least kLinearMinRanks ranks; Note [Linear round]):
 // * AllReduce up to linear_bytes: inside the linear round (kLinearAllReduce);
 //   above it recursive doubling (and Rabenseifner) inside the descriptor
-//   round with the linear round alongside, then the ring. The rest as above.
+//   round, the linear round watched beside it, then the ring. The rest as
+//   above.
 #ifndef FUSEBOX_COMM_UCX_ALGORITHMS_H_
 #define FUSEBOX_COMM_UCX_ALGORITHMS_H_
 

@@ -235,6 +235,7 @@ void Channel::PostSend(int peer, const void* buf, size_t len, ucp_tag_t tag, Pen
   param.user_data = p;
   *p = Pending{};
   p->peer = peer;
+  ++sends_;
   ucs_status_ptr_t r = ucp_tag_send_nbx(eps_[peer], buf, len, tag, &param);
   if (r == nullptr) {
     p->done = true;

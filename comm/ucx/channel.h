@@ -193,6 +193,8 @@ class Channel {
   // when idle (for tests and diagnostics).
   uint64_t idle_yields() const { return idle_yields_; }
   uint64_t idle_sleeps() const { return idle_sleeps_; }
+  // Messages posted by PostSend (and SendRecv), for tests and diagnostics.
+  uint64_t sends() const { return sends_; }
 
   void PostSend(int peer, const void* buf, size_t len, ucp_tag_t tag, Pending* p);
   void PostRecv(int peer, void* buf, size_t len, ucp_tag_t tag, Pending* p,
@@ -279,6 +281,7 @@ class Channel {
   unsigned idle_run_ = 0;  // polls in a row that found nothing (sleeping when idle)
   uint64_t idle_yields_ = 0;
   uint64_t idle_sleeps_ = 0;
+  uint64_t sends_ = 0;
   int event_fd_ = -1;  // the worker's, where it has wake-up events (TCP only)
 };
 

@@ -515,7 +515,7 @@ absl::Status UcxCommunicator::Run(const Request& req) {
     // Where ranks outnumber cores, the linear round instead (Note [Linear
     // round]), or for AllReduce that the descriptor round carries (by
     // recursive doubling or Rabenseifner), the descriptor round with the
-    // linear round's messages alongside.
+    // linear round watched beside it.
     const bool halving = algorithm == Algorithm::kRabenseifnerAllReduce;
     const ucx::Carried carried{req.send, req.recv, halving};
     const bool in_round = algorithm == Algorithm::kRecursiveDoublingAllReduce || halving;

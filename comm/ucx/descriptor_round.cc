@@ -2,7 +2,6 @@
 #include "comm/ucx/descriptor_round.h"
 
 #include <cstring>
-#include <functional>
 #include <optional>
 
 #include "absl/status/status.h"
@@ -88,30 +87,28 @@ absl::Status CheckCarried(size_t length, size_t bytes, int from, const Header& h
                                           " bytes of partial result for ", Describe(header)));
 }
 
-// Whether a rank that called `h` runs the descriptor round with the
-// linear round alongside (an AllReduce of more than `linear_bytes`, up to
-// the `max_carried_bytes` the descriptor round carries, by recursive
-// doubling or Rabenseifner): such a rank finishes
-// the exchanges without rank 0's answer where every rank runs them.
-bool RunsAlongside(const Header& h, size_t linear_bytes, size_t max_carried_bytes) {
-  if (static_cast<CollectiveKind>(h.kind) != CollectiveKind::kAllReduce ||
-      h.type >= kNumDataTypes) {
-    return false;
-  }
-  const size_t size = DataTypeSize(static_cast<DataType>(h.type));
-  if (h.count > max_carried_bytes / size) return false;
-  return h.count * size > linear_bytes;
-}
-
 // A message slot of the linear round: a Verdict and `bytes` of payload,
 // rounded up to whole cache lines so that every rank's payload at rank 0
 // is aligned for any element type.
 size_t SlotBytes(size_t bytes) { return (sizeof(Verdict) + bytes + 63) / 64 * 64; }
 
+// Note [Watching the linear round]: rank 0's request for a rank's
+// descriptor, on the answer's tag (a wire format: a Verdict whose first
+// header has this magic and the collective's seq).
+inline constexpr uint32_t kRequestMagic = 0x46425852;  // "FBXR"
+
+bool IsRequest(const unsigned char* message, size_t length, uint64_t seq) {
+  if (length != sizeof(Verdict)) return false;
+  Verdict v;
+  std::memcpy(&v, message, sizeof(v));
+  return v.first.magic == kRequestMagic && v.first.seq == seq;
+}
+
 // One rank's side of the linear round (Note [Linear round]): rank 0
 // receives every rank's message and answers each; every other rank sends
 // its message and receives the answer. Posting, taking in and answering
-// are separate so that the round can run alongside the descriptor round.
+// are separate so that rank 0 and the others can watch the round beside
+// the descriptor round (Note [Watching the linear round]).
 class LinearSide {
  public:
   // `slot`: the largest message any rank sends (a Verdict and the largest
@@ -131,10 +128,13 @@ class LinearSide {
   ~LinearSide() { Release(); }
 
   // Rank 0 posts every rank's receive; another rank its answer's receive
-  // and its message (`message`, `length` bytes, kept valid until Finish).
-  void Post(const unsigned char* message, size_t length) {
+  // and, where `send` (it opened the linear round), its message (`message`,
+  // `length` bytes, kept valid until the side is done). A rank watching
+  // the round sends its message only when rank 0 asks for it.
+  void Post(const unsigned char* message, size_t length, bool send) {
     if (channel_.rank() == 0) {
       st_.pending.assign(p_ - 1, Pending{});
+      st_.requests.assign(p_ - 1, Pending{});
       if (st_.gather.size() < slot_ * (p_ - 1)) st_.gather.resize(slot_ * (p_ - 1));
       for (int r = 1; r < p_; ++r) {
         channel_.PostRecv(r, Message(r), slot_, MakeTag(header_.seq, 0, kLinearGather + r),
@@ -142,11 +142,33 @@ class LinearSide {
       }
       return;
     }
+    message_ = message;
+    length_ = length;
     if (st_.gather.size() < slot_) st_.gather.resize(slot_);
-    channel_.PostRecv(0, st_.gather.data(), slot_, MakeTag(header_.seq, 0, kLinearAnswer),
-                      &answer_);
-    channel_.PostSend(0, message, length, MakeTag(header_.seq, 0, kLinearGather + channel_.rank()),
-                      &sent_);
+    PostAnswer();
+    if (send) Send();
+  }
+
+  // Rank 0: whether any rank's message has arrived.
+  bool AnyArrived() const {
+    for (const Pending& q : st_.pending) {
+      if (q.done) return true;
+    }
+    return false;
+  }
+  // Rank 0: asks every rank whose message has not arrived for it (once).
+  void Request() {
+    if (requested_) return;
+    requested_ = true;
+    Verdict ask{};
+    ask.first.magic = kRequestMagic;
+    ask.first.seq = header_.seq;
+    std::memcpy(&st_.request, &ask, sizeof(ask));
+    for (int r = 1; r < p_; ++r) {
+      if (st_.pending[r - 1].done) continue;
+      channel_.PostSend(r, &st_.request, sizeof(st_.request),
+                        MakeTag(header_.seq, 0, kLinearAnswer), &st_.requests[r - 1]);
+    }
   }
 
   // Rank 0: takes in, in rank order, the messages that have arrived (all of
@@ -161,7 +183,6 @@ class LinearSide {
       const absl::StatusOr<Verdict> theirs =
           ReceivedVerdict(message, q.length, next_, next_, next_);
       if (!theirs.ok()) return theirs.status();
-      if (alongside_ != nullptr && !alongside_(theirs->first)) all_alongside_ = false;
       const Verdict merged = Merge(verdict_, *theirs);
       if (carried_ != nullptr && Clean(merged)) {
         if (absl::Status c = CheckCarried(q.length, bytes_, next_, header_); !c.ok()) return c;
@@ -175,6 +196,26 @@ class LinearSide {
     }
     *all = next_ == p_;
     return absl::OkStatus();
+  }
+
+  // Rank 0 in the linear round: Gather, waiting; asks the ranks still
+  // missing for their messages once `after` has passed.
+  absl::Status GatherAll(absl::Duration after) {
+    const absl::Time ask_at = absl::Now() + after;
+    bool all = false;
+    unsigned polls = 0;
+    while (!requested_) {
+      if (absl::Status s = Gather(/*wait=*/false, &all); !s.ok() || all) return s;
+      if ((++polls & 15) == 0 && absl::Now() >= ask_at) {
+        Request();
+        break;
+      }
+      if (absl::Status s = channel_.Progress(next_); !s.ok()) {
+        if (!absl::IsDeadlineExceeded(s)) return s;  // as Channel::Finish words it
+        return absl::DeadlineExceededError(absl::StrCat(s.message(), " (descriptor receive)"));
+      }
+    }
+    return Gather(/*wait=*/true, &all);
   }
 
   // Rank 0, once every rank's message is in: sends every rank the verdict
@@ -193,20 +234,39 @@ class LinearSide {
       channel_.PostSend(r, message, out, MakeTag(header_.seq, 0, kLinearAnswer),
                         &st_.answers[r - 1]);
     }
+    for (Pending& q : st_.requests) {
+      if (q.peer < 0) continue;  // not asked
+      if (absl::Status s = channel_.Finish(&q, "descriptor send"); !s.ok()) return s;
+    }
     for (Pending& q : st_.answers) {
       if (absl::Status s = channel_.Finish(&q, "descriptor send"); !s.ok()) return s;
     }
     return absl::OkStatus();
   }
 
-  // Another rank: whether the answer is in (without waiting).
+  // Another rank: whether something came on the answer's tag (an answer or
+  // a request), without waiting.
   bool Answered() const { return answer_.done; }
-  // Another rank: waits for its message to leave and the answer to come,
-  // and takes the answer in: the world's verdict, and where `carried_` and
-  // clean, the result into carried_->recv.
+  // Another rank: waits for the answer and takes it in: the world's
+  // verdict, and where `carried_` and clean, the result into
+  // carried_->recv. A request met on the way sends this rank's message,
+  // where it has not gone yet.
   absl::Status TakeAnswer() {
+    for (;;) {
+      if (absl::Status s = channel_.Finish(&answer_, "descriptor receive"); !s.ok()) return s;
+      if (!IsRequest(st_.gather.data(), answer_.length, header_.seq)) break;
+      if (requested_) {
+        return absl::DataLossError("rank 0 asked twice for this rank's collective descriptor");
+      }
+      requested_ = true;
+      if (sent_.peer < 0) Send();
+      PostAnswer();
+    }
+    if (sent_.peer < 0) {
+      return absl::DataLossError(
+          "rank 0 answered a rank whose collective descriptor it had not received");
+    }
     if (absl::Status s = channel_.Finish(&sent_, "descriptor send"); !s.ok()) return s;
-    if (absl::Status s = channel_.Finish(&answer_, "descriptor receive"); !s.ok()) return s;
     const absl::StatusOr<Verdict> world =
         ReceivedVerdict(st_.gather.data(), answer_.length, 0, p_ - 1, 0);
     if (!world.ok()) return world.status();
@@ -216,34 +276,30 @@ class LinearSide {
     if (bytes_ > 0) std::memcpy(carried_->recv, st_.gather.data() + sizeof(Verdict), bytes_);
     return absl::OkStatus();
   }
-  // Another rank, where the round beside it finished: its message sent,
-  // the answer's receive cancelled (rank 0 sends none then).
-  absl::Status Withdraw() {
-    absl::Status s = channel_.Finish(&sent_, "descriptor send");
-    channel_.Release(&answer_, /*is_recv=*/true);
-    return s;
-  }
 
   const Verdict& verdict() const { return verdict_; }
-  // Rank 0 beside the descriptor round: `alongside(h)` tells whether a rank
-  // that called h runs it too; all_alongside() whether every rank taken in
-  // so far does (rank 0 itself does).
-  void set_alongside(std::function<bool(const Header&)> alongside) {
-    alongside_ = std::move(alongside);
-  }
-  bool all_alongside() const { return all_alongside_; }
 
-  // Hands back whatever is still posted (error paths; idempotent).
+  // Hands back whatever is still posted: a watching rank's unanswered
+  // receives once the exchanges have decided, and error paths (idempotent).
   void Release() {
     channel_.Release(&answer_, /*is_recv=*/true);
     channel_.Release(&sent_, /*is_recv=*/false);
     if (channel_.rank() != 0) return;
     for (Pending& q : st_.pending) channel_.Release(&q, /*is_recv=*/true);
+    for (Pending& q : st_.requests) channel_.Release(&q, /*is_recv=*/false);
     for (Pending& q : st_.answers) channel_.Release(&q, /*is_recv=*/false);
   }
 
  private:
   unsigned char* Message(int r) { return st_.gather.data() + slot_ * (r - 1); }
+  void PostAnswer() {
+    channel_.PostRecv(0, st_.gather.data(), slot_, MakeTag(header_.seq, 0, kLinearAnswer),
+                      &answer_);
+  }
+  void Send() {
+    channel_.PostSend(0, message_, length_,
+                      MakeTag(header_.seq, 0, kLinearGather + channel_.rank()), &sent_);
+  }
 
   Channel& channel_;
   const Header& header_;
@@ -255,9 +311,11 @@ class LinearSide {
   DescriptorStaging& st_;
   Verdict verdict_;
   int next_ = 1;  // rank 0: the next rank whose message to take in
-  Pending answer_, sent_;
-  std::function<bool(const Header&)> alongside_;
-  bool all_alongside_ = true;
+  // Rank 0: it has asked; another rank: it was asked.
+  bool requested_ = false;
+  const unsigned char* message_ = nullptr;  // another rank's message, and its length
+  size_t length_ = 0;
+  Pending answer_, sent_;  // sent_.peer < 0 until the message is posted
 };
 
 }  // namespace
@@ -294,47 +352,42 @@ absl::Status DescriptorRound(Channel& channel, const Header& header, const Carri
   if (bytes > 0) std::memcpy(partial, carried->send, bytes);
   Verdict v{header, Header{}};
 
-  // Note [Linear round]: where it opens the other collectives, its
-  // messages go alongside, and settled() tells when they have decided the
-  // collective (a mismatch) before the exchanges could; status then says how.
+  // Note [Watching the linear round]: where it opens the other
+  // collectives, rank 0 watches for its messages and every other rank for
+  // rank 0's request or answer; settled() tells when the linear round has
+  // decided the collective (a mismatch) before the exchanges could, and
+  // settled_status how.
   std::optional<LinearSide> side;
   if (linear_bytes >= 0) {
     side.emplace(channel, header, SlotBytes(static_cast<size_t>(linear_bytes)), nullptr, 0, nullptr,
                  staging);
-    side->set_alongside([&](const Header& h) {
-      return RunsAlongside(h, static_cast<size_t>(linear_bytes), max_carried_bytes);
-    });
     staging->out = v;
-    side->Post(reinterpret_cast<const unsigned char*>(&staging->out), sizeof(Verdict));
+    side->Post(reinterpret_cast<const unsigned char*>(&staging->out), sizeof(Verdict),
+               /*send=*/false);
   }
-  bool judged = false;  // rank 0: every rank's linear message is in
   absl::Status settled_status;
   const auto settled = [&]() -> bool {
     if (rank != 0) {
       if (!side->Answered()) return false;
       settled_status = side->TakeAnswer();
-      if (settled_status.ok()) {
-        settled_status = Clean(side->verdict()) ? absl::DataLossError(
-                                                      "rank 0 answered a clean verdict to a rank "
-                                                      "running recursive doubling")
-                                                : VerdictStatus(side->verdict());
-      }
-      return true;
+    } else {
+      // A message of the linear round: some rank opened it, so the
+      // exchanges cannot finish; rank 0 gathers every rank's descriptor.
+      if (!side->AnyArrived()) return false;
+      side->Request();
+      bool all = false;
+      settled_status = side->Gather(/*wait=*/true, &all);
+      if (settled_status.ok()) settled_status = side->Answer();
     }
-    if (judged) return false;
-    bool all = false;
-    settled_status = side->Gather(/*wait=*/false, &all);
-    if (!settled_status.ok()) return true;
-    if (!all) return false;
-    judged = true;
-    // Where every rank runs the exchanges they all finish them, with this
-    // verdict, and none waits for an answer (it would find no receive).
-    if (Clean(side->verdict()) || side->all_alongside()) return false;
-    settled_status = side->Answer();
-    if (settled_status.ok()) settled_status = VerdictStatus(side->verdict());
+    if (settled_status.ok()) {
+      settled_status = Clean(side->verdict())
+                           ? absl::DataLossError(
+                                 "the linear round gave a clean verdict beside recursive doubling")
+                           : VerdictStatus(side->verdict());
+    }
     return true;
   };
-  // Finish, watching the linear round where it runs alongside.
+  // Finish, watching the linear round where it opens the other collectives.
   const auto finish = [&](Pending* q, const char* what) -> absl::Status {
     while (side.has_value() && !q->done) {
       if (settled()) return settled_status;
@@ -513,17 +566,13 @@ absl::Status DescriptorRound(Channel& channel, const Header& header, const Carri
   }
   if (side.has_value()) {
     // Every rank ran the exchanges (each needs every rank's message), so
-    // rank 0 answers none; it still takes every rank's linear message in.
-    if (rank != 0) {
-      if (absl::Status s = side->Withdraw(); !s.ok()) return s;
-    } else {
-      bool all = false;
-      if (absl::Status s = side->Gather(/*wait=*/true, &all); !s.ok()) return s;
-      if (Clean(side->verdict()) != Clean(v)) {
-        return absl::DataLossError(
-            "the linear round's verdict disagrees with the descriptor round's");
-      }
+    // no rank opened the linear round: nothing was sent on its tags, and
+    // what this rank posted for them is cancelled.
+    if (rank == 0 && side->AnyArrived()) {
+      return absl::DataLossError(
+          "a rank opened the linear round while every rank ran recursive doubling");
     }
+    side->Release();
   }
   if (absl::Status m = VerdictStatus(v); !m.ok()) return m;
   if (bytes > 0) std::memcpy(carried->recv, partial, bytes);
@@ -543,13 +592,12 @@ absl::Status LinearRound(Channel& channel, const Header& header, const Carried* 
   const Verdict mine{header, Header{}};
   std::memcpy(tx.data(), &mine, sizeof(mine));
   LinearSide side(channel, header, SlotBytes(max_carried_bytes), carried, bytes, partial, staging);
-  side.Post(tx.data(), sizeof(Verdict) + bytes);
+  side.Post(tx.data(), sizeof(Verdict) + bytes, /*send=*/true);
   if (channel.rank() != 0) {
     if (absl::Status s = side.TakeAnswer(); !s.ok()) return s;
     return VerdictStatus(side.verdict());
   }
-  bool all = false;
-  if (absl::Status s = side.Gather(/*wait=*/true, &all); !s.ok()) return s;
+  if (absl::Status s = side.GatherAll(kRequestAfter); !s.ok()) return s;
   const bool clean = Clean(side.verdict());
   if (bytes > 0 && clean && static_cast<ReduceOp>(header.op) == ReduceOp::kAvg) {
     FinishAvg(partial, header.count, static_cast<DataType>(header.type), channel.size());

@@ -60,20 +60,45 @@
 // largest payload any rank may carry, and a mismatch fails every rank with
 // the same message before any user buffer is written.
 // AllReduce above linear_bytes that recursive doubling carries runs the
-// descriptor round, with the linear round's messages alongside, so that it
-// still opens like every other collective: every rank but 0 sends rank 0
-// its header and watches for an answer while it exchanges; rank 0 watches
-// for every rank's header. Where every rank called an AllReduce in that
-// range (the same one, or a mismatch among them) the exchanges finish with
-// the verdict, rank 0 answers nothing, and the linear messages cost p-1
-// small sends off the critical path (each rank's receive of the answer is
-// cancelled). Where some rank called something the linear round opens (a
-// smaller AllReduce, a Broadcast), no rank can finish the exchanges, which
-// need every rank's message; rank 0 then has every header, judges and
-// answers every rank with the world's verdict, and every rank fails with
-// that message, the one either round would give.
+// descriptor round, with the linear round watched beside it so that it
+// still fails like every other collective where ranks called different
+// things (Note [Watching the linear round]).
 // Rank 0's receives are whole cache lines apart, so every payload it
 // reduces is aligned.
+//
+// Note [Watching the linear round]
+// Where the linear round opens collectives, a rank that runs the
+// descriptor round (an AllReduce in recursive doubling's or Rabenseifner's
+// range) could meet ranks that opened the linear round: they send only to
+// rank 0 and wait for its answer, while it waits for exchanges they never
+// send. So beside the exchanges rank 0 posts the linear round's receives
+// and every other rank the answer's, and nothing more is sent while every
+// rank runs the exchanges: they finish (each needs every rank's message,
+// so no rank opened the linear round) and the receives are cancelled.
+// Otherwise someone asks for the descriptors the linear round lacks:
+// * Rank 0 beside the exchanges, once any linear message arrives (a
+//   mismatch, then), sends a request on the answer's tag to every rank
+//   whose message has not arrived, gathers every rank's, and answers the
+//   world's verdict.
+// * Rank 0 in the linear round, once it has waited kRequestAfter for
+//   the rest, asks those still missing (only then: a rank running the
+//   exchanges is stuck, and a slow one costs a message).
+// A rank asked sends its descriptor if it has not yet (a rank in the
+// linear round has; its request is then ignored), re-posts the answer's
+// receive and waits for the verdict, which comes after any request on the
+// same tag (UCX matches one sender's messages on a tag in order). Every
+// rank then fails with the message either round would give. A rank asked
+// has always posted, or will post, the answer's receive the request meets,
+// so no message is left unmatched where the ranks agree.
+// The earlier design sent every rank's descriptor to rank 0 beside the
+// exchanges whatever happened: 7 more messages at 8 ranks, each kernel time
+// on cores the ranks share, and rank 0 took them all in before it
+// finished. Against it, on 8 emulated hosts sharing 2 cores (blocking
+// AllReduce, per-round ratios of interleaved runs,
+// docs/allreduce/20261127-alongside): 0.85x the time at 8 KiB, 0.84x at
+// 16 KiB and 0.89x at 32 KiB over 4 Gbit (faster in 16, 15 and 13 of 16
+// rounds); 0.84x at 8 KiB over 1 Gbit (12 of 12), 0.98-0.99x at 16-32 KiB;
+// unchanged at 8 B-4 KiB, where the linear round carries the data.
 //
 // Note [Rabenseifner]
 // Recursive doubling sends every rank's whole partial in each of its
@@ -105,6 +130,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/time/time.h"
 #include "comm/ucx/channel.h"
 #include "comm/ucx/header.h"
 
@@ -144,8 +170,11 @@ struct DescriptorStaging {
   // requests; and the verdict this rank sends.
   std::vector<unsigned char> gather;
   std::vector<Pending> pending;
+  std::vector<Pending>
+      requests;                  // rank 0's sends of its request (Note [Watching the linear round])
   std::vector<Pending> answers;  // rank 0's sends of the answer
   Verdict out{};
+  Verdict request{};
 };
 
 // Tag indexes of the linear round (step 0): rank r's message to rank 0 is
@@ -153,13 +182,18 @@ struct DescriptorStaging {
 inline constexpr uint64_t kLinearGather = uint64_t{1} << 20;
 inline constexpr uint64_t kLinearAnswer = uint64_t{1} << 21;
 
+// Note [Watching the linear round]: how long rank 0, in the linear round,
+// waits for every rank's message before it asks the ranks still missing.
+inline constexpr absl::Duration kRequestAfter = absl::Milliseconds(5);
+
 // Runs the round for this rank's `header` (its sender must be the channel's
 // rank), carrying `carried` when not null. `max_carried_bytes`: the largest
 // AllReduce any rank carries (the same on every rank; the table's). Returns
 // the verdict's status, or the first transport error, deadline or malformed
 // message (DataLoss). Where the linear round opens the other collectives,
-// `linear_bytes` is its limit (the table's) and the linear round's
-// messages go alongside (Note [Linear round]); otherwise -1.
+// `linear_bytes` is its limit (the table's) and the linear round is
+// watched beside the exchanges (Note [Watching the linear round]);
+// otherwise -1.
 absl::Status DescriptorRound(Channel& channel, const Header& header, const Carried* carried,
                              size_t max_carried_bytes, DescriptorStaging* staging,
                              int64_t linear_bytes = -1);

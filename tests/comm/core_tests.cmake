@@ -28,6 +28,13 @@ if(FUSEBOX_WITH_UCX)
     GTest::gtest_main)
   target_include_directories(ucx_channel_test PRIVATE ${PROJECT_SOURCE_DIR})
   gtest_discover_tests(ucx_channel_test DISCOVERY_TIMEOUT 60 PROPERTIES TIMEOUT 120)
+
+  # The descriptor round on bare channels (comm/ucx/descriptor_round.h).
+  add_executable(ucx_descriptor_round_test ${CMAKE_CURRENT_SOURCE_DIR}/ucx_descriptor_round_test.cc)
+  target_link_libraries(ucx_descriptor_round_test PRIVATE fusebox::comm_ucx ucx::ucp ucx::ucs
+    GTest::gtest_main)
+  target_include_directories(ucx_descriptor_round_test PRIVATE ${PROJECT_SOURCE_DIR})
+  gtest_discover_tests(ucx_descriptor_round_test DISCOVERY_TIMEOUT 60 PROPERTIES TIMEOUT 120)
 endif()
 
 # Real multi-process runs: one process per rank, under fusebox-run (TCP

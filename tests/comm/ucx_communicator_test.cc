@@ -75,7 +75,7 @@ UcxOptions RabenseifnerOnly() {
 
 // The linear round opening every collective, as where a machine runs more
 // ranks than cores (Note [Linear round]): AllReduce up to 4 KiB inside it,
-// larger recursive doubling with the linear round's messages alongside.
+// larger recursive doubling with the linear round watched beside it.
 UcxOptions LinearOpening() {
   UcxOptions o;
   o.use_shared_memory = false;
@@ -170,7 +170,7 @@ TEST_P(UcxAllReduceTest, MillionPlusThreeElementsByRecursiveDoubling) {
 
 TEST_P(UcxAllReduceTest, MillionPlusThreeElementsByRabenseifner) {
   CheckMillionPlusThree(GetParam(), RabenseifnerOnly());
-  // Beside the linear round: its messages alongside the halving exchanges.
+  // The linear round watched beside the halving exchanges.
   UcxOptions linear = LinearOpening();
   linear.rabenseifner_bytes = 64 << 20;
   CheckMillionPlusThree(GetParam(), linear);
@@ -747,7 +747,7 @@ TEST(UcxCommunicatorTest, TimeoutUnderTheLinearRoundNamesTheStalledRankInThePost
   UcxOptions o = RingOnly();
   o.opening = UcxOptions::Opening::kLinear;
   ExpectTimeoutNamesTheStalledRank(o, /*waits_name_it=*/false);
-  // Recursive doubling with the linear round's messages alongside (16 KB).
+  // Recursive doubling with the linear round watched beside it (16 KB).
   ExpectTimeoutNamesTheStalledRank(LinearOpening(), /*waits_name_it=*/false, 4000);
 }
 
