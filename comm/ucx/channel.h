@@ -63,13 +63,14 @@
 // A rank that has its result leaves, and its endpoints close, while a peer
 // may still be waiting for something else: under the linear opening a rank
 // that called a recursive-doubling AllReduce among ranks that called a
-// linear one waits for its exchange partner, which never sends (it runs the
-// linear round), and watches for rank 0's answer, which carries the
-// verdict. When the partner has its own answer first and leaves, the
-// waiting rank's endpoint to it fails (UCX over TCP reports a closed
-// connection as "Endpoint timeout") while rank 0's answer to it may not be
-// sent yet: on a loaded machine rank 0 can be descheduled between two
-// answers. Over TCP a rank's sends to a peer and its receives from it may
+// linear one has its exchange with a partner that never sends (it runs the
+// linear round) still posted while it waits for rank 0's answer, which
+// carries the verdict (Note [Watching the linear round] in
+// descriptor_round.h). When the partner has its own answer first and
+// leaves, the waiting rank's endpoint to it fails (UCX over TCP reports a
+// closed connection as "Endpoint timeout") while rank 0's answer to it may
+// not be sent yet: on a loaded machine rank 0 can be descheduled between
+// two answers. Over TCP a rank's sends to a peer and its receives from it may
 // also run on two sockets, so a closed socket can be seen before the last
 // data on the other. So Progress reports a failed endpoint only once it has
 // been seen failed for kPeerGoneGrace (1 s), progressing all the while: what

@@ -54,8 +54,8 @@
 // Rank r's message has tag index kLinearGather + r, so rank 0 matches each
 // rank's message to that rank (UCX matches tags, not senders), and the
 // answer kLinearAnswer; the descriptor round's indexes stay below both, so
-// one collective may run both (the linear round, then recursive doubling
-// for AllReduce above linear_bytes). As with the descriptor round, every
+// one collective may run both (recursive doubling for AllReduce above
+// linear_bytes, with the linear round watched beside it). As with the descriptor round, every
 // collective opens with the same messages, receives are sized for the
 // largest payload any rank may carry, and a mismatch fails every rank with
 // the same message before any user buffer is written.
@@ -80,9 +80,11 @@
 //   mismatch, then), sends a request on the answer's tag to every rank
 //   whose message has not arrived, gathers every rank's, and answers the
 //   world's verdict.
-// * Rank 0 in the linear round, once it has waited kRequestAfter for
-//   the rest, asks those still missing (only then: a rank running the
-//   exchanges is stuck, and a slow one costs a message).
+// * Rank 0 in the linear round, once it has waited kRequestAfter (50 ms)
+//   for the rest, asks those still missing: only then, as a rank that is
+//   merely late, or whose message is still arriving, costs a message and a
+//   wake-up when asked, while a rank running the exchanges is stuck until
+//   asked (a mismatch, which may take that long to report).
 // A rank asked sends its descriptor if it has not yet (a rank in the
 // linear round has; its request is then ignored), re-posts the answer's
 // receive and waits for the verdict, which comes after any request on the
@@ -166,13 +168,14 @@ struct DescriptorStaging {
   // does not start the partial (otherwise it goes from tx).
   std::vector<unsigned char> half;
   // The linear round's (Note [Linear round]): rank 0's receives of every
-  // rank's message, or another rank's receive of the answer; their
-  // requests; and the verdict this rank sends.
+  // rank's message, or another rank's receive of the answer; rank 0's
+  // receives in flight; and the verdict this rank sends.
   std::vector<unsigned char> gather;
   std::vector<Pending> pending;
-  std::vector<Pending>
-      requests;                  // rank 0's sends of its request (Note [Watching the linear round])
-  std::vector<Pending> answers;  // rank 0's sends of the answer
+  // Rank 0's sends of its request for a rank's descriptor and of the
+  // answer, and the request itself (Note [Watching the linear round]).
+  std::vector<Pending> requests;
+  std::vector<Pending> answers;
   Verdict out{};
   Verdict request{};
 };
@@ -184,7 +187,9 @@ inline constexpr uint64_t kLinearAnswer = uint64_t{1} << 21;
 
 // Note [Watching the linear round]: how long rank 0, in the linear round,
 // waits for every rank's message before it asks the ranks still missing.
-inline constexpr absl::Duration kRequestAfter = absl::Milliseconds(5);
+// Only ranks that called something else need asking, so it is long enough
+// that a rank merely late (descheduled, or still computing) is rarely asked.
+inline constexpr absl::Duration kRequestAfter = absl::Milliseconds(50);
 
 // Runs the round for this rank's `header` (its sender must be the channel's
 // rank), carrying `carried` when not null. `max_carried_bytes`: the largest

@@ -99,5 +99,111 @@ TEST(DescriptorRoundTest, WatchingTheLinearRoundSendsNothingWhereEveryRankRunsTh
   }
 }
 
+// How each rank opens in the tests below.
+enum class Round { kLinear, kDescriptor };
+constexpr uint64_t kLinearCount = 100;       // 400 B: inside the linear round
+constexpr uint64_t kExchangeCount = 3000;    // 12 KB: recursive doubling
+constexpr size_t kLinearBytes = 4 << 10;     // what the linear round carries
+constexpr size_t kExchangeBytes = 64 << 10;  // what the descriptor round carries
+
+struct RankResult {
+  absl::Status status;
+  std::vector<float> out;
+};
+
+// Runs one AllReduce of (rank + 1)s on every rank of `w`, rank r opening
+// with rounds[r] after sleeping delays[r].
+std::vector<RankResult> RunRound(World& w, const std::vector<Round>& rounds,
+                                 const std::vector<absl::Duration>& delays) {
+  const int n = static_cast<int>(rounds.size());
+  std::vector<RankResult> results(n);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < n; ++r) {
+    threads.emplace_back([&, r] {
+      Channel& ch = *w.ch[r];
+      ch.set_deadline(absl::Now() + absl::Seconds(60));
+      absl::SleepFor(delays[r]);
+      const uint64_t count = rounds[r] == Round::kLinear ? kLinearCount : kExchangeCount;
+      const std::vector<float> in(count, static_cast<float>(r + 1));
+      results[r].out.assign(count, -1.0f);
+      const Header h = AllReduceHeader(r, count);
+      const Carried carried{in.data(), results[r].out.data(), /*halving=*/false};
+      DescriptorStaging staging;
+      results[r].status =
+          rounds[r] == Round::kLinear
+              ? LinearRound(ch, h, &carried, kLinearBytes, &staging)
+              : DescriptorRound(ch, h, &carried, kExchangeBytes, &staging, kLinearBytes);
+    });
+  }
+  for (auto& t : threads) t.join();
+  return results;
+}
+
+// A rank that reaches a clean linear round after rank 0 has waited
+// kRequestAfter is asked for its message, which it had sent (or sends on
+// entering): it ignores the request, sends nothing more, and every rank
+// gets the exact sum.
+TEST(DescriptorRoundTest, ALateRankInTheLinearRoundIgnoresRankZerosRequest) {
+  constexpr int kWorld = 4, kLate = 2;
+  World w(kWorld);
+  std::vector<absl::Duration> delays(kWorld, absl::ZeroDuration());
+  delays[kLate] = 3 * kRequestAfter;
+  const std::vector<RankResult> results =
+      RunRound(w, std::vector<Round>(kWorld, Round::kLinear), delays);
+  for (int r = 0; r < kWorld; ++r) {
+    SCOPED_TRACE(testing::Message() << "rank " << r);
+    ASSERT_TRUE(results[r].status.ok()) << results[r].status;
+    for (float v : results[r].out) ASSERT_EQ(v, 10.0f);
+    if (r > 0) {
+      EXPECT_EQ(w.ch[r]->sends(), 1u);
+    }
+  }
+  // The answers, and a request at least to the late rank (others may have
+  // been late too on a loaded machine).
+  EXPECT_GE(w.ch[0]->sends(), uint64_t{kWorld});
+  EXPECT_LE(w.ch[0]->sends(), uint64_t{2 * (kWorld - 1)});
+}
+
+// Ranks that called different things, some opening with the linear round
+// and some with the exchanges: with rank 0 in either, every rank fails
+// with the same message, naming rank 0's call and the lowest rank's that
+// differs, and no output is written.
+TEST(DescriptorRoundTest, AMixOfRoundsFailsEveryRankWithTheSameMessage) {
+  constexpr Round L = Round::kLinear, D = Round::kDescriptor;
+  struct Case {
+    std::vector<Round> rounds;
+    std::string want;
+  };
+  const std::string linear = "AllReduce(count=100, type=float, op=sum";
+  const std::string exchanges = "AllReduce(count=3000, type=float, op=sum";
+  for (const Case& c : {
+           // Rank 0 beside the exchanges; two linear ranks, so that a request
+           // can reach one whose message is on its way.
+           Case{{D, L, L, D, L}, "rank 0 called " + exchanges},
+           // Rank 0 in the linear round, every other rank in the exchanges.
+           Case{{L, D, D, D, D}, "rank 0 called " + linear},
+           Case{{L, D, L, D}, "rank 0 called " + linear},
+           Case{{D, D, D, L}, "rank 0 called " + exchanges},
+       }) {
+    const int n = static_cast<int>(c.rounds.size());
+    World w(n);
+    const std::vector<RankResult> results =
+        RunRound(w, c.rounds, std::vector<absl::Duration>(n, absl::ZeroDuration()));
+    int differ = 1;
+    while (c.rounds[differ] == c.rounds[0]) ++differ;
+    const std::string other = c.rounds[differ] == L ? linear : exchanges;
+    const std::string want =
+        c.want + ", seq=0) but rank " + std::to_string(differ) + " called " + other;
+    for (int r = 0; r < n; ++r) {
+      SCOPED_TRACE(testing::Message() << "case " << c.want << " x" << n << ", rank " << r);
+      EXPECT_EQ(results[r].status.code(), absl::StatusCode::kInvalidArgument) << results[r].status;
+      EXPECT_NE(std::string(results[r].status.message()).find(want), std::string::npos)
+          << results[r].status.message();
+      EXPECT_EQ(results[r].status.message(), results[0].status.message());
+      for (float v : results[r].out) ASSERT_EQ(v, -1.0f) << "output written";
+    }
+  }
+}
+
 }  // namespace
 }  // namespace fusebox::comm::ucx
