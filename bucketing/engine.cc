@@ -313,6 +313,7 @@ absl::Status Engine::Install(Plan plan) {
   launch_us_.assign(nb, 0);
   ready_at_us_.assign(nb, 0);
   freed_at_us_.assign(nb, 0);
+  on_completion_.assign(nb, 0);
   ResetIterationLocked();
   return absl::OkStatus();
 }
@@ -399,6 +400,7 @@ void Engine::ResetIterationLocked() {
   launched_count_ = 0;
   freed_count_ = 0;
   std::fill(freed_at_us_.begin(), freed_at_us_.end(), 0.0);
+  std::fill(on_completion_.begin(), on_completion_.end(), 0);
   ++generation_;
   votes_.assign(plan_.buckets.size(), {});
   done_count_ = 0;
@@ -858,9 +860,17 @@ void Engine::OnLaunchComplete(int64_t generation, int index, int bucket) {
   if (!lock.owns_lock()) return;  // the worker frees it
   if (generation != generation_ || !failed_.ok()) return;
   if (!FreeSlotLocked(index, bucket, /*read_votes=*/true)) return;
+  // Launch only where the communicator would otherwise go idle: a
+  // collective already launched after this one starts only once this
+  // callback returns, and the worker launches meanwhile (Note [Freeing a
+  // slot where the collective completes]).
+  if (launched_count_ - 1 > index) return;
   const int before = launched_count_;
   LaunchReadyLocked();
   current_.launches_on_completion += launched_count_ - before;
+  for (int k = before; k < launched_count_; ++k) {
+    on_completion_[launched_[launched_.size() - (launched_count_ - k)].bucket] = 1;
+  }
 }
 
 absl::Status Engine::CopyBack(int b) {
@@ -938,7 +948,10 @@ void Engine::WorkerLoop() {
     const bool slot_freed = status.ok();
     if (slot_freed) {
       std::lock_guard<std::mutex> lock(mu_);
-      if (FreeSlotLocked(next.index, next.bucket, /*read_votes=*/true)) LaunchReadyLocked();
+      // Freed here, or by the callback, which may have left the launch to
+      // this thread.
+      FreeSlotLocked(next.index, next.bucket, /*read_votes=*/true);
+      LaunchReadyLocked();
     }
     // The copy alone (back_us) and when it ended: the launches above come
     // between the completion and the copy.
@@ -1004,6 +1017,7 @@ void Engine::WorkerLoop() {
                                  : bt.noticed_us;
       bt.copied_us = copied_at_us - origin;
       bt.freed_us = freed_at_us_[next.bucket] - origin;  // freed above, or by its callback
+      bt.on_completion = on_completion_[next.bucket] != 0;
       current_.bucket_times.push_back(bt);
     }
     if (timeline_) {

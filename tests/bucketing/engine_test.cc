@@ -288,6 +288,49 @@ TEST(EngineScheduleTest, ACompletedCollectiveAdmitsTheNextLaunchWithoutTheWorker
   });
 }
 
+// ...but only where the communicator would otherwise go idle: a launch on
+// a completing thread delays every collective queued behind the one that
+// completed (they start once its callbacks return), so with four buckets
+// in flight a completion launches (as many as its freed slots admit, one
+// run of launches) only once every launch before that run has completed;
+// the worker launches meanwhile.
+TEST(EngineScheduleTest, ACompletionLaunchesOnlyWhereNothingIsQueuedBehindIt) {
+  std::vector<int64_t> sizes(64, 4096);
+  const GradientLayout layout = MakeLayout(sizes);
+  RunRanks(2, [&](int rank, comm::Communicator& comm) {
+    EngineOptions options;
+    options.max_in_flight = 4;
+    auto engine = Engine::Create(comm, layout, PerTensorPlan(layout), options);
+    ASSERT_TRUE(engine.ok()) << engine.status();
+    std::vector<std::vector<float>> g(64, std::vector<float>(4096, 1.0f + rank));
+    for (int iter = 0; iter < 3; ++iter) {
+      for (int id = 63; id >= 0; --id) {
+        ASSERT_TRUE((*engine)->MarkReady(id, g[id].data(), 4096).ok());
+      }
+      ASSERT_TRUE((*engine)->Finish().ok());
+      for (auto& v : g) {
+        ASSERT_EQ(v, std::vector<float>(4096, 1.5f));
+        std::fill(v.begin(), v.end(), 1.0f + rank);
+      }
+      const IterationStats st = (*engine)->stats().back();
+      ASSERT_EQ(st.bucket_times.size(), 64u);
+      int on_completion = 0;
+      size_t run = 0;  // the first launch of the run of completion launches k is in
+      for (size_t k = 0; k < st.bucket_times.size(); ++k) {
+        if (!st.bucket_times[k].on_completion) continue;
+        ++on_completion;
+        if (k == 0 || !st.bucket_times[k - 1].on_completion) run = k;
+        for (size_t j = 0; j < run; ++j) {
+          EXPECT_GE(st.bucket_times[run].launch_us, st.bucket_times[j].done_us)
+              << "rank " << rank << ": launch " << run << " made on completion while launch " << j
+              << " was queued";
+        }
+      }
+      EXPECT_EQ(on_completion, st.launches_on_completion) << "rank " << rank;
+    }
+  });
+}
+
 TEST(EngineScheduleTest, ForwardPriorityRefusesTooManyBuckets) {
   // Each allreduce carries one vote per bucket: beyond the limit the plan is
   // refused with a clear error rather than made quadratic.
