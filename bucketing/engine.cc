@@ -398,6 +398,7 @@ void Engine::ResetIterationLocked() {
   }
   next_launch_ = 0;
   launched_count_ = 0;
+  last_issued_index_ = -1;
   freed_count_ = 0;
   std::fill(freed_at_us_.begin(), freed_at_us_.end(), 0.0);
   std::fill(on_completion_.begin(), on_completion_.end(), 0);
@@ -782,6 +783,7 @@ void Engine::Launch(int b) {
       options_.on_bucket_reduced(b, absl::OkStatus());
     }
   } else {
+    last_issued_index_ = launched_count_;
     if (vote_slots_ > 0) WriteVotesLocked(b);
     char* data = options_.external_buffers ? external_[b] : buffers_->data[b];
     // Issued in launch order under mu_, so concurrent MarkReady calls cannot
@@ -861,15 +863,15 @@ void Engine::OnLaunchComplete(int64_t generation, int index, int bucket) {
   if (generation != generation_ || !failed_.ok()) return;
   if (!FreeSlotLocked(index, bucket, /*read_votes=*/true)) return;
   // Launch only where the communicator would otherwise go idle: a
-  // collective already launched after this one starts only once this
+  // collective issued after this one and still queued starts only once this
   // callback returns, and the worker launches meanwhile (Note [Freeing a
   // slot where the collective completes]).
-  if (launched_count_ - 1 > index) return;
+  if (last_issued_index_ > index) return;
   const int before = launched_count_;
   LaunchReadyLocked();
   current_.launches_on_completion += launched_count_ - before;
   for (int k = before; k < launched_count_; ++k) {
-    on_completion_[launched_[launched_.size() - (launched_count_ - k)].bucket] = 1;
+    on_completion_[current_.launch_order[k]] = 1;
   }
 }
 
@@ -940,11 +942,12 @@ void Engine::WorkerLoop() {
     }
     const double complete_us = NowUs();
     // The collective is done: its slot in the window frees now, before the
-    // copy back, so the next launch never waits behind a copy (Note [Launch
-    // order]). Its votes are what kForwardPriority chooses launch
-    // next.index + W by.
-    // (Or earlier, by the Work's completion callback: Note [Freeing a slot
-    // where the collective completes].)
+    // copy back, so the next launch does not wait behind this bucket's copy
+    // (Note [Launch order]). Its votes are what kForwardPriority chooses
+    // launch next.index + W by.
+    // (Or earlier, by the Work's completion callback, which leaves the
+    // launch to this thread where later collectives are still queued: Note
+    // [Freeing a slot where the collective completes].)
     const bool slot_freed = status.ok();
     if (slot_freed) {
       std::lock_guard<std::mutex> lock(mu_);

@@ -15,7 +15,7 @@
 // among buckets by local readiness alone. At most `max_in_flight` (W)
 // buckets are launched and not yet complete (a slot frees when the
 // allreduce finishes, on the thread that completed it or when the worker
-// sees it, before the bucket is copied back, so no launch waits behind a
+// sees it, before the bucket is copied back, so no launch waits behind that
 // copy: Note [Freeing a slot where the collective completes]); the k-th
 // launch of an iteration is chosen by the
 // schedule:
@@ -73,9 +73,11 @@
 // of ResNet-50 the executor's reaction (launch-to-start less queueing) had
 // a median of 12-13 us where it was 0.0-0.2 us without launches on
 // completion. So the callback frees the slot always but launches only
-// where nothing launched after the completed collective is still
-// outstanding (the communicator would otherwise go idle), and the worker
-// launches otherwise, as soon as it sees the completion. Against
+// where nothing issued after the completed collective is still
+// outstanding (the communicator would otherwise go idle); otherwise the
+// worker launches when it next takes the engine's lock after the
+// completion (it may first finish copying back earlier buckets, while the
+// communicator still has those later collectives to run). Against
 // launching at every completion, 8 interleaved rounds
 // (docs/launch/20261127-recheck): the reaction's median 12.9 -> 0.5 us,
 // p99 58.8 -> 45.2 us (medians of rounds); in the communication-bound
@@ -183,10 +185,11 @@ struct EngineOptions {
   // what was applied and worker_scheduling() says why.
   int worker_nice = 0;
   absl::Duration worker_slice = absl::ZeroDuration();
-  // On a host communicator, a completed collective frees its window slot and
-  // launches what that admits on the thread that completed it, where the
-  // engine's lock is free at once (Note [Freeing a slot where the collective
-  // completes]); false: only the worker does (as before 2026-11-27).
+  // On a host communicator, a completed collective frees its window slot on
+  // the thread that completed it, where the engine's lock is free at once,
+  // and launches what that admits there when no later collective is still
+  // queued (Note [Freeing a slot where the collective completes]); false:
+  // only the worker does.
   bool launch_on_completion = true;
   // How the next bucket to launch is chosen (Note [Launch order]).
   Schedule schedule = Schedule::kPlanOrder;
@@ -274,8 +277,9 @@ struct IterationStats {
   int buckets = 0;
   std::vector<int> launch_order;  // bucket indices in the order they were issued
   // Launches made on the thread that completed a collective, when its freed
-  // window slot admitted them (Note [Freeing a slot where the collective
-  // completes]); the rest were made by MarkReady's caller or the worker.
+  // window slot admitted them and no later collective was still queued
+  // (Note [Freeing a slot where the collective completes]); the rest were
+  // made by MarkReady's caller or the worker.
   int launches_on_completion = 0;
   // With EngineOptions::record_ready_times: per tensor, when MarkReady was
   // called, microseconds after start_us (so 0 for the first gradient when
@@ -480,6 +484,7 @@ class Engine {
   std::vector<double> ready_at_us_;   // per bucket: when its last slice was marked
   std::vector<double> freed_at_us_;   // per bucket: when its window slot freed (0: not yet)
   std::vector<char> on_completion_;   // per bucket: launched by a completion callback
+  int last_issued_index_ = -1;        // the last launch handed to the communicator
   int marked_count_ = 0;
   int next_launch_ = 0;               // lowest bucket not yet launched
   int launched_count_ = 0;            // k of the next launch
@@ -508,7 +513,8 @@ class Engine {
   };
   std::shared_ptr<CompletionGate> gate_ = std::make_shared<CompletionGate>();
   // The callback's side (on the thread that completed launch `index`):
-  // frees its slot and launches what that admits, where mu_ is free.
+  // frees its slot, where mu_ is free, and launches what that admits where
+  // no later launch is still outstanding.
   void OnLaunchComplete(int64_t generation, int index, int bucket);
   // Frees launch `index`'s window slot if it is the next to free (mu_
   // held), with its votes where `read_votes`; false if it was freed before.
