@@ -76,8 +76,9 @@ ABSL_FLAG(double, ucx_progress_slice_us, 0,
 ABSL_FLAG(int, engine_worker_nice, 0,
           "overlap: the bucketing engine's worker thread's nice value (0: the caller's)");
 ABSL_FLAG(bool, engine_launch_on_completion, true,
-          "overlap: a completed allreduce frees its window slot and launches the next bucket on "
-          "the thread that completed it (false: only the engine's worker does)");
+          "overlap: a completed allreduce frees its window slot on the thread that completed "
+          "it, and launches the next bucket there where no later allreduce is still queued "
+          "(false: only the engine's worker does)");
 ABSL_FLAG(double, engine_worker_slice_us, 0,
           "overlap: the engine's worker thread's requested scheduler slice in microseconds "
           "(as --ucx_progress_slice_us; 0: the kernel's default)");

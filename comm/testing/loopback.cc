@@ -144,9 +144,13 @@ class Group {
         }
         lock.unlock();
         const absl::Status s = Execute(calls);
+        lock.lock();
+        // Sticky before any rank sees its Work done: a rank that returns
+        // from Wait() and issues again must find the group failed.
+        if (!s.ok() && failed_.ok()) failed_ = s;
+        lock.unlock();
         for (Call& c : calls) c.work->Complete(s);
         lock.lock();
-        if (!s.ok() && failed_.ok()) failed_ = s;
         continue;
       }
       if (static_cast<int>(missing.size()) == world_) {  // nothing issued
