@@ -84,6 +84,18 @@ struct UcxOptions {
   // allreduce was its fastest up to 4 KiB and lost to recursive doubling
   // and Rabenseifner at 32 KiB (docs/allreduce/20261126-emulated-descriptor-1gbit).
   size_t linear_bytes = 4 << 10;
+  // Where not 0: AllReduce over messages above 4 KiB and up to this many
+  // bytes, in a world of at least 3 ranks, chooses its algorithm by timing
+  // the candidates on its first calls (recursive doubling, Rabenseifner, and
+  // where ranks outnumber a machine's cores the linear round), per size
+  // class, each twice the last: rank 0 decides and every rank switches after
+  // the same collective (Note [Measured choice] in
+  // comm/ucx/measured_choice.h). Off by default: on emulated hosts behind
+  // token-bucket shaping the trial's first calls ride the bucket's burst and
+  // chose algorithms that lose once it drains (1.35-1.5x the static table's
+  // time at 8-16 KiB on 8 hosts over 1 Gbit), though it gained 0.80-0.84x at
+  // 8-16 KiB on 4 hosts over 4 Gbit (docs/allreduce/20261128-measured-choice).
+  size_t measured_choice_bytes = 0;
   // Pipeline chunk of the ring algorithm. Small enough that a received chunk
   // is still in cache when it is reduced.
   size_t chunk_bytes = 256 << 10;

@@ -117,6 +117,12 @@ ABSL_FLAG(std::string, ucx_opening, "auto",
 ABSL_FLAG(std::string, ucx_linear, "4K",
           "ucx backend: where the linear round opens, AllReduce up to this size rides in it "
           "(at most 1M)");
+ABSL_FLAG(std::string, ucx_measured_choice, "0",
+          "ucx backend: over messages, in a world of at least 3 ranks, AllReduce above 4K up to "
+          "this size times its candidate algorithms (recursive doubling, Rabenseifner, and "
+          "where ranks outnumber a machine's cores the linear round) on its first calls, per "
+          "size class, and runs the fastest on rank 0 from then on; the choices are printed "
+          "after the sweep (at most 1M; 0, the default: the static table)");
 ABSL_FLAG(std::string, ucx_small, "4K",
           "ucx backend: on one host, messages up to this size ride in the header round "
           "(one-shot; raised to 32K where up to 8 ranks outnumber the host's cores; 0: never)");
@@ -338,6 +344,9 @@ absl::StatusOr<comm::BackendOptions> BackendOptionsFromFlags() {
   auto linear = ParseBytes(absl::GetFlag(FLAGS_ucx_linear));
   if (!linear.ok()) return linear.status();
   b.ucx.linear_bytes = *linear;
+  auto measured = ParseBytes(absl::GetFlag(FLAGS_ucx_measured_choice));
+  if (!measured.ok()) return measured.status();
+  b.ucx.measured_choice_bytes = *measured;
   auto shm_chunk = ParseBytes(absl::GetFlag(FLAGS_ucx_shm_chunk));
   if (!shm_chunk.ok()) return shm_chunk.status();
   b.ucx.shm_chunk_bytes = *shm_chunk;
@@ -415,15 +424,16 @@ int WithCommunicator(
         launch->mpi_initialized ? "MPI rendezvous" : "TCP rendezvous or single rank", "), backend ",
         backend, ", collective timeout ", absl::FormatDuration(u.timeout),
         backend == "ucx"
-            ? absl::StrCat(
-                  ", UCX transports ", u.transports, ", shared memory ",
-                  u.use_shared_memory ? "on" : "off", ", chunk ", u.chunk_bytes,
-                  " B, small messages <= ", u.small_message_bytes, " B, recursive doubling <= ",
-                  u.recursive_doubling_bytes, " B, Rabenseifner <= ", u.rabenseifner_bytes,
-                  " B from ", u.rabenseifner_from_bytes, " B, opening ",
-                  absl::GetFlag(FLAGS_ucx_opening), ", linear <= ", u.linear_bytes, " B, spin ",
-                  absl::FormatDuration(u.progress_spin), ", progress thread nice ", u.progress_nice,
-                  ", slice ", absl::FormatDuration(u.progress_slice))
+            ? absl::StrCat(", UCX transports ", u.transports, ", shared memory ",
+                           u.use_shared_memory ? "on" : "off", ", chunk ", u.chunk_bytes,
+                           " B, small messages <= ", u.small_message_bytes,
+                           " B, recursive doubling <= ", u.recursive_doubling_bytes,
+                           " B, Rabenseifner <= ", u.rabenseifner_bytes, " B from ",
+                           u.rabenseifner_from_bytes, " B, opening ",
+                           absl::GetFlag(FLAGS_ucx_opening), ", linear <= ", u.linear_bytes,
+                           " B, measured choice <= ", u.measured_choice_bytes, " B, spin ",
+                           absl::FormatDuration(u.progress_spin), ", progress thread nice ",
+                           u.progress_nice, ", slice ", absl::FormatDuration(u.progress_slice))
             : ""));
   }
   int rc = 0;
@@ -692,6 +702,12 @@ int Main(int argc, char** argv) {
       rc = Fail(log, summary.status());
     } else {
       if (out != nullptr) {
+        // What the backend chose while it ran (the UCX backend's measured
+        // classes), where anything was.
+        for (absl::string_view line : absl::StrSplit(c.Algorithms(), '\n', absl::SkipEmpty())) {
+          if (!absl::StartsWith(line, "Chosen: ")) continue;
+          std::fprintf(out, "# algorithms: %.*s\n", static_cast<int>(line.size()), line.data());
+        }
         std::fprintf(out, "# Out of bounds values : %lld %s\n",
                      static_cast<long long>(summary->wrong), summary->wrong == 0 ? "OK" : "FAILED");
         std::fprintf(out, "# Avg bus bandwidth    : %g\n", summary->avg_busbw);

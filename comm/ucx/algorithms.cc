@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -67,6 +68,28 @@ AlgorithmTable BuildAlgorithmTable(const AlgorithmInputs& in) {
         in.opening == Opening::kLinear ||
         (in.opening == Opening::kAuto && in.machine_oversubscribed && in.world >= kLinearMinRanks);
     if (t.linear_) t.linear_bytes_ = in.linear_bytes;
+    t.linear_watched_ = t.linear_;
+    // The measured classes (Note [Measured choice] in measured_choice.h).
+    const bool linear_candidate = in.world <= kMeasuredLinearMaxRanks &&
+                                  in.opening != Opening::kRecursiveDoubling &&
+                                  (t.linear_ || in.machine_oversubscribed);
+    for (size_t lo = kMeasuredFromBytes; in.world >= 3 && lo < in.measured_bytes; lo *= 2) {
+      AlgorithmTable::MeasuredClass c;
+      c.lo = lo;
+      c.hi = std::min(2 * lo, in.measured_bytes);
+      c.candidates.push_back(Algorithm::kRecursiveDoublingAllReduce);
+      if (power_of_two && in.world >= 4 && in.rabenseifner_bytes > 0) {
+        c.candidates.push_back(Algorithm::kRabenseifnerAllReduce);
+      }
+      if (linear_candidate) c.candidates.push_back(Algorithm::kLinearAllReduce);
+      if (c.candidates.size() < 2) break;
+      t.carried_bytes_ = std::max(t.carried_bytes_, c.hi);
+      if (linear_candidate) {
+        t.linear_bytes_ = std::max(t.linear_bytes_, c.hi);
+        t.linear_watched_ = true;
+      }
+      t.measured_.push_back(std::move(c));
+    }
   }
   for (Kind kind : kinds) {
     std::vector<AlgorithmTable::Range>& r = t.ranges_[static_cast<int>(kind) - 1];
@@ -77,7 +100,7 @@ AlgorithmTable BuildAlgorithmTable(const AlgorithmInputs& in) {
     if (messages) {
       switch (kind) {
         case Kind::kAllReduce:
-          if (t.linear_) r.push_back({t.linear_bytes_, Algorithm::kLinearAllReduce});
+          if (t.linear_) r.push_back({in.linear_bytes, Algorithm::kLinearAllReduce});
           // Each range only where it ends above the last one.
           for (const auto& [to, a] : {std::pair{rd_to, Algorithm::kRecursiveDoublingAllReduce},
                                       std::pair{rab_to, Algorithm::kRabenseifnerAllReduce},
@@ -143,6 +166,15 @@ std::string AlgorithmTable::Describe() const {
     lines.push_back(absl::StrCat(KindName(kind), ": ", absl::StrJoin(parts, ", ")));
   }
   if (linear_) lines.push_back("Opening: linear round");
+  if (!measured_.empty()) {
+    std::vector<std::string> parts;
+    for (const MeasuredClass& c : measured_) {
+      std::vector<std::string> names;
+      for (Algorithm a : c.candidates) names.push_back(AlgorithmName(a));
+      parts.push_back(absl::StrCat("(", c.lo, ", ", c.hi, "] B ", absl::StrJoin(names, "|")));
+    }
+    lines.push_back(absl::StrCat("Measured: ", absl::StrJoin(parts, ", ")));
+  }
   return absl::StrJoin(lines, "\n");
 }
 

@@ -52,6 +52,16 @@
 //   above it recursive doubling (and Rabenseifner) inside the descriptor
 //   round, the linear round watched beside it, then the ring. The rest as
 //   above.
+// Over messages in a world of at least 3 ranks, AllReduce of kMeasuredFromBytes
+// up to UcxOptions::measured_choice_bytes (0 by default: none) is split into size classes (each
+// twice the last) whose algorithm is measured (Note [Measured choice] in
+// measured_choice.h); the ranges above are the choice until then. Each class's
+// candidates: recursive doubling; Rabenseifner where the world is a power of
+// two of at least 4 ranks; the linear round where some machine runs more
+// ranks than it has cores (or the linear round opens) and the world has at
+// most kMeasuredLinearMaxRanks ranks. The descriptor round then carries up
+// to the range's end, and where the linear round is a candidate it carries
+// as much and is watched beside every descriptor round.
 #ifndef FUSEBOX_COMM_UCX_ALGORITHMS_H_
 #define FUSEBOX_COMM_UCX_ALGORITHMS_H_
 
@@ -98,6 +108,12 @@ inline constexpr int kOversubscribedSmallMaxRanks = 8;
 // at 8 hosts 240-360 against 410-530.
 inline constexpr int kLinearMinRanks = 5;
 
+// Note [Algorithm table]: where the measured classes start (exclusive),
+// and the largest world where the linear round is a candidate (rank 0
+// receives p - 1 messages of up to measured_choice_bytes).
+inline constexpr size_t kMeasuredFromBytes = size_t{4} << 10;
+inline constexpr int kMeasuredLinearMaxRanks = 16;
+
 // Note [Recursive doubling or Rabenseifner]
 // Where the world is a power of two of at least 4 ranks, AllReduce over
 // messages can run recursive doubling (log2(p) rounds, each sending the
@@ -140,6 +156,7 @@ struct AlgorithmInputs {
   UcxOptions::Opening opening = UcxOptions::Opening::kAuto;  // UcxOptions::opening
   size_t linear_bytes = 0;                                   // UcxOptions::linear_bytes
   bool machine_oversubscribed = false;  // some rank's machine runs more ranks than cores
+  size_t measured_bytes = 0;            // UcxOptions::measured_choice_bytes
 };
 
 // The one-shot threshold those inputs give.
@@ -151,6 +168,13 @@ class AlgorithmTable {
     size_t max_bytes;  // inclusive; the last range of a kind ends at SIZE_MAX
     Algorithm algorithm;
   };
+  // AllReduce of (lo, hi] bytes whose algorithm is measured among
+  // `candidates` (Note [Measured choice] in measured_choice.h).
+  struct MeasuredClass {
+    size_t lo = 0;
+    size_t hi = 0;
+    std::vector<Algorithm> candidates;
+  };
 
   Algorithm Select(Kind kind, size_t bytes) const;
   // The ranges of one kind, ascending.
@@ -161,11 +185,18 @@ class AlgorithmTable {
   // 0 where the header round opens instead.
   size_t carried_bytes() const { return carried_bytes_; }
   // Whether the linear round opens collectives instead of the descriptor
-  // round (Note [Linear round]), and the largest AllReduce it carries.
+  // round (Note [Linear round]), and the largest AllReduce it carries
+  // (what it carries where the opening, or the measured choice, has it).
   bool linear() const { return linear_; }
   size_t linear_bytes() const { return linear_bytes_; }
+  // Whether the linear round is watched beside every descriptor round: it
+  // opens collectives, or a measured class may run it.
+  bool linear_watched() const { return linear_watched_; }
+  // The size classes whose algorithm is measured, ascending.
+  const std::vector<MeasuredClass>& measured() const { return measured_; }
   // One line per kind, e.g. "AllReduce: 0-4096 B one-shot, 4097 B+ shm-allreduce",
-  // then, where the linear round opens, "Opening: linear round".
+  // then, where the linear round opens, "Opening: linear round", and where
+  // classes are measured, "Measured: (4096, 8192] B recursive-doubling|linear, ...".
   std::string Describe() const;
 
  private:
@@ -174,6 +205,8 @@ class AlgorithmTable {
   size_t carried_bytes_ = 0;
   bool linear_ = false;
   size_t linear_bytes_ = 0;
+  bool linear_watched_ = false;
+  std::vector<MeasuredClass> measured_;
   std::vector<Range> ranges_[4];  // by Kind - 1
 };
 

@@ -59,6 +59,7 @@
 #include <cstring>
 #include <deque>
 #include <fstream>
+#include <optional>
 #include <string>
 #include <thread>
 #include <utility>
@@ -69,7 +70,9 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_replace.h"
 #include "absl/strings/string_view.h"
+#include "absl/synchronization/mutex.h"
 #include "comm/async_core.h"
 #include "comm/fault.h"
 #include "comm/reduce.h"
@@ -77,6 +80,7 @@
 #include "comm/ucx/channel.h"
 #include "comm/ucx/descriptor_round.h"
 #include "comm/ucx/header.h"
+#include "comm/ucx/measured_choice.h"
 #include "comm/ucx/ranges.h"
 #include "comm/ucx/shm_allreduce.h"
 
@@ -150,7 +154,16 @@ class UcxCommunicator final : public Communicator, private CollectiveExecutor {
   int rank() const override { return rank_; }
   int size() const override { return size_; }
   std::string backend() const override { return "ucx"; }
-  std::string Algorithms() const override { return algorithms_.Describe(); }
+  // The table, then the measured choices made so far (Note [Measured
+  // choice]).
+  std::string Algorithms() const override {
+    std::string text = algorithms_.Describe();
+    absl::MutexLock lock(&chosen_mu_);
+    if (!chosen_.empty()) {
+      absl::StrAppend(&text, "\nChosen: ", absl::StrReplaceAll(chosen_, {{"\n", "; "}}));
+    }
+    return text;
+  }
   std::vector<std::string> SetupNotes() const override {
     if (core_.progress_priority().ok()) return {};
     return {std::string(core_.progress_priority().message())};
@@ -232,6 +245,11 @@ class UcxCommunicator final : public Communicator, private CollectiveExecutor {
   // The descriptor round's messages (Note [Descriptor round]): grow to the
   // table's carried_bytes and the largest AllReduce carried.
   ucx::DescriptorStaging descriptor_staging_;
+  // Note [Measured choice]: built with the table; the executing thread's.
+  std::optional<ucx::MeasuredChoice> measured_;
+  // Its Describe(), for Algorithms() on any thread.
+  mutable absl::Mutex chosen_mu_;
+  std::string chosen_ ABSL_GUARDED_BY(chosen_mu_);
 
   // Shared-memory path (Note [UCX shared-memory allreduce]).
   absl::Status InitSharedMemory(Store& store);
@@ -288,7 +306,8 @@ absl::Status UcxCommunicator::Init(Store& store) {
       " shm_chunk_bytes=", options_.shm_chunk_bytes,
       " shm_stores=", static_cast<int>(options_.shm_stores), " transports=", options_.transports,
       " detect_peer_failure=", options_.detect_peer_failure,
-      " opening=", static_cast<int>(options_.opening), " linear_bytes=", options_.linear_bytes);
+      " opening=", static_cast<int>(options_.opening), " linear_bytes=", options_.linear_bytes,
+      " measured_choice_bytes=", options_.measured_choice_bytes);
   const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
   std::string mine;
   for (const std::string& field : {settings_text, MachineId(), absl::StrCat(cores)}) {
@@ -372,6 +391,7 @@ absl::Status UcxCommunicator::Init(Store& store) {
   inputs.opening = options_.opening;
   inputs.linear_bytes = options_.linear_bytes;
   inputs.machine_oversubscribed = any_oversubscribed;
+  inputs.measured_bytes = options_.measured_choice_bytes;
   inputs.shm_exchange = true;
   small_bytes_ = ucx::SmallMessageBytes(inputs);
 
@@ -384,6 +404,7 @@ absl::Status UcxCommunicator::Init(Store& store) {
   inputs.shm_exchange = shm_exchange_;
   inputs.shm_allreduce = shm_enabled_;
   algorithms_ = ucx::BuildAlgorithmTable(inputs);
+  measured_.emplace(algorithms_.measured(), /*decides=*/rank_ == 0);
   small_bytes_ = algorithms_.small_bytes();
   // Oversubscribed, 4 ranks bound two to a core: 8 B allreduce 23-25 ->
   // 20-21 us, 128 KiB 65-90 -> 50-77 us.
@@ -453,6 +474,9 @@ StartOutcome UcxCommunicator::Start(CollectiveCall& call) {
   req.header.seq = call.seq;
   req.send = call.send;
   req.recv = call.recv;
+  // Note [Measured choice]: rank 0's decisions ride in its header, in
+  // every round over messages.
+  if (!shm_exchange_ && size_ > 1) req.header.pad = measured_->TakeAnnouncement();
   channel_.set_deadline(call.deadline);
   absl::Status s = Run(req);
   channel_.set_deadline(absl::InfiniteFuture());
@@ -500,7 +524,13 @@ absl::Status UcxCommunicator::Run(const Request& req) {
   const Kind kind = static_cast<Kind>(h.kind);
   const DataType type = static_cast<DataType>(h.type);
   const size_t bytes = h.count * DataTypeSize(type);
-  const Algorithm algorithm = algorithms_.Select(kind, bytes);
+  Algorithm algorithm = algorithms_.Select(kind, bytes);
+  // Note [Measured choice]: in a measured class, the trial's candidate or
+  // the one chosen.
+  std::optional<ucx::MeasuredChoice::Pick> pick;
+  if (kind == Kind::kAllReduce) pick = measured_->Next(bytes);
+  if (pick.has_value()) algorithm = pick->algorithm;
+  const absl::Time began = absl::Now();
   // What this rank contributes to the header round.
   size_t payload_bytes = 0;
   const void* payload = nullptr;
@@ -519,20 +549,32 @@ absl::Status UcxCommunicator::Run(const Request& req) {
     const bool halving = algorithm == Algorithm::kRabenseifnerAllReduce;
     const ucx::Carried carried{req.send, req.recv, halving};
     const bool in_round = algorithm == Algorithm::kRecursiveDoublingAllReduce || halving;
-    if (algorithms_.linear() && !in_round) {
-      const bool carries = algorithm == Algorithm::kLinearAllReduce;
-      if (absl::Status s = ucx::LinearRound(channel_, h, carries ? &carried : nullptr,
-                                            algorithms_.linear_bytes(), &descriptor_staging_);
-          !s.ok() || carries) {
-        return s;
-      }
-    } else if (absl::Status s = ucx::DescriptorRound(
-                   channel_, h, in_round ? &carried : nullptr, algorithms_.carried_bytes(),
-                   &descriptor_staging_,
-                   algorithms_.linear() ? static_cast<int64_t>(algorithms_.linear_bytes()) : -1);
-               !s.ok() || in_round) {
-      return s;
+    const bool carries = algorithm == Algorithm::kLinearAllReduce;
+    absl::Status s =
+        carries || (algorithms_.linear() && !in_round)
+            ? ucx::LinearRound(channel_, h, carries ? &carried : nullptr,
+                               algorithms_.linear_bytes(), &descriptor_staging_)
+            : ucx::DescriptorRound(channel_, h, in_round ? &carried : nullptr,
+                                   algorithms_.carried_bytes(), &descriptor_staging_,
+                                   algorithms_.linear_watched()
+                                       ? static_cast<int64_t>(algorithms_.linear_bytes())
+                                       : -1);
+    // A clean round ends with rank 0's header on every rank, and any
+    // decision it announces applies from the next collective.
+    if (s.ok() && descriptor_staging_.rank0_pad != 0) {
+      s = measured_->Apply(descriptor_staging_.rank0_pad);
+      const std::string chosen = measured_->Describe();
+      absl::MutexLock lock(&chosen_mu_);
+      chosen_ = chosen;
     }
+    if (!s.ok()) return s;
+    if (in_round || carries) {
+      measured_->Record(pick, began, absl::Now());
+      return absl::OkStatus();
+    }
+    // What follows the round is not measured; the next call is timed from
+    // its own start.
+    measured_->Record(std::nullopt, began, absl::Now());
   } else if (absl::Status s = HeaderRound(req, payload_bytes, payload); !s.ok()) {
     return s;
   }
@@ -1008,6 +1050,12 @@ absl::StatusOr<std::unique_ptr<Communicator>> CreateUcxCommunicator(
         "UCX linear_bytes must be at most 1 MiB and, times the ranks but one, at most 256 MiB "
         "(rank 0 of the linear round stages a message from every rank); got ",
         options.linear_bytes, " with ", size, " ranks"));
+  }
+  // The measured classes carry up to this much in both rounds (Note
+  // [Measured choice]); the linear round is a candidate up to 16 ranks.
+  if (options.measured_choice_bytes > (1u << 20)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "UCX measured_choice_bytes must be at most 1 MiB, got ", options.measured_choice_bytes));
   }
   if (options.recursive_doubling_bytes > (64u << 20)) {
     return absl::InvalidArgumentError(

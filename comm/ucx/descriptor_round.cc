@@ -350,6 +350,7 @@ absl::Status DescriptorRound(Channel& channel, const Header& header, const Carri
   unsigned char* partial = tx.data() + sizeof(Verdict);  // this block's, while clean
   if (bytes > 0) std::memcpy(partial, carried->send, bytes);
   Verdict v{header, Header{}};
+  staging->rank0_pad = 0;
 
   // Note [Watching the linear round]: where it opens the other
   // collectives, rank 0 watches for its messages and every other rank for
@@ -575,6 +576,7 @@ absl::Status DescriptorRound(Channel& channel, const Header& header, const Carri
   }
   if (absl::Status m = VerdictStatus(v); !m.ok()) return m;
   if (bytes > 0) std::memcpy(carried->recv, partial, bytes);
+  staging->rank0_pad = v.first.pad;
   return absl::OkStatus();
 }
 
@@ -592,8 +594,10 @@ absl::Status LinearRound(Channel& channel, const Header& header, const Carried* 
   std::memcpy(tx.data(), &mine, sizeof(mine));
   LinearSide side(channel, header, SlotBytes(max_carried_bytes), carried, bytes, partial, staging);
   side.Post(tx.data(), sizeof(Verdict) + bytes, /*send=*/true);
+  staging->rank0_pad = 0;
   if (channel.rank() != 0) {
     if (absl::Status s = side.TakeAnswer(); !s.ok()) return s;
+    staging->rank0_pad = side.verdict().first.pad;
     return VerdictStatus(side.verdict());
   }
   if (absl::Status s = side.GatherAll(kRequestAfter); !s.ok()) return s;
@@ -604,6 +608,7 @@ absl::Status LinearRound(Channel& channel, const Header& header, const Carried* 
   if (absl::Status s = side.Answer(); !s.ok()) return s;
   if (!clean) return VerdictStatus(side.verdict());
   if (bytes > 0) std::memcpy(carried->recv, partial, bytes);
+  staging->rank0_pad = header.pad;
   return absl::OkStatus();
 }
 

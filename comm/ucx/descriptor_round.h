@@ -178,6 +178,10 @@ struct DescriptorStaging {
   std::vector<Pending> answers;
   Verdict out{};
   Verdict request{};
+  // After a clean round: the pad byte of rank 0's header, which every rank
+  // holds in the world's verdict (Note [Measured choice] in
+  // measured_choice.h).
+  uint8_t rank0_pad = 0;
 };
 
 // Tag indexes of the linear round (step 0): rank r's message to rank 0 is

@@ -35,6 +35,14 @@ if(FUSEBOX_WITH_UCX)
     GTest::gtest_main)
   target_include_directories(ucx_descriptor_round_test PRIVATE ${PROJECT_SOURCE_DIR})
   gtest_discover_tests(ucx_descriptor_round_test DISCOVERY_TIMEOUT 60 PROPERTIES TIMEOUT 120)
+
+  # The measured choice of algorithm (comm/ucx/measured_choice.h): its
+  # schedule and decisions alone, then over real UCX.
+  add_executable(ucx_measured_choice_test ${CMAKE_CURRENT_SOURCE_DIR}/ucx_measured_choice_test.cc)
+  target_link_libraries(ucx_measured_choice_test PRIVATE fusebox::comm_ucx fusebox::comm_testing
+    GTest::gtest_main)
+  target_include_directories(ucx_measured_choice_test PRIVATE ${PROJECT_SOURCE_DIR})
+  gtest_discover_tests(ucx_measured_choice_test DISCOVERY_TIMEOUT 60 PROPERTIES TIMEOUT 300)
 endif()
 
 # Real multi-process runs: one process per rank, under fusebox-run (TCP

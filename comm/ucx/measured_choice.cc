@@ -1,0 +1,172 @@
+#include "comm/ucx/measured_choice.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+
+namespace fusebox::comm::ucx {
+namespace {
+
+// The announcement's layout (Note [Measured choice]).
+constexpr uint8_t kAnnounced = 0x80;
+constexpr uint8_t kDrop = 0x40;
+
+uint8_t Announcement(bool drop, int cls, int candidate) {
+  return static_cast<uint8_t>(kAnnounced | (drop ? kDrop : 0) | (cls << 2) | candidate);
+}
+
+// The mean of the samples without the largest (one stall of a rank
+// descheduled for milliseconds would otherwise decide).
+double TrimmedMean(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  if (v.size() > 2) v.pop_back();
+  double sum = 0;
+  for (double x : v) sum += x;
+  return v.empty() ? 0 : sum / static_cast<double>(v.size());
+}
+
+}  // namespace
+
+MeasuredChoice::MeasuredChoice(std::vector<AlgorithmTable::MeasuredClass> classes, bool decides)
+    : decides_(decides) {
+  // The table builds a few classes of at most three candidates; the
+  // announcement holds what fits, and the rest is left to the table.
+  for (AlgorithmTable::MeasuredClass& c : classes) {
+    if (static_cast<int>(classes_.size()) == kMaxMeasuredClasses) break;
+    if (c.candidates.size() < 2 || c.candidates.size() > kMaxMeasuredCandidates) continue;
+    State s;
+    s.spec = std::move(c);
+    const size_t k = s.spec.candidates.size();
+    s.live.assign(k, true);
+    s.samples.resize(k);
+    s.costs.assign(k, 0);
+    s.drop_queued.assign(k, false);
+    classes_.push_back(std::move(s));
+  }
+}
+
+std::optional<MeasuredChoice::Pick> MeasuredChoice::Next(size_t bytes) {
+  for (int i = 0; i < static_cast<int>(classes_.size()); ++i) {
+    State& c = classes_[i];
+    if (bytes <= c.spec.lo || bytes > c.spec.hi) continue;
+    const int64_t call = c.calls++;
+    Pick p;
+    p.cls = i;
+    if (c.decided >= 0) {
+      p.candidate = c.decided;
+    } else {
+      if (call < kTrialWarmCalls) return std::nullopt;
+      // The live candidates in turn, a block each.
+      const int64_t pos = c.since_change++;
+      int64_t nth = (pos / kTrialBlock) % std::count(c.live.begin(), c.live.end(), true);
+      for (p.candidate = 0; !c.live[p.candidate] || nth-- > 0; ++p.candidate) {
+      }
+      p.sample = pos % kTrialBlock != 0;
+      p.pos = pos;
+    }
+    p.algorithm = c.spec.candidates[p.candidate];
+    return p;
+  }
+  return std::nullopt;
+}
+
+void MeasuredChoice::Record(const std::optional<Pick>& pick, absl::Time start, absl::Time end) {
+  if (!decides_) return;
+  const bool follows =
+      pick.has_value() && pick->cls == last_cls_ && pick->pos == last_pos_ + 1 && pick->pos >= 0;
+  const absl::Time from = follows ? last_end_ : start;
+  last_cls_ = pick.has_value() ? pick->cls : -1;
+  last_pos_ = pick.has_value() ? pick->pos : -1;
+  last_end_ = end;
+  if (!pick.has_value() || !pick->sample || pick->cls < 0) return;
+  State& c = classes_[pick->cls];
+  if (c.decided >= 0 || c.decision_queued || !c.live[pick->candidate]) return;
+  c.samples[pick->candidate].push_back(absl::ToDoubleMicroseconds(end - from));
+  Judge(pick->cls);
+}
+
+void MeasuredChoice::Judge(int cls) {
+  State& c = classes_[cls];
+  const size_t block = kTrialBlock - 1;  // samples per block
+  size_t least = SIZE_MAX;               // samples of the live candidate with fewest
+  int cheapest = -1, alive = 0;
+  for (size_t j = 0; j < c.samples.size(); ++j) {
+    if (!c.live[j] || c.drop_queued[j]) continue;
+    ++alive;
+    least = std::min(least, c.samples[j].size());
+  }
+  if (least < block) return;
+  for (size_t j = 0; j < c.samples.size(); ++j) {
+    if (!c.live[j] || c.drop_queued[j]) continue;
+    c.costs[j] = TrimmedMean(c.samples[j]);
+    if (cheapest < 0 || c.costs[j] < c.costs[cheapest]) cheapest = static_cast<int>(j);
+  }
+  for (size_t j = 0; j < c.samples.size(); ++j) {
+    if (!c.live[j] || c.drop_queued[j] || c.costs[j] <= kDropRatio * c.costs[cheapest]) continue;
+    c.drop_queued[j] = true;
+    --alive;
+    announcements_.push_back(Announcement(/*drop=*/true, cls, static_cast<int>(j)));
+  }
+  if (alive == 1 || least >= kTrialRounds * block) {
+    c.decision_queued = true;
+    announcements_.push_back(Announcement(/*drop=*/false, cls, cheapest));
+  }
+}
+
+uint8_t MeasuredChoice::TakeAnnouncement() {
+  if (!decides_ || announcements_.empty()) return 0;
+  const uint8_t a = announcements_.front();
+  announcements_.erase(announcements_.begin());
+  return a;
+}
+
+absl::Status MeasuredChoice::Apply(uint8_t pad) {
+  if (pad == 0) return absl::OkStatus();
+  const int cls = (pad >> 2) & (kMaxMeasuredClasses - 1);
+  const int candidate = pad & (kMaxMeasuredCandidates - 1);
+  const bool drop = (pad & kDrop) != 0;
+  const bool known = (pad & kAnnounced) != 0 && cls < static_cast<int>(classes_.size()) &&
+                     candidate < static_cast<int>(classes_[cls].spec.candidates.size());
+  if (!known ||
+      (drop && std::count(classes_[cls].live.begin(), classes_[cls].live.end(), true) == 1 &&
+       classes_[cls].live[candidate])) {
+    return absl::DataLossError(
+        absl::StrCat("rank 0 announced an algorithm ", drop ? "drop" : "choice", " (byte ", pad,
+                     ") this rank cannot apply: it has ", classes_.size(),
+                     " measured size classes and would be left without a candidate"));
+  }
+  State& c = classes_[cls];
+  if (drop) {
+    c.live[candidate] = false;
+    c.since_change = 0;
+  } else {
+    c.decided = candidate;
+  }
+  return absl::OkStatus();
+}
+
+std::string MeasuredChoice::Describe() const {
+  std::vector<std::string> lines;
+  for (const State& c : classes_) {
+    if (c.decided < 0) continue;
+    std::string line = absl::StrCat("(", c.spec.lo, ", ", c.spec.hi,
+                                    "] B: ", AlgorithmName(c.spec.candidates[c.decided]));
+    if (decides_) {
+      std::vector<std::string> parts;
+      for (size_t j = 0; j < c.costs.size(); ++j) {
+        char us[32];
+        std::snprintf(us, sizeof(us), "%.0f", c.costs[j]);
+        parts.push_back(absl::StrCat(AlgorithmName(c.spec.candidates[j]), " ", us, " us",
+                                     c.live[j] ? "" : " (dropped)"));
+      }
+      absl::StrAppend(&line, " (rank 0, mean per call: ", absl::StrJoin(parts, ", "), ")");
+    }
+    lines.push_back(std::move(line));
+  }
+  return absl::StrJoin(lines, "\n");
+}
+
+}  // namespace fusebox::comm::ucx

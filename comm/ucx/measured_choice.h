@@ -1,0 +1,172 @@
+// The UCX backend's choice among AllReduce algorithms over messages where
+// the best one depends on the links, measured on the collectives themselves
+// and agreed through rank 0's descriptor.
+//
+//   MeasuredChoice choice(table.measured(), /*decides=*/rank == 0);
+//   std::optional<MeasuredChoice::Pick> pick = choice.Next(bytes);  // before each AllReduce
+//   header.pad = choice.TakeAnnouncement();                         // rank 0, every round
+//   ... the round; on a clean verdict, every rank:
+//   absl::Status s = choice.Apply(rank0_pad);
+//   ... after the collective, rank 0:
+//   choice.Record(*pick, took);
+//
+// Note [Measured choice]
+// Over messages, which AllReduce algorithm is fastest at 4-64 KiB depends on
+// the link's rate and on how many ranks share a core, which no rank knows:
+// on emulated hosts sharing 2 cores, recursive doubling was best at 16-32
+// KiB over 4 Gbit and lost 1.3-1.7x to Rabenseifner (or OpenMPI's ring)
+// over 1 Gbit, and at 8 hosts OpenMPI's linear allreduce beat both at 8
+// KiB over 4 Gbit while fusebox's linear round lost 1.5-2.3x over 1 Gbit
+// (docs/allreduce/20261127-alongside). A switch point derived from a probe
+// between rank pairs at creation moved between 8 and 64 KiB from one
+// communicator to the next on the same links (Note [Recursive doubling or
+// Rabenseifner] in algorithms.h). So each size class of the table's
+// measured range (AlgorithmTable::MeasuredClass) times its candidates on the
+// collectives the user runs:
+// * Warm-up. A class's first kTrialWarmCalls calls run the table's choice,
+//   untimed: they pay what a first call pays (staging grown, pages
+//   touched).
+// * Trial. Then the class's calls run its live candidates in turn, in
+//   blocks of kTrialBlock consecutive calls. Which candidate a call runs
+//   follows from the class's state (live candidates, calls since the last
+//   change), which every rank changes at the same calls while the ranks
+//   agree (a call where they do not fails every rank, and the communicator
+//   with them), so every rank runs the same algorithm without a message.
+// * Timing. Rank 0 times each call: from the end of the call before it
+//   where that was the previous call of the same block (nothing else ran on
+//   the communicator between), else from the start of its round, to the end
+//   of the algorithm. Timing only from the start of its own round was tried
+//   and chose badly: where ranks share cores, rank 0 is often descheduled
+//   between calls and arrives last, finds its peers' messages waiting, and
+//   timed recursive doubling at 49 us per 8 KiB call on 4 emulated hosts
+//   over 4 Gbit where the loop took 105 us per call. The first call of each
+//   block (which also pays for the last block's algorithm) is not kept. A
+//   candidate's cost is the mean of its samples less the largest (a loop
+//   pays the mean; one rank descheduled for milliseconds should not
+//   decide).
+// * Drops. Once every live candidate has a block's samples, those costing
+//   more than kDropRatio times the cheapest are dropped: a hopeless
+//   candidate (the linear round at 64 KiB over 1 Gbit took 4x recursive
+//   doubling's time) is not run again.
+// * Decision. Once every live candidate has kTrialRounds blocks' samples,
+//   or one is left, rank 0 decides for the cheapest.
+// * Announcements. Rank 0 announces each drop and decision in the pad byte
+//   of its next header (which SameCall ignores): 0x80 | drop << 6 |
+//   class << 2 | candidate. Every round over messages ends with rank 0's
+//   header in every rank's verdict (the lowest rank's; Note [Descriptor
+//   round]), so every rank applies it after the same collective: the
+//   class's next call runs the new state. One announcement rides each
+//   collective, of any kind; until a decision arrives the trial goes on.
+// All candidates give every rank the same bits within a call; recursive
+// doubling and Rabenseifner give the same bits as each other, while the
+// linear round sums in rank order, so where it is a candidate the last bits
+// of a class's result may differ between the trial and later calls (the
+// results are exact wherever the sum is).
+// A choice is made once per communicator and class; a machine whose
+// behaviour changes later keeps it.
+// Off by default (UcxOptions::measured_choice_bytes = 0 keeps the static
+// table). Against the static table, 4 interleaved rounds on emulated hosts
+// sharing 2 cores (blocking, 8-64 KiB, docs/allreduce/20261128-measured-choice):
+// 0.80x and 0.84x the time at 8 and 16 KiB on 4 hosts over 4 Gbit and
+// 0.82x at 32 KiB on 4 hosts over 1 Gbit, but 1.35x and 1.49x at 8 and 16
+// KiB and 1.25x at 64 KiB on 8 hosts over 1 Gbit. The hosts' links are
+// token buckets (256 KB of burst): a trial's first calls move their bytes
+// at the burst's rate, so candidates that move more bytes (the linear round
+// at rank 0, recursive doubling) look cheaper than they are once a loop has
+// drained the bucket, and the trial's dear candidates cost the loop's first
+// calls. A trial long enough to drain the bucket (tens of calls per
+// candidate) would cost more than it could win here.
+#ifndef FUSEBOX_COMM_UCX_MEASURED_CHOICE_H_
+#define FUSEBOX_COMM_UCX_MEASURED_CHOICE_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/time/time.h"
+#include "comm/ucx/algorithms.h"
+
+namespace fusebox::comm::ucx {
+
+// Note [Measured choice]: calls per block, calls of a class before its
+// trial (the table's choice, untimed), blocks per candidate before the
+// decision, and how much dearer than the cheapest a candidate is dropped.
+inline constexpr int kTrialBlock = 6;
+inline constexpr int kTrialWarmCalls = kTrialBlock;
+inline constexpr int kTrialRounds = 2;
+inline constexpr double kDropRatio = 1.5;
+inline constexpr int kMaxMeasuredClasses = 16;
+inline constexpr int kMaxMeasuredCandidates = 4;
+
+class MeasuredChoice {
+ public:
+  // What one call runs.
+  struct Pick {
+    Algorithm algorithm = Algorithm::kNone;
+    int cls = -1;         // index into the classes
+    int candidate = -1;   // index into the class's candidates
+    bool sample = false;  // rank 0 keeps its time (a trial call, not first in its block)
+    int64_t pos = -1;     // trial calls of the class before it since the live set changed
+  };
+
+  // `decides`: this rank times the trials and announces (rank 0).
+  MeasuredChoice(std::vector<AlgorithmTable::MeasuredClass> classes, bool decides);
+
+  // The algorithm the AllReduce of `bytes` about to start runs: nullopt
+  // where no class covers it or the class is warming up (the table's
+  // choice). Counts the call.
+  std::optional<Pick> Next(size_t bytes);
+  // Rank 0, after every collective that ran a round over messages (`pick`
+  // where the collective was a measured AllReduce): when its round started
+  // and when it ended. Keeps the sample where pick->sample and queues the
+  // drops and the decision it makes.
+  void Record(const std::optional<Pick>& pick, absl::Time start, absl::Time end);
+  // Rank 0: the byte its next header carries (0: nothing to announce).
+  // Each queued announcement is taken once.
+  uint8_t TakeAnnouncement();
+  // Every rank, after a clean round: rank 0's pad byte. DataLoss where it
+  // names a class or candidate this rank does not have, or drops the last
+  // live candidate.
+  absl::Status Apply(uint8_t pad);
+
+  // One line per decided class: "(4096, 8192] B: linear" and, on rank 0,
+  // the costs it measured, e.g. " (rank 0, mean per call: recursive-doubling
+  // 310 us, rabenseifner 290 us, linear 250 us)"; a dropped candidate's
+  // cost is its first block's.
+  std::string Describe() const;
+  // The candidate a class runs from now on; -1: not decided.
+  int decided(int cls) const { return classes_[cls].decided; }
+  // Whether a class's candidate is still in its trial.
+  bool live(int cls, int candidate) const { return classes_[cls].live[candidate]; }
+  size_t classes() const { return classes_.size(); }
+
+ private:
+  struct State {
+    AlgorithmTable::MeasuredClass spec;
+    int64_t calls = 0;         // calls of the class so far
+    int64_t since_change = 0;  // trial calls since the live set last changed
+    std::vector<bool> live;    // by candidate
+    int decided = -1;
+    // Rank 0's.
+    std::vector<std::vector<double>> samples;  // by candidate, microseconds
+    std::vector<double> costs;                 // by candidate, when last judged
+    std::vector<bool> drop_queued;
+    bool decision_queued = false;
+  };
+  // Rank 0: judges class `cls` on the samples so far.
+  void Judge(int cls);
+  std::vector<State> classes_;
+  // Rank 0: the last collective recorded (cls -1: not a measured one).
+  int last_cls_ = -1;
+  int64_t last_pos_ = -1;
+  absl::Time last_end_ = absl::InfinitePast();
+  const bool decides_;
+  std::vector<uint8_t> announcements_;  // rank 0, queued
+};
+
+}  // namespace fusebox::comm::ucx
+
+#endif  // FUSEBOX_COMM_UCX_MEASURED_CHOICE_H_

@@ -1,0 +1,358 @@
+// The UCX backend's measured choice (comm/ucx/measured_choice.h, Note
+// [Measured choice]): the trial's schedule is the same on every rank, rank 0
+// decides for what its timings say, every rank applies its announcements
+// alike, and over real UCX every call of a measured class is exact and every
+// rank ends with the same choice.
+#include <algorithm>
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/time/time.h"
+#include "comm/options.h"
+#include "comm/ucx/algorithms.h"
+#include "comm/ucx/measured_choice.h"
+#include "gtest/gtest.h"
+#include "tests/common/run_ranks_ucx.h"
+
+namespace fusebox::comm::ucx {
+namespace {
+
+constexpr Algorithm kRd = Algorithm::kRecursiveDoublingAllReduce;
+constexpr Algorithm kRab = Algorithm::kRabenseifnerAllReduce;
+constexpr Algorithm kLinear = Algorithm::kLinearAllReduce;
+
+std::vector<AlgorithmTable::MeasuredClass> TwoClasses() {
+  return {{4096, 8192, {kRd, kRab, kLinear}}, {8192, 16384, {kRd, kRab}}};
+}
+
+// Runs calls of `bytes` on rank 0 and another rank in step: each call's
+// round carries rank 0's announcement to both, and rank 0 records a time
+// of cost(algorithm) for it, every call following the last one back to
+// back. Returns the algorithms rank 0 ran (the other rank's are checked
+// equal as they go).
+std::vector<Algorithm> RunInStep(MeasuredChoice& zero, MeasuredChoice& other, size_t bytes,
+                                 int calls, const std::map<Algorithm, double>& cost_us,
+                                 absl::Time* clock) {
+  std::vector<Algorithm> ran;
+  for (int i = 0; i < calls; ++i) {
+    const std::optional<MeasuredChoice::Pick> a = zero.Next(bytes);
+    const std::optional<MeasuredChoice::Pick> b = other.Next(bytes);
+    EXPECT_EQ(a.has_value(), b.has_value()) << "call " << i;
+    if (a.has_value() && b.has_value()) {
+      EXPECT_EQ(a->algorithm, b->algorithm) << "call " << i;
+    }
+    const uint8_t pad = zero.TakeAnnouncement();
+    EXPECT_EQ(other.TakeAnnouncement(), 0) << "only rank 0 announces";
+    EXPECT_TRUE(zero.Apply(pad).ok());
+    EXPECT_TRUE(other.Apply(pad).ok());
+    const Algorithm alg = a.has_value() ? a->algorithm : Algorithm::kNone;
+    const absl::Time start = *clock;
+    *clock += absl::Microseconds(cost_us.count(alg) ? cost_us.at(alg) : 100.0);
+    zero.Record(a, start, *clock);
+    ran.push_back(alg);
+  }
+  return ran;
+}
+
+// One call of `bytes` on both ranks: rank 0's pick, its announcement
+// applied on both (as the call's round does).
+std::optional<MeasuredChoice::Pick> NextInStep(MeasuredChoice& zero, MeasuredChoice& other,
+                                               size_t bytes) {
+  const std::optional<MeasuredChoice::Pick> a = zero.Next(bytes);
+  other.Next(bytes);
+  const uint8_t pad = zero.TakeAnnouncement();
+  EXPECT_TRUE(zero.Apply(pad).ok());
+  EXPECT_TRUE(other.Apply(pad).ok());
+  return a;
+}
+
+TEST(MeasuredChoiceTest, WarmsUpThenRotatesBlocksThenRunsTheCheapestOnEveryRank) {
+  MeasuredChoice zero(TwoClasses(), /*decides=*/true), other(TwoClasses(), /*decides=*/false);
+  absl::Time clock = absl::UnixEpoch();
+  const std::map<Algorithm, double> cost = {{kRd, 100}, {kRab, 120}, {kLinear, 80}};
+  const std::vector<Algorithm> ran = RunInStep(zero, other, 5000, 200, cost, &clock);
+  // The table's choice first, untimed.
+  for (int i = 0; i < kTrialWarmCalls; ++i) EXPECT_EQ(ran[i], Algorithm::kNone) << i;
+  // Then a block of each candidate in the class's order.
+  for (int i = 0; i < 3 * kTrialBlock; ++i) {
+    EXPECT_EQ(ran[kTrialWarmCalls + i],
+              (std::vector<Algorithm>{kRd, kRab, kLinear})[i / kTrialBlock])
+        << "trial call " << i;
+  }
+  // Decided for the linear round on both ranks, which run nothing else at the end.
+  EXPECT_EQ(zero.decided(0), 2);
+  EXPECT_EQ(other.decided(0), 2);
+  EXPECT_EQ(zero.decided(1), -1) << "the other class saw no call";
+  for (int i = 150; i < 200; ++i) EXPECT_EQ(ran[i], kLinear) << i;
+  EXPECT_TRUE(absl::StrContains(zero.Describe(), "(4096, 8192] B: linear (rank 0, mean per call:"))
+      << zero.Describe();
+  EXPECT_EQ(other.Describe(), "(4096, 8192] B: linear");
+}
+
+TEST(MeasuredChoiceTest, ACandidateFarDearerIsDroppedAfterOneBlock) {
+  MeasuredChoice zero(TwoClasses(), true), other(TwoClasses(), false);
+  absl::Time clock = absl::UnixEpoch();
+  // The linear round at 4x: dropped once each has a block; rd and rab stay
+  // within kDropRatio and go on to the second round.
+  const std::map<Algorithm, double> cost = {{kRd, 100}, {kRab, 110}, {kLinear, 400}};
+  const int first_round = kTrialWarmCalls + 3 * kTrialBlock;
+  const std::vector<Algorithm> ran = RunInStep(zero, other, 6000, 200, cost, &clock);
+  EXPECT_FALSE(zero.live(0, 2));
+  EXPECT_FALSE(other.live(0, 2));
+  const int linear_after = std::count(ran.begin() + first_round + 1, ran.end(), kLinear);
+  EXPECT_EQ(linear_after, 0) << "the dropped candidate ran again";
+  // The second round ran both survivors before deciding.
+  const int rab_after = std::count(ran.begin() + first_round + 1,
+                                   ran.begin() + first_round + 1 + 2 * kTrialBlock + 1, kRab);
+  EXPECT_GT(rab_after, 0);
+  EXPECT_EQ(zero.decided(0), 0);
+  EXPECT_EQ(other.decided(0), 0);
+  EXPECT_EQ(ran.back(), kRd);
+}
+
+TEST(MeasuredChoiceTest, OneCandidateLeftIsDecidedWithoutASecondRound) {
+  MeasuredChoice zero(TwoClasses(), true), other(TwoClasses(), false);
+  absl::Time clock = absl::UnixEpoch();
+  const std::map<Algorithm, double> cost = {{kRd, 300}, {kRab, 100}};
+  const int first_round = kTrialWarmCalls + 2 * kTrialBlock;
+  const std::vector<Algorithm> ran = RunInStep(zero, other, 10000, first_round + 3, cost, &clock);
+  // The decision is taken with the last sample of the first round and
+  // applied after the next call.
+  EXPECT_EQ(zero.decided(1), 1);
+  EXPECT_EQ(other.decided(1), 1);
+  EXPECT_EQ(ran[first_round + 1], kRab);
+  EXPECT_EQ(ran[first_round + 2], kRab);
+}
+
+// A call is timed from the end of the one before it where that was the
+// previous call of its block: where ranks share cores, rank 0's own round
+// can be short while the loop is long (it arrives last and finds its
+// peers' messages waiting). Here recursive doubling's rounds take 10 us but
+// its calls come 200 us apart; Rabenseifner's take 150 us, back to back.
+TEST(MeasuredChoiceTest, CallsBackToBackAreTimedFromTheEndOfTheLast) {
+  MeasuredChoice zero(TwoClasses(), true), other(TwoClasses(), false);
+  absl::Time clock = absl::UnixEpoch();
+  for (int i = 0; i < 200 && zero.decided(1) < 0; ++i) {
+    const std::optional<MeasuredChoice::Pick> a = NextInStep(zero, other, 12000);
+    const bool rd = a.has_value() && a->algorithm == kRd;
+    clock += absl::Microseconds(rd ? 190 : 0);  // rank 0 away between calls
+    const absl::Time start = clock;
+    clock += absl::Microseconds(rd ? 10 : 150);
+    zero.Record(a, start, clock);
+  }
+  EXPECT_EQ(zero.decided(1), 1) << zero.Describe();
+}
+
+// Another collective between two calls of a block (any kind: Record with
+// no pick) makes the second call timed from its own start.
+TEST(MeasuredChoiceTest, ACollectiveBetweenCallsMakesTheNextTimedFromItsStart) {
+  MeasuredChoice zero(TwoClasses(), true), other(TwoClasses(), false);
+  absl::Time clock = absl::UnixEpoch();
+  for (int i = 0; i < 200 && zero.decided(1) < 0; ++i) {
+    const std::optional<MeasuredChoice::Pick> a = NextInStep(zero, other, 12000);
+    const bool rd = a.has_value() && a->algorithm == kRd;
+    // 1 ms of something else before every call; each call's own round:
+    // recursive doubling 10 us, Rabenseifner 150 us.
+    const absl::Time before = clock;
+    clock += absl::Milliseconds(1);
+    zero.Record(std::nullopt, before, clock);
+    const absl::Time start = clock;
+    clock += absl::Microseconds(rd ? 10 : 150);
+    zero.Record(a, start, clock);
+  }
+  EXPECT_EQ(zero.decided(1), 0) << zero.Describe();
+}
+
+TEST(MeasuredChoiceTest, AnnouncementsThisRankCannotApplyAreDataLoss) {
+  MeasuredChoice m(TwoClasses(), false);
+  EXPECT_TRUE(m.Apply(0).ok());
+  // No announcement bit.
+  EXPECT_EQ(m.Apply(0x01).code(), absl::StatusCode::kDataLoss);
+  // Class 2 of 2.
+  EXPECT_EQ(m.Apply(0x80 | (2 << 2)).code(), absl::StatusCode::kDataLoss);
+  // Candidate 2 of class 1's two.
+  EXPECT_EQ(m.Apply(0x80 | (1 << 2) | 2).code(), absl::StatusCode::kDataLoss);
+  // Dropping class 1's candidates one by one: the last is refused.
+  EXPECT_TRUE(m.Apply(0x80 | 0x40 | (1 << 2) | 0).ok());
+  EXPECT_EQ(m.Apply(0x80 | 0x40 | (1 << 2) | 1).code(), absl::StatusCode::kDataLoss);
+  EXPECT_TRUE(m.Apply(0x80 | (1 << 2) | 1).ok());
+  EXPECT_EQ(m.decided(1), 1);
+}
+
+TEST(MeasuredChoiceTest, SizesOutsideTheClassesAreTheTables) {
+  MeasuredChoice m(TwoClasses(), true);
+  EXPECT_FALSE(m.Next(4096).has_value());
+  EXPECT_FALSE(m.Next(16385).has_value());
+  EXPECT_FALSE(m.Next(0).has_value());
+}
+
+// The table's classes (Note [Algorithm table]).
+AlgorithmInputs Messages(int world, bool oversubscribed) {
+  AlgorithmInputs in;
+  in.world = world;
+  in.cores = 2;
+  in.small_message_bytes = UcxOptions{}.small_message_bytes;
+  in.recursive_doubling_bytes = UcxOptions{}.recursive_doubling_bytes;
+  in.rabenseifner_bytes = UcxOptions{}.rabenseifner_bytes;
+  in.rabenseifner_from_bytes = UcxOptions{}.rabenseifner_from_bytes;
+  in.linear_bytes = UcxOptions{}.linear_bytes;
+  in.machine_oversubscribed = oversubscribed;
+  in.measured_bytes = 64 << 10;
+  return in;
+}
+
+std::vector<std::vector<Algorithm>> Candidates(const AlgorithmTable& t) {
+  std::vector<std::vector<Algorithm>> out;
+  for (const AlgorithmTable::MeasuredClass& c : t.measured()) out.push_back(c.candidates);
+  return out;
+}
+
+TEST(MeasuredChoiceTableTest, ClassesDoubleFromFourKibToTheOptionWithTheCandidatesThatApply) {
+  const AlgorithmTable four = BuildAlgorithmTable(Messages(4, /*oversubscribed=*/true));
+  ASSERT_EQ(four.measured().size(), 4u) << four.Describe();
+  size_t lo = 4096;
+  for (const AlgorithmTable::MeasuredClass& c : four.measured()) {
+    EXPECT_EQ(c.lo, lo);
+    EXPECT_EQ(c.hi, 2 * lo);
+    EXPECT_EQ(c.candidates, (std::vector<Algorithm>{kRd, kRab, kLinear}));
+    lo *= 2;
+  }
+  EXPECT_TRUE(four.linear_watched());
+  EXPECT_FALSE(four.linear()) << "4 ranks do not open with the linear round";
+  EXPECT_GE(four.carried_bytes(), 65536u);
+  EXPECT_GE(four.linear_bytes(), 65536u);
+  // The static linear range is the option's, not the measured range's.
+  EXPECT_EQ(four.Select(Kind::kAllReduce, 8192), kRd);
+  EXPECT_TRUE(absl::StrContains(four.Describe(),
+                                "Measured: (4096, 8192] B "
+                                "recursive-doubling|rabenseifner|linear"))
+      << four.Describe();
+
+  // Not oversubscribed: no linear round, so nothing watched.
+  const AlgorithmTable idle = BuildAlgorithmTable(Messages(4, false));
+  EXPECT_EQ(Candidates(idle), std::vector<std::vector<Algorithm>>(4, {kRd, kRab}));
+  EXPECT_FALSE(idle.linear_watched());
+  // 3 ranks: Rabenseifner needs a power of two.
+  EXPECT_EQ(Candidates(BuildAlgorithmTable(Messages(3, true))),
+            std::vector<std::vector<Algorithm>>(4, {kRd, kLinear}));
+  EXPECT_TRUE(BuildAlgorithmTable(Messages(3, false)).measured().empty()) << "one candidate";
+  EXPECT_TRUE(BuildAlgorithmTable(Messages(2, true)).measured().empty());
+  // Above kMeasuredLinearMaxRanks the linear round is not a candidate.
+  EXPECT_EQ(Candidates(BuildAlgorithmTable(Messages(32, true))),
+            std::vector<std::vector<Algorithm>>(4, {kRd, kRab}));
+  // Off, and on one host.
+  AlgorithmInputs off = Messages(8, true);
+  off.measured_bytes = 0;
+  EXPECT_TRUE(BuildAlgorithmTable(off).measured().empty());
+  AlgorithmInputs shm = Messages(8, true);
+  shm.shm_exchange = true;
+  EXPECT_TRUE(BuildAlgorithmTable(shm).measured().empty());
+  // An option between powers of two ends the last class there.
+  AlgorithmInputs odd = Messages(8, false);
+  odd.measured_bytes = 12000;
+  const AlgorithmTable t = BuildAlgorithmTable(odd);
+  ASSERT_EQ(t.measured().size(), 2u);
+  EXPECT_EQ(t.measured()[1].hi, 12000u);
+  // The recursive-doubling opening keeps the linear round out.
+  AlgorithmInputs rd = Messages(8, true);
+  rd.opening = UcxOptions::Opening::kRecursiveDoubling;
+  EXPECT_EQ(Candidates(BuildAlgorithmTable(rd)),
+            std::vector<std::vector<Algorithm>>(4, {kRd, kRab}));
+}
+
+// Over real UCX (TCP between threads, the linear round opening so that it
+// is a candidate on any machine): a mix of measured sizes, one unmeasured
+// and barriers, every result exact on every call, and every rank ends with
+// the same choice for every class.
+TEST(MeasuredChoiceUcxTest, EveryCallIsExactAndEveryRankEndsWithTheSameChoice) {
+  UcxOptions o;
+  o.use_shared_memory = false;
+  o.transports = "tcp,self";
+  o.opening = UcxOptions::Opening::kLinear;
+  o.measured_choice_bytes = 64 << 10;
+  constexpr int kWorld = 4;
+  std::vector<std::string> chosen(kWorld);
+  fusebox::testing::RunRanksUcx(
+      kWorld,
+      [&](int rank, Communicator& comm) {
+        const size_t counts[] = {1500, 3000, 3001, 6000, 12000, 20000};  // 6-80 KB of floats
+        for (int i = 0; i < 400; ++i) {
+          const size_t count = counts[(i * 7 + i / 5) % 6];
+          std::vector<float> in(count), out(count, -1.0f), want(count);
+          for (size_t j = 0; j < count; ++j) {
+            in[j] = static_cast<float>((rank + 1) * ((i + j) % 13));
+            want[j] = static_cast<float>(10 * ((i + j) % 13));
+          }
+          absl::Status s =
+              AllReduceSync(comm, in.data(), out.data(), count, DataType::kFloat32, ReduceOp::kSum);
+          ASSERT_TRUE(s.ok()) << s;
+          ASSERT_EQ(out, want) << "rank " << rank << ", call " << i << ", count " << count;
+          if (i % 9 == 0) ASSERT_TRUE(comm.BarrierBlocking().ok());
+        }
+        chosen[rank] = comm.Algorithms();
+      },
+      o);
+  // "Chosen: (4096, 8192] B: linear (rank 0, ...); ..." on rank 0; the
+  // names alone elsewhere.
+  const auto names = [](const std::string& text) {
+    std::vector<std::string> out;
+    for (absl::string_view line : absl::StrSplit(text, '\n')) {
+      if (!absl::ConsumePrefix(&line, "Chosen: ")) continue;
+      for (absl::string_view part : absl::StrSplit(line, "; ")) {
+        out.push_back(std::string(part.substr(0, part.find(" (rank 0"))));
+      }
+    }
+    return out;
+  };
+  const std::vector<std::string> zero = names(chosen[0]);
+  EXPECT_EQ(zero.size(), 4u) << chosen[0];
+  for (int r = 1; r < kWorld; ++r) EXPECT_EQ(names(chosen[r]), zero) << "rank " << r;
+}
+
+// Ranks that call different sizes while a class is in its trial, where the
+// others run recursive doubling, Rabenseifner or the linear round: every
+// rank fails with the same mismatch, none hangs.
+TEST(MeasuredChoiceUcxTest, AMismatchDuringTheTrialFailsEveryRank) {
+  UcxOptions o;
+  o.use_shared_memory = false;
+  o.transports = "tcp,self";
+  o.opening = UcxOptions::Opening::kLinear;
+  o.timeout = absl::Seconds(60);
+  o.measured_choice_bytes = 64 << 10;
+  constexpr int kWorld = 4;
+  for (int at :
+       {kTrialWarmCalls, kTrialWarmCalls + kTrialBlock, kTrialWarmCalls + 2 * kTrialBlock}) {
+    std::vector<std::string> errors(kWorld);
+    fusebox::testing::RunRanksUcx(
+        kWorld,
+        [&](int rank, Communicator& comm) {
+          for (int i = 0; i <= at; ++i) {
+            // Rank 2 calls 100 KB (the ring, unmeasured) at call `at`.
+            const size_t count = rank == 2 && i == at ? 25000 : 2000;
+            std::vector<float> buf(count, 1.0f);
+            absl::Status s = AllReduceSync(comm, buf.data(), buf.data(), count, DataType::kFloat32,
+                                           ReduceOp::kSum);
+            if (i < at) {
+              ASSERT_TRUE(s.ok()) << s;
+            } else {
+              errors[rank] = std::string(s.message());
+              EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+            }
+          }
+        },
+        o);
+    for (int r = 0; r < kWorld; ++r) {
+      EXPECT_TRUE(absl::StrContains(errors[r], "collective mismatch"))
+          << "at " << at << " rank " << r << ": " << errors[r];
+    }
+  }
+}
+
+}  // namespace
+}  // namespace fusebox::comm::ucx
