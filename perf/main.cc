@@ -121,7 +121,8 @@ ABSL_FLAG(std::string, ucx_measured_choice, "0",
           "ucx backend: over messages, in a world of at least 3 ranks, AllReduce above 4K up to "
           "this size times its candidate algorithms (recursive doubling, Rabenseifner, and "
           "where ranks outnumber a machine's cores the linear round) on its first calls, per "
-          "size class, and runs the fastest on rank 0 from then on; the choices are printed "
+          "size class, and every rank runs the one fastest on rank 0 from then on; the choices "
+          "are printed "
           "after the sweep (at most 1M; 0, the default: the static table)");
 ABSL_FLAG(std::string, ucx_small, "4K",
           "ucx backend: on one host, messages up to this size ride in the header round "

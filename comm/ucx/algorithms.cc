@@ -73,12 +73,16 @@ AlgorithmTable BuildAlgorithmTable(const AlgorithmInputs& in) {
     const bool linear_candidate = in.world <= kMeasuredLinearMaxRanks &&
                                   in.opening != Opening::kRecursiveDoubling &&
                                   (t.linear_ || in.machine_oversubscribed);
+    // Only where the table itself carries AllReduce in a round (recursive
+    // doubling or Rabenseifner): above it the ring, which is no candidate.
+    const size_t carried_end = t.carried_bytes_;
     for (size_t lo = kMeasuredFromBytes; in.world >= 3 && lo < in.measured_bytes; lo *= 2) {
       AlgorithmTable::MeasuredClass c;
       c.lo = lo;
       c.hi = std::min(2 * lo, in.measured_bytes);
+      if (c.hi > carried_end) break;
       c.candidates.push_back(Algorithm::kRecursiveDoublingAllReduce);
-      if (power_of_two && in.world >= 4 && in.rabenseifner_bytes > 0) {
+      if (power_of_two && in.world >= 4 && in.rabenseifner_bytes >= c.hi) {
         c.candidates.push_back(Algorithm::kRabenseifnerAllReduce);
       }
       if (linear_candidate) c.candidates.push_back(Algorithm::kLinearAllReduce);

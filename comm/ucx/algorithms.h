@@ -57,11 +57,14 @@
 // twice the last) whose algorithm is measured (Note [Measured choice] in
 // measured_choice.h); the ranges above are the choice until then. Each class's
 // candidates: recursive doubling; Rabenseifner where the world is a power of
-// two of at least 4 ranks; the linear round where some machine runs more
-// ranks than it has cores (or the linear round opens) and the world has at
-// most kMeasuredLinearMaxRanks ranks. The descriptor round then carries up
-// to the range's end, and where the linear round is a candidate it carries
-// as much and is watched beside every descriptor round.
+// two of at least 4 ranks (and rabenseifner_bytes reaches the class); the
+// linear round where some machine runs more ranks than it has cores (or the
+// linear round opens), the opening is not forced to recursive doubling and
+// the world has at most kMeasuredLinearMaxRanks ranks. A class with one
+// candidate ends the classes, as does one beyond what the table carries in a
+// round (above it the ring, no candidate). Where the linear round is a
+// candidate it carries up to the range's end and is watched beside every
+// descriptor round.
 #ifndef FUSEBOX_COMM_UCX_ALGORITHMS_H_
 #define FUSEBOX_COMM_UCX_ALGORITHMS_H_
 

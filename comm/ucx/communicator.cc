@@ -530,7 +530,9 @@ absl::Status UcxCommunicator::Run(const Request& req) {
   std::optional<ucx::MeasuredChoice::Pick> pick;
   if (kind == Kind::kAllReduce) pick = measured_->Next(bytes);
   if (pick.has_value()) algorithm = pick->algorithm;
-  const absl::Time began = absl::Now();
+  // Only rank 0 times (and only where classes are measured).
+  const bool timed = rank_ == 0 && measured_->classes() > 0;
+  const absl::Time began = timed ? absl::Now() : absl::InfinitePast();
   // What this rank contributes to the header round.
   size_t payload_bytes = 0;
   const void* payload = nullptr;
@@ -541,11 +543,11 @@ absl::Status UcxCommunicator::Run(const Request& req) {
   }
   if (!shm_exchange_ && size_ > 1) {
     // Note [Descriptor round]: instead of the header round, and carrying
-    // the AllReduce the table gives it.
-    // Where ranks outnumber cores, the linear round instead (Note [Linear
-    // round]), or for AllReduce that the descriptor round carries (by
-    // recursive doubling or Rabenseifner), the descriptor round with the
-    // linear round watched beside it.
+    // the AllReduce the table (or the measured choice) gives it.
+    // The linear round where it opens collectives (Note [Linear round]) or
+    // carries this AllReduce; otherwise the descriptor round, with the
+    // linear round watched beside it where the linear round opens or may
+    // carry a measured class (Note [Watching the linear round]).
     const bool halving = algorithm == Algorithm::kRabenseifnerAllReduce;
     const ucx::Carried carried{req.send, req.recv, halving};
     const bool in_round = algorithm == Algorithm::kRecursiveDoublingAllReduce || halving;
@@ -569,12 +571,12 @@ absl::Status UcxCommunicator::Run(const Request& req) {
     }
     if (!s.ok()) return s;
     if (in_round || carries) {
-      measured_->Record(pick, began, absl::Now());
+      if (timed) measured_->Record(pick, began, absl::Now());
       return absl::OkStatus();
     }
     // What follows the round is not measured; the next call is timed from
     // its own start.
-    measured_->Record(std::nullopt, began, absl::Now());
+    if (timed) measured_->Record(std::nullopt, began, absl::Now());
   } else if (absl::Status s = HeaderRound(req, payload_bytes, payload); !s.ok()) {
     return s;
   }

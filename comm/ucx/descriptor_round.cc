@@ -352,8 +352,8 @@ absl::Status DescriptorRound(Channel& channel, const Header& header, const Carri
   Verdict v{header, Header{}};
   staging->rank0_pad = 0;
 
-  // Note [Watching the linear round]: where it opens the other
-  // collectives, rank 0 watches for its messages and every other rank for
+  // Note [Watching the linear round]: where it may open or carry another
+  // collective, rank 0 watches for its messages and every other rank for
   // rank 0's request or answer; settled() tells when the linear round has
   // decided the collective (a mismatch) before the exchanges could, and
   // settled_status how.
@@ -387,7 +387,7 @@ absl::Status DescriptorRound(Channel& channel, const Header& header, const Carri
     }
     return true;
   };
-  // Finish, watching the linear round where it opens the other collectives.
+  // Finish, watching the linear round where it may run instead.
   const auto finish = [&](Pending* q, const char* what) -> absl::Status {
     while (side.has_value() && !q->done) {
       if (settled()) return settled_status;

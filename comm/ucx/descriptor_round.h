@@ -67,9 +67,11 @@
 // reduces is aligned.
 //
 // Note [Watching the linear round]
-// Where the linear round opens collectives, a rank that runs the
-// descriptor round (an AllReduce in recursive doubling's or Rabenseifner's
-// range) could meet ranks that opened the linear round: they send only to
+// Where the linear round opens collectives (or carries a measured class's
+// AllReduce, Note [Measured choice] in measured_choice.h), a rank that runs
+// the descriptor round (an AllReduce in recursive doubling's or
+// Rabenseifner's range, or any collective where the linear round only
+// carries measured classes) could meet ranks in the linear round: they send only to
 // rank 0 and wait for its answer, while it waits for exchanges they never
 // send. So beside the exchanges rank 0 posts the linear round's receives
 // and every other rank the answer's, and nothing more is sent while every
@@ -199,10 +201,11 @@ inline constexpr absl::Duration kRequestAfter = absl::Milliseconds(50);
 // rank), carrying `carried` when not null. `max_carried_bytes`: the largest
 // AllReduce any rank carries (the same on every rank; the table's). Returns
 // the verdict's status, or the first transport error, deadline or malformed
-// message (DataLoss). Where the linear round opens the other collectives,
-// `linear_bytes` is its limit (the table's) and the linear round is
-// watched beside the exchanges (Note [Watching the linear round]);
-// otherwise -1.
+// message (DataLoss). Where the linear round opens the other collectives
+// or may carry a measured AllReduce (Note [Measured choice] in
+// measured_choice.h), `linear_bytes` is its limit (the table's) and the
+// linear round is watched beside the exchanges (Note [Watching the linear
+// round]); otherwise -1.
 absl::Status DescriptorRound(Channel& channel, const Header& header, const Carried* carried,
                              size_t max_carried_bytes, DescriptorStaging* staging,
                              int64_t linear_bytes = -1);

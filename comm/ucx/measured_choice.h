@@ -7,8 +7,8 @@
 //   header.pad = choice.TakeAnnouncement();                         // rank 0, every round
 //   ... the round; on a clean verdict, every rank:
 //   absl::Status s = choice.Apply(rank0_pad);
-//   ... after the collective, rank 0:
-//   choice.Record(*pick, took);
+//   ... after every round over messages, rank 0:
+//   choice.Record(pick /*nullopt: not a measured call*/, start, end);
 //
 // Note [Measured choice]
 // Over messages, which AllReduce algorithm is fastest at 4-64 KiB depends on
@@ -39,7 +39,10 @@
 //   and chose badly: where ranks share cores, rank 0 is often descheduled
 //   between calls and arrives last, finds its peers' messages waiting, and
 //   timed recursive doubling at 49 us per 8 KiB call on 4 emulated hosts
-//   over 4 Gbit where the loop took 105 us per call. The first call of each
+//   over 4 Gbit where the loop took 105 us per call. Back to back includes
+//   what the caller did between the calls (a training step's compute
+//   between two buckets of a class), which flattens the differences but is
+//   the same for every candidate in turn. The first call of each
 //   block (which also pays for the last block's algorithm) is not kept. A
 //   candidate's cost is the mean of its samples less the largest (a loop
 //   pays the mean; one rank descheduled for milliseconds should not
@@ -135,7 +138,7 @@ class MeasuredChoice {
   // One line per decided class: "(4096, 8192] B: linear" and, on rank 0,
   // the costs it measured, e.g. " (rank 0, mean per call: recursive-doubling
   // 310 us, rabenseifner 290 us, linear 250 us)"; a dropped candidate's
-  // cost is its first block's.
+  // cost is the one it was dropped for.
   std::string Describe() const;
   // The candidate a class runs from now on; -1: not decided.
   int decided(int cls) const { return classes_[cls].decided; }

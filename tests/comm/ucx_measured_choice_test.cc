@@ -8,6 +8,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/match.h"
@@ -150,18 +151,21 @@ TEST(MeasuredChoiceTest, CallsBackToBackAreTimedFromTheEndOfTheLast) {
 }
 
 // Another collective between two calls of a block (any kind: Record with
-// no pick) makes the second call timed from its own start.
+// no pick) makes the second call timed from its own start. Here one of 1 ms
+// runs before every recursive-doubling call (whose own round takes 10 us);
+// Rabenseifner's calls come back to back at 150 us. Timed from the last
+// call's end, recursive doubling would cost 1010 us and lose.
 TEST(MeasuredChoiceTest, ACollectiveBetweenCallsMakesTheNextTimedFromItsStart) {
   MeasuredChoice zero(TwoClasses(), true), other(TwoClasses(), false);
   absl::Time clock = absl::UnixEpoch();
   for (int i = 0; i < 200 && zero.decided(1) < 0; ++i) {
     const std::optional<MeasuredChoice::Pick> a = NextInStep(zero, other, 12000);
     const bool rd = a.has_value() && a->algorithm == kRd;
-    // 1 ms of something else before every call; each call's own round:
-    // recursive doubling 10 us, Rabenseifner 150 us.
-    const absl::Time before = clock;
-    clock += absl::Milliseconds(1);
-    zero.Record(std::nullopt, before, clock);
+    if (rd) {
+      const absl::Time before = clock;
+      clock += absl::Milliseconds(1);
+      zero.Record(std::nullopt, before, clock);
+    }
     const absl::Time start = clock;
     clock += absl::Microseconds(rd ? 10 : 150);
     zero.Record(a, start, clock);
@@ -227,8 +231,13 @@ TEST(MeasuredChoiceTableTest, ClassesDoubleFromFourKibToTheOptionWithTheCandidat
   EXPECT_FALSE(four.linear()) << "4 ranks do not open with the linear round";
   EXPECT_GE(four.carried_bytes(), 65536u);
   EXPECT_GE(four.linear_bytes(), 65536u);
-  // The static linear range is the option's, not the measured range's.
-  EXPECT_EQ(four.Select(Kind::kAllReduce, 8192), kRd);
+  // Where the linear round opens (8 ranks, oversubscribed), its static
+  // range stays the option's, not the measured range's.
+  const AlgorithmTable eight = BuildAlgorithmTable(Messages(8, true));
+  ASSERT_TRUE(eight.linear());
+  EXPECT_EQ(eight.Select(Kind::kAllReduce, UcxOptions{}.linear_bytes), kLinear);
+  EXPECT_EQ(eight.Select(Kind::kAllReduce, UcxOptions{}.linear_bytes + 1), kRd);
+  EXPECT_GE(eight.linear_bytes(), 65536u);
   EXPECT_TRUE(absl::StrContains(four.Describe(),
                                 "Measured: (4096, 8192] B "
                                 "recursive-doubling|rabenseifner|linear"))
@@ -259,6 +268,18 @@ TEST(MeasuredChoiceTableTest, ClassesDoubleFromFourKibToTheOptionWithTheCandidat
   const AlgorithmTable t = BuildAlgorithmTable(odd);
   ASSERT_EQ(t.measured().size(), 2u);
   EXPECT_EQ(t.measured()[1].hi, 12000u);
+  // Classes end where the table stops carrying AllReduce in a round (the
+  // ring above it is no candidate), and Rabenseifner is a candidate only
+  // up to rabenseifner_bytes.
+  AlgorithmInputs short_rd = Messages(6, true);
+  short_rd.recursive_doubling_bytes = 16384;
+  ASSERT_EQ(BuildAlgorithmTable(short_rd).measured().size(), 2u);
+  EXPECT_EQ(BuildAlgorithmTable(short_rd).measured()[1].hi, 16384u);
+  AlgorithmInputs short_rab = Messages(8, false);
+  short_rab.rabenseifner_bytes = 16384;
+  EXPECT_EQ(Candidates(BuildAlgorithmTable(short_rab)),
+            (std::vector<std::vector<Algorithm>>{{kRd, kRab}, {kRd, kRab}}))
+      << "a class with recursive doubling alone ends the classes";
   // The recursive-doubling opening keeps the linear round out.
   AlgorithmInputs rd = Messages(8, true);
   rd.opening = UcxOptions::Opening::kRecursiveDoubling;
@@ -266,90 +287,142 @@ TEST(MeasuredChoiceTableTest, ClassesDoubleFromFourKibToTheOptionWithTheCandidat
             std::vector<std::vector<Algorithm>>(4, {kRd, kRab}));
 }
 
-// Over real UCX (TCP between threads, the linear round opening so that it
-// is a candidate on any machine): a mix of measured sizes, one unmeasured
-// and barriers, every result exact on every call, and every rank ends with
-// the same choice for every class.
-TEST(MeasuredChoiceUcxTest, EveryCallIsExactAndEveryRankEndsWithTheSameChoice) {
+// Over real UCX: TCP between threads, the measured choice on; `opening`
+// kLinear makes the linear round a candidate on any machine, kAuto only
+// where the ranks outnumber the cores (then it carries measured classes
+// without opening the other collectives).
+UcxOptions Measured(UcxOptions::Opening opening) {
   UcxOptions o;
   o.use_shared_memory = false;
   o.transports = "tcp,self";
-  o.opening = UcxOptions::Opening::kLinear;
+  o.opening = opening;
   o.measured_choice_bytes = 64 << 10;
-  constexpr int kWorld = 4;
-  std::vector<std::string> chosen(kWorld);
+  o.timeout = absl::Seconds(60);
+  return o;
+}
+
+bool Oversubscribed(int world) {
+  return std::thread::hardware_concurrency() < static_cast<unsigned>(world);
+}
+
+// "Chosen: (4096, 8192] B: linear (rank 0, ...); ..." on rank 0; the
+// names alone elsewhere.
+std::vector<std::string> ChosenNames(const std::string& algorithms) {
+  std::vector<std::string> out;
+  for (absl::string_view line : absl::StrSplit(algorithms, '\n')) {
+    if (!absl::ConsumePrefix(&line, "Chosen: ")) continue;
+    for (absl::string_view part : absl::StrSplit(line, "; ")) {
+      out.push_back(std::string(part.substr(0, part.find(" (rank 0"))));
+    }
+  }
+  return out;
+}
+
+// 400 calls: AllReduce of every measured class and above them, Barrier,
+// Broadcast and AllGather between; every result exact on every call, and
+// every rank ends with the same choice for every class that has one.
+void CheckMixedCalls(int world, const UcxOptions& options, size_t want_classes) {
+  std::vector<std::string> chosen(world);
   fusebox::testing::RunRanksUcx(
-      kWorld,
+      world,
       [&](int rank, Communicator& comm) {
-        const size_t counts[] = {1500, 3000, 3001, 6000, 12000, 20000};  // 6-80 KB of floats
+        const size_t counts[] = {1500, 3000, 3001, 6000, 12000, 40000};  // 6-160 KB of floats
+        const int sum = world * (world + 1) / 2;
         for (int i = 0; i < 400; ++i) {
           const size_t count = counts[(i * 7 + i / 5) % 6];
           std::vector<float> in(count), out(count, -1.0f), want(count);
           for (size_t j = 0; j < count; ++j) {
             in[j] = static_cast<float>((rank + 1) * ((i + j) % 13));
-            want[j] = static_cast<float>(10 * ((i + j) % 13));
+            want[j] = static_cast<float>(sum * ((i + j) % 13));
           }
           absl::Status s =
               AllReduceSync(comm, in.data(), out.data(), count, DataType::kFloat32, ReduceOp::kSum);
           ASSERT_TRUE(s.ok()) << s;
           ASSERT_EQ(out, want) << "rank " << rank << ", call " << i << ", count " << count;
           if (i % 9 == 0) ASSERT_TRUE(comm.BarrierBlocking().ok());
+          if (i % 11 == 0) {
+            std::vector<int32_t> b(2000, rank == i % world ? i : -1);
+            ASSERT_TRUE(
+                comm.BroadcastBlocking(b.data(), b.size(), DataType::kInt32, i % world).ok());
+            ASSERT_EQ(b, std::vector<int32_t>(2000, i)) << "rank " << rank << ", call " << i;
+          }
+          if (i % 13 == 0) {
+            std::vector<int32_t> mine(1000, rank * 1000 + i), all(1000 * world);
+            ASSERT_TRUE(
+                comm.AllGatherBlocking(mine.data(), all.data(), 1000, DataType::kInt32).ok());
+            for (int r = 0; r < world; ++r) {
+              ASSERT_EQ(all[r * 1000 + 999], r * 1000 + i) << "rank " << rank << ", call " << i;
+            }
+          }
         }
         chosen[rank] = comm.Algorithms();
       },
-      o);
-  // "Chosen: (4096, 8192] B: linear (rank 0, ...); ..." on rank 0; the
-  // names alone elsewhere.
-  const auto names = [](const std::string& text) {
-    std::vector<std::string> out;
-    for (absl::string_view line : absl::StrSplit(text, '\n')) {
-      if (!absl::ConsumePrefix(&line, "Chosen: ")) continue;
-      for (absl::string_view part : absl::StrSplit(line, "; ")) {
-        out.push_back(std::string(part.substr(0, part.find(" (rank 0"))));
-      }
-    }
-    return out;
-  };
-  const std::vector<std::string> zero = names(chosen[0]);
-  EXPECT_EQ(zero.size(), 4u) << chosen[0];
-  for (int r = 1; r < kWorld; ++r) EXPECT_EQ(names(chosen[r]), zero) << "rank " << r;
+      options);
+  const std::vector<std::string> zero = ChosenNames(chosen[0]);
+  EXPECT_EQ(zero.size(), want_classes) << chosen[0];
+  for (int r = 1; r < world; ++r) EXPECT_EQ(ChosenNames(chosen[r]), zero) << "rank " << r;
+}
+
+TEST(MeasuredChoiceUcxTest, EveryCallIsExactAndEveryRankEndsWithTheSameChoice) {
+  CheckMixedCalls(4, Measured(UcxOptions::Opening::kLinear), 4);
+}
+
+// 3 ranks: rank 0 hands its message to rank 1 and sits the exchanges out,
+// and learns rank 0's announcements back in the hand-back.
+TEST(MeasuredChoiceUcxTest, ThreeRanksWhereRankZeroSitsTheExchangesOut) {
+  CheckMixedCalls(3, Measured(UcxOptions::Opening::kLinear), 4);
+}
+
+// The linear round a candidate without opening the other collectives:
+// every descriptor round is watched, and the linear round runs only for
+// the measured calls that pick it.
+TEST(MeasuredChoiceUcxTest, TheLinearRoundAsACandidateOnly) {
+  int ran = 0;
+  for (int world : {3, 4}) {
+    if (!Oversubscribed(world)) continue;
+    CheckMixedCalls(world, Measured(UcxOptions::Opening::kAuto), 4);
+    ++ran;
+  }
+  if (ran == 0) {
+    GTEST_SKIP() << "the linear round is a candidate without opening only where the ranks "
+                    "outnumber the cores";
+  }
 }
 
 // Ranks that call different sizes while a class is in its trial, where the
 // others run recursive doubling, Rabenseifner or the linear round: every
 // rank fails with the same mismatch, none hangs.
 TEST(MeasuredChoiceUcxTest, AMismatchDuringTheTrialFailsEveryRank) {
-  UcxOptions o;
-  o.use_shared_memory = false;
-  o.transports = "tcp,self";
-  o.opening = UcxOptions::Opening::kLinear;
-  o.timeout = absl::Seconds(60);
-  o.measured_choice_bytes = 64 << 10;
   constexpr int kWorld = 4;
-  for (int at :
-       {kTrialWarmCalls, kTrialWarmCalls + kTrialBlock, kTrialWarmCalls + 2 * kTrialBlock}) {
-    std::vector<std::string> errors(kWorld);
-    fusebox::testing::RunRanksUcx(
-        kWorld,
-        [&](int rank, Communicator& comm) {
-          for (int i = 0; i <= at; ++i) {
-            // Rank 2 calls 100 KB (the ring, unmeasured) at call `at`.
-            const size_t count = rank == 2 && i == at ? 25000 : 2000;
-            std::vector<float> buf(count, 1.0f);
-            absl::Status s = AllReduceSync(comm, buf.data(), buf.data(), count, DataType::kFloat32,
-                                           ReduceOp::kSum);
-            if (i < at) {
-              ASSERT_TRUE(s.ok()) << s;
-            } else {
-              errors[rank] = std::string(s.message());
-              EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+  for (const UcxOptions::Opening opening :
+       {UcxOptions::Opening::kLinear, UcxOptions::Opening::kAuto}) {
+    if (opening == UcxOptions::Opening::kAuto && !Oversubscribed(kWorld)) continue;
+    for (int at :
+         {kTrialWarmCalls, kTrialWarmCalls + kTrialBlock, kTrialWarmCalls + 2 * kTrialBlock}) {
+      std::vector<std::string> errors(kWorld);
+      fusebox::testing::RunRanksUcx(
+          kWorld,
+          [&](int rank, Communicator& comm) {
+            for (int i = 0; i <= at; ++i) {
+              // Rank 2 calls 100 KB (unmeasured) at call `at`.
+              const size_t count = rank == 2 && i == at ? 25000 : 2000;
+              std::vector<float> buf(count, 1.0f);
+              absl::Status s = AllReduceSync(comm, buf.data(), buf.data(), count,
+                                             DataType::kFloat32, ReduceOp::kSum);
+              if (i < at) {
+                ASSERT_TRUE(s.ok()) << s;
+              } else {
+                errors[rank] = std::string(s.message());
+                EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+              }
             }
-          }
-        },
-        o);
-    for (int r = 0; r < kWorld; ++r) {
-      EXPECT_TRUE(absl::StrContains(errors[r], "collective mismatch"))
-          << "at " << at << " rank " << r << ": " << errors[r];
+          },
+          Measured(opening));
+      for (int r = 0; r < kWorld; ++r) {
+        EXPECT_TRUE(absl::StrContains(errors[r], "collective mismatch"))
+            << "opening " << static_cast<int>(opening) << ", at " << at << ", rank " << r << ": "
+            << errors[r];
+      }
     }
   }
 }
