@@ -79,7 +79,6 @@ void AsyncCore::Stop() {
   // unrun, until the queue stays empty; Issue cancels any call after that.
   std::lock_guard<std::mutex> exec(exec_->mu);
   exec_->self = nullptr;
-  CompleteDeferred();  // none is left once the thread is gone; defensively
   abort_.store(true);
   for (;;) {
     std::deque<CollectiveCall> left;
@@ -143,7 +142,7 @@ std::shared_ptr<Work> AsyncCore::NewWork() const {
   if (options_.callers_execute) {
     work->SetDriver([exec = exec_] {
       std::unique_lock<std::mutex> lock(exec->mu, std::try_to_lock);
-      return lock.owns_lock() && exec->self != nullptr && exec->self->Step(/*on_thread=*/false);
+      return lock.owns_lock() && exec->self != nullptr && exec->self->Step();
     });
   }
   return work;
@@ -194,7 +193,6 @@ absl::Status AsyncCore::Run(CollectiveKind kind, const void* send, void* recv, s
       }
     }
     if (mine) {
-      CompleteDeferred();  // none where nothing is queued; defensively
       if (broken_) return Usable();
       StartOutcome o = StartCall(*call);
       if (o.in_flight) {
@@ -247,20 +245,13 @@ void AsyncCore::Loop() {
     bool progressed = false;
     {
       std::lock_guard<std::mutex> exec(exec_->mu);  // behind a driving caller, if any
-      progressed = Step(/*on_thread=*/true);
+      progressed = Step();
     }
     if (!progressed) std::this_thread::yield();
   }
 }
 
-bool AsyncCore::Step(bool on_thread) {
-  // A caller driving its Wait completes a deferred call and returns, so
-  // that it does not go on to run the next (Note [Completing behind the
-  // next start]).
-  if (!on_thread && deferred_ != nullptr) {
-    CompleteDeferred();
-    return true;
-  }
+bool AsyncCore::Step() {
   bool progressed = false;
   // 1. Start queued calls in sequence order: those queued when the step
   //    began that go in flight, and at most one that runs to its end inside
@@ -279,18 +270,15 @@ bool AsyncCore::Step(bool on_thread) {
     progressed = true;
     call.work->MarkStarted();
     if (abort_.load(std::memory_order_relaxed)) {
-      CompleteDeferred();
       cancelled_any_.store(true, std::memory_order_relaxed);
       call.work->Complete(NeverRan());
       continue;
     }
     if (broken_) {
-      CompleteDeferred();
       call.work->Complete(Usable());
       continue;
     }
     StartOutcome o = StartCall(call);
-    CompleteDeferred();  // where the executor did not
     if (o.in_flight) {
       PushInFlight(InFlight{std::move(call), false, absl::Status()});
       continue;
@@ -299,12 +287,7 @@ bool AsyncCore::Step(bool on_thread) {
       Fail(o.status, &call);
       return true;
     }
-    if (in_flight_.empty() && on_thread && options_.defer_completion && o.status.ok() &&
-        queued_.load(std::memory_order_acquire) > 0) {
-      // Note [Completing behind the next start].
-      deferred_ = std::move(call.work);
-      deferred_finished_ns_ = Work::SteadyNowNs();
-    } else if (in_flight_.empty()) {
+    if (in_flight_.empty()) {
       call.work->Complete(std::move(o.status));  // nothing earlier is pending
     } else {
       PushInFlight(InFlight{std::move(call), true, std::move(o.status)});
@@ -383,15 +366,7 @@ void AsyncCore::WakeToPoll() {
   if (wake) cv_.notify_one();
 }
 
-void AsyncCore::CompleteDeferred() {
-  if (deferred_ == nullptr) return;
-  std::shared_ptr<Work> w = std::move(deferred_);
-  deferred_ = nullptr;
-  w->Complete(absl::OkStatus(), deferred_finished_ns_);
-}
-
 void AsyncCore::Fail(const absl::Status& s, CollectiveCall* current) {
-  CompleteDeferred();  // it finished before anything failed
   broken_ = true;
   const absl::Status unusable = absl::FailedPreconditionError(
       absl::StrCat(options_.backend, " communicator (rank ", options_.rank,

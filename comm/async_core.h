@@ -125,31 +125,6 @@
 // queued or in flight, callers that do not execute, a stopping core) Run
 // issues the call and waits on its Work.
 //
-// Note [Completing behind the next start]
-// An executor that runs each collective to its end inside Start (UCX)
-// would otherwise complete it before the next queued one may start, and a
-// completion wakes whoever sleeps on its Work (a futex wake) and runs its
-// callbacks (the engine's: free a window slot): microseconds between one
-// bucket's last byte and the next bucket's first, on every queued bucket.
-// With defer_completion, a call that ran to its end while another is queued
-// is completed by the executor once the next call's first message is out
-// (CompleteDeferred: UCX calls it once its header is posted on one host,
-// and at the start of every other path), or by the core right after that
-// Start returns where the executor did not; the Work's completed_ns() still
-// says when the collective ended. Works complete in sequence order as
-// before: a deferred one always completes before the call after it, and
-// before anything fails or is cancelled. Only the progress thread defers:
-// a caller driving its Wait (Note [Who executes a collective]) that finds
-// a deferred call completes it and returns instead of running the next.
-// Measured on 2 local ranks (ResNet-50 replayed at compute scale 0.5, 16
-// interleaved rounds, docs/launch/20261128-deferred): the executor's
-// reaction (launch-to-start less queueing) fell from a median of 5.4 to 1.1
-// us on DDP's buckets and 0.4 to 0.1 us per tensor, lower in 16 of 16
-// rounds; p99 and iteration times unchanged within the rounds' scatter.
-// Where many 1-25 MiB buckets queue (ViT-B/16 at t(all) = 2 T_b, 28
-// rounds) DDP's plan took a median 1.02-1.08x as long per run, though the
-// lone allreduce of every gradient, which never defers, moved alike.
-//
 // Note [Who executes a collective]
 // With callers_execute, a Work's driver (Work::SetDriver) tries the
 // executor lock and, when it gets it, runs one step of the core (start the
@@ -248,7 +223,6 @@ struct AsyncCoreOptions {
   absl::Duration timeout = absl::Seconds(300);  // must be positive
   absl::Duration idle_spin = absl::Microseconds(50);
   bool callers_execute = false;  // Note [Who executes a collective]
-  bool defer_completion = false;  // Note [Completing behind the next start]
   enum class OnStop { kCancel, kDrain };
   OnStop on_stop = OnStop::kCancel;
 };
@@ -295,11 +269,6 @@ class AsyncCore {
   const std::atomic<bool>& aborted() const { return abort_; }
   // Whether any call was cancelled unrun (after Stop: read it then).
   bool cancelled_any() const { return cancelled_any_.load(std::memory_order_relaxed); }
-  // The executor, inside Start on the executing thread (Note [Completing
-  // behind the next start]): completes the call before this one, where its
-  // completion was deferred; nothing otherwise. Once the call's first
-  // message is out, and before anything can wait long.
-  void CompleteDeferred();
 
  private:
   struct InFlight {
@@ -322,9 +291,8 @@ class AsyncCore {
   void Loop();
   // One step on the executing thread (exec_->mu held): start the next
   // queued call(s), poll, time out the oldest, complete in order. True if
-  // anything changed. `on_thread`: the progress thread's (only it defers a
-  // completion; a driving caller completes a deferred one and returns).
-  bool Step(bool on_thread);
+  // anything changed.
+  bool Step();
   // Gives `call` its deadline (start + timeout) and starts it on the
   // executor (exec_->mu held).
   StartOutcome StartCall(CollectiveCall& call);
@@ -362,10 +330,6 @@ class AsyncCore {
   uint64_t head_seq_ = UINT64_MAX;
   absl::Time head_since_;
   bool broken_ = false;
-  // Note [Completing behind the next start]: a call that ran to its end,
-  // not completed yet, and when it ended.
-  std::shared_ptr<Work> deferred_;
-  int64_t deferred_finished_ns_ = 0;
 
   std::thread thread_;
   pid_t progress_tid_ = 0;          // set by Start

@@ -63,8 +63,8 @@ absl::Status Work::status() const {
   return status_;
 }
 
-void Work::Complete(absl::Status status, int64_t finished_ns) {
-  completed_ns_.store(finished_ns > 0 ? finished_ns : SteadyNowNs(), std::memory_order_release);
+void Work::Complete(absl::Status status) {
+  completed_ns_.store(SteadyNowNs(), std::memory_order_release);
   std::vector<std::function<void(const absl::Status&)>> callbacks;
   {
     std::lock_guard<std::mutex> lock(mu_);

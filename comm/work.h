@@ -44,10 +44,8 @@ class Work {
   absl::Status status() const;
 
   // Backend side: records the outcome and wakes waiters. Must be called
-  // exactly once. `finished_ns` (steady clock; 0: now): when the collective
-  // ended, where the backend reports it later (Note [Completing behind the
-  // next start] in comm/async_core.h).
-  void Complete(absl::Status status, int64_t finished_ns = 0);
+  // exactly once.
+  void Complete(absl::Status status);
 
   // Runs `fn(status)` once the Work is complete: immediately on the calling
   // thread if it already is, otherwise on the completing (backend) thread,
@@ -71,10 +69,9 @@ class Work {
   int64_t started_ns() const { return started_ns_.load(std::memory_order_acquire); }
   // Backend side: the collective starts executing now. Once.
   void MarkStarted() { started_ns_.store(SteadyNowNs(), std::memory_order_release); }
-  // When the collective ended (0 before Complete(); when Complete() was
-  // called unless the backend said otherwise): with the previous
-  // collective's, it splits launch-to-start into queueing behind earlier
-  // collectives and the executor's own reaction.
+  // When Complete() was called (0 before): with the previous collective's,
+  // it splits launch-to-start into queueing behind earlier collectives and
+  // the executor's own reaction.
   int64_t completed_ns() const { return completed_ns_.load(std::memory_order_acquire); }
   static int64_t SteadyNowNs() {
     return std::chrono::duration_cast<std::chrono::nanoseconds>(

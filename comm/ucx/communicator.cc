@@ -205,7 +205,6 @@ class UcxCommunicator final : public Communicator, private CollectiveExecutor {
     c.timeout = o.timeout;
     c.idle_spin = o.progress_spin;
     c.callers_execute = true;
-    c.defer_completion = true;  // Note [Completing behind the next start]
     c.on_stop = AsyncCoreOptions::OnStop::kCancel;
     return c;
   }
@@ -525,10 +524,6 @@ absl::Status UcxCommunicator::Run(const Request& req) {
   const Kind kind = static_cast<Kind>(h.kind);
   const DataType type = static_cast<DataType>(h.type);
   const size_t bytes = h.count * DataTypeSize(type);
-  // Note [Completing behind the next start]: the collective before this
-  // one completes once this one's header is out on one host (HeaderRound),
-  // here on every other path.
-  if (!(shm_exchange_ && size_ > 1)) core_.CompleteDeferred();
   Algorithm algorithm = algorithms_.Select(kind, bytes);
   // Note [Measured choice]: in a measured class, the trial's candidate or
   // the one chosen.
@@ -659,9 +654,8 @@ absl::Status UcxCommunicator::HeaderRound(const Request& req, size_t payload_byt
   // message is built in the mailbox and every rank's read where it arrived
   // (Note [Reading the mailboxes in place]).
   build(ucx::ShmOutbox(shm_group_, shm_exchanges_));
-  if (absl::Status s =
-          ucx::ShmPost(shm_group_, message_bytes, &received_, &exchange_lengths_, &shm_exchanges_,
-                       core_.aborted(), channel_.deadline(), [this] { core_.CompleteDeferred(); });
+  if (absl::Status s = ucx::ShmPost(shm_group_, message_bytes, &received_, &exchange_lengths_,
+                                    &shm_exchanges_, core_.aborted(), channel_.deadline());
       !s.ok()) {
     return s;
   }

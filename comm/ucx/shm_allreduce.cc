@@ -338,8 +338,7 @@ unsigned char* ShmOutbox(const ShmGroup& g, uint64_t exchanges) {
 
 absl::Status ShmPost(const ShmGroup& g, size_t bytes, std::vector<const unsigned char*>* messages,
                      std::vector<size_t>* lengths, uint64_t* exchanges,
-                     const std::atomic<bool>& abort, absl::Time deadline,
-                     const std::function<void()>& posted) {
+                     const std::atomic<bool>& abort, absl::Time deadline) {
   if (bytes > g.mailbox_bytes) {
     return absl::InvalidArgumentError(absl::StrCat(
         "shared-memory exchange: ", bytes, " bytes do not fit a mailbox of ", g.mailbox_bytes));
@@ -352,7 +351,6 @@ absl::Status ShmPost(const ShmGroup& g, size_t bytes, std::vector<const unsigned
   MailboxHead* mine = Mailbox(g, g.bases[g.rank], n % 2);
   mine->length = bytes;
   mine->exchange.store(n, std::memory_order_release);
-  if (posted) posted();
   const auto flag_of = [&g, n](unsigned char* base) -> std::atomic<uint64_t>& {
     return Mailbox(g, base, n % 2)->exchange;
   };

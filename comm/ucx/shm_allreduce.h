@@ -26,7 +26,6 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
-#include <functional>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -201,15 +200,11 @@ absl::Status ShmAllReduce(const ShmGroup& group, const void* send, void* recv, s
 // ranks: 2 KiB 0.79 -> 0.69 us, 512 B 0.40 -> 0.36 us (medians of 16
 // interleaved rounds, faster in 13-14 of them; 8 B unchanged within the
 // scatter; docs/allreduce/20261127-mailbox-in-place).
-// `posted`, when set, runs once this rank's message is published, before
-// the wait (the UCX backend completes the previous collective there: Note
-// [Completing behind the next start] in comm/async_core.h).
 unsigned char* ShmOutbox(const ShmGroup& group, uint64_t exchanges);
 absl::Status ShmPost(const ShmGroup& group, size_t bytes,
                      std::vector<const unsigned char*>* messages, std::vector<size_t>* lengths,
                      uint64_t* exchanges, const std::atomic<bool>& abort,
-                     absl::Time deadline = absl::InfiniteFuture(),
-                     const std::function<void()>& posted = nullptr);
+                     absl::Time deadline = absl::InfiniteFuture());
 
 }  // namespace fusebox::comm::ucx
 

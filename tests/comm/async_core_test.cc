@@ -45,15 +45,6 @@ class FakeExecutor : public CollectiveExecutor {
       start_threads_.push_back(std::this_thread::get_id());
       deadlines_.push_back(call.deadline);
     }
-    // Note [Completing behind the next start]: as UCX does once its first
-    // message is out; whether the call before had completed by then.
-    if (complete_deferred_ && core_ != nullptr) {
-      core_->CompleteDeferred();
-      if (previous_ != nullptr && call.seq > 0) {
-        std::lock_guard<std::mutex> lock(mu_);
-        previous_done_at_start_.push_back(previous_->Test());
-      }
-    }
     StartOutcome o;
     if (gate_ != nullptr && call.seq == 0) {
       while (!gate_->load()) std::this_thread::yield();
@@ -139,9 +130,6 @@ class FakeExecutor : public CollectiveExecutor {
   bool only_first_in_flight_ = false;        // async: later calls run to their end in Start
   const std::atomic<bool>* gate_ = nullptr;  // call #0 waits in Start until it is set
   AsyncCore* core_ = nullptr;
-  bool complete_deferred_ = false;  // Start calls core_->CompleteDeferred() first
-  std::shared_ptr<Work> previous_;  // checked by each later Start (complete_deferred_)
-  std::vector<bool> previous_done_at_start_;
 
  private:
   const bool async_;
@@ -311,116 +299,6 @@ TEST(AsyncCoreTest, CallsInFlightCompleteInSequenceOrderWhateverOrderTheyFinishI
   EXPECT_THAT(order, ElementsAre(0, 1, 2));
   // A call's own (non-fatal) error leaves the communicator usable.
   EXPECT_TRUE(core.Usable().ok());
-}
-
-// What completion callbacks saw, in the order they ran: each call's index
-// and how many calls the executor had started by then.
-struct CompletionLog {
-  std::mutex mu;
-  std::vector<int> order;
-  std::vector<size_t> started;
-
-  // Issues `n` allreduces whose callbacks append to the log.
-  std::vector<std::shared_ptr<Work>> Issue(AsyncCore& core, FakeExecutor& ex, float* buf, int n) {
-    std::vector<std::shared_ptr<Work>> works;
-    for (int i = 0; i < n; ++i) {
-      works.push_back(IssueAllReduce(core, buf));
-      works.back()->OnComplete([this, &ex, i](const absl::Status&) {
-        std::lock_guard<std::mutex> lock(mu);
-        order.push_back(i);
-        started.push_back(ex.started().size());
-      });
-    }
-    return works;
-  }
-  // Waits for `n` callbacks: a Work wakes its waiters before it runs them.
-  void Await(size_t n) {
-    for (;;) {
-      {
-        std::lock_guard<std::mutex> lock(mu);
-        if (order.size() >= n) return;
-      }
-      std::this_thread::yield();
-    }
-  }
-};
-
-// Note [Completing behind the next start]: with a call queued behind it, a
-// call that ran to its end completes only once the next one has started
-// (inside its Start where the executor says so, else right after it), in
-// order, and its completion time is when it ended.
-TEST(AsyncCoreTest, ACallWithOneQueuedBehindCompletesOnceTheNextHasStarted) {
-  for (const bool in_start : {true, false}) {
-    FakeExecutor ex;
-    AsyncCoreOptions o = Options(/*callers_execute=*/false);
-    o.defer_completion = true;
-    AsyncCore core(o);
-    std::atomic<bool> gate{false};
-    ex.gate_ = &gate;
-    ex.core_ = &core;
-    ex.complete_deferred_ = in_start;
-    core.Start(&ex);
-    float buf[4] = {};
-    CompletionLog log;
-    std::vector<std::shared_ptr<Work>> works = log.Issue(core, ex, buf, 2);
-    ex.previous_ = works[0];
-    while (ex.started().empty()) std::this_thread::yield();
-    gate.store(true);  // #0 ends with #1 queued
-    for (auto& w : works) ASSERT_TRUE(w->Wait().ok());
-    log.Await(2);
-    std::lock_guard<std::mutex> lock(log.mu);
-    EXPECT_THAT(log.order, ElementsAre(0, 1)) << "in_start " << in_start;
-    EXPECT_EQ(log.started[0], 2u) << "#0 completed before #1 started (in_start " << in_start << ")";
-    EXPECT_LE(works[0]->completed_ns(), works[1]->started_ns())
-        << "#0's completion time is when it ended, before #1 started";
-    if (in_start) {
-      EXPECT_THAT(ex.previous_done_at_start_, ElementsAre(true))
-          << "CompleteDeferred inside #1's Start completed #0";
-    }
-  }
-}
-
-TEST(AsyncCoreTest, WithoutDeferringACallCompletesBeforeTheNextStarts) {
-  FakeExecutor ex;
-  AsyncCore core(Options(/*callers_execute=*/false));
-  std::atomic<bool> gate{false};
-  ex.gate_ = &gate;
-  core.Start(&ex);
-  float buf[4] = {};
-  std::atomic<size_t> started_when_done{0};
-  auto w0 = IssueAllReduce(core, buf);
-  w0->OnComplete([&](const absl::Status&) { started_when_done.store(ex.started().size() + 1); });
-  auto w1 = IssueAllReduce(core, buf);
-  while (ex.started().empty()) std::this_thread::yield();
-  gate.store(true);
-  ASSERT_TRUE(w0->Wait().ok());
-  ASSERT_TRUE(w1->Wait().ok());
-  while (started_when_done.load() == 0) std::this_thread::yield();
-  EXPECT_EQ(started_when_done.load() - 1, 1u) << "#1 started before #0 completed";
-}
-
-// A deferred call finished: it completes OK, before the call after it
-// fails the communicator.
-TEST(AsyncCoreTest, ADeferredCallCompletesBeforeTheNextCallFails) {
-  FakeExecutor ex;
-  AsyncCoreOptions o = Options(/*callers_execute=*/false);
-  o.defer_completion = true;
-  AsyncCore core(o);
-  std::atomic<bool> gate{false};
-  ex.gate_ = &gate;
-  ex.fail_seq_ = 1;
-  ex.fail_status_ = absl::UnavailableError("peer gone in #1");
-  core.Start(&ex);
-  float buf[4] = {};
-  CompletionLog log;
-  std::vector<std::shared_ptr<Work>> works = log.Issue(core, ex, buf, 2);
-  while (ex.started().empty()) std::this_thread::yield();
-  gate.store(true);
-  EXPECT_TRUE(works[0]->Wait().ok());
-  EXPECT_THAT(works[1]->Wait().message(), HasSubstr("peer gone in #1"));
-  log.Await(2);
-  std::lock_guard<std::mutex> lock(log.mu);
-  EXPECT_THAT(log.order, ElementsAre(0, 1));
 }
 
 TEST(AsyncCoreTest, AFatalErrorFailsLaterCallsAndRefusesNewOnes) {
