@@ -122,8 +122,7 @@ ABSL_FLAG(std::string, ucx_measured_choice, "0",
           "this size times its candidate algorithms (recursive doubling, Rabenseifner, and "
           "where ranks outnumber a machine's cores the linear round) on its first calls, per "
           "size class, and every rank runs the one fastest on rank 0 from then on; the choices "
-          "are printed "
-          "after the sweep (at most 1M; 0, the default: the static table)");
+          "are printed after the sweep (at most 1M; 0, the default: the static table)");
 ABSL_FLAG(std::string, ucx_small, "4K",
           "ucx backend: on one host, messages up to this size ride in the header round "
           "(one-shot; raised to 32K where up to 8 ranks outnumber the host's cores; 0: never)");
@@ -649,6 +648,15 @@ int OverlapMain(const comm::Logger& log, int argc, char** argv) {
   });
 }
 
+// The backend's algorithm lines as "# algorithms: ..." comments; with
+// `chosen_only`, only what it chose while running ("Chosen: ...").
+void PrintAlgorithms(std::FILE* out, const comm::Communicator& c, bool chosen_only) {
+  for (absl::string_view line : absl::StrSplit(c.Algorithms(), '\n', absl::SkipEmpty())) {
+    if (chosen_only && !absl::StartsWith(line, "Chosen: ")) continue;
+    std::fprintf(out, "# algorithms: %.*s\n", static_cast<int>(line.size()), line.data());
+  }
+}
+
 int Main(int argc, char** argv) {
   std::vector<char*> positional =
       tools::ParseToolCommandLine(argc, argv, "fusebox-perf", kUsage, "perf/");
@@ -689,9 +697,7 @@ int Main(int argc, char** argv) {
       // The algorithm table, where the backend has one: which algorithm
       // each size runs here, as the user will want to know (and the
       // emulated-cluster tests check).
-      for (absl::string_view line : absl::StrSplit(c.Algorithms(), '\n', absl::SkipEmpty())) {
-        std::fprintf(out, "# algorithms: %.*s\n", static_cast<int>(line.size()), line.data());
-      }
+      PrintAlgorithms(out, c, /*chosen_only=*/false);
       if (options->tensors > 1) {
         std::fprintf(out, "# multi-tensor mode: each size is split into %d tensors, reduced by separate calls vs packed into one fused buffer (blocking: each call is waited)\n",
                      options->tensors);
@@ -705,10 +711,7 @@ int Main(int argc, char** argv) {
       if (out != nullptr) {
         // What the backend chose while it ran (the UCX backend's measured
         // classes), where anything was.
-        for (absl::string_view line : absl::StrSplit(c.Algorithms(), '\n', absl::SkipEmpty())) {
-          if (!absl::StartsWith(line, "Chosen: ")) continue;
-          std::fprintf(out, "# algorithms: %.*s\n", static_cast<int>(line.size()), line.data());
-        }
+        PrintAlgorithms(out, c, /*chosen_only=*/true);
         std::fprintf(out, "# Out of bounds values : %lld %s\n",
                      static_cast<long long>(summary->wrong), summary->wrong == 0 ? "OK" : "FAILED");
         std::fprintf(out, "# Avg bus bandwidth    : %g\n", summary->avg_busbw);
