@@ -22,6 +22,7 @@ constexpr int kMaxJsonDepth = 8;
 constexpr size_t kMaxSamples = 1 << 16;
 constexpr double kMaxLatencyUs = 1e7;    // 10 s per hop is no network
 constexpr double kMaxBusbwGbps = 1e6;    // 1 PB/s
+constexpr double kMinBusbwGbps = 1e-6;   // 1 kB/s: below it a model's times overflow
 
 int CeilLog2(int64_t n) {
   int l = 0;
@@ -158,8 +159,29 @@ CostCurve CostModel::Curve(int world, int rpn) const {
     AddRing(c, ll, busbw * kRingLlBwFactor, world, nodes);
     if (has_tree) AddTree(c, ll, busbw * kTreeLlBwFactor, world, nodes);
   }
+  if (shared_gbps > 0) {
+    // Note [Hosts that share a machine].
+    const double shared_us_per_byte = 1e6 * 2.0 * (world - 1) / (1e9 * shared_gbps);
+    for (int i = 0; i < c.lines; ++i) c.us_per_byte[i] += shared_us_per_byte;
+  }
   return c;
 }
+
+// Note [Hosts that share a machine]
+// perf/cluster emulates hosts as network namespaces on one machine: each
+// rank's link is shaped to the emulated rate, but every byte that crosses
+// a link also passes the kernel's TCP stack (a copy out, a copy in, the
+// shaper) on that machine's few cores, which all ranks share. A ring
+// allreduce of m bytes moves 2(p-1)/p m bytes per rank, 2(p-1) m over all
+// of them, so on p ranks sharing the machine
+//   time = latency + 2(p-1)/p m / busbw + 2(p-1) m / shared.
+// The first bandwidth is each link's, the second the machine's. With one
+// bandwidth fitted across 2, 4 and 8 such hosts at 4 Gbit, the 8-host
+// allreduces took 1.5-2.2x the model from 256 KiB up and 3.8x at 64 KiB
+// (docs/scaling/20261128-4gbit/raw/fit-4gbit.txt); the
+// two terms are told apart by the world size (one grows as (p-1)/p, the
+// other as p - 1). Real clusters (independent hosts) leave the term at 0; a
+// fit adds it only when asked (FitOptions::shared_machine).
 
 CostModel CostModel::Scaled(double latency, double time_per_byte) const {
   CostModel m = *this;
@@ -171,6 +193,7 @@ CostModel CostModel::Scaled(double latency, double time_per_byte) const {
   }
   m.intra_busbw_gbps /= time_per_byte;
   m.inter_busbw_gbps /= time_per_byte;
+  m.shared_gbps /= time_per_byte;
   for (AllReduceSample& s : m.measured) {  // small sizes are latency, large ones bandwidth
     s.time_us *= s.bytes < (int64_t{64} << 10) ? latency : time_per_byte;
   }
@@ -188,10 +211,14 @@ absl::Status CostModel::Validate() const {
   }
   for (auto [v, field] : {std::pair{intra_busbw_gbps, "intra_busbw_gbps"},
                           {inter_busbw_gbps, "inter_busbw_gbps"}}) {
-    if (!std::isfinite(v) || v <= 0 || v > kMaxBusbwGbps) {
+    if (!std::isfinite(v) || v < kMinBusbwGbps || v > kMaxBusbwGbps) {
       return absl::InvalidArgumentError(
-          absl::StrCat("cost model: ", field, " = ", v, " is not in (0, 1e6] GB/s"));
+          absl::StrCat("cost model: ", field, " = ", v, " is not in [1e-6, 1e6] GB/s"));
     }
+  }
+  if (shared_gbps != 0 && !(shared_gbps >= kMinBusbwGbps && shared_gbps <= kMaxBusbwGbps)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "cost model: shared_gbps = ", shared_gbps, " is neither 0 nor in [1e-6, 1e6] GB/s"));
   }
   if (absl::Status s = CheckLatency(simple, "simple"); !s.ok()) return s;
   if (has_ll) return CheckLatency(ll, "ll");
@@ -207,6 +234,7 @@ std::string CostModel::Fingerprint() const {
                           ll.inter_hop_us, ll.tree_hop_us);
   }
   if (has_tree) s += "/tree";
+  if (shared_gbps > 0) absl::StrAppendFormat(&s, "/shared%.4g", shared_gbps);
   if (!measured.empty()) {
     absl::StrAppendFormat(&s, "/measured%d@%d", measured.size(), measured.front().world);
   }
@@ -214,14 +242,21 @@ std::string CostModel::Fingerprint() const {
 }
 
 std::string CostModel::Describe() const {
-  return absl::StrFormat(
+  std::string s = absl::StrFormat(
       "%s: %d ranks/node, busbw %.4g GB/s intra, %.4g GB/s inter; ring/Simple latency %.3g us + "
-      "%.3g us/step intra, %.3g us/step inter%s%s",
+      "%.3g us/step intra, %.3g us/step inter",
       name, ranks_per_node, intra_busbw_gbps, inter_busbw_gbps, simple.base_us, simple.intra_hop_us,
-      simple.inter_hop_us, has_tree ? "; double binary tree" : "", has_ll ? "; LL protocol" : "") +
-         (measured.empty() ? std::string()
-                           : absl::StrFormat("; at %d ranks: interpolates %d measured sizes",
-                                             measured.front().world, measured.size()));
+      simple.inter_hop_us);
+  if (has_tree) s += "; double binary tree";
+  if (has_ll) s += "; LL protocol";
+  if (shared_gbps > 0) {
+    absl::StrAppendFormat(&s, "; ranks share one machine at %.4g GB/s in all", shared_gbps);
+  }
+  if (!measured.empty()) {
+    absl::StrAppendFormat(&s, "; at %d ranks: interpolates %d measured sizes",
+                          measured.front().world, measured.size());
+  }
+  return s;
 }
 
 std::vector<std::string> PresetNames() {
@@ -288,7 +323,7 @@ absl::StatusOr<CostModel> PresetCostModel(absl::string_view name) {
 }
 
 absl::StatusOr<CostModel> FitCostModel(const std::vector<AllReduceSample>& samples,
-                                       int ranks_per_node, std::string source) {
+                                       int ranks_per_node, std::string source, FitOptions options) {
   if (ranks_per_node < 1) {
     return absl::InvalidArgumentError("fit: ranks_per_node must be at least 1");
   }
@@ -310,28 +345,38 @@ absl::StatusOr<CostModel> FitCostModel(const std::vector<AllReduceSample>& sampl
         "fit: needs measurements at two or more message sizes (got " +
         std::to_string(sizes.size()) + ")");
   }
-  // Features: base, ring steps 2(p-1), ring bytes 2(p-1)/p * m (in bytes,
-  // coefficient = 1/busbw in us/B). Weighted least squares with weights
-  // 1/t^2, non-negative by trying every subset of the features.
   const bool one_world = worlds.size() == 1;
+  if (options.shared_machine && one_world) {
+    return absl::InvalidArgumentError(
+        "fit: a machine shared by the ranks is told from the links only across world sizes: "
+        "needs measurements at two or more (got one)");
+  }
+  // Features: base, ring steps 2(p-1), ring bytes 2(p-1)/p * m (in bytes,
+  // coefficient = 1/busbw in us/B), and where asked, the bytes all ranks
+  // move 2(p-1) * m (coefficient = 1/shared; Note [Hosts that share a
+  // machine]). Weighted least squares with weights 1/t^2, non-negative by
+  // trying every subset of the features.
+  constexpr int kFeatures = 4;
   auto feature = [](const AllReduceSample& s, int k) -> double {
     const double steps = 2.0 * (s.world - 1);
     if (k == 0) return 1.0;
     if (k == 1) return steps;
-    return steps / s.world * static_cast<double>(s.bytes);
+    if (k == 2) return steps / s.world * static_cast<double>(s.bytes);
+    return steps * static_cast<double>(s.bytes);
   };
   double best_err = std::numeric_limits<double>::infinity();
-  std::array<double, 3> best = {0, 0, 0};
-  for (int mask = 1; mask < 8; ++mask) {
-    if (!(mask & 4)) continue;               // bandwidth is always there
-    if (one_world && (mask & 1)) continue;   // base is not identifiable
+  std::array<double, kFeatures> best = {0, 0, 0, 0};
+  for (int mask = 1; mask < (1 << kFeatures); ++mask) {
+    if (!(mask & 4)) continue;                            // the links' bandwidth is always there
+    if (one_world && (mask & 1)) continue;                // base is not identifiable
+    if (!options.shared_machine && (mask & 8)) continue;  // independent hosts
     std::vector<int> ks;
-    for (int k = 0; k < 3; ++k) {
+    for (int k = 0; k < kFeatures; ++k) {
       if (mask & (1 << k)) ks.push_back(k);
     }
     const size_t d = ks.size();
     // Normal equations A^T W A x = A^T W t, solved by Gaussian elimination.
-    double a[3][4] = {};
+    double a[kFeatures][kFeatures + 1] = {};
     for (const AllReduceSample& s : samples) {
       const double w = 1.0 / (s.time_us * s.time_us);
       for (size_t i = 0; i < d; ++i) {
@@ -357,7 +402,7 @@ absl::StatusOr<CostModel> FitCostModel(const std::vector<AllReduceSample>& sampl
       }
     }
     if (singular) continue;
-    std::array<double, 3> x = {0, 0, 0};
+    std::array<double, kFeatures> x = {0, 0, 0, 0};
     bool negative = false;
     for (size_t i = 0; i < d; ++i) {
       x[ks[i]] = a[i][d] / a[i][i];
@@ -367,7 +412,7 @@ absl::StatusOr<CostModel> FitCostModel(const std::vector<AllReduceSample>& sampl
     double err = 0;
     for (const AllReduceSample& s : samples) {
       double pred = 0;
-      for (int k = 0; k < 3; ++k) pred += x[k] * feature(s, k);
+      for (int k = 0; k < kFeatures; ++k) pred += x[k] * feature(s, k);
       const double r = (pred - s.time_us) / s.time_us;
       err += r * r;
     }
@@ -400,6 +445,8 @@ absl::StatusOr<CostModel> FitCostModel(const std::vector<AllReduceSample>& sampl
   m.intra_busbw_gbps = 1e-3 / best[2];  // us/B -> GB/s
   m.inter_busbw_gbps = m.intra_busbw_gbps;
   m.simple = Uniform(best[0], best[1]);
+  // A shared machine faster than any bandwidth this model admits is none.
+  m.shared_gbps = best[3] > 1e-3 / kMaxBusbwGbps ? 1e-3 / best[3] : 0;
   if (absl::Status s = m.Validate(); !s.ok()) return s;
   return m;
 }
@@ -492,6 +539,7 @@ std::string SerializeCostModel(const CostModel& m) {
             {"inter_busbw_gbps", m.inter_busbw_gbps},
             {"simple", lat(m.simple)},
             {"tree", m.has_tree}};
+  if (m.shared_gbps > 0) j["shared_gbps"] = m.shared_gbps;
   if (m.has_ll) j["ll"] = lat(m.ll);
   if (!m.measured.empty()) {
     json table = json::array();
@@ -566,6 +614,11 @@ absl::StatusOr<CostModel> ParseCostModel(absl::string_view text) {
   if (j->contains("ll")) {
     m.has_ll = true;
     if (absl::Status s = lat("ll", &m.ll); !s.ok()) return s;
+  }
+  if (j->contains("shared_gbps")) {
+    auto v = GetNumber(*j, "shared_gbps", "cost model file: ");
+    if (!v.ok()) return v.status();
+    m.shared_gbps = *v;
   }
   auto tree = j->find("tree");
   if (tree != j->end()) {

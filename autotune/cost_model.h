@@ -8,6 +8,8 @@
 //         algbw   = busbw * p / (2(p-1))
 //   tree: latency = base + 2 * ((p/n - 1) * intra_hop + ceil(log2 n) * tree_hop)
 //         algbw   = busbw * 0.9 / 2         (double binary tree, NCCL's 0.9)
+//   and, where the ranks share one machine (shared_gbps > 0), every line's
+//   time per byte gains 2(p-1) / shared.
 //
 // with p ranks on n = ceil(p / ranks_per_node) nodes, busbw the intra-node
 // bus bandwidth on one node and the smaller of intra and inter otherwise,
@@ -93,6 +95,12 @@ struct CostModel {
   bool has_ll = false;          // a low-latency protocol (NCCL LL)
   ProtocolLatency ll;
   bool has_tree = false;        // double binary tree besides the ring
+  // The ranks share one machine (emulated hosts: network namespaces on one
+  // box, Note [Hosts that share a machine] in cost_model.cc): every byte any
+  // rank moves also costs that machine's CPU, at this many GB/s for all the
+  // ranks together. Each line's time per byte gains 2(p-1) / shared, the
+  // bytes a ring allreduce moves over all ranks. 0: independent hosts.
+  double shared_gbps = 0;
   // Optional measurements at one world size (MeasuredAt): at exactly that
   // size AllReduceUs interpolates them, which follows a real transport's
   // protocol switches and cache effects better than any line. Sorted by
@@ -106,11 +114,13 @@ struct CostModel {
   // The lines behind AllReduceUs at one world size (no lines for world <= 1).
   CostCurve Curve(int world, int ranks_per_node) const;
 
-  // A copy with every latency multiplied by `latency` and both bandwidths
-  // divided by `time_per_byte` (for sensitivity and candidate generation).
+  // A copy with every latency multiplied by `latency` and every bandwidth
+  // (intra, inter, shared) divided by `time_per_byte` (for sensitivity and
+  // candidate generation).
   CostModel Scaled(double latency, double time_per_byte) const;
 
-  // OK when bandwidths are finite and > 0, latencies finite and >= 0,
+  // OK when intra and inter bandwidths are in [1e-6, 1e6] GB/s, the shared
+  // one is 0 or in that range, latencies finite and >= 0,
   // 1 <= ranks_per_node <= 1<<20, name non-empty.
   absl::Status Validate() const;
 
@@ -124,16 +134,25 @@ struct CostModel {
 std::vector<std::string> PresetNames();
 absl::StatusOr<CostModel> PresetCostModel(absl::string_view name);
 
+struct FitOptions {
+  // Fit CostModel::shared_gbps too: the measured ranks share one machine's
+  // cores (perf/cluster's emulated hosts). Needs samples at two or more
+  // world sizes, where the term grows as p and the ring's as (p-1)/p.
+  bool shared_machine = false;
+};
+
 // Least-squares fit (on relative error, so that small and large messages
 // count alike) of a ring/Simple model to the samples:
-//   time = base + 2(p-1) * hop + bytes * 2(p-1)/p / busbw.
+//   time = base + 2(p-1) * hop + bytes * 2(p-1)/p / busbw
+//          [+ bytes * 2(p-1) / shared, with options.shared_machine].
 // With one world size in the samples, base and hop cannot be told apart:
 // the whole latency is charged to the hops (base 0), which extrapolates
 // the latency linearly in p as the ring does. Needs samples at two or more
 // sizes, with world >= 2; intra and inter parameters are set equal (one
 // kind of link was measured). Errors name what is missing.
 absl::StatusOr<CostModel> FitCostModel(const std::vector<AllReduceSample>& samples,
-                                       int ranks_per_node, std::string source);
+                                       int ranks_per_node, std::string source,
+                                       FitOptions options = {});
 
 // `model` with `samples` of one world size attached as its measured table
 // (CostModel::measured): the median time per size, sorted, and made

@@ -8,6 +8,7 @@
 //   fusebox-tune --profile resnet50 --preset 25gbe --world 64
 //   fusebox-tune sweep --presets nvlink-h100,ib-400g,25gbe --worlds 8,64,512,4096
 //   fusebox-tune fit --from ar2.json,ar4.json --ranks_per_node 4 --out local.json
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -91,6 +92,13 @@ ABSL_FLAG(std::string, network, "",
           "offline --cache_dir: the network the key names (default: the preset, or the cost "
           "model's name)");
 ABSL_FLAG(std::string, from, "", "fit: comma-separated `fusebox-perf allreduce --json` files");
+ABSL_FLAG(bool, shared_machine, false,
+          "fit, --fit: the measured ranks share one machine's cores (perf/cluster's emulated "
+          "hosts): fit a bandwidth for the machine besides the links' (needs two or more world "
+          "sizes; autotune/README.md)");
+ABSL_FLAG(std::string, validate, "",
+          "fit: comma-separated `fusebox-perf allreduce --json` files the fit does not use; "
+          "prints the fitted model's error on each of their sizes (held-out world sizes)");
 ABSL_FLAG(std::string, profiles, "all", "sweep: comma-separated models or profile files, or all");
 ABSL_FLAG(std::string, presets, "nvlink-h100,ib-400g,25gbe", "sweep: comma-separated presets");
 ABSL_FLAG(std::string, worlds, "8,64,512,4096", "sweep: comma-separated world sizes");
@@ -132,9 +140,11 @@ constexpr char kUsage[] =
     "      Weak-scaling prediction per world size: iteration time, scaling efficiency\n"
     "      (compute / iteration), throughput and exposed communication of the tuned plan\n"
     "      and every baseline; plots: perf/cluster/plot_scaling.py.\n"
-    "  fusebox-tune fit --from J,... [--ranks_per_node R] [--out model.json]\n"
+    "  fusebox-tune fit --from J,... [--ranks_per_node R] [--shared_machine]\n"
+    "               [--validate J,...] [--out model.json]\n"
     "      Fits the cost model to `fusebox-perf allreduce --json` files (one or more\n"
-    "      world sizes) and prints it; --out writes it for --cost_model.\n"
+    "      world sizes) and prints it with its error on every size; --validate prints\n"
+    "      its error on files it was not fitted to; --out writes it for --cost_model.\n"
     "\n"
     "Exit status: 0 on success, 1 on invalid input or I/O errors, 2 on usage errors.\n"
     "Times are predictions of autotune::Simulate (autotune/simulator.h).";
@@ -182,6 +192,12 @@ absl::StatusOr<std::vector<autotune::AllReduceSample>> LoadSamples(const std::st
   return all;
 }
 
+autotune::FitOptions FitOptionsFromFlags() {
+  autotune::FitOptions o;
+  o.shared_machine = absl::GetFlag(FLAGS_shared_machine);
+  return o;
+}
+
 // The cost model from --preset, --cost_model or --fit (exactly one; none:
 // 25gbe).
 absl::StatusOr<CostModel> CostModelFromFlags() {
@@ -190,6 +206,12 @@ absl::StatusOr<CostModel> CostModelFromFlags() {
   const std::string fit = absl::GetFlag(FLAGS_fit);
   if (!preset.empty() + !file.empty() + !fit.empty() > 1) {
     return absl::InvalidArgumentError("give one of --preset, --cost_model and --fit");
+  }
+  if (!absl::GetFlag(FLAGS_validate).empty()) {
+    return absl::InvalidArgumentError("--validate is for `fusebox-tune fit`");
+  }
+  if (absl::GetFlag(FLAGS_shared_machine) && fit.empty()) {
+    return absl::InvalidArgumentError("--shared_machine applies to a fit (fit, or --fit)");
   }
   if (!file.empty()) {
     auto text = bucketing::ReadFileBounded(file, kMaxInputBytes);
@@ -202,7 +224,8 @@ absl::StatusOr<CostModel> CostModelFromFlags() {
     auto samples = LoadSamples(fit);
     if (!samples.ok()) return samples.status();
     const int rpn = absl::GetFlag(FLAGS_ranks_per_node);
-    return autotune::FitCostModel(*samples, rpn > 0 ? rpn : 1, absl::StrCat("fitted to ", fit));
+    return autotune::FitCostModel(*samples, rpn > 0 ? rpn : 1, absl::StrCat("fitted to ", fit),
+                                  FitOptionsFromFlags());
   }
   return autotune::PresetCostModel(preset.empty() ? "25gbe" : preset);
 }
@@ -510,14 +533,33 @@ int Fit() {
   auto samples = LoadSamples(from);
   if (!samples.ok()) return Fail(samples.status());
   const int rpn = absl::GetFlag(FLAGS_ranks_per_node);
-  auto m = autotune::FitCostModel(*samples, rpn > 0 ? rpn : 1, absl::StrCat("fitted to ", from));
+  auto m = autotune::FitCostModel(*samples, rpn > 0 ? rpn : 1, absl::StrCat("fitted to ", from),
+                                  FitOptionsFromFlags());
   if (!m.ok()) return Fail(m.status());
-  std::printf("# %s\n#  %-6s %12s %12s %12s %8s\n", m->Describe().c_str(), "world", "bytes",
-              "measured(us)", "model(us)", "error");
-  for (const autotune::AllReduceSample& s : *samples) {
-    const double t = m->AllReduceUs(s.bytes, s.world);
-    std::printf("   %-6d %12lld %12.2f %12.2f %+7.1f%%\n", s.world, static_cast<long long>(s.bytes),
-                s.time_us, t, 100 * (t - s.time_us) / s.time_us);
+  const std::string validate = absl::GetFlag(FLAGS_validate);
+  absl::StatusOr<std::vector<autotune::AllReduceSample>> held_out =
+      std::vector<autotune::AllReduceSample>{};
+  if (!validate.empty()) held_out = LoadSamples(validate);
+  if (!held_out.ok()) return Fail(held_out.status());
+  if (!validate.empty() && held_out->empty()) {
+    return Fail(absl::InvalidArgumentError("--validate: no timed allreduce in " + validate));
+  }
+  std::printf("# %s\n", m->Describe().c_str());
+  for (const auto* set : {&*samples, &*held_out}) {
+    if (set->empty()) continue;
+    std::printf("#  %-6s %12s %12s %12s %8s%s\n", "world", "bytes", "measured(us)", "model(us)",
+                "error", set == &*samples ? "" : "   (held out: not fitted)");
+    std::vector<double> errors;
+    for (const autotune::AllReduceSample& s : *set) {
+      const double t = m->AllReduceUs(s.bytes, s.world);
+      errors.push_back(std::abs(t - s.time_us) / s.time_us);
+      std::printf("   %-6d %12lld %12.2f %12.2f %+7.1f%%\n", s.world,
+                  static_cast<long long>(s.bytes), s.time_us, t, 100 * (t - s.time_us) / s.time_us);
+    }
+    std::sort(errors.begin(), errors.end());
+    std::printf("# %s: %zu sizes, |error| median %.1f%%, max %.1f%%\n",
+                set == &*samples ? "fitted" : "held out", errors.size(),
+                100 * errors[errors.size() / 2], 100 * errors.back());
   }
   const std::string out = absl::GetFlag(FLAGS_out);
   if (!out.empty()) {

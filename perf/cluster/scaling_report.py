@@ -9,7 +9,9 @@ creates network namespaces):
    host count, `fusebox-perf allreduce` across the hosts (one rank per host,
    UCX over TCP through tbf-shaped links).
 2. The cost model fitted per rate to those runs at every host count
-   (`fusebox-tune fit`).
+   (`fusebox-tune fit --shared_machine`: a bandwidth for the links and one
+   for the machine whose cores every emulated host shares), and once more
+   without the largest host count, to report its error there (held out).
 3. `fusebox-perf overlap` of the profile on the same clusters: DDP, Horovod,
    MG-WFBP and the online tuner, whose plan per host count goes into the
    policy cache (the knowledge base per cluster size, filled by a real
@@ -97,7 +99,7 @@ def main():
     except ImportError:
         sys.exit("scaling_report: the plots need matplotlib: bash scripts/install-deps.sh "
                  "(or apt-get install python3-matplotlib)")
-    hosts = [int(h) for h in args.hosts.split(",")]
+    hosts = sorted({int(h) for h in args.hosts.split(",")})  # the last is held out of a fit
     rates = args.rates.split(",")
     out = args.out
     raw = os.path.join(out, "raw")
@@ -119,8 +121,15 @@ def main():
                          "--json", j], log="raw/allreduce-%s-%dhosts.txt" % (rate, h))
             files.append(j)
         models[rate] = os.path.join(raw, "cost-model-%s.json" % rate)
-        r.run([tune, "fit", "--from", ",".join(files), "--ranks_per_node", "1",
-               "--out", models[rate]], log="raw/fit-%s.txt" % rate)
+        # Note [Hosts that share a machine] (autotune/cost_model.cc).
+        # (One host count cannot tell the machine's bandwidth from the links'.)
+        shared = ["--shared_machine"] if len(files) >= 2 else []
+        r.run([tune, "fit", "--from", ",".join(files), "--ranks_per_node", "1"] + shared +
+              ["--out", models[rate]], log="raw/fit-%s.txt" % rate)
+        if len(files) >= 3:
+            r.run([tune, "fit", "--from", ",".join(files[:-1]), "--ranks_per_node", "1",
+                   "--shared_machine", "--validate", files[-1]],
+                  log="raw/fit-held-out-%s.txt" % rate)
 
     # 3: overlap runs, validated against the fitted model; plans cached.
     for rate in rates:
@@ -181,6 +190,27 @@ def read_validation(raw):
     return runs
 
 
+def fit_summaries(raw):
+    """rate -> (model description, fitted error line, held-out error line) from the
+    `fusebox-tune fit` logs in raw/."""
+    out = {}
+    for name in sorted(os.listdir(raw)):
+        if not (name.startswith("fit-") and name.endswith(".txt")) or "held-out" in name:
+            continue
+        rate = name[len("fit-"):-len(".txt")]
+        text = open(os.path.join(raw, name)).read().splitlines()
+        model = next((l[2:] for l in text if l.startswith("# fitted:")), "?")
+        fitted = next((l[len("# fitted: "):] for l in text if l.startswith("# fitted: ") and
+                       "sizes" in l), "")
+        held = os.path.join(raw, "fit-held-out-%s.txt" % rate)
+        held_out = ""
+        if os.path.exists(held):
+            held_out = next((l[len("# held out: "):] for l in open(held).read().splitlines()
+                             if l.startswith("# held out: ")), "")
+        out[rate] = (model, fitted, held_out)
+    return out
+
+
 def write_report(out, profile, commands, quick=False):
     """<out>/README.md from <out>/raw. Exposed communication is the iteration minus the
     replayed compute (which the simulator knows exactly): the quantity the search
@@ -197,6 +227,12 @@ def write_report(out, profile, commands, quick=False):
                 if len(block) >= 2:
                     commands = [c for c in block[1].strip("\n").split("\n") if c]
     validation = read_validation(raw)
+    fits = fit_summaries(raw)
+    shared_note = ""
+    if any("share one machine" in model for (model, _, _) in fits.values()):
+        shared_note = ("; with a per-link term and a term for the machine whose cores all the "
+                       "emulated hosts share, Note [Hosts that share a machine] in "
+                       "autotune/cost_model.cc")
     models = sorted({res.get("model") for (_, _, _, res) in validation} - {None})
     if len(models) == 1:
         profile = models[0]
@@ -208,13 +244,13 @@ def write_report(out, profile, commands, quick=False):
              "One rank per emulated host (network namespace), links shaped with tc tbf, UCX over "
              "TCP; `%s` replayed by `fusebox-perf overlap --compute_scale auto`; predicted by "
              "the simulator under the cost model fitted to the allreduce runs at all host counts "
-             "of that rate (`raw/cost-model-*.json`). Exposed = iteration - replayed compute; "
+             "of that rate (`raw/cost-model-*.json`%s). Exposed = iteration - replayed compute; "
              "error = (predicted - measured) / measured, negative when the model is optimistic. "
              "The last two columns predict the same run under the allreduce sizes that run timed "
              "itself beside its plans (`fusebox-perf overlap`'s own cost model, the median of "
              "each size over its rounds) instead of the model fitted across host counts: the "
              "simulator's error apart from the fit's."
-             % profile, "",
+             % (profile, shared_note), "",
              "| link | hosts | plan | predicted ms | measured ms | error | exposed pred ms | "
              "exposed meas ms | exposed error | exposed pred, in-run t(m) | its error |",
              "|---|---|---|---|---|---|---|---|---|---|---|"]
@@ -246,6 +282,16 @@ def write_report(out, profile, commands, quick=False):
                      100 * max(abs(x) for x in it_err), 100 * statistics.median(abs(x) for x in ex_err),
                      100 * pct([abs(x) for x in ex_err], 0.9), sum(x < 0 for x in ex_err),
                      sum(x > 0 for x in ex_err))]
+    if fits:
+        lines += ["", "The cost model per rate (`raw/fit-*.txt`): its error on the allreduce runs "
+                  "it was fitted to, and, fitted again without the largest host count, its error "
+                  "there (`raw/fit-held-out-*.txt`: a world size the fit never saw).", "",
+                  "| link | model fitted to every host count | fitted | held-out fit: error at "
+                  "the largest host count |", "|---|---|---|---|"]
+        cell = lambda t: t.replace("|", "\\|")  # a Markdown table cell
+        for rate, (model, fitted, held_out) in sorted(fits.items()):
+            lines.append("| %s | %s | %s | %s |" % (rate, model, cell(fitted) or "n/a",
+                                                    cell(held_out) or "n/a"))
     if in_run_err:
         lines += ["", "Under each run's own allreduce times (%d runs): exposed communication "
                   "|error| median %.0f%%, p90 %.0f%%, under-predicted in %d and over-predicted "

@@ -83,6 +83,36 @@ J
     grep -q '"format": "fusebox-cost-model"' "$work/model.json" || e2e_fail "no cost-model file"
     e2e_run 0 "$tool" --profile resnet50 --cost_model "$work/model.json" --world 4
     e2e_expect stdout "# cost model fitted"
+    # Ranks sharing one machine (autotune/README.md): times made by links at
+    # 0.5 GB/s, a machine at 2.5 GB/s for all ranks and 20 us per ring step,
+    # at 2 and 4 ranks; the fit recovers the machine and predicts 8 ranks,
+    # held out, exactly.
+    for w in 2 4 8; do
+      case $w in
+        2) rows='65536 223.501 1048576 2976.013 16777216 47016.205' ;;
+        4) rows='65536 473.894 1048576 5782.31 16777216 90716.966' ;;
+        8) rows='1048576 9822.042' ;;
+      esac
+      # shellcheck disable=SC2086  # word splitting of rows is meant
+      printf '{"tool": "fusebox-perf", "collective": "allreduce", "nranks": %d, "results": [%s]}\n' \
+        "$w" "$(printf '{"bytes": %s, "oop": {"time_us": %s}},' $rows | sed 's/,$//')" \
+        >"$work/w$w.json"
+    done
+    e2e_run 0 "$tool" fit --from "$work/w2.json,$work/w4.json" --shared_machine \
+      --validate "$work/w8.json" --out "$work/shared.json"
+    e2e_expect stdout "busbw 0.5 GB/s intra"
+    e2e_expect stdout "ranks share one machine at 2.5 GB/s in all"
+    e2e_expect stdout "held out: 1 sizes, |error| median 0.0%, max 0.0%"
+    grep -Eq '"shared_gbps": 2\.(5|49999)' "$work/shared.json" ||
+      e2e_fail "no shared_gbps of 2.5 in the file"
+    e2e_run 0 "$tool" --profile resnet50 --cost_model "$work/shared.json" --world 8
+    e2e_expect stdout "share one machine at 2.5 GB/s"
+    # Without the option: one bandwidth, which misses the held-out 8 ranks.
+    e2e_run 0 "$tool" fit --from "$work/w2.json,$work/w4.json" --validate "$work/w8.json"
+    e2e_expect_not stdout "share one machine"
+    e2e_expect_not stdout "held out: 1 sizes, |error| median 0.0%"
+    e2e_run 1 "$tool" fit --from "$work/w4.json" --shared_machine
+    e2e_expect stderr "needs measurements at two or more"
     ;;
   staged_device_gradients)
     # Staging every bucket through host memory at 0.5 GB/s costs time: the

@@ -26,6 +26,7 @@ using bucketing::Bucket;
 using bucketing::Plan;
 using bucketing::Slice;
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 // t(m) = a + b*m exactly at world 2 (ring: 2 steps of a/2 each; algbw =
 // busbw * 2/2).
@@ -128,6 +129,84 @@ TEST(CostModelTest, FitRecoversParametersFromTwoWorldSizes) {
   EXPECT_NEAR(fit->AllReduceUs(1 << 20, 8), truth.AllReduceUs(1 << 20, 8), 1e-6);
 }
 
+// Note [Hosts that share a machine]: links at 0.5 GB/s and a machine
+// moving 2.5 GB/s for all ranks together, measured at 2 and 4 ranks. The
+// fit with the term recovers both and predicts 8 ranks it never saw; one
+// bandwidth for all worlds (the default) misses 8 ranks by over 25%.
+TEST(CostModelTest, FitTellsASharedMachineFromTheLinks) {
+  CostModel truth;
+  truth.name = "truth";
+  truth.intra_busbw_gbps = truth.inter_busbw_gbps = 0.5;
+  truth.shared_gbps = 2.5;
+  truth.simple = ProtocolLatency{0, 20, 20, 20};
+  std::vector<AllReduceSample> samples;
+  for (int p : {2, 4}) {
+    for (int64_t m = 65536; m <= (16 << 20); m *= 4) {
+      samples.push_back({p, m, truth.AllReduceUs(m, p)});
+    }
+  }
+  FitOptions shared;
+  shared.shared_machine = true;
+  auto fit = FitCostModel(samples, 1, "test", shared);
+  ASSERT_TRUE(fit.ok()) << fit.status();
+  EXPECT_NEAR(fit->intra_busbw_gbps, 0.5, 1e-6);
+  EXPECT_NEAR(fit->shared_gbps, 2.5, 1e-6);
+  EXPECT_NEAR(fit->simple.intra_hop_us, 20, 1e-6);
+  const int64_t m = 4 << 20;
+  EXPECT_NEAR(fit->AllReduceUs(m, 8), truth.AllReduceUs(m, 8), 1e-6 * truth.AllReduceUs(m, 8));
+  // By hand: 2(p-1)/p m / busbw + 2(p-1) m / shared + 2(p-1) hops, p = 8.
+  EXPECT_NEAR(truth.AllReduceUs(m, 8), 14.0 / 8 * m / 0.5e3 + 14.0 * m / 2.5e3 + 14 * 20, 1e-6);
+
+  auto one_bandwidth = FitCostModel(samples, 1, "test");
+  ASSERT_TRUE(one_bandwidth.ok()) << one_bandwidth.status();
+  EXPECT_EQ(one_bandwidth->shared_gbps, 0);
+  EXPECT_LT(one_bandwidth->AllReduceUs(m, 8), 0.75 * truth.AllReduceUs(m, 8));
+
+  // Independent hosts fitted with the option leave the term out.
+  CostModel links = truth;
+  links.shared_gbps = 0;
+  std::vector<AllReduceSample> independent;
+  for (int p : {2, 4, 8}) {
+    for (int64_t b = 65536; b <= (16 << 20); b *= 4)
+      independent.push_back({p, b, links.AllReduceUs(b, p)});
+  }
+  auto none = FitCostModel(independent, 1, "test", shared);
+  ASSERT_TRUE(none.ok()) << none.status();
+  EXPECT_EQ(none->shared_gbps, 0);
+  EXPECT_NEAR(none->intra_busbw_gbps, 0.5, 1e-6);
+
+  // One world size cannot tell the two apart: an error that says so.
+  std::vector<AllReduceSample> one_world;
+  for (const AllReduceSample& s : samples) {
+    if (s.world == 4) one_world.push_back(s);
+  }
+  auto refused = FitCostModel(one_world, 1, "test", shared);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_THAT(refused.status().message(), HasSubstr("two or more"));
+}
+
+TEST(CostModelTest, SharedMachineTermScalesDescribesAndKeepsTheBound) {
+  CostModel m = Line(10, 0.001);
+  const std::string plain_fingerprint = m.Fingerprint();
+  EXPECT_THAT(m.Describe(), Not(HasSubstr("share one machine")));
+  m.shared_gbps = 2;
+  EXPECT_NE(m.Fingerprint(), plain_fingerprint);
+  EXPECT_THAT(m.Describe(), HasSubstr("ranks share one machine at 2 GB/s"));
+  // 2(p-1) m / shared on top of the line, at every world size.
+  for (int p : {2, 8}) {
+    const int64_t bytes = 1 << 20;
+    EXPECT_NEAR(m.AllReduceUs(bytes, p) - Line(10, 0.001).AllReduceUs(bytes, p),
+                2.0 * (p - 1) * bytes / 2e3, 1e-6);
+  }
+  // Scaled divides every bandwidth, the machine's too.
+  EXPECT_DOUBLE_EQ(m.Scaled(1, 2).shared_gbps, 1);
+  // Lines stay subadditive: no split of 8 MiB beats the bound at 8 ranks.
+  const CostCurve c = m.Curve(8, 1);
+  const int64_t total = 8 << 20;
+  EXPECT_NEAR(c.PartitionLowerBound(total), c(total), 1e-6 * c(total));
+  EXPECT_GE(c(total / 4) * 4, c.PartitionLowerBound(total));
+}
+
 TEST(CostModelTest, FitFromOneWorldSizeReproducesTheLine) {
   std::vector<AllReduceSample> samples;
   for (int64_t m = 4096; m <= (16 << 20); m *= 4) samples.push_back({4, m, 30 + 0.002 * m});
@@ -186,6 +265,24 @@ TEST(CostModelTest, FileRoundTripAndValidation) {
     EXPECT_EQ(back->Fingerprint(), m->Fingerprint());
   }
   CostModel m = Line(10, 0.001);
+  m.shared_gbps = 2.5;
+  auto shared = ParseCostModel(SerializeCostModel(m));
+  ASSERT_TRUE(shared.ok()) << shared.status();
+  EXPECT_EQ(shared->shared_gbps, 2.5);
+  EXPECT_EQ(shared->Fingerprint(), m.Fingerprint());
+  EXPECT_NE(shared->Fingerprint(), Line(10, 0.001).Fingerprint());
+  m.shared_gbps = -1;
+  EXPECT_THAT(m.Validate().message(), HasSubstr("shared_gbps"));
+  std::string text = SerializeCostModel(shared.value());
+  const std::string good_field = "\"shared_gbps\": 2.5";
+  ASSERT_NE(text.find(good_field), std::string::npos) << text;
+  for (const char* value : {"-1", "\"fast\"", "1e300"}) {
+    auto bad_shared = ParseCostModel(
+        absl::StrReplaceAll(text, {{good_field, absl::StrCat("\"shared_gbps\": ", value)}}));
+    ASSERT_FALSE(bad_shared.ok()) << value;
+    EXPECT_THAT(bad_shared.status().message(), HasSubstr("shared_gbps")) << value;
+  }
+  m.shared_gbps = 0;
   m.intra_busbw_gbps = -1;
   auto bad = ParseCostModel(SerializeCostModel(m));
   ASSERT_FALSE(bad.ok());

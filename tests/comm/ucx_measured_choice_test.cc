@@ -339,7 +339,9 @@ void CheckMixedCalls(int world, const UcxOptions& options, size_t want_classes) 
               AllReduceSync(comm, in.data(), out.data(), count, DataType::kFloat32, ReduceOp::kSum);
           ASSERT_TRUE(s.ok()) << s;
           ASSERT_EQ(out, want) << "rank " << rank << ", call " << i << ", count " << count;
-          if (i % 9 == 0) ASSERT_TRUE(comm.BarrierBlocking().ok());
+          if (i % 9 == 0) {
+            ASSERT_TRUE(comm.BarrierBlocking().ok());
+          }
           if (i % 11 == 0) {
             std::vector<int32_t> b(2000, rank == i % world ? i : -1);
             ASSERT_TRUE(
