@@ -96,6 +96,10 @@ ABSL_FLAG(bool, shared_machine, false,
           "fit, --fit: the measured ranks share one machine's cores (perf/cluster's emulated "
           "hosts): fit a bandwidth for the machine besides the links' (needs two or more world "
           "sizes; autotune/README.md)");
+ABSL_FLAG(int64_t, min_bytes, 0,
+          "fit: fit (and summarise --validate over) only the sizes of at least this many bytes; "
+          "the smaller ones are printed with the model's error apart (perf/cluster's shaped "
+          "links pass a burst unshaped: perf/cluster/README.md)");
 ABSL_FLAG(std::string, validate, "",
           "fit: comma-separated `fusebox-perf allreduce --json` files the fit does not use; "
           "prints the fitted model's error on each of their sizes (held-out world sizes)");
@@ -141,7 +145,7 @@ constexpr char kUsage[] =
     "      (compute / iteration), throughput and exposed communication of the tuned plan\n"
     "      and every baseline; plots: perf/cluster/plot_scaling.py.\n"
     "  fusebox-tune fit --from J,... [--ranks_per_node R] [--shared_machine]\n"
-    "               [--validate J,...] [--out model.json]\n"
+    "               [--min_bytes B] [--validate J,...] [--out model.json]\n"
     "      Fits the cost model to `fusebox-perf allreduce --json` files (one or more\n"
     "      world sizes) and prints it with its error on every size; --validate prints\n"
     "      its error on files it was not fitted to; --out writes it for --cost_model.\n"
@@ -207,8 +211,8 @@ absl::StatusOr<CostModel> CostModelFromFlags() {
   if (!preset.empty() + !file.empty() + !fit.empty() > 1) {
     return absl::InvalidArgumentError("give one of --preset, --cost_model and --fit");
   }
-  if (!absl::GetFlag(FLAGS_validate).empty()) {
-    return absl::InvalidArgumentError("--validate is for `fusebox-tune fit`");
+  if (!absl::GetFlag(FLAGS_validate).empty() || absl::GetFlag(FLAGS_min_bytes) != 0) {
+    return absl::InvalidArgumentError("--validate and --min_bytes are for `fusebox-tune fit`");
   }
   if (absl::GetFlag(FLAGS_shared_machine) && fit.empty()) {
     return absl::InvalidArgumentError("--shared_machine applies to a fit (fit, or --fit)");
@@ -530,35 +534,50 @@ int Scale(const comm::Logger& log) {
 int Fit() {
   const std::string from = absl::GetFlag(FLAGS_from);
   if (from.empty()) return UsageError("fit needs --from");
-  auto samples = LoadSamples(from);
-  if (!samples.ok()) return Fail(samples.status());
-  const int rpn = absl::GetFlag(FLAGS_ranks_per_node);
-  auto m = autotune::FitCostModel(*samples, rpn > 0 ? rpn : 1, absl::StrCat("fitted to ", from),
-                                  FitOptionsFromFlags());
-  if (!m.ok()) return Fail(m.status());
+  const int64_t min_bytes = absl::GetFlag(FLAGS_min_bytes);
+  if (min_bytes < 0) return UsageError("--min_bytes must not be negative");
+  auto loaded = LoadSamples(from);
+  if (!loaded.ok()) return Fail(loaded.status());
   const std::string validate = absl::GetFlag(FLAGS_validate);
-  absl::StatusOr<std::vector<autotune::AllReduceSample>> held_out =
+  absl::StatusOr<std::vector<autotune::AllReduceSample>> loaded_held_out =
       std::vector<autotune::AllReduceSample>{};
-  if (!validate.empty()) held_out = LoadSamples(validate);
-  if (!held_out.ok()) return Fail(held_out.status());
-  if (!validate.empty() && held_out->empty()) {
+  if (!validate.empty()) loaded_held_out = LoadSamples(validate);
+  if (!loaded_held_out.ok()) return Fail(loaded_held_out.status());
+  if (!validate.empty() && loaded_held_out->empty()) {
     return Fail(absl::InvalidArgumentError("--validate: no timed allreduce in " + validate));
   }
+  // Sizes below --min_bytes are neither fitted nor summarised.
+  std::vector<autotune::AllReduceSample> samples, held_out, small;
+  for (const auto& [in, out] : {std::pair{&*loaded, &samples}, {&*loaded_held_out, &held_out}}) {
+    for (const autotune::AllReduceSample& s : *in)
+      (s.bytes >= min_bytes ? out : &small)->push_back(s);
+  }
+  const int rpn = absl::GetFlag(FLAGS_ranks_per_node);
+  auto m = autotune::FitCostModel(samples, rpn > 0 ? rpn : 1, absl::StrCat("fitted to ", from),
+                                  FitOptionsFromFlags());
+  if (!m.ok()) return Fail(m.status());
   std::printf("# %s\n", m->Describe().c_str());
-  for (const auto* set : {&*samples, &*held_out}) {
-    if (set->empty()) continue;
+  const struct {
+    const std::vector<autotune::AllReduceSample>* set;
+    const char* name;
+    const char* note;
+  } blocks[] = {{&samples, "fitted", ""},
+                {&held_out, "held out", "   (held out: not fitted)"},
+                {&small, "", "   (below --min_bytes: not fitted)"}};
+  for (const auto& block : blocks) {
+    if (block.set->empty()) continue;
     std::printf("#  %-6s %12s %12s %12s %8s%s\n", "world", "bytes", "measured(us)", "model(us)",
-                "error", set == &*samples ? "" : "   (held out: not fitted)");
+                "error", block.note);
     std::vector<double> errors;
-    for (const autotune::AllReduceSample& s : *set) {
+    for (const autotune::AllReduceSample& s : *block.set) {
       const double t = m->AllReduceUs(s.bytes, s.world);
       errors.push_back(std::abs(t - s.time_us) / s.time_us);
       std::printf("   %-6d %12lld %12.2f %12.2f %+7.1f%%\n", s.world,
                   static_cast<long long>(s.bytes), s.time_us, t, 100 * (t - s.time_us) / s.time_us);
     }
+    if (*block.name == '\0') continue;
     std::sort(errors.begin(), errors.end());
-    std::printf("# %s: %zu sizes, |error| median %.1f%%, max %.1f%%\n",
-                set == &*samples ? "fitted" : "held out", errors.size(),
+    std::printf("# %s: %zu sizes, |error| median %.1f%%, max %.1f%%\n", block.name, errors.size(),
                 100 * errors[errors.size() / 2], 100 * errors.back());
   }
   const std::string out = absl::GetFlag(FLAGS_out);

@@ -9,9 +9,10 @@ creates network namespaces):
    host count, `fusebox-perf allreduce` across the hosts (one rank per host,
    UCX over TCP through tbf-shaped links).
 2. The cost model fitted per rate to those runs at every host count
-   (`fusebox-tune fit --shared_machine`: a bandwidth for the links and one
-   for the machine whose cores every emulated host shares), and once more
-   without the largest host count, to report its error there (held out).
+   (`fusebox-tune fit --shared_machine`: a per-link term and one for the
+   machine whose cores every emulated host shares), from 1 MiB up (smaller
+   collectives run mostly inside the shaper's burst), and once more without
+   the largest host count, to report its error there (held out).
 3. `fusebox-perf overlap` of the profile on the same clusters: DDP, Horovod,
    MG-WFBP and the online tuner, whose plan per host count goes into the
    policy cache (the knowledge base per cluster size, filled by a real
@@ -77,6 +78,10 @@ def main():
     ap.add_argument("--hosts", default="2,4,8")
     ap.add_argument("--rates", default="1gbit,4gbit")
     ap.add_argument("--profile", default="resnet50", help="profile replayed on the emulated hosts")
+    ap.add_argument("--fit_min_bytes", type=int, default=1 << 20,
+                    help="fit the cost model to allreduces of at least this many bytes: below "
+                         "about 4x the shaper's 256 KB burst, a rank's traffic passes mostly "
+                         "unshaped (perf/cluster/README.md)")
     ap.add_argument("--quick", action="store_true", help="hosts 2,4 and rate 2gbit only")
     ap.add_argument("--report_only", action="store_true",
                     help="rewrite <out>/README.md from <out>/raw without running anything")
@@ -124,11 +129,12 @@ def main():
         # Note [Hosts that share a machine] (autotune/cost_model.cc).
         # (One host count cannot tell the machine's bandwidth from the links'.)
         shared = ["--shared_machine"] if len(files) >= 2 else []
+        min_bytes = ["--min_bytes", str(args.fit_min_bytes)]
         r.run([tune, "fit", "--from", ",".join(files), "--ranks_per_node", "1"] + shared +
-              ["--out", models[rate]], log="raw/fit-%s.txt" % rate)
+              min_bytes + ["--out", models[rate]], log="raw/fit-%s.txt" % rate)
         if len(files) >= 3:
             r.run([tune, "fit", "--from", ",".join(files[:-1]), "--ranks_per_node", "1",
-                   "--shared_machine", "--validate", files[-1]],
+                   "--shared_machine", "--validate", files[-1]] + min_bytes,
                   log="raw/fit-held-out-%s.txt" % rate)
 
     # 3: overlap runs, validated against the fitted model; plans cached.

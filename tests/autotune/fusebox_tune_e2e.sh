@@ -107,6 +107,18 @@ J
       e2e_fail "no shared_gbps of 2.5 in the file"
     e2e_run 0 "$tool" --profile resnet50 --cost_model "$work/shared.json" --world 8
     e2e_expect stdout "share one machine at 2.5 GB/s"
+    # A size below --min_bytes (here absurdly slow) is printed, not fitted.
+    sed 's/"results": \[/"results": [{"bytes": 4096, "oop": {"time_us": 1000}}, /' \
+      "$work/w2.json" >"$work/w2small.json"
+    e2e_run 0 "$tool" fit --from "$work/w2small.json,$work/w4.json" --shared_machine \
+      --min_bytes 65536 --validate "$work/w8.json"
+    e2e_expect stdout "ranks share one machine at 2.5 GB/s in all"
+    e2e_expect stdout "(below --min_bytes: not fitted)"
+    e2e_expect stdout "held out: 1 sizes, |error| median 0.0%, max 0.0%"
+    e2e_run 0 "$tool" fit --from "$work/w2small.json,$work/w4.json" --shared_machine
+    e2e_expect_not stdout "ranks share one machine at 2.5 GB/s in all"
+    e2e_run 1 "$tool" --profile resnet50 --preset 25gbe --min_bytes 1
+    e2e_expect stderr "are for \`fusebox-tune fit\`"
     # Without the option: one bandwidth, which misses the held-out 8 ranks.
     e2e_run 0 "$tool" fit --from "$work/w2.json,$work/w4.json" --validate "$work/w8.json"
     e2e_expect_not stdout "share one machine"
