@@ -211,12 +211,6 @@ absl::StatusOr<CostModel> CostModelFromFlags() {
   if (!preset.empty() + !file.empty() + !fit.empty() > 1) {
     return absl::InvalidArgumentError("give one of --preset, --cost_model and --fit");
   }
-  if (!absl::GetFlag(FLAGS_validate).empty() || absl::GetFlag(FLAGS_min_bytes) != 0) {
-    return absl::InvalidArgumentError("--validate and --min_bytes are for `fusebox-tune fit`");
-  }
-  if (absl::GetFlag(FLAGS_shared_machine) && fit.empty()) {
-    return absl::InvalidArgumentError("--shared_machine applies to a fit (fit, or --fit)");
-  }
   if (!file.empty()) {
     auto text = bucketing::ReadFileBounded(file, kMaxInputBytes);
     if (!text.ok()) return text.status();
@@ -543,26 +537,34 @@ int Fit() {
       std::vector<autotune::AllReduceSample>{};
   if (!validate.empty()) loaded_held_out = LoadSamples(validate);
   if (!loaded_held_out.ok()) return Fail(loaded_held_out.status());
-  if (!validate.empty() && loaded_held_out->empty()) {
-    return Fail(absl::InvalidArgumentError("--validate: no timed allreduce in " + validate));
-  }
   // Sizes below --min_bytes are neither fitted nor summarised.
   std::vector<autotune::AllReduceSample> samples, held_out, small;
   for (const auto& [in, out] : {std::pair{&*loaded, &samples}, {&*loaded_held_out, &held_out}}) {
-    for (const autotune::AllReduceSample& s : *in)
+    for (const autotune::AllReduceSample& s : *in) {
       (s.bytes >= min_bytes ? out : &small)->push_back(s);
+    }
+  }
+  if (!validate.empty() && held_out.empty()) {
+    return Fail(absl::InvalidArgumentError(absl::StrCat(
+        "--validate: no timed allreduce of at least --min_bytes (", min_bytes, ") in ", validate)));
   }
   const int rpn = absl::GetFlag(FLAGS_ranks_per_node);
   auto m = autotune::FitCostModel(samples, rpn > 0 ? rpn : 1, absl::StrCat("fitted to ", from),
                                   FitOptionsFromFlags());
+  if (!m.ok() && samples.size() < loaded->size()) {
+    return Fail(absl::Status(
+        m.status().code(),
+        absl::StrCat(m.status().message(), " (", samples.size(), " of ", loaded->size(),
+                     " measurements are of at least --min_bytes ", min_bytes, ")")));
+  }
   if (!m.ok()) return Fail(m.status());
   std::printf("# %s\n", m->Describe().c_str());
   const struct {
     const std::vector<autotune::AllReduceSample>* set;
     const char* name;
     const char* note;
-  } blocks[] = {{&samples, "fitted", ""},
-                {&held_out, "held out", "   (held out: not fitted)"},
+  } blocks[] = {{&samples, "error, fitted", ""},
+                {&held_out, "error, held out", "   (held out: not fitted)"},
                 {&small, "", "   (below --min_bytes: not fitted)"}};
   for (const auto& block : blocks) {
     if (block.set->empty()) continue;
@@ -577,8 +579,10 @@ int Fit() {
     }
     if (*block.name == '\0') continue;
     std::sort(errors.begin(), errors.end());
-    std::printf("# %s: %zu sizes, |error| median %.1f%%, max %.1f%%\n", block.name, errors.size(),
-                100 * errors[errors.size() / 2], 100 * errors.back());
+    const size_t n = errors.size();
+    const double median = n % 2 == 1 ? errors[n / 2] : (errors[n / 2 - 1] + errors[n / 2]) / 2;
+    std::printf("# %s: %zu sizes, |error| median %.1f%%, max %.1f%%\n", block.name, n, 100 * median,
+                100 * errors.back());
   }
   const std::string out = absl::GetFlag(FLAGS_out);
   if (!out.empty()) {
@@ -600,6 +604,14 @@ int Main(int argc, char** argv) {
       comm::ResolveLogLevel(absl::GetFlag(FLAGS_log_level), std::getenv("FUSEBOX_LOG_LEVEL"));
   if (!level.ok()) return UsageError(std::string(level.status().message()));
   const comm::Logger log("fusebox-tune", *level);
+  if (command != "fit") {
+    if (!absl::GetFlag(FLAGS_validate).empty() || absl::GetFlag(FLAGS_min_bytes) != 0) {
+      return UsageError("--validate and --min_bytes are for `fusebox-tune fit`");
+    }
+    if (absl::GetFlag(FLAGS_shared_machine) && absl::GetFlag(FLAGS_fit).empty()) {
+      return UsageError("--shared_machine applies to a fit (`fusebox-tune fit`, or --fit)");
+    }
+  }
   if (command == "offline") return Offline(log);
   if (command == "sweep") return Sweep(log);
   if (command == "scale") return Scale(log);

@@ -206,13 +206,15 @@ def fit_summaries(raw):
         rate = name[len("fit-"):-len(".txt")]
         text = open(os.path.join(raw, name)).read().splitlines()
         model = next((l[2:] for l in text if l.startswith("# fitted:")), "?")
-        fitted = next((l[len("# fitted: "):] for l in text if l.startswith("# fitted: ") and
-                       "sizes" in l), "")
+        # "# error, fitted: N sizes, ..." (earlier tools: "# fitted: N sizes, ...").
+        fitted = next((l.split(": ", 1)[1] for l in text
+                       if l.startswith("# error, fitted: ") or
+                       (l.startswith("# fitted: ") and " sizes, " in l)), "")
         held = os.path.join(raw, "fit-held-out-%s.txt" % rate)
         held_out = ""
         if os.path.exists(held):
-            held_out = next((l[len("# held out: "):] for l in open(held).read().splitlines()
-                             if l.startswith("# held out: ")), "")
+            held_out = next((l.split(": ", 1)[1] for l in open(held).read().splitlines()
+                             if l.startswith(("# error, held out: ", "# held out: "))), "")
         out[rate] = (model, fitted, held_out)
     return out
 
@@ -239,6 +241,10 @@ def write_report(out, profile, commands, quick=False):
         shared_note = ("; with a per-link term and a term for the machine whose cores all the "
                        "emulated hosts share, Note [Hosts that share a machine] in "
                        "autotune/cost_model.cc")
+    if any("below --min_bytes" in open(os.path.join(raw, "fit-%s.txt" % rate)).read()
+           for rate in fits):
+        shared_note += ("; fitted to the sizes from --fit_min_bytes up, as smaller collectives "
+                        "pass mostly inside the links' burst")
     models = sorted({res.get("model") for (_, _, _, res) in validation} - {None})
     if len(models) == 1:
         profile = models[0]

@@ -102,7 +102,7 @@ J
       --validate "$work/w8.json" --out "$work/shared.json"
     e2e_expect stdout "busbw 0.5 GB/s intra"
     e2e_expect stdout "ranks share one machine at 2.5 GB/s in all"
-    e2e_expect stdout "held out: 1 sizes, |error| median 0.0%, max 0.0%"
+    e2e_expect stdout "# error, held out: 1 sizes, |error| median 0.0%, max 0.0%"
     grep -Eq '"shared_gbps": 2\.(5|49999)' "$work/shared.json" ||
       e2e_fail "no shared_gbps of 2.5 in the file"
     e2e_run 0 "$tool" --profile resnet50 --cost_model "$work/shared.json" --world 8
@@ -114,15 +114,24 @@ J
       --min_bytes 65536 --validate "$work/w8.json"
     e2e_expect stdout "ranks share one machine at 2.5 GB/s in all"
     e2e_expect stdout "(below --min_bytes: not fitted)"
-    e2e_expect stdout "held out: 1 sizes, |error| median 0.0%, max 0.0%"
+    e2e_expect stdout "# error, held out: 1 sizes, |error| median 0.0%, max 0.0%"
     e2e_run 0 "$tool" fit --from "$work/w2small.json,$work/w4.json" --shared_machine
     e2e_expect_not stdout "ranks share one machine at 2.5 GB/s in all"
-    e2e_run 1 "$tool" --profile resnet50 --preset 25gbe --min_bytes 1
+    e2e_run 2 "$tool" --profile resnet50 --preset 25gbe --min_bytes 1
     e2e_expect stderr "are for \`fusebox-tune fit\`"
+    e2e_run 2 "$tool" sweep --worlds 8 --validate "$work/w8.json"
+    e2e_expect stderr "are for \`fusebox-tune fit\`"
+    e2e_run 2 "$tool" scale --presets 25gbe --shared_machine
+    e2e_expect stderr "--shared_machine applies to a fit"
+    e2e_run 1 "$tool" fit --from "$work/w2.json,$work/w4.json" --min_bytes 16777216
+    e2e_expect stderr "(2 of 6 measurements are of at least --min_bytes 16777216)"
+    e2e_run 1 "$tool" fit --from "$work/w2.json,$work/w4.json" --min_bytes 2000000 \
+      --validate "$work/w8.json"
+    e2e_expect stderr "--validate: no timed allreduce of at least --min_bytes (2000000)"
     # Without the option: one bandwidth, which misses the held-out 8 ranks.
     e2e_run 0 "$tool" fit --from "$work/w2.json,$work/w4.json" --validate "$work/w8.json"
     e2e_expect_not stdout "share one machine"
-    e2e_expect_not stdout "held out: 1 sizes, |error| median 0.0%"
+    e2e_expect_not stdout "# error, held out: 1 sizes, |error| median 0.0%"
     e2e_run 1 "$tool" fit --from "$work/w4.json" --shared_machine
     e2e_expect stderr "needs measurements at two or more"
     ;;
