@@ -6,6 +6,7 @@
 #include <limits>
 #include <map>
 #include <set>
+#include <tuple>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -209,16 +210,15 @@ absl::Status CostModel::Validate() const {
     return absl::InvalidArgumentError(
         absl::StrCat("cost model: ranks_per_node = ", ranks_per_node, " is not in [1, 2^20]"));
   }
-  for (auto [v, field] : {std::pair{intra_busbw_gbps, "intra_busbw_gbps"},
-                          {inter_busbw_gbps, "inter_busbw_gbps"}}) {
-    if (!std::isfinite(v) || v < kMinBusbwGbps || v > kMaxBusbwGbps) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("cost model: ", field, " = ", v, " is not in [1e-6, 1e6] GB/s"));
+  // shared_gbps may also be 0 (no shared machine).
+  for (auto [v, field, may_be_zero] : {std::tuple{intra_busbw_gbps, "intra_busbw_gbps", false},
+                                       {inter_busbw_gbps, "inter_busbw_gbps", false},
+                                       {shared_gbps, "shared_gbps", true}}) {
+    if ((v != 0 || !may_be_zero) && !(v >= kMinBusbwGbps && v <= kMaxBusbwGbps)) {
+      return absl::InvalidArgumentError(absl::StrCat("cost model: ", field, " = ", v, " is ",
+                                                     may_be_zero ? "neither 0 nor " : "not ",
+                                                     "in [1e-6, 1e6] GB/s"));
     }
-  }
-  if (shared_gbps != 0 && !(shared_gbps >= kMinBusbwGbps && shared_gbps <= kMaxBusbwGbps)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "cost model: shared_gbps = ", shared_gbps, " is neither 0 nor in [1e-6, 1e6] GB/s"));
   }
   if (absl::Status s = CheckLatency(simple, "simple"); !s.ok()) return s;
   if (has_ll) return CheckLatency(ll, "ll");

@@ -197,8 +197,8 @@ def read_validation(raw):
 
 
 def fit_summaries(raw):
-    """rate -> (model description, fitted error line, held-out error line) from the
-    `fusebox-tune fit` logs in raw/."""
+    """rate -> (model description, fitted error line, held-out error line, whether sizes
+    below --min_bytes were left out) from the `fusebox-tune fit` logs in raw/."""
     out = {}
     for name in sorted(os.listdir(raw)):
         if not (name.startswith("fit-") and name.endswith(".txt")) or "held-out" in name:
@@ -215,7 +215,8 @@ def fit_summaries(raw):
         if os.path.exists(held):
             held_out = next((l.split(": ", 1)[1] for l in open(held).read().splitlines()
                              if l.startswith(("# error, held out: ", "# held out: "))), "")
-        out[rate] = (model, fitted, held_out)
+        below_min = any("below --min_bytes" in l for l in text)
+        out[rate] = (model, fitted, held_out, below_min)
     return out
 
 
@@ -236,15 +237,14 @@ def write_report(out, profile, commands, quick=False):
                     commands = [c for c in block[1].strip("\n").split("\n") if c]
     validation = read_validation(raw)
     fits = fit_summaries(raw)
-    shared_note = ""
-    if any("share one machine" in model for (model, _, _) in fits.values()):
-        shared_note = ("; with a per-link term and a term for the machine whose cores all the "
-                       "emulated hosts share, Note [Hosts that share a machine] in "
-                       "autotune/cost_model.cc")
-    if any("below --min_bytes" in open(os.path.join(raw, "fit-%s.txt" % rate)).read()
-           for rate in fits):
-        shared_note += ("; fitted to the sizes from --fit_min_bytes up, as smaller collectives "
-                        "pass mostly inside the links' burst")
+    fit_note = ""
+    if any("share one machine" in f[0] for f in fits.values()):
+        fit_note = ("; with a per-link term and a term for the machine whose cores all the "
+                    "emulated hosts share, Note [Hosts that share a machine] in "
+                    "autotune/cost_model.cc")
+    if any(f[3] for f in fits.values()):
+        fit_note += ("; fitted to the sizes from --fit_min_bytes up, as smaller collectives "
+                     "pass mostly inside the links' burst")
     models = sorted({res.get("model") for (_, _, _, res) in validation} - {None})
     if len(models) == 1:
         profile = models[0]
@@ -262,7 +262,7 @@ def write_report(out, profile, commands, quick=False):
              "itself beside its plans (`fusebox-perf overlap`'s own cost model, the median of "
              "each size over its rounds) instead of the model fitted across host counts: the "
              "simulator's error apart from the fit's."
-             % (profile, shared_note), "",
+             % (profile, fit_note), "",
              "| link | hosts | plan | predicted ms | measured ms | error | exposed pred ms | "
              "exposed meas ms | exposed error | exposed pred, in-run t(m) | its error |",
              "|---|---|---|---|---|---|---|---|---|---|---|"]
@@ -301,7 +301,7 @@ def write_report(out, profile, commands, quick=False):
                   "| link | model fitted to every host count | fitted | held-out fit: error at "
                   "the largest host count |", "|---|---|---|---|"]
         cell = lambda t: t.replace("|", "\\|")  # a Markdown table cell
-        for rate, (model, fitted, held_out) in sorted(fits.items()):
+        for rate, (model, fitted, held_out, _) in sorted(fits.items()):
             lines.append("| %s | %s | %s | %s |" % (rate, model, cell(fitted) or "n/a",
                                                     cell(held_out) or "n/a"))
     if in_run_err:
