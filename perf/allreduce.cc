@@ -141,12 +141,14 @@ absl::StatusOr<AllReduceSummary> RunAllReduce(Context& ctx, const PerfOptions& o
         progress.Step(done++, bytes);
         AllReduceRow row(ctx, o, bytes, type, op);
         const size_t count = row.count();
-        auto in = Buffer::Make(bufs, bytes);
+        // Buffers are page-aligned; --offset moves both past the boundary.
+        const size_t offset = o.tensors <= 1 ? static_cast<size_t>(o.offset) : 0;
+        auto in = Buffer::Make(bufs, bytes + offset);
         if (!in.ok()) return in.status();
-        auto outb = Buffer::Make(bufs, bytes);
+        auto outb = Buffer::Make(bufs, bytes + offset);
         if (!outb.ok()) return outb.status();
-        void* a = in->get();
-        void* b = outb->get();
+        void* a = in->bytes() + offset;
+        void* b = outb->bytes() + offset;
         const std::string key = absl::StrCat("perf/", comm::DataTypeName(type), "/",
                                              comm::ReduceOpName(op), "/", bytes);
         nlohmann::json jrow = {{"bytes", bytes},

@@ -35,6 +35,10 @@ struct PerfOptions {
   std::vector<comm::DataType> types = {comm::DataType::kFloat32};  // -d
   std::vector<comm::ReduceOp> ops = {comm::ReduceOp::kSum};          // -o
   int tensors = 1;           // --tensors: K tensors per call (multi-tensor mode)
+  // --offset: the buffers start this many bytes past a page boundary (one
+  // tensor per call); a framework's tensors are 64-byte aligned, malloc's
+  // large blocks 16 bytes past a page.
+  int64_t offset = 0;
   // --launch: samples of launch-to-start per size (non-blocking, one tensor;
   // 0: not measured).
   int launch_samples = 20;

@@ -58,6 +58,10 @@ ABSL_FLAG(std::string, backend, "ucx", "communication backend: ucx, mpi or nccl"
 ABSL_FLAG(std::string, json, "", "also write the results as JSON to this file (rank 0)");
 ABSL_FLAG(int, tensors, 1,
           "multi-tensor mode: K tensors per call, issued one by one vs fused into one buffer");
+ABSL_FLAG(int64_t, offset, 0,
+          "allreduce: the buffers start this many bytes past a page boundary (a multiple of 8 "
+          "below 4096; 0: page-aligned). A framework's tensors are 64-byte aligned; malloc's "
+          "large blocks, numpy's arrays among them, start 16 bytes past a page");
 ABSL_FLAG(int, launch, 20,
           "launch-to-start samples per size: non-blocking calls issued to an idle "
           "communicator, timed from issue until the backend starts executing them (0: off)");
@@ -248,6 +252,14 @@ absl::StatusOr<PerfOptions> OptionsFromFlags(const comm::Logger& log) {
   o.blocking = absl::GetFlag(FLAGS_z) != 0;
   o.tensors = absl::GetFlag(FLAGS_tensors);
   if (o.tensors < 1 || o.tensors > 4096) return absl::InvalidArgumentError("--tensors must be in [1, 4096]");
+  o.offset = absl::GetFlag(FLAGS_offset);
+  if (o.offset < 0 || o.offset >= 4096 || o.offset % 8 != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--offset: ", o.offset, " is not a multiple of 8 in [0, 4096)"));
+  }
+  if (o.offset != 0 && o.tensors > 1) {
+    return absl::InvalidArgumentError("--offset applies to one tensor per call, not --tensors");
+  }
   o.launch_samples = absl::GetFlag(FLAGS_launch);
   if (o.launch_samples < 0 || o.launch_samples > 100000) {
     return absl::InvalidArgumentError("--launch must be in [0, 100000]");
@@ -698,6 +710,10 @@ int Main(int argc, char** argv) {
       // each size runs here, as the user will want to know (and the
       // emulated-cluster tests check).
       PrintAlgorithms(out, c, /*chosen_only=*/false);
+      if (options->offset != 0) {
+        std::fprintf(out, "# buffers start %lld bytes past a page boundary\n",
+                     static_cast<long long>(options->offset));
+      }
       if (options->tensors > 1) {
         std::fprintf(out, "# multi-tensor mode: each size is split into %d tensors, reduced by separate calls vs packed into one fused buffer (blocking: each call is waited)\n",
                      options->tensors);
@@ -718,17 +734,12 @@ int Main(int argc, char** argv) {
         std::fprintf(out, "#\n");
       }
       if (rank == 0 && !options->json_path.empty()) {
-        nlohmann::json j = {{"tool", "fusebox-perf"},
-                            {"version", FUSEBOX_VERSION},
-                            {"collective", "allreduce"},
-                            {"backend", backend},
-                            {"nranks", c.size()},
-                            {"iters", options->iters},
-                            {"warmup", options->warmup},
-                            {"blocking", options->blocking},
-                            {"tensors", options->tensors},
-                            {"results", summary->rows},
-                            {"avg_busbw", summary->avg_busbw},
+        nlohmann::json j = {{"tool", "fusebox-perf"},      {"version", FUSEBOX_VERSION},
+                            {"collective", "allreduce"},   {"backend", backend},
+                            {"nranks", c.size()},          {"iters", options->iters},
+                            {"warmup", options->warmup},   {"blocking", options->blocking},
+                            {"tensors", options->tensors}, {"offset", options->offset},
+                            {"results", summary->rows},    {"avg_busbw", summary->avg_busbw},
                             {"wrong", summary->wrong}};
         std::ofstream f(options->json_path);
         f << j.dump(1) << "\n";

@@ -28,6 +28,9 @@ struct Control {
   alignas(kLine) std::atomic<uint64_t> reduced;
   alignas(kLine) std::atomic<uint64_t> consumed;
   alignas(kLine) std::atomic<uint64_t> aborted;  // non-zero: gave up mid-collective
+  // Where in each slot its sub-blocks start, past the slot's line boundary
+  // (Note [Staging in the buffer's phase]); written before `ready`.
+  alignas(kLine) std::atomic<uint64_t> phase[kSlots];
 };
 static_assert(std::atomic<uint64_t>::is_always_lock_free, "shared counters must be lock-free");
 constexpr size_t kControlBytes = (sizeof(Control) + 4095) / 4096 * 4096;
@@ -47,12 +50,30 @@ size_t MailboxStride(size_t mailbox_bytes) {
   return (sizeof(MailboxHead) + mailbox_bytes + kLine - 1) / kLine * kLine;
 }
 
+// Note [Staging in the buffer's phase]
+// A round's sub-blocks move between the user's buffers and the staging
+// slots, and the reduction reads a slot and the buffer side by side. Where
+// the two start at different offsets within a cache line, every line of one
+// of them is split across two: 2 local ranks reducing a buffer 16 bytes past
+// a page (as malloc's large blocks are) ran at half the speed of one 64-byte
+// aligned (docs/allreduce/20261128-offset). So each slot has room to spare,
+// and a round stages at the same offset within a line as its input has; the
+// offset goes into the control block with the data, for the peers that read
+// the slot. Ranks whose buffers differ in phase still agree on where each
+// slot's data is; only their copies are split. The room is a page, not a
+// line, so that for aligned buffers the layout is the one it was (slots on
+// pages, with the default chunk): with a line's slack, one A/B had aligned
+// 4 MiB allreduces at 0.68x (within this VM's scatter; the next, with the
+// page, at 1.52x).
+size_t SlotStride(int size, size_t chunk_bytes) {
+  return (static_cast<size_t>(size) * chunk_bytes + kLine + 4095) / 4096 * 4096;
+}
+
 // Where the mailboxes start: after the staging slots, on a cache line of
 // their own (chunk_bytes need not be a multiple of a line, and the flag must
 // be aligned to be atomic).
 size_t MailboxesOffset(int size, size_t chunk_bytes) {
-  return (kControlBytes + kSlots * static_cast<size_t>(size) * chunk_bytes + kLine - 1) / kLine *
-         kLine;
+  return (kControlBytes + kSlots * SlotStride(size, chunk_bytes) + kLine - 1) / kLine * kLine;
 }
 
 // Mailbox `which` (0 or 1) of the segment at `base`.
@@ -252,12 +273,16 @@ absl::Status ShmAllReduce(const ShmGroup& g, const void* send, void* recv, size_
   const int p = g.size;
   const auto* in = static_cast<const unsigned char*>(send);
   auto* out = static_cast<unsigned char*>(recv);
-  const size_t slot_bytes = static_cast<size_t>(p) * g.chunk_bytes;
+  const size_t slot_stride = SlotStride(p, g.chunk_bytes);
   const size_t per_round = std::max<size_t>(1, g.chunk_bytes / esize) * p;
   const size_t nrounds = (count + per_round - 1) / per_round;
   Control* const ctl = ControlOf(g.bases[g.rank]);
+  // Rank r's slot for `round`, at the phase r staged it in (read after r's
+  // `ready` for the round, which publishes it).
   const auto slot = [&](int r, uint64_t round) {
-    return g.bases[r] + kControlBytes + (round % kSlots) * slot_bytes;
+    const uint64_t phase =
+        ControlOf(g.bases[r])->phase[round % kSlots].load(std::memory_order_relaxed);
+    return g.bases[r] + kControlBytes + (round % kSlots) * slot_stride + phase;
   };
   const auto give_up = [&](WaitResult w) {
     // Peers must not wait for us; they learn why.
@@ -283,6 +308,8 @@ absl::Status ShmAllReduce(const ShmGroup& g, const void* send, void* recv, size_
                              round - kSlots, abort, deadline);
       if (!w.status.ok()) return give_up(std::move(w));
     }
+    ctl->phase[round % kSlots].store(reinterpret_cast<uintptr_t>(in + base) % kLine,
+                                     std::memory_order_relaxed);
     unsigned char* my_slot = slot(g.rank, round);
     for (int j = 0; j < p; ++j) {
       // My own sub-block is read from the input before the output (in-place:

@@ -166,6 +166,107 @@ TEST(ShmAllReduceTest, StreamedStagingGivesTheExactResult) {
   }
 }
 
+// Note [Staging in the buffer's phase]: each rank stages at its input's
+// offset within a cache line, and its peers read it there. With every rank's
+// input at another offset (and its output at yet another, or in place),
+// over many rounds and reused slots, the result is the exact one, and
+// nothing is written past the slots: the mailboxes' heads stay zero.
+TEST(ShmAllReduceTest, InputsAtDifferentOffsetsInALineGiveTheExactResult) {
+  for (int world : {2, 3}) {
+    constexpr size_t kChunk = 64;  // tiny rounds: the slack after every slot is used
+    constexpr size_t kMailbox = 256;
+    Segments seg(world, kChunk, kMailbox);
+    std::atomic<bool> abort{false};
+    std::vector<std::thread> threads;
+    for (int r = 0; r < world; ++r) {
+      threads.emplace_back([&, r] {
+        ShmGroup g{r, world, kChunk, seg.bases, kMailbox};
+        uint64_t rounds = 0;
+        for (size_t phase : {size_t{0}, size_t{8}, size_t{16}, size_t{56}}) {
+          // Rank r's input at phase + 24 r within a line, its output 40 further.
+          const size_t in_off = (phase + 24 * r) % 64, out_off = (in_off + 40) % 64;
+          for (size_t count : {1, 15, 63, 1000}) {
+            for (bool in_place : {true, false}) {
+              const DataType type = DataType::kFloat64;
+              const ReduceOp op = ReduceOp::kSum;
+              const size_t bytes = count * DataTypeSize(type);
+              std::unique_ptr<unsigned char, void (*)(void*)> in(
+                  static_cast<unsigned char*>(std::aligned_alloc(64, bytes + 128)), &std::free);
+              std::unique_ptr<unsigned char, void (*)(void*)> out(
+                  static_cast<unsigned char*>(std::aligned_alloc(64, bytes + 128)), &std::free);
+              unsigned char* src = in.get() + in_off;
+              unsigned char* dst = in_place ? src : out.get() + out_off;
+              std::vector<unsigned char> want(bytes);
+              testing::FillInput(src, count, type, op, r);
+              testing::FillExpected(want.data(), count, type, op, world);
+              ASSERT_TRUE(ShmAllReduce(g, src, dst, count, type, op, &rounds, abort).ok());
+              EXPECT_EQ(testing::CountMismatches(dst, want.data(), count, type), 0u)
+                  << "world " << world << " rank " << r << " count " << count << " input at "
+                  << in_off << (in_place ? " in place" : " out of place");
+            }
+          }
+        }
+      });
+    }
+    for (auto& t : threads) t.join();
+    for (int r = 0; r < world; ++r) {
+      ShmGroup g{r, world, kChunk, seg.bases, kMailbox};
+      for (uint64_t which : {0, 1}) {
+        const unsigned char* head = ShmOutbox(g, which) - 16;  // MailboxHead: flag, length
+        EXPECT_TRUE(std::all_of(head, head + 16, [](unsigned char b) { return b == 0; }))
+            << "world " << world << " rank " << r << " mailbox " << which;
+      }
+    }
+  }
+}
+
+// Note [Staging in the buffer's phase]: what a rank stages lands in its
+// slot at its input's offset within a cache line. Rank 0's input (16 bytes
+// past a line, as malloc's large blocks are) holds a pattern of period 256
+// bytes; its sub-block for rank 1 is found in rank 0's segment at that
+// offset, however far into the segment the slot is.
+TEST(ShmAllReduceTest, StagesAtTheInputsOffsetInALine) {
+  constexpr int kWorld = 2;
+  constexpr size_t kChunk = 4096;
+  constexpr size_t kBytes = 4096;  // one round: sub-blocks of 2048 bytes
+  for (size_t in_off : {size_t{16}, size_t{40}}) {
+    Segments seg(kWorld, kChunk);
+    std::atomic<bool> abort{false};
+    std::unique_ptr<unsigned char, void (*)(void*)> in0(
+        static_cast<unsigned char*>(std::aligned_alloc(64, kBytes + 64)), &std::free);
+    unsigned char* src0 = in0.get() + in_off;
+    for (size_t i = 0; i < kBytes; ++i) src0[i] = static_cast<unsigned char>(i * 7 + 3);
+    std::vector<unsigned char> in1(kBytes, 0);
+    std::vector<std::thread> threads;
+    for (int r = 0; r < kWorld; ++r) {
+      threads.emplace_back([&, r] {
+        ShmGroup g{r, kWorld, kChunk, seg.bases};
+        uint64_t rounds = 0;
+        unsigned char* buf = r == 0 ? src0 : in1.data();
+        std::vector<unsigned char> out(kBytes);
+        ASSERT_TRUE(ShmAllReduce(g, buf, out.data(), kBytes, DataType::kUInt8, ReduceOp::kSum,
+                                 &rounds, abort)
+                        .ok());
+        EXPECT_EQ(std::memcmp(out.data(), src0, kBytes), 0) << "rank " << r;
+      });
+    }
+    for (auto& t : threads) t.join();
+    // 64 bytes from the middle of the sub-block rank 0 staged for rank 1.
+    const unsigned char* window = src0 + 3072;
+    const unsigned char* base = seg.bases[0];
+    const size_t seg_bytes = ShmSegmentBytes(kWorld, kChunk);
+    int found = 0;
+    for (size_t at = 0; at + 64 <= seg_bytes; ++at) {
+      if (std::memcmp(base + at, window, 64) != 0) continue;
+      ++found;
+      EXPECT_EQ(reinterpret_cast<uintptr_t>(base + at) % 64,
+                reinterpret_cast<uintptr_t>(window) % 64)
+          << "input " << in_off << " bytes past a line: staged at segment offset " << at;
+    }
+    EXPECT_GT(found, 0) << "input " << in_off << " bytes past a line: not staged";
+  }
+}
+
 // Note [Choosing how to stage]
 TEST(StagingChooserTest, RunsTheFasterKindAndFollowsAChange) {
   constexpr size_t kBytes = 24 << 20;

@@ -63,6 +63,21 @@ case $name in
       e2e_fail "no debug line naming rank 0: $out"
     out=$("$tool" --progress=0 "${quick[@]}" 2>&1 >/dev/null)
     grep -q "debug:" <<<"$out" && e2e_fail "debug lines at the default level: $out"
+    # --offset: a multiple of 8 below 4096, one tensor per call; buffers off
+    # a line reduce exactly on 2 ranks (the check is on by default).
+    out=$("$tool" allreduce --offset 3 -b 8 -e 8 2>&1); rc=$?
+    [ "$rc" -eq 2 ] || e2e_fail "--offset 3 exited $rc, want 2 ($out)"
+    grep -q -- "--offset: 3 is not a multiple of 8" <<<"$out" || e2e_fail "the error: $out"
+    out=$("$tool" allreduce --offset 16 --tensors 4 -b 8 -e 8 2>&1); rc=$?
+    [ "$rc" -eq 2 ] || e2e_fail "--offset with --tensors exited $rc, want 2 ($out)"
+    if [ -n "$launcher" ]; then
+      out=$("$launcher" -n 2 --output plain -- "$tool" allreduce --offset 16 -b 8 -e 1M -f 32 \
+              -n 2 -w 1 --progress=0 2>&1); rc=$?
+      [ "$rc" -eq 0 ] || e2e_fail "2 ranks at --offset 16 exited $rc ($out)"
+      grep -q "buffers start 16 bytes past a page boundary" <<<"$out" ||
+        e2e_fail "the header does not say where the buffers start: $out"
+      grep -q "Out of bounds values : 0 OK" <<<"$out" || e2e_fail "wrong results at --offset 16: $out"
+    fi
     if [ -n "$launcher" ]; then
       out=$("$launcher" -n 2 --output plain -- "$tool" --log_level=debug --progress=0 \
               "${quick[@]}" 2>&1 >/dev/null); rc=$?
