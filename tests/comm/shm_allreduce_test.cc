@@ -190,10 +190,11 @@ TEST(ShmAllReduceTest, InputsAtDifferentOffsetsInALineGiveTheExactResult) {
               const DataType type = DataType::kFloat64;
               const ReduceOp op = ReduceOp::kSum;
               const size_t bytes = count * DataTypeSize(type);
+              const size_t room = (bytes + 64) / 64 * 64 + 64;  // a multiple of 64
               std::unique_ptr<unsigned char, void (*)(void*)> in(
-                  static_cast<unsigned char*>(std::aligned_alloc(64, bytes + 128)), &std::free);
+                  static_cast<unsigned char*>(std::aligned_alloc(64, room)), &std::free);
               std::unique_ptr<unsigned char, void (*)(void*)> out(
-                  static_cast<unsigned char*>(std::aligned_alloc(64, bytes + 128)), &std::free);
+                  static_cast<unsigned char*>(std::aligned_alloc(64, room)), &std::free);
               unsigned char* src = in.get() + in_off;
               unsigned char* dst = in_place ? src : out.get() + out_off;
               std::vector<unsigned char> want(bytes);
