@@ -980,10 +980,11 @@ absl::Status UcxCommunicator::InitSharedMemory(Store& store) {
     }
     shm_group_.bases[peer] = static_cast<unsigned char*>(ptr);
   }
-  // "ok" names the segment's layout: ranks whose options differ would read
-  // each other's segments at other offsets, so they all fall back instead.
-  const std::string ok =
-      absl::StrCat("ok ", options_.shm_chunk_bytes, " ", mailbox_bytes);
+  // "ok" names the segment's layout: ranks whose options or builds differ
+  // would read each other's segments at other offsets, so they all fall
+  // back instead.
+  const std::string ok = absl::StrCat("ok ", options_.shm_chunk_bytes, " ", mailbox_bytes,
+                                      " layout ", ucx::kShmLayoutVersion);
   PrefixStore scoped_ok(store_prefix_ + "/shm-ok", store);
   auto verdicts = StoreAllGather(scoped_ok, "ucx/shm-ok", rank_, size_, why.empty() ? ok : why,
                                  absl::Now() + options_.rendezvous_timeout);

@@ -278,10 +278,11 @@ absl::Status ShmAllReduce(const ShmGroup& g, const void* send, void* recv, size_
   const size_t nrounds = (count + per_round - 1) / per_round;
   Control* const ctl = ControlOf(g.bases[g.rank]);
   // Rank r's slot for `round`, at the phase r staged it in (read after r's
-  // `ready` for the round, which publishes it).
+  // `ready` for the round, which publishes it). A peer's word is bounded
+  // here, as its segment is not ours to trust.
   const auto slot = [&](int r, uint64_t round) {
     const uint64_t phase =
-        ControlOf(g.bases[r])->phase[round % kSlots].load(std::memory_order_relaxed);
+        ControlOf(g.bases[r])->phase[round % kSlots].load(std::memory_order_relaxed) % kLine;
     return g.bases[r] + kControlBytes + (round % kSlots) * slot_stride + phase;
   };
   const auto give_up = [&](WaitResult w) {
@@ -308,7 +309,9 @@ absl::Status ShmAllReduce(const ShmGroup& g, const void* send, void* recv, size_
                              round - kSlots, abort, deadline);
       if (!w.status.ok()) return give_up(std::move(w));
     }
-    ctl->phase[round % kSlots].store(reinterpret_cast<uintptr_t>(in + base) % kLine,
+    // Whole elements: a peer reduces from the slot as T, so its data stays
+    // aligned for T even where this rank's input is not.
+    ctl->phase[round % kSlots].store(reinterpret_cast<uintptr_t>(in + base) % kLine / esize * esize,
                                      std::memory_order_relaxed);
     unsigned char* my_slot = slot(g.rank, round);
     for (int j = 0; j < p; ++j) {

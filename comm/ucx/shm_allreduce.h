@@ -112,6 +112,13 @@ class StagingChooser {
   Class classes_[kClasses];
 };
 
+// The segments' layout, named in the ranks' agreement to share them (the
+// UCX communicator's "ok" verdict): it changes with the layout, so that
+// ranks of builds that lay segments out differently fall back to messages
+// instead of reading each other at other offsets. 2: slots staged in the
+// input's phase (Note [Staging in the buffer's phase]).
+constexpr int kShmLayoutVersion = 2;
+
 // Bytes of one rank's segment (control block + staging slots + two
 // mailboxes of mailbox_bytes, each with a 16-byte head).
 size_t ShmSegmentBytes(int size, size_t chunk_bytes, size_t mailbox_bytes = 0);

@@ -170,10 +170,16 @@ TEST(ShmAllReduceTest, StreamedStagingGivesTheExactResult) {
 // offset within a cache line, and its peers read it there. With every rank's
 // input at another offset (and its output at yet another, or in place),
 // over many rounds and reused slots, the result is the exact one, and
-// nothing is written past the slots: the mailboxes' heads stay zero.
+// nothing is written past the slots: the mailboxes' heads stay zero. With
+// 2 ranks of 2048-byte chunks a slot's data fills whole pages, so a full
+// round staged at offset 56 needs the slot's spare room (the last slot's
+// overrun would land on the first mailbox's head); 64-byte chunks give many
+// rounds and mixed offsets across ranks.
 TEST(ShmAllReduceTest, InputsAtDifferentOffsetsInALineGiveTheExactResult) {
-  for (int world : {2, 3}) {
-    constexpr size_t kChunk = 64;  // tiny rounds: the slack after every slot is used
+  for (const std::pair<int, size_t>& geometry :
+       {std::pair<int, size_t>{2, 2048}, {2, 64}, {3, 64}}) {
+    const int world = geometry.first;
+    const size_t kChunk = geometry.second;
     constexpr size_t kMailbox = 256;
     Segments seg(world, kChunk, kMailbox);
     std::atomic<bool> abort{false};
@@ -185,7 +191,8 @@ TEST(ShmAllReduceTest, InputsAtDifferentOffsetsInALineGiveTheExactResult) {
         for (size_t phase : {size_t{0}, size_t{8}, size_t{16}, size_t{56}}) {
           // Rank r's input at phase + 24 r within a line, its output 40 further.
           const size_t in_off = (phase + 24 * r) % 64, out_off = (in_off + 40) % 64;
-          for (size_t count : {1, 15, 63, 1000}) {
+          // Up to 9 full rounds of 2 x 2048 bytes: every slot, the last included.
+          for (size_t count : {1, 15, 63, 1000, 4608}) {
             for (bool in_place : {true, false}) {
               const DataType type = DataType::kFloat64;
               const ReduceOp op = ReduceOp::kSum;
