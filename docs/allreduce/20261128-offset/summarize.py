@@ -1,7 +1,8 @@
-"""Medians over the repeats of run.sh: in-place and out-of-place busbw per size."""
-import glob, json, os, statistics
+"""Medians over the repeats of run.sh: in-place and out-of-place busbw per size.
+    python3 summarize.py [FOLDER]   (default: this folder; FOLDER/raw holds the runs)"""
+import glob, json, os, statistics, sys
 
-here = os.path.dirname(os.path.abspath(__file__))
+here = sys.argv[1] if len(sys.argv) > 1 else os.path.dirname(os.path.abspath(__file__))
 d = {}
 for f in glob.glob(os.path.join(here, "raw", "*.json")):
     v, off, _ = os.path.basename(f)[:-5].split("-")
