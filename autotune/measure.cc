@@ -7,6 +7,7 @@
 #include <memory>
 
 #include "absl/strings/str_cat.h"
+#include "comm/host_pages.h"
 
 namespace fusebox::autotune {
 
@@ -44,14 +45,18 @@ absl::Status MaxAcrossRanks(comm::Communicator& comm, std::vector<double>& v) {
 
 absl::StatusOr<double> MeasureCopyGbps(comm::Communicator& comm, int64_t bytes) {
   if (bytes < 1) return absl::InvalidArgumentError("measure: copy size must be positive");
-  std::unique_ptr<char[]> src(new char[bytes]), dst(new char[bytes]);
-  std::memset(src.get(), 1, bytes);
-  std::memset(dst.get(), 0, bytes);  // both resident before timing
+  // Aligned and resident before timing, as the engine's copies are
+  // (Note [Timing on aligned buffers]).
+  absl::StatusOr<comm::HostPages> src = comm::AllocateHostPages(static_cast<size_t>(bytes));
+  if (!src.ok()) return src.status();
+  absl::StatusOr<comm::HostPages> dst = comm::AllocateHostPages(static_cast<size_t>(bytes));
+  if (!dst.ok()) return dst.status();
+  std::memset(src->get(), 1, bytes);
   std::vector<double> worst = {0};
   for (int r = 0; r < 3; ++r) {
     if (absl::Status s = comm::BarrierSync(comm); !s.ok()) return s;
     const auto t0 = Clock::now();
-    std::memcpy(dst.get(), src.get(), bytes);
+    std::memcpy(dst->get(), src->get(), bytes);
     worst[0] = std::max(worst[0], std::chrono::duration<double, std::micro>(Clock::now() - t0).count());
   }
   if (absl::Status s = MaxAcrossRanks(comm, worst); !s.ok()) return s;
@@ -121,25 +126,17 @@ absl::StatusOr<std::vector<AllReduceSample>> MeasureAllReduce(comm::Communicator
     }
     largest = std::max(largest, s);
   }
-  // Note [Timing on aligned buffers]: page-aligned, as the engine's fusion
-  // buffers and a framework's tensors are at least line-aligned; new[]'s
-  // 16-byte alignment made the shared-memory path up to 2x slower.
-  const size_t rounded = (static_cast<size_t>(largest) + 4095) / 4096 * 4096;
-  std::unique_ptr<float, decltype(&std::free)> buf(
-      static_cast<float*>(std::aligned_alloc(4096, rounded)), &std::free);
-  if (buf == nullptr) {
-    return absl::ResourceExhaustedError(
-        absl::StrCat("measure: cannot allocate ", rounded, " bytes"));
-  }
-  std::memset(buf.get(), 0, rounded);  // faulted in before any timing
+  // Note [Timing on aligned buffers].
+  absl::StatusOr<comm::HostPages> pages = comm::AllocateHostPages(static_cast<size_t>(largest));
+  if (!pages.ok()) return pages.status();
+  auto* buf = reinterpret_cast<float*>(pages->get());
   std::vector<AllReduceSample> out;
   for (int64_t bytes : sizes) {
     std::vector<double> times;
     for (int r = -1; r < reps; ++r) {
       if (absl::Status s = comm::BarrierSync(comm); !s.ok()) return s;
       const auto t0 = Clock::now();
-      if (absl::Status s = comm::AllReduceSync(comm, buf.get(), buf.get(),
-                                               static_cast<size_t>(bytes / 4),
+      if (absl::Status s = comm::AllReduceSync(comm, buf, buf, static_cast<size_t>(bytes / 4),
                                                comm::DataType::kFloat32, comm::ReduceOp::kAvg);
           !s.ok()) {
         return s;

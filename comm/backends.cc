@@ -22,6 +22,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "comm/host_pages.h"
 #include "comm/memory_store.h"
 
 namespace fusebox::comm {
@@ -151,10 +152,9 @@ namespace {
 class HostBufferOps final : public BufferOps {
  public:
   absl::StatusOr<void*> Allocate(size_t bytes) override {
-    void* p = std::aligned_alloc(4096, (std::max<size_t>(bytes, 1) + 4095) / 4096 * 4096);
-    if (p == nullptr) return absl::ResourceExhaustedError(absl::StrCat("cannot allocate ", bytes, " bytes"));
-    std::memset(p, 0, bytes);  // fault the pages in before any timing
-    return p;
+    absl::StatusOr<HostPages> p = AllocateHostPages(bytes);
+    if (!p.ok()) return p.status();
+    return p->release();  // freed by Free (std::free)
   }
   void Free(void* p) override { std::free(p); }
   absl::Status Upload(void* dst, const void* host, size_t bytes) override {

@@ -1,6 +1,6 @@
 // The cost-model calibration recovers what it measures: over a communicator
-// whose allreduce is made to cost exactly d + m / B (a real UCX allreduce
-// underneath, delayed to a set launch delay d and bandwidth B, one
+// whose allreduce is made to cost exactly d + m / B (an in-process loopback
+// allreduce underneath, delayed to a set launch delay d and bandwidth B, one
 // collective at a time as on one channel), MeasureAllReduce + FitCostModel
 // recover d and B within 10%.
 #include <algorithm>
@@ -18,6 +18,7 @@
 #include "autotune/measure.h"
 #include "comm/device.h"
 #include "gtest/gtest.h"
+#include "tests/common/forwarding_communicator.h"
 #include "tests/common/run_ranks.h"
 
 namespace fusebox::autotune {
@@ -28,10 +29,12 @@ using Clock = std::chrono::steady_clock;
 // AllReduce completes no earlier than d + m / B after it may start (its
 // issue, or the previous allreduce's completion: one channel); everything
 // else is the inner communicator's.
-class SetCostCommunicator final : public comm::Communicator {
+class SetCostCommunicator final : public fusebox::testing::ForwardingCommunicator {
  public:
   SetCostCommunicator(comm::Communicator& inner, double delay_us, double bytes_per_us)
-      : inner_(inner), delay_us_(delay_us), bytes_per_us_(bytes_per_us),
+      : ForwardingCommunicator(inner, "set-cost"),
+        delay_us_(delay_us),
+        bytes_per_us_(bytes_per_us),
         thread_([this] { Loop(); }) {}
   ~SetCostCommunicator() override {
     {
@@ -41,14 +44,10 @@ class SetCostCommunicator final : public comm::Communicator {
     cv_.notify_all();
     thread_.join();
   }
-  int rank() const override { return inner_.rank(); }
-  int size() const override { return inner_.size(); }
-  std::string backend() const override { return "set-cost"; }
-  comm::MemoryKind memory() const override { return inner_.memory(); }
   absl::StatusOr<std::shared_ptr<comm::Work>> AllReduce(const void* send, void* recv,
                                                         size_t count, comm::DataType type,
                                                         comm::ReduceOp op) override {
-    auto inner = inner_.AllReduce(send, recv, count, type, op);
+    auto inner = ForwardingCommunicator::AllReduce(send, recv, count, type, op);
     if (!inner.ok()) return inner.status();
     auto outer = std::make_shared<comm::Work>();
     const double cost_us =
@@ -60,16 +59,6 @@ class SetCostCommunicator final : public comm::Communicator {
     cv_.notify_all();
     return outer;
   }
-  absl::StatusOr<std::shared_ptr<comm::Work>> Broadcast(void* buf, size_t count,
-                                                        comm::DataType type, int root) override {
-    return inner_.Broadcast(buf, count, type, root);
-  }
-  absl::StatusOr<std::shared_ptr<comm::Work>> AllGather(const void* send, void* recv,
-                                                        size_t count,
-                                                        comm::DataType type) override {
-    return inner_.AllGather(send, recv, count, type);
-  }
-  absl::StatusOr<std::shared_ptr<comm::Work>> Barrier() override { return inner_.Barrier(); }
 
  private:
   struct Pending {
@@ -96,7 +85,6 @@ class SetCostCommunicator final : public comm::Communicator {
     }
   }
 
-  comm::Communicator& inner_;  // not owned
   const double delay_us_, bytes_per_us_;
   std::mutex mu_;
   std::condition_variable cv_;
@@ -135,13 +123,10 @@ TEST(CalibrationTest, RecoversASetLaunchDelayAndBandwidthWithinTenPercent) {
 // runs on a page-aligned buffer (in place), as the engine's fusion buffers
 // and a framework's tensors are at least line-aligned; from new[]'s 16-byte
 // alignment the shared-memory path ran up to 2x slower than what it models.
-class AlignmentRecorder final : public comm::Communicator {
+class AlignmentRecorder final : public fusebox::testing::ForwardingCommunicator {
  public:
-  explicit AlignmentRecorder(comm::Communicator& inner) : inner_(inner) {}
-  int rank() const override { return inner_.rank(); }
-  int size() const override { return inner_.size(); }
-  std::string backend() const override { return "alignment-recorder"; }
-  comm::MemoryKind memory() const override { return inner_.memory(); }
+  explicit AlignmentRecorder(comm::Communicator& inner)
+      : ForwardingCommunicator(inner, "alignment-recorder") {}
   absl::StatusOr<std::shared_ptr<comm::Work>> AllReduce(const void* send, void* recv, size_t count,
                                                         comm::DataType type,
                                                         comm::ReduceOp op) override {
@@ -149,23 +134,13 @@ class AlignmentRecorder final : public comm::Communicator {
       offsets_.push_back(reinterpret_cast<uintptr_t>(recv) % 4096);
       in_place_ = in_place_ && send == recv;
     }
-    return inner_.AllReduce(send, recv, count, type, op);
+    return ForwardingCommunicator::AllReduce(send, recv, count, type, op);
   }
-  absl::StatusOr<std::shared_ptr<comm::Work>> Broadcast(void* buf, size_t count,
-                                                        comm::DataType type, int root) override {
-    return inner_.Broadcast(buf, count, type, root);
-  }
-  absl::StatusOr<std::shared_ptr<comm::Work>> AllGather(const void* send, void* recv, size_t count,
-                                                        comm::DataType type) override {
-    return inner_.AllGather(send, recv, count, type);
-  }
-  absl::StatusOr<std::shared_ptr<comm::Work>> Barrier() override { return inner_.Barrier(); }
 
   const std::vector<uintptr_t>& offsets() const { return offsets_; }
   bool in_place() const { return in_place_; }
 
  private:
-  comm::Communicator& inner_;  // not owned
   std::vector<uintptr_t> offsets_;
   bool in_place_ = true;
 };
