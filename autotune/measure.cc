@@ -113,7 +113,9 @@ absl::StatusOr<double> MeasureStagingGbps(comm::Communicator& comm, comm::Device
 // ms from one 64-byte aligned or more (offsets of 0, 64 and 256 bytes from
 // a page alike), so the bound came out above plans that then beat it
 // (iteration / bound 0.72-0.86 at t(all) = 2 T_b) and every prediction was
-// pessimistic. The buffer is page-aligned and faulted in before any timing.
+// pessimistic. The buffer is page-aligned and faulted in before any timing
+// (comm::AllocateHostPages), as are MeasureCopyGbps's two, which time the
+// copy rate behind the model's copy-in and copy-back terms.
 absl::StatusOr<std::vector<AllReduceSample>> MeasureAllReduce(comm::Communicator& comm,
                                                               const std::vector<int64_t>& sizes,
                                                               int reps) {
