@@ -6,10 +6,9 @@
 // blocks itself (as a backward replay sleeping to its next gradient does:
 // --issuer blocks), yields in a loop until the woken thread has run (as
 // fusebox-perf's launch-to-start loop polls its Work: --issuer yields), or
-// keeps the CPU busy for 200 us (--issuer spins). The
-// woken thread reads the clock as soon as its wait returns: the time from
-// just before the notify to then is what no progress thread that sleeps can
-// beat on this machine.
+// keeps the CPU busy for 200 us (--issuer spins). The woken thread reads the
+// clock as soon as its wait returns: the time from just before the notify to
+// then is what no progress thread that sleeps can beat on this machine.
 //
 //   fusebox-wake-latency [--samples 2000] [--nice 0] [--issuer blocks|yields|spins]
 //                        [--idle_us 100] [--through cv|core]
@@ -19,7 +18,7 @@
 // backend's, and a non-blocking barrier issued to it; the time is the
 // Work's, from its creation to the progress thread taking it from the queue
 // (what fusebox-perf's launch-to-start reports), so the core's own cost
-// above the bare wake-up shows.
+// above the bare wake-up shows. Its issuer always yields.
 //
 // --nice sets the woken thread's nice value (the UCX progress thread runs at
 // -10 where it may); a negative value needs CAP_SYS_NICE. Prints p50, p90,
@@ -129,6 +128,7 @@ double Percentile(std::vector<double> v, double q) {
 int main(int argc, char** argv) {
   long samples = 2000, nice_value = 0, idle_us = 100;
   std::string issuer = "blocks", through = "cv";
+  bool issuer_given = false;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "-h" || a == "--help") {
@@ -152,6 +152,7 @@ int main(int argc, char** argv) {
       }
     } else if (a == "--issuer") {
       issuer = v;
+      issuer_given = true;
       if (issuer != "blocks" && issuer != "yields" && issuer != "spins") {
         std::fprintf(stderr,
                      "fusebox-wake-latency: --issuer must be blocks, yields or spins, got '%s'\n",
@@ -174,6 +175,13 @@ int main(int argc, char** argv) {
       Usage(stderr);
       return 2;
     }
+  }
+  if (through == "core" && issuer_given && issuer != "yields") {
+    std::fprintf(stderr,
+                 "fusebox-wake-latency: --through core always yields; --issuer %s is not "
+                 "available there\n",
+                 issuer.c_str());
+    return 2;
   }
   const int cpu = sched_getcpu();
   if (cpu < 0 || !PinToCpu(cpu)) {
