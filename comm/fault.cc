@@ -36,39 +36,59 @@ std::string TimeoutPostMortem(Store& store, absl::string_view scope, int rank,
     return absl::StrCat("post-mortem unavailable: the job's store is unreachable (",
                         s.message(), "); if rank 0 hosts it, rank 0 may be the rank that failed");
   }
-  std::vector<std::string> others;
-  for (int r = 0; r < size; ++r) {
-    if (r != rank) others.push_back(key(r));
-  }
-  // Missing keys are the answer, not an error.
-  (void)store.Wait(others, absl::Now() + grace);
-  std::vector<int> silent;
-  std::vector<std::string> reports;
-  for (int r = 0; r < size; ++r) {
-    if (r == rank) continue;
+  // What has been learned so far, so that a store that fails during the
+  // wait (the rank hosting it gave up first and exited) still leaves an
+  // answer: reports already in are read before waiting for the rest.
+  std::vector<bool> reported(size, false);
+  std::vector<std::string> reports(size);
+  absl::Status store_failed;
+  const auto look = [&](int r) {
+    if (r == rank || reported[r] || !store_failed.ok()) return;
     auto set = store.Check(key(r));
     if (!set.ok()) {
-      return absl::StrCat("post-mortem incomplete: the job's store failed (",
-                          set.status().message(), ")");
+      store_failed = set.status();
+      return;
     }
-    if (!*set) {
-      silent.push_back(r);
-      continue;
-    }
+    if (!*set) return;
+    reported[r] = true;
     auto report = store.Get(key(r), absl::Now() + absl::Seconds(1));
-    reports.push_back(absl::StrCat("rank ", r, " reports: ",
-                                   report.ok() ? Printable(*report) : "(unreadable)"));
+    reports[r] = report.ok() ? Printable(*report) : "(unreadable)";
+  };
+  for (int r = 0; r < size; ++r) look(r);
+  std::vector<std::string> others;
+  for (int r = 0; r < size; ++r) {
+    if (r != rank && !reported[r]) others.push_back(key(r));
   }
-  std::string out = "post-mortem: ";
-  if (silent.empty()) {
-    absl::StrAppend(&out, "every rank is alive and reported (the collective itself stalled, "
-                          "or ranks issued different collectives)");
+  if (store_failed.ok() && !others.empty()) {
+    // Missing keys are the answer, not an error.
+    (void)store.Wait(others, absl::Now() + grace);
+    for (int r = 0; r < size; ++r) look(r);
+  }
+  std::vector<int> silent;
+  for (int r = 0; r < size; ++r) {
+    if (r != rank && !reported[r]) silent.push_back(r);
+  }
+  std::string out;
+  if (!store_failed.ok()) {
+    absl::StrAppend(&out, "post-mortem incomplete: the job's store failed (",
+                    store_failed.message(), ")");
+    if (!silent.empty()) {
+      absl::StrAppend(&out, "; until then ", silent.size() == 1 ? "rank " : "ranks ",
+                      absl::StrJoin(silent, ", "),
+                      " did not report (dead, stalled, or not in a collective)");
+    }
+  } else if (silent.empty()) {
+    out =
+        "post-mortem: every rank is alive and reported (the collective itself stalled, "
+        "or ranks issued different collectives)";
   } else {
-    absl::StrAppend(&out, silent.size() == 1 ? "rank " : "ranks ", absl::StrJoin(silent, ", "),
-                    " did not report within ",
+    absl::StrAppend(&out, "post-mortem: ", silent.size() == 1 ? "rank " : "ranks ",
+                    absl::StrJoin(silent, ", "), " did not report within ",
                     absl::FormatDuration(grace), " (dead, stalled, or not in a collective)");
   }
-  for (const std::string& r : reports) absl::StrAppend(&out, "; ", r);
+  for (int r = 0; r < size; ++r) {
+    if (reported[r]) absl::StrAppend(&out, "; rank ", r, " reports: ", reports[r]);
+  }
   return out;
 }
 

@@ -11,7 +11,14 @@
 // after the fact, so that it costs nothing while collectives succeed. It
 // needs the store to be reachable: the launcher (fusebox-run) hosts it
 // apart from the ranks; when rank 0 hosts it and rank 0 is the rank that
-// died, the post-mortem says the store is unreachable instead.
+// died, the post-mortem says the store is unreachable instead. Where rank 0
+// hosts it (under mpirun), rank 0 may also give up, finish its own
+// post-mortem and exit while a later rank is still waiting for reports: so
+// the reports already in are read before the wait, and a store that fails
+// during it still leaves the ranks that had not reported until then named
+// (a rank reaching the stuck collective more than the grace after rank 0
+// did, with 3 OpenMPI ranks busy-polling on 2 cores, made the killed rank go
+// unnamed).
 #ifndef FUSEBOX_COMM_FAULT_H_
 #define FUSEBOX_COMM_FAULT_H_
 
