@@ -68,13 +68,15 @@ std::string TimeoutPostMortem(Store& store, absl::string_view scope, int rank,
   for (int r = 0; r < size; ++r) {
     if (r != rank && !reported[r]) silent.push_back(r);
   }
+  // "rank 1" or "ranks 1, 3".
+  const std::string named =
+      absl::StrCat(silent.size() == 1 ? "rank " : "ranks ", absl::StrJoin(silent, ", "));
   std::string out;
   if (!store_failed.ok()) {
     absl::StrAppend(&out, "post-mortem incomplete: the job's store failed (",
                     store_failed.message(), ")");
     if (!silent.empty()) {
-      absl::StrAppend(&out, "; until then ", silent.size() == 1 ? "rank " : "ranks ",
-                      absl::StrJoin(silent, ", "),
+      absl::StrAppend(&out, "; until then ", named,
                       " did not report (dead, stalled, or not in a collective)");
     }
   } else if (silent.empty()) {
@@ -82,8 +84,7 @@ std::string TimeoutPostMortem(Store& store, absl::string_view scope, int rank,
         "post-mortem: every rank is alive and reported (the collective itself stalled, "
         "or ranks issued different collectives)";
   } else {
-    absl::StrAppend(&out, "post-mortem: ", silent.size() == 1 ? "rank " : "ranks ",
-                    absl::StrJoin(silent, ", "), " did not report within ",
+    absl::StrAppend(&out, "post-mortem: ", named, " did not report within ",
                     absl::FormatDuration(grace), " (dead, stalled, or not in a collective)");
   }
   for (int r = 0; r < size; ++r) {
