@@ -24,9 +24,15 @@ std::vector<int64_t> CalibrationSizes(int64_t max_bytes);
 // `reps` timed fp32 averaging allreduces, each preceded by a barrier; a
 // repetition counts as the slowest rank's time and the sample is the
 // median over repetitions, so every rank returns the same samples.
+// Each call runs on the next page-aligned part of one buffer of
+// max(largest size, working_set_bytes) bytes, in turn, so that where the
+// working set (a model's gradients) is larger than the caches every call
+// finds its data in memory, as a plan's buckets do (Note [Timing on data
+// out of cache]); 0 times every call on the buffer's start.
 absl::StatusOr<std::vector<AllReduceSample>> MeasureAllReduce(comm::Communicator& comm,
                                                               const std::vector<int64_t>& sizes,
-                                                              int reps);
+                                                              int reps,
+                                                              int64_t working_set_bytes = 0);
 
 // Collective: the host memcpy bandwidth (GB/s) every rank gets while all
 // copy at once (what the engine's copies in and out compete for): each rank

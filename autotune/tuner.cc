@@ -25,6 +25,9 @@ constexpr size_t kMaxBroadcastBytes = size_t{256} << 20;
 // alpha-beta fit; larger ones would only make that step longer.
 constexpr int64_t kMaxCalibrationBytes = int64_t{32} << 20;
 constexpr int64_t kMinCalibrationBytes = int64_t{1} << 20;
+// Every calibration call walks a buffer as large as the model's gradients,
+// up to this (Note [Timing on data out of cache] in measure.cc).
+constexpr int64_t kMaxCalibrationWorkingSet = int64_t{256} << 20;
 
 // The profile rank 0 searches with: the layout's gradients with the slowest
 // rank's median ready times (made non-decreasing: the layout is in ready
@@ -504,7 +507,8 @@ absl::Status OnlineTuner::Search(double backward_us, const std::vector<double>& 
     absl::StatusOr<std::vector<AllReduceSample>> samples;
     absl::StatusOr<CostModel> fitted;
     for (int reps : {3, 7, 15}) {
-      samples = MeasureAllReduce(comm_, CalibrationSizes(cap), reps);
+      samples = MeasureAllReduce(comm_, CalibrationSizes(cap), reps,
+                                 std::min(layout_.total_bytes(), kMaxCalibrationWorkingSet));
       if (!samples.ok()) return samples.status();
       fitted = FitCostModel(*samples, options_.ranks_per_node,
                             absl::StrCat("measured on ", options_.backend, ", ", comm_.size(),

@@ -644,6 +644,7 @@ int OverlapMain(const comm::Logger& log, int argc, char** argv) {
                             {"t_last_first_us", report->comm.t_last_first_us},
                             {"t_total_first_us", report->comm.t_total_first_us},
                             {"total_measured", report->comm.total_measured},
+                            {"working_set_bytes", report->comm.working_set_bytes},
                             {"samples", SamplesJson(report->comm.samples)},
                             {"beside_samples", SamplesJson(report->comm.beside_samples)},
                             {"beside_rounds_us", report->comm.beside_rounds_us}}},

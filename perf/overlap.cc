@@ -81,7 +81,7 @@ double SplitLowerBoundUs(int64_t m, double t_m, const std::vector<autotune::AllR
 // the least time of each.
 absl::Status RemeasureBound(comm::Communicator& comm, CommModel* model) {
   if (model->bound_sizes.empty()) return absl::OkStatus();
-  auto again = autotune::MeasureAllReduce(comm, model->bound_sizes, 1);
+  auto again = autotune::MeasureAllReduce(comm, model->bound_sizes, 1, model->working_set_bytes);
   if (!again.ok()) return again.status();
   size_t i = 0;
   if (model->last_measured) model->t_last_us = std::min(model->t_last_us, (*again)[i++].time_us);
@@ -112,7 +112,7 @@ absl::Status RetimeBesidePlans(comm::Communicator& comm, CommModel* model,
   std::vector<int64_t> sizes;
   for (const autotune::AllReduceSample& s : model->samples) sizes.push_back(s.bytes);
   if (sizes.empty()) return absl::OkStatus();
-  auto again = autotune::MeasureAllReduce(comm, sizes, 3);
+  auto again = autotune::MeasureAllReduce(comm, sizes, 3, model->working_set_bytes);
   if (!again.ok()) return again.status();
   beside->resize(sizes.size());
   const int64_t last = model->last_measured ? model->bound_sizes.front() : -1;
@@ -138,11 +138,12 @@ absl::StatusOr<CommModel> MeasureComm(comm::Communicator& comm, int64_t last_byt
   std::vector<int64_t> sizes;
   for (int64_t m = 4096; m <= buf_bytes; m *= 8) sizes.push_back(m);
   CommModel model;
+  model.working_set_bytes = buf_bytes;
   const bool last_fits = last_bytes <= buf_bytes;
   model.total_measured = total_bytes <= buf_bytes;
   if (last_fits) sizes.push_back(round(last_bytes));
   if (model.total_measured) sizes.push_back(round(total_bytes));
-  auto samples = autotune::MeasureAllReduce(comm, sizes, 3);
+  auto samples = autotune::MeasureAllReduce(comm, sizes, 3, model.working_set_bytes);
   if (!samples.ok()) return samples.status();
   model.samples = *samples;
   size_t next = sizes.size() - (last_fits ? 1 : 0) - (model.total_measured ? 1 : 0);
@@ -526,12 +527,12 @@ absl::StatusOr<OverlapReport> RunOverlap(comm::Communicator& comm,
                  profile.tensors.back().ready_us / 1e3);
     std::fprintf(out,
                  "# allreduce on this communicator: t(m) = %.1f us + m * %.4f ns/B; t(all %.1f "
-                 "MiB) = %.2f ms (%s), t(last) = %.3f ms; memcpy %.2f GB/s per rank, all "
-                 "copying\n",
+                 "MiB) = %.2f ms (%s), t(last) = %.3f ms, each call on the next part of %.1f "
+                 "MiB (data out of cache); memcpy %.2f GB/s per rank, all copying\n",
                  report.comm.alpha_us, report.comm.beta_us_per_byte * 1e3,
                  report.total_bytes / 1048576.0, report.comm.t_total_us / 1e3,
                  report.comm.total_measured ? "measured" : "fitted", report.comm.t_last_us / 1e3,
-                 report.copy_gbps);
+                 report.comm.working_set_bytes / 1048576.0, report.copy_gbps);
     std::fprintf(out, "# lower bound = forward + max(T_b, T_last + t(last), T_first + t(all)) "
                       "(docs/model.md); times are medians over iterations of the slowest rank;\n");
     if (options.predict_with.has_value()) {

@@ -100,6 +100,10 @@ struct CommModel {
   std::vector<autotune::AllReduceSample> beside_samples;
   // Every round's time of each size (beside_rounds_us[i][round], sample i).
   std::vector<std::vector<double>> beside_rounds_us;
+  // Every timing above walks a buffer this large, as a plan's buckets walk
+  // the model's gradients (Note [Timing on data out of cache] in
+  // autotune/measure.cc): all gradient bytes, capped where they are.
+  int64_t working_set_bytes = 0;
 };
 
 struct OverlapResult {

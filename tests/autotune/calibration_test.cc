@@ -12,6 +12,7 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "autotune/cost_model.h"
@@ -132,16 +133,20 @@ class AlignmentRecorder final : public fusebox::testing::ForwardingCommunicator 
                                                         comm::ReduceOp op) override {
     if (type == comm::DataType::kFloat32) {  // not MaxAcrossRanks's doubles
       offsets_.push_back(reinterpret_cast<uintptr_t>(recv) % 4096);
+      calls_.push_back({reinterpret_cast<uintptr_t>(recv), count * 4});
       in_place_ = in_place_ && send == recv;
     }
     return ForwardingCommunicator::AllReduce(send, recv, count, type, op);
   }
 
   const std::vector<uintptr_t>& offsets() const { return offsets_; }
+  // Every fp32 call's [address, address + bytes), in call order.
+  const std::vector<std::pair<uintptr_t, size_t>>& calls() const { return calls_; }
   bool in_place() const { return in_place_; }
 
  private:
   std::vector<uintptr_t> offsets_;
+  std::vector<std::pair<uintptr_t, size_t>> calls_;
   bool in_place_ = true;
 };
 
@@ -157,6 +162,70 @@ TEST(CalibrationTest, TimesAllReducesOnPageAlignedBuffers) {
     // One warm-up and two timed per size, all from a page boundary.
     EXPECT_EQ(comm.offsets(), std::vector<uintptr_t>(3 * sizes.size(), 0)) << "rank " << r;
     EXPECT_TRUE(comm.in_place()) << "rank " << r;
+  });
+}
+
+// Note [Timing on data out of cache]: with a working set, each call runs on
+// the next page-aligned part of one buffer of that many bytes, so a call's
+// bytes are used again only after the rest of the buffer has been (with 16
+// KiB and 4 KiB calls: every fourth call). Without one, every call runs on
+// the same bytes, which then stay in the cache.
+TEST(CalibrationTest, WalksTheWorkingSetSoThatNoCallFindsItsBytesJustUsed) {
+  constexpr int kWorld = 2;
+  constexpr int64_t kWorkingSet = 16 << 10;
+  const std::vector<int64_t> sizes = {4096, 4096};
+  fusebox::testing::RunRanks(kWorld, [&](int r, comm::Communicator& inner) {
+    AlignmentRecorder walking(inner);
+    ASSERT_TRUE(MeasureAllReduce(walking, sizes, 5, kWorkingSet).ok());
+    const auto& calls = walking.calls();
+    ASSERT_EQ(calls.size(), 12u) << "rank " << r;  // a warm-up and 5 per size
+    const uintptr_t base = calls.front().first;
+    for (size_t i = 0; i < calls.size(); ++i) {
+      // The parts in turn: 0, 4, 8, 12 KiB, then from the start again.
+      EXPECT_EQ(calls[i].first - base, (i % 4) * 4096) << "rank " << r << ", call " << i;
+      EXPECT_LE(calls[i].first + calls[i].second, base + kWorkingSet);
+    }
+
+    AlignmentRecorder fixed(inner);
+    ASSERT_TRUE(MeasureAllReduce(fixed, sizes, 2).ok());
+    for (const auto& [address, bytes] : fixed.calls()) {
+      EXPECT_EQ(address, fixed.calls().front().first) << "rank " << r;
+    }
+  });
+}
+
+// Calls of different sizes share the walk, each part page-aligned and none
+// past the buffer (the largest size where that exceeds the working set).
+TEST(CalibrationTest, TheWalkKeepsEveryCallPageAlignedAndInsideItsBuffer) {
+  constexpr int kWorld = 2;
+  const std::vector<int64_t> sizes = {4, 5000, 40000, 100000};
+  for (const int64_t working_set : {int64_t{0}, int64_t{12} << 10, int64_t{1} << 20}) {
+    fusebox::testing::RunRanks(kWorld, [&](int r, comm::Communicator& inner) {
+      AlignmentRecorder comm(inner);
+      ASSERT_TRUE(MeasureAllReduce(comm, sizes, 3, working_set).ok());
+      const auto& calls = comm.calls();
+      ASSERT_EQ(calls.size(), 16u);
+      uintptr_t low = calls.front().first, high = 0;
+      for (const auto& [address, bytes] : calls) {
+        EXPECT_EQ(address % 4096, 0u) << "rank " << r << ", working set " << working_set;
+        // No working set: every size at the start of its buffer.
+        if (working_set == 0) EXPECT_EQ(address, calls.front().first) << "rank " << r;
+        low = std::min(low, address);
+        high = std::max(high, address + bytes);
+      }
+      const uintptr_t buffer =
+          std::max<uintptr_t>((100000 + 4095) / 4096 * 4096, (working_set + 4095) / 4096 * 4096);
+      EXPECT_LE(high - low, buffer) << "rank " << r << ", working set " << working_set;
+    });
+  }
+}
+
+TEST(CalibrationTest, ANegativeWorkingSetIsRefused) {
+  fusebox::testing::RunRanks(2, [&](int, comm::Communicator& comm) {
+    auto samples = MeasureAllReduce(comm, {4096}, 1, -1);
+    EXPECT_EQ(samples.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_NE(samples.status().message().find("working set of -1 bytes"), std::string::npos)
+        << samples.status();
   });
 }
 
