@@ -775,6 +775,12 @@ void Engine::Launch(int b) {
   const int nb = static_cast<int>(plan_.buckets.size());
   const Bucket& bucket = plan_.buckets[b];
   const int64_t count = bucket.count() + vote_slots_;
+  // Stamped before the communicator is called: its executor may start (and
+  // mark the start of) the collective before the call returns here, when it
+  // takes the core from this thread, and a stamp after the call then put the
+  // launch after the start, hid that wait from launch-to-start (clamped to
+  // 0) and counted it as held by the window.
+  const double launch_us = NowUs();
   std::shared_ptr<comm::Work> work;
   std::shared_ptr<std::atomic<bool>> reported;
   if (count == 0) {
@@ -841,7 +847,7 @@ void Engine::Launch(int b) {
                                state_[next_launch_] == BucketState::kDone)) {
     ++next_launch_;
   }
-  launch_us_[b] = NowUs();
+  launch_us_[b] = launch_us;
   current_.launch_order.push_back(b);
   launched_.push_back(Launched{b, launched_count_++, std::move(work), std::move(reported)});
   ++in_flight_;

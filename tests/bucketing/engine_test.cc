@@ -5,8 +5,8 @@
 #include "bucketing/engine.h"
 
 #include <algorithm>
-#include <chrono>
 #include <atomic>
+#include <chrono>
 #include <cstring>
 #include <functional>
 #include <numeric>
@@ -23,6 +23,7 @@
 #include "gtest/gtest.h"
 #include "tests/bucketing/engine_testing.h"
 #include "tests/bucketing/test_layouts.h"
+#include "tests/common/forwarding_communicator.h"
 #include "tests/common/run_ranks_ucx.h"
 
 namespace fusebox::bucketing {
@@ -247,6 +248,47 @@ TEST_P(CopyBackWindowTest, ACopyBackDoesNotHoldTheWindow) {
     EXPECT_LT(second.launch_us, first.copied_us) << "rank " << rank;
     if (!GetParam()) {
       EXPECT_EQ(st.launches_on_completion, 0);
+    }
+  });
+}
+
+// A communicator whose AllReduce returns only after the collective has
+// started (and, on the loopback, finished): as when the executor takes the
+// core from the issuing thread at once.
+class SlowToReturn final : public fusebox::testing::ForwardingCommunicator {
+ public:
+  explicit SlowToReturn(comm::Communicator& inner)
+      : ForwardingCommunicator(inner, "slow-to-return") {}
+  absl::StatusOr<std::shared_ptr<comm::Work>> AllReduce(const void* send, void* recv, size_t count,
+                                                        comm::DataType type,
+                                                        comm::ReduceOp op) override {
+    auto work = ForwardingCommunicator::AllReduce(send, recv, count, type, op);
+    if (work.ok()) {
+      while ((*work)->started_ns() == 0 && !(*work)->Test()) std::this_thread::yield();
+      std::this_thread::sleep_for(std::chrono::milliseconds(3));
+    }
+    return work;
+  }
+};
+
+// A bucket's launch is when the engine called the communicator, so it
+// never follows the collective's start (stamped when the call returned, it
+// did here, by 3 ms).
+TEST(EngineScheduleTest, ALaunchIsStampedBeforeTheCommunicatorIsCalled) {
+  const GradientLayout layout = MakeLayout({1024, 1024, 1024});
+  RunRanks(2, [&](int rank, comm::Communicator& inner) {
+    SlowToReturn comm(inner);
+    auto engine = Engine::Create(comm, layout, PerTensorPlan(layout), EngineOptions{});
+    ASSERT_TRUE(engine.ok()) << engine.status();
+    std::vector<std::vector<float>> g(3, std::vector<float>(1024, 1.0f + rank));
+    for (int id = 0; id < 3; ++id) ASSERT_TRUE((*engine)->MarkReady(id, g[id].data(), 1024).ok());
+    ASSERT_TRUE((*engine)->Finish().ok());
+    for (const auto& v : g) EXPECT_EQ(v, std::vector<float>(1024, 1.5f));
+    const IterationStats st = (*engine)->stats().back();
+    ASSERT_EQ(st.bucket_times.size(), 3u);
+    for (const BucketTiming& bt : st.bucket_times) {
+      ASSERT_GE(bt.start_us, 0) << "rank " << rank << ": the loopback marks starts";
+      EXPECT_LE(bt.launch_us, bt.start_us) << "rank " << rank << ", bucket " << bt.bucket;
     }
   });
 }
