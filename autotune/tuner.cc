@@ -26,7 +26,8 @@ constexpr size_t kMaxBroadcastBytes = size_t{256} << 20;
 constexpr int64_t kMaxCalibrationBytes = int64_t{32} << 20;
 constexpr int64_t kMinCalibrationBytes = int64_t{1} << 20;
 // Every calibration call walks a buffer as large as the model's gradients,
-// up to this (Note [Timing on data out of cache] in measure.cc).
+// up to this (Note [Timing on data out of cache] in measure.cc): memory
+// each rank holds only while it calibrates.
 constexpr int64_t kMaxCalibrationWorkingSet = int64_t{256} << 20;
 
 // The profile rank 0 searches with: the layout's gradients with the slowest
