@@ -123,11 +123,12 @@ absl::StatusOr<double> MeasureStagingGbps(comm::Communicator& comm, comm::Device
 // its bytes in memory. A size timed again and again on the same bytes finds
 // them in the cache instead: on a 2-vCPU EPYC VM (1 MiB of L2 per core, 32
 // MiB of L3), 2 local ranks over the shared-memory path, ResNet-50's last
-// gradient (37632 bytes) timed that way took 4.7 us, 7.9 GB/s, where one
-// 97.5 MiB allreduce moved 4.4-4.6 GB/s. The lower bound's t*(m), the
-// least time per byte of any size, then charged all 97.5 MiB at the small
-// size's rate (17.9 ms for a t(all) of 22.1 ms), and the simulator charged
-// small buckets a rate they do not get in a plan. So with a working set
+// gradient (37632 bytes) timed that way took 6.6 us (the median of three;
+// 4.7 us at the least), 5.7 GB/s, where one 97.5 MiB allreduce took 22.1
+// ms, 4.6 GB/s. The lower bound's t*(m), the least time per byte of any
+// size, then charged all 97.5 MiB at the small size's rate, 17.9 ms, and
+// the simulator charged small buckets a rate they do not get in a plan.
+// So with a working set
 // (the model's gradient bytes, capped by the caller) every call runs on
 // the next page-aligned part of a buffer that large, in turn: a part is used
 // again only after the rest of the buffer has been. A model that fits in
@@ -136,24 +137,36 @@ absl::StatusOr<std::vector<AllReduceSample>> MeasureAllReduce(comm::Communicator
                                                               const std::vector<int64_t>& sizes,
                                                               int reps, int64_t working_set_bytes) {
   if (reps < 1) return absl::InvalidArgumentError("measure: repetitions must be at least 1");
-  if (working_set_bytes < 0) {
+  // Far above any buffer a host allocates, and far from overflowing when
+  // rounded up to a page.
+  constexpr int64_t kMaxBytes = int64_t{1} << 48;
+  if (working_set_bytes < 0 || working_set_bytes > kMaxBytes) {
     return absl::InvalidArgumentError(
-        absl::StrCat("measure: working set of ", working_set_bytes, " bytes is negative"));
+        absl::StrCat("measure: working set of ", working_set_bytes, " bytes is not in [0, 2^48]"));
   }
   constexpr int64_t kPage = 4096;
   const auto round_up = [](int64_t bytes) { return (bytes + kPage - 1) / kPage * kPage; };
   int64_t largest = 4;
   for (int64_t s : sizes) {
-    if (s < 4 || s % 4 != 0) {
+    if (s < 4 || s % 4 != 0 || s > kMaxBytes) {
       return absl::InvalidArgumentError(
-          absl::StrCat("measure: size ", s, " is not a positive multiple of 4 bytes"));
+          absl::StrCat("measure: size ", s, " is not a positive multiple of 4 bytes up to 2^48"));
     }
     largest = std::max(largest, s);
   }
   // Note [Timing on aligned buffers]; Note [Timing on data out of cache].
   const int64_t pool = std::max(round_up(largest), round_up(working_set_bytes));
   absl::StatusOr<comm::HostPages> pages = comm::AllocateHostPages(static_cast<size_t>(pool));
+  // Every rank learns whether any could not allocate before the first
+  // collective that needs the buffer: one that returned alone would leave
+  // the others waiting in it.
+  std::vector<double> failed = {pages.ok() ? 0.0 : 1.0};
+  if (absl::Status s = MaxAcrossRanks(comm, failed); !s.ok()) return s;
   if (!pages.ok()) return pages.status();
+  if (failed[0] > 0) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("measure: another rank could not allocate its ", pool, "-byte timing buffer"));
+  }
   std::byte* base = pages->get();
   const int64_t walk = working_set_bytes > 0 ? pool : 0;  // 0: every call at the start
   int64_t cursor = 0;                                     // where the next call's data starts

@@ -775,11 +775,12 @@ void Engine::Launch(int b) {
   const int nb = static_cast<int>(plan_.buckets.size());
   const Bucket& bucket = plan_.buckets[b];
   const int64_t count = bucket.count() + vote_slots_;
-  // Stamped before the communicator is called: its executor may start (and
-  // mark the start of) the collective before the call returns here, when it
-  // takes the core from this thread, and a stamp after the call then put the
-  // launch after the start, hid that wait from launch-to-start (clamped to
-  // 0) and counted it as held by the window.
+  // Stamped before the collective is prepared (votes, a device event) and
+  // issued: the communicator's executor may start (and mark the start of)
+  // the collective before the call returns here, when it takes the core
+  // from this thread, and a stamp after the call then put the launch after
+  // the start, hid that wait from launch-to-start (clamped to 0) and counted
+  // it as held by the window.
   const double launch_us = NowUs();
   std::shared_ptr<comm::Work> work;
   std::shared_ptr<std::atomic<bool>> reported;

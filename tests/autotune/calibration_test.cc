@@ -8,6 +8,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <limits>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -209,7 +210,9 @@ TEST(CalibrationTest, TheWalkKeepsEveryCallPageAlignedAndInsideItsBuffer) {
       for (const auto& [address, bytes] : calls) {
         EXPECT_EQ(address % 4096, 0u) << "rank " << r << ", working set " << working_set;
         // No working set: every size at the start of its buffer.
-        if (working_set == 0) EXPECT_EQ(address, calls.front().first) << "rank " << r;
+        if (working_set == 0) {
+          EXPECT_EQ(address, calls.front().first) << "rank " << r;
+        }
         low = std::min(low, address);
         high = std::max(high, address + bytes);
       }
@@ -220,12 +223,16 @@ TEST(CalibrationTest, TheWalkKeepsEveryCallPageAlignedAndInsideItsBuffer) {
   }
 }
 
-TEST(CalibrationTest, ANegativeWorkingSetIsRefused) {
+TEST(CalibrationTest, AWorkingSetOutOfRangeIsRefused) {
   fusebox::testing::RunRanks(2, [&](int, comm::Communicator& comm) {
     auto samples = MeasureAllReduce(comm, {4096}, 1, -1);
     EXPECT_EQ(samples.status().code(), absl::StatusCode::kInvalidArgument);
     EXPECT_NE(samples.status().message().find("working set of -1 bytes"), std::string::npos)
         << samples.status();
+    // Beyond 2^48 (where rounding up to a page could overflow) too.
+    EXPECT_EQ(
+        MeasureAllReduce(comm, {4096}, 1, std::numeric_limits<int64_t>::max()).status().code(),
+        absl::StatusCode::kInvalidArgument);
   });
 }
 

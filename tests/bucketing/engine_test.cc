@@ -278,7 +278,13 @@ TEST(EngineScheduleTest, ALaunchIsStampedBeforeTheCommunicatorIsCalled) {
   const GradientLayout layout = MakeLayout({1024, 1024, 1024});
   RunRanks(2, [&](int rank, comm::Communicator& inner) {
     SlowToReturn comm(inner);
-    auto engine = Engine::Create(comm, layout, PerTensorPlan(layout), EngineOptions{});
+    // Every launch from MarkReady, none from a completion callback: there
+    // the communicator's call would run on the loopback's executor, which
+    // SlowToReturn would then wait on.
+    EngineOptions options;
+    options.max_in_flight = 3;
+    options.launch_on_completion = false;
+    auto engine = Engine::Create(comm, layout, PerTensorPlan(layout), options);
     ASSERT_TRUE(engine.ok()) << engine.status();
     std::vector<std::vector<float>> g(3, std::vector<float>(1024, 1.0f + rank));
     for (int id = 0; id < 3; ++id) ASSERT_TRUE((*engine)->MarkReady(id, g[id].data(), 1024).ok());
