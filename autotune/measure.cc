@@ -7,6 +7,7 @@
 #include <memory>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
 #include "comm/host_pages.h"
 
 namespace fusebox::autotune {
@@ -43,13 +44,35 @@ absl::Status MaxAcrossRanks(comm::Communicator& comm, std::vector<double>& v) {
                              comm::ReduceOp::kMax);
 }
 
+namespace {
+
+// Collective: comm::AllocateHostPages on every rank, and every rank learns
+// whether any could not before the first collective that needs the buffer:
+// one that returned alone would leave the others waiting in it.
+absl::StatusOr<comm::HostPages> AllocateOnEveryRank(comm::Communicator& comm, size_t bytes,
+                                                    absl::string_view what) {
+  absl::StatusOr<comm::HostPages> pages = comm::AllocateHostPages(bytes);
+  std::vector<double> failed = {pages.ok() ? 0.0 : 1.0};
+  if (absl::Status s = MaxAcrossRanks(comm, failed); !s.ok()) return s;
+  if (!pages.ok()) return pages.status();
+  if (failed[0] > 0) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("measure: another rank could not allocate its ", bytes, "-byte ", what));
+  }
+  return pages;
+}
+
+}  // namespace
+
 absl::StatusOr<double> MeasureCopyGbps(comm::Communicator& comm, int64_t bytes) {
   if (bytes < 1) return absl::InvalidArgumentError("measure: copy size must be positive");
   // Aligned and resident before timing, as the engine's copies are
   // (Note [Timing on aligned buffers]).
-  absl::StatusOr<comm::HostPages> src = comm::AllocateHostPages(static_cast<size_t>(bytes));
+  absl::StatusOr<comm::HostPages> src =
+      AllocateOnEveryRank(comm, static_cast<size_t>(bytes), "copy source");
   if (!src.ok()) return src.status();
-  absl::StatusOr<comm::HostPages> dst = comm::AllocateHostPages(static_cast<size_t>(bytes));
+  absl::StatusOr<comm::HostPages> dst =
+      AllocateOnEveryRank(comm, static_cast<size_t>(bytes), "copy destination");
   if (!dst.ok()) return dst.status();
   std::memset(src->get(), 1, bytes);
   std::vector<double> worst = {0};
@@ -128,11 +151,10 @@ absl::StatusOr<double> MeasureStagingGbps(comm::Communicator& comm, comm::Device
 // ms, 4.6 GB/s. The lower bound's t*(m), the least time per byte of any
 // size, then charged all 97.5 MiB at the small size's rate, 17.9 ms, and
 // the simulator charged small buckets a rate they do not get in a plan.
-// So with a working set
-// (the model's gradient bytes, capped by the caller) every call runs on
-// the next page-aligned part of a buffer that large, in turn: a part is used
-// again only after the rest of the buffer has been. A model that fits in
-// the caches is timed in the cache, as its plans run.
+// So with a working set (the model's gradient bytes, capped by the caller)
+// every call runs on the next page-aligned part of a buffer that large, in
+// turn: a part is used again only after the rest of the buffer has been. A
+// model that fits in the caches is timed in the cache, as its plans run.
 absl::StatusOr<std::vector<AllReduceSample>> MeasureAllReduce(comm::Communicator& comm,
                                                               const std::vector<int64_t>& sizes,
                                                               int reps, int64_t working_set_bytes) {
@@ -156,17 +178,9 @@ absl::StatusOr<std::vector<AllReduceSample>> MeasureAllReduce(comm::Communicator
   }
   // Note [Timing on aligned buffers]; Note [Timing on data out of cache].
   const int64_t pool = std::max(round_up(largest), round_up(working_set_bytes));
-  absl::StatusOr<comm::HostPages> pages = comm::AllocateHostPages(static_cast<size_t>(pool));
-  // Every rank learns whether any could not allocate before the first
-  // collective that needs the buffer: one that returned alone would leave
-  // the others waiting in it.
-  std::vector<double> failed = {pages.ok() ? 0.0 : 1.0};
-  if (absl::Status s = MaxAcrossRanks(comm, failed); !s.ok()) return s;
+  absl::StatusOr<comm::HostPages> pages =
+      AllocateOnEveryRank(comm, static_cast<size_t>(pool), "timing buffer");
   if (!pages.ok()) return pages.status();
-  if (failed[0] > 0) {
-    return absl::ResourceExhaustedError(
-        absl::StrCat("measure: another rank could not allocate its ", pool, "-byte timing buffer"));
-  }
   std::byte* base = pages->get();
   const int64_t walk = working_set_bytes > 0 ? pool : 0;  // 0: every call at the start
   int64_t cursor = 0;                                     // where the next call's data starts
