@@ -15,8 +15,10 @@
 // * Collectives run one at a time, in launch order (one communicator: the
 //   UCX progress thread or one NCCL stream), each taking
 //   CostModel::AllReduceUs(bytes) + launch_overhead_us, stretched by
-//   overlap_slowdown for the part that runs while backward does; one that
-//   starts while backward runs first pays overlap_overhead_us.
+//   overlap_slowdown for the part that runs while backward does and by
+//   after_backward_slowdown for the part after; one that starts while
+//   backward runs first pays overlap_overhead_us, one that starts after
+//   it after_backward_overhead_us.
 // * A worker copies results back in launch order (nothing without views).
 // * The iteration ends at the later of backward's end and the last
 //   copy-back; forward precedes backward and overlaps nothing.
@@ -34,6 +36,7 @@
 #ifndef FUSEBOX_AUTOTUNE_SIMULATOR_H_
 #define FUSEBOX_AUTOTUNE_SIMULATOR_H_
 
+#include <functional>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -70,6 +73,16 @@ struct SimOptions {
   // backward's, caches evicted between rounds). Calibrated with the
   // slowdown (FitOverlapCost); 0: none.
   double overlap_overhead_us = 0;
+  // The same two for a collective that starts once backward has ended: it
+  // pays after_backward_overhead_us, then moves data at
+  // 1/after_backward_slowdown of its isolated speed (as does the part of a
+  // collective started under overlap that runs after backward). Nothing
+  // competes with it then, yet on 2 local ranks a bucket launched at
+  // backward's end ran longer than t(m) alone (Note [Calibrating the
+  // overlap]). Calibrated on the buckets of the same replay that started
+  // after backward; 1 and 0: t(m) alone.
+  double after_backward_slowdown = 1;
+  double after_backward_overhead_us = 0;
   // Device gradients staged through pinned host buffers at this bandwidth
   // (GB/s, each direction; autotune::MeasureStagingGbps); 0: the gradients
   // are in host memory (views and copy_gbps apply).
@@ -120,16 +133,29 @@ double LowerBoundUs(const Profile& profile, const CostModel& cost, const SimOpti
 // non-negative costs).
 absl::Status ValidateSimOptions(const SimOptions& options);
 
-// One collective that started and finished while backward ran: its
+// One collective that started and finished while backward ran (for the
+// after-backward terms: one that started after backward's end): its
 // transfer time (start to done) and t(m) alone for its bytes.
 struct OverlapSample {
   double alone_us = 0;
   double moving_us = 0;
 };
 struct OverlapCost {
-  double slowdown = 1;     // SimOptions::overlap_slowdown
-  double overhead_us = 0;  // SimOptions::overlap_overhead_us
+  double slowdown = 1;     // SimOptions::overlap_slowdown (or after_backward_slowdown)
+  double overhead_us = 0;  // SimOptions::overlap_overhead_us (or after_backward_overhead_us)
 };
+// One replayed iteration's collectives as calibration samples: those that
+// started and finished by `backward_end_us` into `during`, those that started
+// at or after it into `after` (a collective that spans backward's end is in
+// neither, and one whose backend does not report its start is left out).
+// `alone_us(bytes)`: t(m) alone. Times as bucketing::BucketTiming's.
+struct OverlapSamples {
+  std::vector<OverlapSample> during;
+  std::vector<OverlapSample> after;
+};
+void AddOverlapSamples(const std::vector<bucketing::BucketTiming>& buckets, double backward_end_us,
+                       const std::function<double(int64_t)>& alone_us, OverlapSamples* out);
+
 // Note [Calibrating the overlap]: fits moving = slowdown * alone + overhead
 // to `samples` by least squares, with slowdown in [1, 1000]
 // and overhead >= 0. With no sample, or samples of a single size, only the

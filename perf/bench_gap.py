@@ -168,8 +168,10 @@ def main():
         say("## %s, t(all)/T_b = %s%s (compute scale %.4g, backward %.2f ms, %d ranks)" %
             (model, ratio, ", repeat %d" % (repeat + 1) if a.repeats > 1 else "",
              j["compute_scale"], j["backward_us"] / 1e3, j["nranks"]))
-        say("overlap: slowdown %.2f, %.0f us per collective (calibrated on DDP's default plan and "
-            "DDP with 2 MiB buckets)" % (j["overlap_slowdown"], j.get("overlap_overhead_us", 0)))
+        say("overlap: slowdown %.2f, %.0f us per collective; after backward %.2f, %.0f us "
+            "(calibrated on DDP's default plan and DDP with 2 MiB buckets)" %
+            (j["overlap_slowdown"], j.get("overlap_overhead_us", 0),
+             j.get("after_backward_slowdown", 1), j.get("after_backward_overhead_us", 0)))
         say("| plan | buckets | iter ms | 95% CI | iter/bound | exposed ms | pred exposed | "
             "exp err | " + " | ".join(t.replace("_", " ") for t in TERMS) + " |")
         say("| --- " * (8 + len(TERMS)) + "|")

@@ -186,7 +186,8 @@ ABSL_FLAG(bool, explain, false,
 ABSL_FLAG(std::string, overlap_slowdown, "auto",
           "overlap: how many times slower transfers run while backward does, for the pred column "
           "and the tuner's simulator: 'auto' measures it and --overlap_overhead_us on a "
-          "calibration replay, or a number >= 1");
+          "calibration replay (and the same two for transfers after backward), or a number >= 1 "
+          "(transfers after backward then take t(m) alone)");
 ABSL_FLAG(double, overlap_overhead_us, 0,
           "overlap: with a given --overlap_slowdown, what each collective that starts while "
           "backward runs pays besides (us, >= 0); calibrated with it under 'auto'");
@@ -652,6 +653,8 @@ int OverlapMain(const comm::Logger& log, int argc, char** argv) {
                           {"copy_gbps", report->copy_gbps},
                           {"overlap_slowdown", report->overlap_slowdown},
                           {"overlap_overhead_us", report->overlap_overhead_us},
+                          {"after_backward_slowdown", report->after_backward_slowdown},
+                          {"after_backward_overhead_us", report->after_backward_overhead_us},
                           {"results", results}};
       std::ofstream f(absl::GetFlag(FLAGS_json));
       f << j.dump(1) << "\n";

@@ -340,25 +340,45 @@ absl::StatusOr<std::vector<double>> ValuesOfRankWithLargest(comm::Communicator& 
   return values;
 }
 
+// What transfers cost beyond t(m) alone while backward runs and after it.
+struct OverlapCalibration {
+  autotune::OverlapCost during;  // SimOptions::overlap_*
+  autotune::OverlapCost after;   // SimOptions::after_backward_*
+};
+
+// Every rank gets the fit of the rank whose fit predicts the most transfer
+// time for its own samples (one rank's slowdown and overhead together, not
+// the larger of each).
+absl::StatusOr<autotune::OverlapCost> FitOnEveryRank(
+    comm::Communicator& comm, const std::vector<autotune::OverlapSample>& samples) {
+  const autotune::OverlapCost fit = autotune::FitOverlapCost(samples);
+  double predicted = 0;
+  for (const autotune::OverlapSample& p : samples) {
+    predicted += fit.slowdown * p.alone_us + fit.overhead_us;
+  }
+  auto f = ValuesOfRankWithLargest(comm, predicted, {fit.slowdown, fit.overhead_us});
+  if (!f.ok()) return f.status();
+  return autotune::OverlapCost{(*f)[0], (*f)[1]};
+}
+
 // Replays DDP's default plan and DDP with 2 MiB buckets (one warm-up each,
 // then `iterations` recorded) and fits, over the buckets that started and
 // finished while backward ran, their transfer time against t(m) alone
 // (autotune::FitOverlapCost, Note [Calibrating the overlap] in
-// autotune/simulator.cc); every rank gets the fit of the rank whose fit
-// predicts the most transfer time for its own samples (one rank's slowdown
-// and overhead together, not the larger of each). Neither plan is one of the
+// autotune/simulator.cc), and the same over the buckets that started after
+// backward's end (FitOnEveryRank for each). Neither plan is one of the
 // benchmark's held-out plans (perf/bench_gap.py). One rank: no overlap to
 // calibrate.
-absl::StatusOr<autotune::OverlapCost> CalibrateOverlap(
+absl::StatusOr<OverlapCalibration> CalibrateOverlap(
     comm::Communicator& comm, Replay& replay, const GradientLayout& layout,
     const bucketing::EngineOptions& eopts, const std::function<double(int64_t)>& isolated_us,
     int iterations = 3) {
-  if (comm.size() < 2) return autotune::OverlapCost{};
+  if (comm.size() < 2) return OverlapCalibration{};
   bucketing::EngineOptions o = eopts;
   o.record_timeline = false;
   bucketing::DdpOptions small;
   small.bucket_cap_bytes = 2 * bucketing::kMiB;
-  std::vector<autotune::OverlapSample> samples;
+  autotune::OverlapSamples samples;
   for (const bucketing::Plan& plan :
        {bucketing::DdpPlan(layout), bucketing::DdpPlan(layout, small)}) {
     auto engine = Engine::Create(comm, layout, plan, o);
@@ -369,20 +389,18 @@ absl::StatusOr<autotune::OverlapCost> CalibrateOverlap(
           *e, [e] { return e->Finish(); }, it);
       if (!v.ok()) return v.status();
       if (it == 0) continue;
-      for (const bucketing::BucketTiming& b : replay.last_stats().bucket_times) {
-        if (b.start_us < 0 || b.done_us > replay.last_backward_end_us()) continue;
-        samples.push_back({isolated_us(b.bytes), b.done_us - b.start_us});
-      }
+      autotune::AddOverlapSamples(replay.last_stats().bucket_times, replay.last_backward_end_us(),
+                                  isolated_us, &samples);
     }
   }
-  const autotune::OverlapCost fit = autotune::FitOverlapCost(samples);
-  double predicted = 0;
-  for (const autotune::OverlapSample& p : samples) {
-    predicted += fit.slowdown * p.alone_us + fit.overhead_us;
-  }
-  auto f = ValuesOfRankWithLargest(comm, predicted, {fit.slowdown, fit.overhead_us});
-  if (!f.ok()) return f.status();
-  return autotune::OverlapCost{(*f)[0], (*f)[1]};
+  OverlapCalibration c;
+  auto d = FitOnEveryRank(comm, samples.during);
+  if (!d.ok()) return d.status();
+  c.during = *d;
+  auto a = FitOnEveryRank(comm, samples.after);
+  if (!a.ok()) return a.status();
+  c.after = *a;
+  return c;
 }
 
 // The gap terms of the rank whose iteration was longest (the one the
@@ -591,18 +609,23 @@ absl::StatusOr<OverlapReport> RunOverlap(comm::Communicator& comm,
     progress("calibrating the overlap (DDP's default plan and 2 MiB buckets, 4 iterations each)");
     auto f = CalibrateOverlap(comm, replay, layout, eopts, isolated_us);
     if (!f.ok()) return f.status();
-    report.overlap_slowdown = f->slowdown;
-    report.overlap_overhead_us = f->overhead_us;
+    report.overlap_slowdown = f->during.slowdown;
+    report.overlap_overhead_us = f->during.overhead_us;
+    report.after_backward_slowdown = f->after.slowdown;
+    report.after_backward_overhead_us = f->after.overhead_us;
   }
   sim.overlap_slowdown = report.overlap_slowdown;
   sim.overlap_overhead_us = report.overlap_overhead_us;
+  sim.after_backward_slowdown = report.after_backward_slowdown;
+  sim.after_backward_overhead_us = report.after_backward_overhead_us;
   if (out != nullptr) {
     std::fprintf(out,
                  "# overlap: transfers while backward runs take %.2f times t(m) alone plus %.0f us "
-                 "per collective (%s); pred uses them\n",
+                 "per collective, after backward %.2f times plus %.0f us (%s); pred uses them\n",
                  report.overlap_slowdown, report.overlap_overhead_us,
+                 report.after_backward_slowdown, report.after_backward_overhead_us,
                  options.overlap_slowdown > 0
-                     ? "given"
+                     ? "given; after backward, t(m) alone"
                      : "calibrated on 3 replayed iterations each of DDP's default plan and DDP "
                        "with 2 MiB buckets");
     std::fflush(out);

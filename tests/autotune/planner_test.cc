@@ -1,11 +1,14 @@
 // Cost model, simulator and planner: hand-computed cases, optimality
 // against brute force, and invariants over every shipped model.
+#include "autotune/planner.h"
+
 #include <algorithm>
 #include <cmath>
 #include <map>
 #include <numeric>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/container/flat_hash_set.h"
@@ -13,7 +16,6 @@
 #include "absl/strings/str_replace.h"
 #include "autotune/cost_model.h"
 #include "autotune/models.h"
-#include "autotune/planner.h"
 #include "autotune/simulator.h"
 #include "bucketing/planners.h"
 #include "gmock/gmock.h"
@@ -370,6 +372,90 @@ TEST(SimulatorTest, OverlapOverheadIsPaidOnlyByCollectivesStartedDuringBackward)
   EXPECT_GE(r->iteration_us, LowerBoundUs(p, c, o));
   o.overlap_overhead_us = -1;
   EXPECT_FALSE(Simulate(p, bucketing::PerTensorPlan(*layout), c, o).ok());
+}
+
+// After backward a collective pays the after-backward overhead and moves at
+// 1/after_backward_slowdown of its speed alone, as does the part after
+// backward of one that started under overlap. 400 B (14 us alone),
+// backward ending at 20, during: slowdown 2 and overhead 4, after: slowdown
+// 1.5 and overhead 3: tensor 0 moves from 4 and has done 8 us of its work by
+// 20; the other 6 take 9, to 29. Tensor 1 starts at 29, after backward, and
+// takes 3 + 1.5 * 14 = 24, to 53. With the after terms at 1 and 0 the same
+// runs end at 26 and 40 (the test above).
+TEST(SimulatorTest, AfterBackwardTermsStretchWhatRunsAfterBackward) {
+  const Profile p = MakeProfile({100, 100}, {0, 20});
+  const CostModel c = Line(10, 0.01);
+  auto layout = LayoutFromProfile(p);
+  ASSERT_TRUE(layout.ok());
+  SimOptions o = World2();
+  o.overlap_slowdown = 2;
+  o.overlap_overhead_us = 4;
+  o.after_backward_slowdown = 1.5;
+  o.after_backward_overhead_us = 3;
+  auto r = Simulate(p, bucketing::PerTensorPlan(*layout), c, o);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_DOUBLE_EQ(r->launches[0].done_us, 29);
+  EXPECT_DOUBLE_EQ(r->launches[1].start_us, 29);
+  EXPECT_DOUBLE_EQ(r->launches[1].done_us, 53);
+  EXPECT_DOUBLE_EQ(r->iteration_us, 100 + 53);
+  EXPECT_DOUBLE_EQ(r->exposed_us, 33);
+  EXPECT_GE(r->iteration_us, LowerBoundUs(p, c, o));
+  // Alone (no overlap terms), only the after terms: tensor 0 runs 0..14
+  // inside backward; tensor 1 starts at 20 and takes 3 + 21, to 44.
+  SimOptions a = World2();
+  a.after_backward_slowdown = 1.5;
+  a.after_backward_overhead_us = 3;
+  r = Simulate(p, bucketing::PerTensorPlan(*layout), c, a);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_DOUBLE_EQ(r->launches[0].done_us, 14);
+  EXPECT_DOUBLE_EQ(r->launches[1].done_us, 44);
+  for (const auto& [slowdown, overhead] : std::vector<std::pair<double, double>>{
+           {0.9, 0}, {1001, 0}, {1, -1}, {NAN, 0}, {1, INFINITY}}) {
+    a.after_backward_slowdown = slowdown;
+    a.after_backward_overhead_us = overhead;
+    auto bad = Simulate(p, bucketing::PerTensorPlan(*layout), c, a);
+    ASSERT_FALSE(bad.ok()) << slowdown << " " << overhead;
+    EXPECT_THAT(bad.status().message(), HasSubstr("after-backward"));
+  }
+}
+
+// The calibration's samples: inside backward (ending at 100) to `during`,
+// started at or after its end to `after`; a collective that spans the end,
+// and one whose start is not reported, to neither. t(m) alone = m / 10.
+TEST(SimulatorTest, OverlapSamplesAreSplitAtBackwardsEnd) {
+  const auto bucket = [](int64_t bytes, double start, double done) {
+    bucketing::BucketTiming b;
+    b.bytes = bytes;
+    b.start_us = start;
+    b.done_us = done;
+    return b;
+  };
+  const std::vector<bucketing::BucketTiming> buckets = {
+      bucket(100, 10, 30),    // inside: 10 alone, 20 moving
+      bucket(200, 40, 100),   // ends at backward's end: inside
+      bucket(300, 90, 130),   // spans it: neither
+      bucket(400, 100, 160),  // starts at the end: after
+      bucket(500, 170, 230),  // after
+      bucket(600, -1, 20),    // no start reported: neither
+  };
+  OverlapSamples s;
+  AddOverlapSamples(
+      buckets, 100, [](int64_t m) { return m / 10.0; }, &s);
+  ASSERT_EQ(s.during.size(), 2u);
+  EXPECT_EQ(s.during[0].alone_us, 10);
+  EXPECT_EQ(s.during[0].moving_us, 20);
+  EXPECT_EQ(s.during[1].alone_us, 20);
+  EXPECT_EQ(s.during[1].moving_us, 60);
+  ASSERT_EQ(s.after.size(), 2u);
+  EXPECT_EQ(s.after[0].alone_us, 40);
+  EXPECT_EQ(s.after[0].moving_us, 60);
+  EXPECT_EQ(s.after[1].alone_us, 50);
+  EXPECT_EQ(s.after[1].moving_us, 60);
+  // A second iteration appends.
+  AddOverlapSamples(
+      {bucket(100, 0, 10)}, 100, [](int64_t m) { return m / 10.0; }, &s);
+  EXPECT_EQ(s.during.size(), 3u);
+  EXPECT_EQ(s.after.size(), 2u);
 }
 
 // Note [Calibrating the overlap]: samples built as moving = s * alone + c

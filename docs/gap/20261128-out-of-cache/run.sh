@@ -1,11 +1,11 @@
 #!/bin/bash
 # ABBA: the build before (OLD) and with the out-of-cache timing (NEW), one full bench_gap sweep
 # each, in the order old, new, new, old. OLD and NEW are build directories (each with
-# tools/fusebox-run and perf/fusebox-perf).
+# tools/fusebox-run and perf/fusebox-perf); OUT, where the sweeps go (default: this folder).
 #   OLD=<build before> NEW=/tmp/fbb bash docs/gap/20261128-out-of-cache/run.sh
 set -eu
 cd "$(dirname "$0")/../../.."
-out=docs/gap/20261128-out-of-cache
+out=${OUT:-docs/gap/20261128-out-of-cache}
 for arm in old new new old; do
   build=$OLD
   [[ $arm == new ]] && build=$NEW
