@@ -246,8 +246,8 @@ double LowerBoundUs(const Profile& p, const CostModel& cost, const SimOptions& o
 // expose 13% less than they did (docs/gap/20261128-out-of-cache/
 // large-buckets.md). The cause is not known; the term is measured, not
 // explained. Fitted per run it came out at 1.00-1.42 times alone (0-98 us
-// per collective) across three models at three ratios
-// (docs/gap/20261128-after-backward).
+// per collective) across three models at three ratios, and once at 2.29
+// (docs/gap/20261128-after-backward, docs/gap/20261128-overlap-beside).
 void AddOverlapSamples(const std::vector<bucketing::BucketTiming>& buckets, double backward_end_us,
                        const std::function<double(int64_t)>& alone_us, OverlapSamples* out) {
   for (const bucketing::BucketTiming& b : buckets) {

@@ -6,6 +6,7 @@
 set -eu
 cd "$(dirname "$0")/../../.."
 out=${OUT:-docs/gap/20261128-out-of-cache}
+mkdir -p "$out"
 for arm in old new new old; do
   build=$OLD
   [[ $arm == new ]] && build=$NEW
