@@ -238,23 +238,28 @@ double LowerBoundUs(const Profile& p, const CostModel& cost, const SimOptions& o
 // it gives s < 1, with s = 1 (the bound uses t(m) alone).
 //
 // The same fit, over the collectives of the same replays that started once
-// backward had ended, gives the after-backward pair. Nothing of the replay
-// competes with them then, and the simulator used to charge them t(m)
-// alone; yet on 2 local ranks a 94 MB bucket launched at backward's end ran
-// 3.6-6.1 ms beyond its t(m) of about 22 ms, and plans of a few large
-// buckets, whose exposed time is mostly such transfers, were predicted to
-// expose 13% less than they did (docs/gap/20261128-out-of-cache/
+// backward had ended, gives the after-backward pair. The simulator used to
+// charge them t(m) alone; yet on 2 local ranks a 94 MB bucket launched at
+// backward's end ran 3.6-6.1 ms beyond its t(m) of about 22 ms, and plans
+// of a few large buckets, whose exposed time is mostly such transfers, were
+// predicted to expose 13% less than they did (docs/gap/20261128-out-of-cache/
 // large-buckets.md). The cause is not known; the term is measured, not
-// explained. Fitted per run it came out at 1.00-1.42 times alone (0-98 us
-// per collective) across three models at three ratios, and once at 2.29
+// explained. Each rank splits its samples at its own backward's end, so a
+// collective after it may still wait for a peer whose backward runs on:
+// skew between the ranks is one candidate cause, not ruled out. Fitted per
+// run the pair came out at 1.00-1.43 times alone and 0-394 us per
+// collective across three models at three ratios, and once at 2.29
 // (docs/gap/20261128-after-backward, docs/gap/20261128-overlap-beside).
 void AddOverlapSamples(const std::vector<bucketing::BucketTiming>& buckets, double backward_end_us,
                        const std::function<double(int64_t)>& alone_us, OverlapSamples* out) {
   for (const bucketing::BucketTiming& b : buckets) {
     if (b.start_us < 0) continue;
     const OverlapSample sample = {alone_us(b.bytes), b.done_us - b.start_us};
-    if (b.done_us <= backward_end_us) out->during.push_back(sample);
-    if (b.start_us >= backward_end_us) out->after.push_back(sample);
+    if (b.done_us <= backward_end_us) {
+      out->during.push_back(sample);
+    } else if (b.start_us >= backward_end_us) {
+      out->after.push_back(sample);
+    }
   }
 }
 

@@ -61,11 +61,12 @@ struct SimOptions {
   // launch and completion cost).
   double launch_overhead_us = 0;
   // How much slower a collective moves data while backward runs than alone
-  // (>= 1): backward's threads take the cores (and wake up, and evict
-  // caches) that the communication needs. A collective proceeds at
-  // 1/overlap_slowdown of its isolated speed until backward ends, at full
-  // speed after. Measured by a calibration replay (perf/overlap.h); 1: the
-  // isolated cost model as is.
+  // (>= 1; "overlap" here means during backward): backward's threads take
+  // the cores (and wake up, and evict caches) that the communication needs.
+  // A collective proceeds at 1/overlap_slowdown of its isolated speed until
+  // backward ends, and at 1/after_backward_slowdown after (below). Measured
+  // by a calibration replay (perf/overlap.h); 1: the isolated cost model as
+  // is.
   double overlap_slowdown = 1;
   // What a collective that starts while backward runs pays before it moves
   // data at that speed (us, >= 0): the cost per collective under overlap
@@ -76,11 +77,10 @@ struct SimOptions {
   // The same two for a collective that starts once backward has ended: it
   // pays after_backward_overhead_us, then moves data at
   // 1/after_backward_slowdown of its isolated speed (as does the part of a
-  // collective started under overlap that runs after backward). Nothing
-  // competes with it then, yet on 2 local ranks a bucket launched at
-  // backward's end ran longer than t(m) alone (Note [Calibrating the
-  // overlap]). Calibrated on the buckets of the same replay that started
-  // after backward; 1 and 0: t(m) alone.
+  // collective started under overlap that runs after backward). On 2 local
+  // ranks a bucket launched at backward's end ran longer than t(m) alone
+  // (Note [Calibrating the overlap]). Calibrated on the buckets of the same
+  // replay that started after backward; 1 and 0: t(m) alone.
   double after_backward_slowdown = 1;
   double after_backward_overhead_us = 0;
   // Device gradients staged through pinned host buffers at this bandwidth
@@ -145,8 +145,8 @@ struct OverlapCost {
   double overhead_us = 0;  // SimOptions::overlap_overhead_us (or after_backward_overhead_us)
 };
 // One replayed iteration's collectives as calibration samples: those that
-// started and finished by `backward_end_us` into `during`, those that started
-// at or after it into `after` (a collective that spans backward's end is in
+// started and finished by `backward_end_us` into `during`, the others that
+// started at or after it into `after` (a collective that spans backward's end is in
 // neither, and one whose backend does not report its start is left out).
 // `alone_us(bytes)`: t(m) alone. Times as bucketing::BucketTiming's.
 struct OverlapSamples {

@@ -17,9 +17,9 @@ order, after the same warm-up), so the rounds pair the plans. It prints, per mod
     median over rounds [order-statistic 95% CI] (target <= 1.05; with fewer than 6 rounds no
     order-statistic interval reaches 95%, and the one printed is min..max);
   * the gap report of every plan (fusebox-perf overlap --explain): where iteration - bound goes;
-  * exposed communication measured and predicted (autotune::Simulate with the overlap slowdown
+  * exposed communication measured and predicted (autotune::Simulate with the overlap terms
     calibrated at the start of each run on DDP's default plan and DDP with 2 MiB buckets:
-    slowdown and cost per collective; the cost model fitted to the allreduce sizes timed again
+    slowdown and cost per collective, while backward runs and after it; the cost model fitted to the allreduce sizes timed again
     in every round, the median of each), and over the held-out plans the median and p90 of
     |error| and how many are under- and over-predicted; beside it the same figures under the
     sizes timed once before the rounds (the earlier prediction), for comparison.

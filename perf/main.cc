@@ -187,10 +187,16 @@ ABSL_FLAG(std::string, overlap_slowdown, "auto",
           "overlap: how many times slower transfers run while backward does, for the pred column "
           "and the tuner's simulator: 'auto' measures it and --overlap_overhead_us on a "
           "calibration replay (and the same two for transfers after backward), or a number >= 1 "
-          "(transfers after backward then take t(m) alone)");
+          "(then --after_backward_slowdown and --after_backward_overhead_us apply)");
 ABSL_FLAG(double, overlap_overhead_us, 0,
           "overlap: with a given --overlap_slowdown, what each collective that starts while "
           "backward runs pays besides (us, >= 0); calibrated with it under 'auto'");
+ABSL_FLAG(double, after_backward_slowdown, 1,
+          "overlap: with a given --overlap_slowdown, how many times slower than alone a transfer "
+          "runs after backward has ended (>= 1); calibrated with it under 'auto'");
+ABSL_FLAG(double, after_backward_overhead_us, 0,
+          "overlap: with a given --overlap_slowdown, what each collective that starts after "
+          "backward pays besides (us, >= 0); calibrated with it under 'auto'");
 ABSL_FLAG(int, tune_split, 1,
           "overlap: 1 = the tuner may split large gradients (each split one is copied and needs "
           "its own buffer too), 0 = never");
@@ -535,6 +541,23 @@ absl::StatusOr<OverlapOptions> OverlapOptionsFromFlags(const comm::Logger& log) 
     return absl::InvalidArgumentError(
         "--overlap_overhead_us is given only with a number for --overlap_slowdown (under "
         "'auto' both are calibrated)");
+  }
+  o.after_backward_slowdown = absl::GetFlag(FLAGS_after_backward_slowdown);
+  if (!(o.after_backward_slowdown >= 1) || o.after_backward_slowdown > 1000) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--after_backward_slowdown: ", o.after_backward_slowdown, " is not a number in [1, 1000]"));
+  }
+  o.after_backward_overhead_us = absl::GetFlag(FLAGS_after_backward_overhead_us);
+  if (!std::isfinite(o.after_backward_overhead_us) || o.after_backward_overhead_us < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--after_backward_overhead_us: ", o.after_backward_overhead_us,
+                     " is not a finite number >= 0"));
+  }
+  if ((o.after_backward_slowdown != 1 || o.after_backward_overhead_us > 0) &&
+      o.overlap_slowdown <= 0) {
+    return absl::InvalidArgumentError(
+        "--after_backward_slowdown and --after_backward_overhead_us are given only with a number "
+        "for --overlap_slowdown (under 'auto' all four are calibrated)");
   }
   o.save_plans_dir = absl::GetFlag(FLAGS_save_plans);
   o.cache_dir = absl::GetFlag(FLAGS_cache_dir);

@@ -354,7 +354,11 @@ absl::StatusOr<autotune::OverlapCost> FitOnEveryRank(
   const autotune::OverlapCost fit = autotune::FitOverlapCost(samples);
   double predicted = 0;
   for (const autotune::OverlapSample& p : samples) {
-    predicted += fit.slowdown * p.alone_us + fit.overhead_us;
+    // The samples FitOverlapCost uses (a NaN key would match no rank).
+    if (p.alone_us > 0 && std::isfinite(p.alone_us) && std::isfinite(p.moving_us) &&
+        p.moving_us >= 0) {
+      predicted += fit.slowdown * p.alone_us + fit.overhead_us;
+    }
   }
   auto f = ValuesOfRankWithLargest(comm, predicted, {fit.slowdown, fit.overhead_us});
   if (!f.ok()) return f.status();
@@ -598,13 +602,16 @@ absl::StatusOr<OverlapReport> RunOverlap(comm::Communicator& comm,
 
   // How much slower transfers run while backward does, and what each
   // collective started then pays (the simulator's overlap_slowdown and
-  // overlap_overhead_us): given, or measured on a calibration replay of
-  // DDP's default plan and DDP with 2 MiB buckets before anything else runs.
+  // overlap_overhead_us), and the same two after backward: given, or
+  // measured on a calibration replay of DDP's default plan and DDP with 2 MiB
+  // buckets before anything else runs.
   auto progress = [&](const std::string& line) {
     if (options.progress && comm.rank() == 0) options.progress(line);
   };
   report.overlap_slowdown = options.overlap_slowdown;
   report.overlap_overhead_us = options.overlap_overhead_us;  // validated by the simulator
+  report.after_backward_slowdown = options.after_backward_slowdown;
+  report.after_backward_overhead_us = options.after_backward_overhead_us;
   if (report.overlap_slowdown <= 0) {
     progress("calibrating the overlap (DDP's default plan and 2 MiB buckets, 4 iterations each)");
     auto f = CalibrateOverlap(comm, replay, layout, eopts, isolated_us);
@@ -625,7 +632,7 @@ absl::StatusOr<OverlapReport> RunOverlap(comm::Communicator& comm,
                  report.overlap_slowdown, report.overlap_overhead_us,
                  report.after_backward_slowdown, report.after_backward_overhead_us,
                  options.overlap_slowdown > 0
-                     ? "given; after backward, t(m) alone"
+                     ? "given"
                      : "calibrated on 3 replayed iterations each of DDP's default plan and DDP "
                        "with 2 MiB buckets");
     std::fflush(out);

@@ -68,10 +68,11 @@ struct OverlapOptions {
   // The simulator's overlap_slowdown and overlap_overhead_us for the pred
   // column and the tuner: a slowdown <= 0 measures both, and the
   // after-backward pair, on a calibration replay (autotune/simulator.h);
-  // otherwise both are as given and transfers after backward take t(m)
-  // alone.
+  // otherwise all four are as given.
   double overlap_slowdown = 0;
   double overlap_overhead_us = 0;
+  double after_backward_slowdown = 1;
+  double after_backward_overhead_us = 0;
   // Called on rank 0 with a line of progress (calibration, tuning every 10
   // iterations, each round); empty: none.
   std::function<void(const std::string&)> progress;
@@ -162,7 +163,7 @@ struct OverlapReport {
   double copy_gbps = 0;    // memcpy bandwidth per rank with every rank copying
   double overlap_slowdown = 1;  // given or calibrated (OverlapOptions)
   double overlap_overhead_us = 0;  // given or calibrated (OverlapOptions)
-  // Calibrated with them; 1 and 0 where they are given.
+  // Calibrated with them, or given with them (OverlapOptions).
   double after_backward_slowdown = 1;
   double after_backward_overhead_us = 0;
   std::vector<OverlapResult> results;
