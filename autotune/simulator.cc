@@ -263,15 +263,17 @@ void AddOverlapSamples(const std::vector<bucketing::BucketTiming>& buckets, doub
   }
 }
 
+bool IsFittable(const OverlapSample& s) {
+  return s.alone_us > 0 && std::isfinite(s.alone_us) && std::isfinite(s.moving_us) &&
+         s.moving_us >= 0;
+}
+
 OverlapCost FitOverlapCost(const std::vector<OverlapSample>& samples) {
   OverlapCost fit;
   double sw = 0, sx = 0, sy = 0, sxx = 0, sxy = 0;
   double min_x = std::numeric_limits<double>::infinity(), max_x = 0;
   for (const OverlapSample& p : samples) {
-    if (!(p.alone_us > 0) || !std::isfinite(p.alone_us) || !std::isfinite(p.moving_us) ||
-        p.moving_us < 0) {
-      continue;
-    }
+    if (!IsFittable(p)) continue;
     sw += 1;
     sx += p.alone_us;
     sy += p.moving_us;

@@ -156,6 +156,10 @@ struct OverlapSamples {
 void AddOverlapSamples(const std::vector<bucketing::BucketTiming>& buckets, double backward_end_us,
                        const std::function<double(int64_t)>& alone_us, OverlapSamples* out);
 
+// Whether FitOverlapCost uses `sample` (a positive finite t(m) alone and a
+// finite non-negative transfer time); it skips the others.
+bool IsFittable(const OverlapSample& sample);
+
 // Note [Calibrating the overlap]: fits moving = slowdown * alone + overhead
 // to `samples` by least squares, with slowdown in [1, 1000]
 // and overhead >= 0. With no sample, or samples of a single size, only the

@@ -354,11 +354,8 @@ absl::StatusOr<autotune::OverlapCost> FitOnEveryRank(
   const autotune::OverlapCost fit = autotune::FitOverlapCost(samples);
   double predicted = 0;
   for (const autotune::OverlapSample& p : samples) {
-    // The samples FitOverlapCost uses (a NaN key would match no rank).
-    if (p.alone_us > 0 && std::isfinite(p.alone_us) && std::isfinite(p.moving_us) &&
-        p.moving_us >= 0) {
-      predicted += fit.slowdown * p.alone_us + fit.overhead_us;
-    }
+    // Only the samples the fit used (a NaN key would match no rank).
+    if (autotune::IsFittable(p)) predicted += fit.slowdown * p.alone_us + fit.overhead_us;
   }
   auto f = ValuesOfRankWithLargest(comm, predicted, {fit.slowdown, fit.overhead_us});
   if (!f.ok()) return f.status();
