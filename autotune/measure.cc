@@ -46,18 +46,29 @@ absl::Status MaxAcrossRanks(comm::Communicator& comm, std::vector<double>& v) {
 
 namespace {
 
-// Collective: comm::AllocateHostPages on every rank, and every rank learns
-// whether any could not before the first collective that needs the buffer:
-// one that returned alone would leave the others waiting in it.
+// Collective: every rank learns whether any rank's `local` step failed,
+// before the next collective. A rank that returned alone would leave the
+// others waiting in that collective until its deadline, and they would
+// report a timeout instead of the failure. Returns `local` where it failed,
+// an error naming `what` where another rank's did, else OK.
+absl::Status OnEveryRank(comm::Communicator& comm, const absl::Status& local,
+                         absl::string_view what) {
+  std::vector<double> failed = {local.ok() ? 0.0 : 1.0};
+  if (absl::Status s = MaxAcrossRanks(comm, failed); !s.ok()) return s;
+  if (!local.ok()) return local;
+  if (failed[0] > 0)
+    return absl::AbortedError(absl::StrCat("measure: another rank's ", what, " failed"));
+  return absl::OkStatus();
+}
+
+// Collective: comm::AllocateHostPages on every rank (OnEveryRank).
 absl::StatusOr<comm::HostPages> AllocateOnEveryRank(comm::Communicator& comm, size_t bytes,
                                                     absl::string_view what) {
   absl::StatusOr<comm::HostPages> pages = comm::AllocateHostPages(bytes);
-  std::vector<double> failed = {pages.ok() ? 0.0 : 1.0};
-  if (absl::Status s = MaxAcrossRanks(comm, failed); !s.ok()) return s;
-  if (!pages.ok()) return pages.status();
-  if (failed[0] > 0) {
-    return absl::ResourceExhaustedError(
-        absl::StrCat("measure: another rank could not allocate its ", bytes, "-byte ", what));
+  if (absl::Status s = OnEveryRank(comm, pages.status(),
+                                   absl::StrCat("allocation of its ", bytes, "-byte ", what));
+      !s.ok()) {
+    return s;
   }
   return pages;
 }
@@ -90,40 +101,61 @@ absl::StatusOr<double> MeasureStagingGbps(comm::Communicator& comm, comm::Device
                                           int64_t bytes) {
   if (bytes < 1) return absl::InvalidArgumentError("measure: staging copy size must be positive");
   const size_t n = static_cast<size_t>(bytes);
-  auto dev = device.Allocate(n);
-  if (!dev.ok()) return dev.status();
-  auto host = device.AllocateHost(n);
-  if (!host.ok()) {
-    device.Free(*dev);
-    return host.status();
-  }
-  auto measure = [&]() -> absl::StatusOr<double> {
-    auto stream = device.CreateStream();
-    if (!stream.ok()) return stream.status();
-    std::memset(*host, 1, n);
+  // Every step that can fail on one rank alone (the device's allocations,
+  // stream and copies) is followed by OnEveryRank's agreement, and a rank
+  // whose copy failed still takes part in the remaining barriers, so that
+  // no rank is left in a collective its peer never joins.
+  void* dev = nullptr;
+  void* host = nullptr;
+  std::unique_ptr<comm::DeviceStream> stream;
+  absl::Status local = [&]() -> absl::Status {
+    auto d = device.Allocate(n);
+    if (!d.ok()) return d.status();
+    dev = *d;
+    auto h = device.AllocateHost(n);
+    if (!h.ok()) return h.status();
+    host = *h;
+    auto st = device.CreateStream();
+    if (!st.ok()) return st.status();
+    stream = *std::move(st);
+    std::memset(host, 1, n);
     // Untimed: both buffers touched and the stream warm.
-    if (absl::Status s = device.CopyAsync(*dev, *host, n, **stream); !s.ok()) return s;
-    if (absl::Status s = device.SynchronizeStream(**stream); !s.ok()) return s;
-    std::vector<double> worst = {0};
-    for (int r = 0; r < 3; ++r) {
+    if (absl::Status s = device.CopyAsync(dev, host, n, *stream); !s.ok()) return s;
+    return device.SynchronizeStream(*stream);
+  }();
+  absl::Status agreed = OnEveryRank(comm, local, "staging set-up on its device");
+  // {slowest copy (us), whether a copy failed}: one collective for both.
+  std::vector<double> worst = {0, 0};
+  if (agreed.ok()) {
+    for (int r = 0; r < 3 && agreed.ok(); ++r) {
       for (const bool to_host : {true, false}) {
-        if (absl::Status s = comm::BarrierSync(comm); !s.ok()) return s;
+        if (absl::Status s = comm::BarrierSync(comm); !s.ok()) {
+          agreed = s;
+          break;
+        }
+        if (!local.ok()) continue;
         const auto t0 = Clock::now();
-        absl::Status s = to_host ? device.CopyAsync(*host, *dev, n, **stream)
-                                 : device.CopyAsync(*dev, *host, n, **stream);
-        if (s.ok()) s = device.SynchronizeStream(**stream);
-        if (!s.ok()) return s;
+        local = to_host ? device.CopyAsync(host, dev, n, *stream)
+                        : device.CopyAsync(dev, host, n, *stream);
+        if (local.ok()) local = device.SynchronizeStream(*stream);
         worst[0] = std::max(
             worst[0], std::chrono::duration<double, std::micro>(Clock::now() - t0).count());
       }
     }
-    if (absl::Status s = MaxAcrossRanks(comm, worst); !s.ok()) return s;
-    return static_cast<double>(bytes) / std::max(worst[0], 1e-3) / 1e3;  // B/us -> GB/s
-  };
-  absl::StatusOr<double> gbps = measure();
-  device.FreeHost(*host);
-  device.Free(*dev);
-  return gbps;
+    if (agreed.ok()) {
+      worst[1] = local.ok() ? 0 : 1;
+      agreed = MaxAcrossRanks(comm, worst);
+    }
+    if (agreed.ok() && !local.ok()) agreed = local;
+    if (agreed.ok() && worst[1] > 0) {
+      agreed = absl::AbortedError("measure: another rank's staging copy on its device failed");
+    }
+  }
+  stream.reset();
+  if (host != nullptr) device.FreeHost(host);
+  if (dev != nullptr) device.Free(dev);
+  if (!agreed.ok()) return agreed;
+  return static_cast<double>(bytes) / std::max(worst[0], 1e-3) / 1e3;  // B/us -> GB/s
 }
 
 // Note [Timing on aligned buffers]

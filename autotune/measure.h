@@ -45,7 +45,9 @@ absl::StatusOr<double> MeasureCopyGbps(comm::Communicator& comm, int64_t bytes);
 // device-to-host into pinned host memory and back on one stream of
 // `device`, three times after a barrier, every rank at once (ranks that
 // share a GPU share its copy engines); the slowest copy in either
-// direction of the slowest rank counts.
+// direction of the slowest rank counts. Where the device fails on one rank
+// (allocation, stream or copy), every rank returns an error: that rank the
+// device's, the others one saying another rank's failed.
 absl::StatusOr<double> MeasureStagingGbps(comm::Communicator& comm, comm::Device& device,
                                           int64_t bytes);
 

@@ -8,6 +8,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <limits>
 #include <memory>
 #include <mutex>
@@ -259,6 +260,97 @@ TEST(CalibrationTest, StagingBandwidthWaitsForTheCopies) {
     EXPECT_GT(*gbps[r], 0);
     EXPECT_LE(*gbps[r], most);
     EXPECT_EQ(*gbps[r], *gbps[0]);
+  }
+}
+
+// An emulated device whose `fail_at`-th operation of kind `what`
+// ("allocate", "host", "stream", "copy"; counted from 1) fails.
+class FailingDevice : public comm::Device {
+ public:
+  FailingDevice(std::string what, int fail_at)
+      : inner_(comm::CreateEmulatedDevice({})), what_(std::move(what)), fail_at_(fail_at) {}
+
+  std::string name() const override { return "failing"; }
+  absl::StatusOr<void*> Allocate(size_t bytes) override {
+    if (Fails("allocate")) return absl::ResourceExhaustedError("injected: device allocation");
+    return inner_->Allocate(bytes);
+  }
+  void Free(void* ptr) override { inner_->Free(ptr); }
+  absl::StatusOr<void*> AllocateHost(size_t bytes) override {
+    if (Fails("host")) return absl::ResourceExhaustedError("injected: pinned allocation");
+    return inner_->AllocateHost(bytes);
+  }
+  void FreeHost(void* ptr) override { inner_->FreeHost(ptr); }
+  absl::StatusOr<std::unique_ptr<comm::DeviceStream>> CreateStream() override {
+    if (Fails("stream")) return absl::InternalError("injected: stream");
+    return inner_->CreateStream();
+  }
+  absl::Status CopyAsync(void* dst, const void* src, size_t bytes,
+                         comm::DeviceStream& stream) override {
+    if (Fails("copy")) return absl::InternalError("injected: copy");
+    return inner_->CopyAsync(dst, src, bytes, stream);
+  }
+  absl::Status LaunchHostFunc(comm::DeviceStream& stream, std::function<void()> fn) override {
+    return inner_->LaunchHostFunc(stream, std::move(fn));
+  }
+  absl::StatusOr<std::shared_ptr<comm::DeviceEvent>> RecordEvent(
+      comm::DeviceStream& stream) override {
+    return inner_->RecordEvent(stream);
+  }
+  absl::Status WaitEvent(comm::DeviceStream& stream, const comm::DeviceEvent& event) override {
+    return inner_->WaitEvent(stream, event);
+  }
+  absl::StatusOr<bool> EventDone(const comm::DeviceEvent& event) override {
+    return inner_->EventDone(event);
+  }
+  absl::Status SynchronizeEvent(const comm::DeviceEvent& event) override {
+    return inner_->SynchronizeEvent(event);
+  }
+  absl::Status SynchronizeStream(comm::DeviceStream& stream) override {
+    return inner_->SynchronizeStream(stream);
+  }
+
+ private:
+  bool Fails(absl::string_view kind) { return kind == what_ && ++seen_ == fail_at_; }
+
+  std::unique_ptr<comm::Device> inner_;
+  std::string what_;
+  int fail_at_;
+  int seen_ = 0;
+};
+
+// A device that fails on one rank, at set-up or at any of the timed copies,
+// fails the calibration on every rank: that rank with the device's error,
+// the other with one that says so, both before the collectives' deadline
+// (a rank that returned alone would leave its peer waiting there).
+TEST(CalibrationTest, ADeviceFailureOnOneRankFailsEveryRankAtOnce) {
+  constexpr int kWorld = 2;
+  struct Case {
+    std::string what;
+    int fail_at;
+  };
+  // copy 1 is the untimed warm-up; 2-7 the timed ones.
+  const std::vector<Case> cases = {{"allocate", 1}, {"host", 1}, {"stream", 1},
+                                   {"copy", 1},     {"copy", 2}, {"copy", 7}};
+  comm::testing::LoopbackOptions lo;
+  lo.timeout = absl::Seconds(30);
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.what + " " + std::to_string(c.fail_at));
+    std::vector<absl::Status> got(kWorld);
+    const auto t0 = Clock::now();
+    fusebox::testing::RunRanks(
+        kWorld,
+        [&](int r, comm::Communicator& comm) {
+          std::unique_ptr<comm::Device> device =
+              r == 1 ? std::unique_ptr<comm::Device>(new FailingDevice(c.what, c.fail_at))
+                     : comm::CreateEmulatedDevice({});
+          got[r] = MeasureStagingGbps(comm, *device, 4096).status();
+        },
+        lo);
+    EXPECT_LT(Clock::now() - t0, std::chrono::seconds(20));
+    EXPECT_NE(got[1].message().find("injected"), std::string::npos) << got[1];
+    EXPECT_EQ(got[0].code(), absl::StatusCode::kAborted) << got[0];
+    EXPECT_NE(got[0].message().find("another rank's"), std::string::npos) << got[0];
   }
 }
 
