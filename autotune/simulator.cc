@@ -58,23 +58,24 @@ absl::Status ValidateSimOptions(const SimOptions& o) {
         "simulator: staging bandwidth ", o.staging_gbps,
         " GB/s must be finite and non-negative (0: host gradients)"));
   }
-  if (!std::isfinite(o.overlap_overhead_us) || o.overlap_overhead_us < 0) {
-    return absl::InvalidArgumentError(absl::StrCat("simulator: overlap overhead ",
-                                                   o.overlap_overhead_us,
-                                                   " us must be finite and non-negative"));
-  }
-  if (!(o.overlap_slowdown >= 1) || o.overlap_slowdown > 1e3) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "simulator: overlap slowdown ", o.overlap_slowdown, " is not in [1, 1000]"));
-  }
-  if (!std::isfinite(o.after_backward_overhead_us) || o.after_backward_overhead_us < 0) {
-    return absl::InvalidArgumentError(absl::StrCat("simulator: after-backward overhead ",
-                                                   o.after_backward_overhead_us,
-                                                   " us must be finite and non-negative"));
-  }
-  if (!(o.after_backward_slowdown >= 1) || o.after_backward_slowdown > 1e3) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "simulator: after-backward slowdown ", o.after_backward_slowdown, " is not in [1, 1000]"));
+  // The two calibrated pairs of Note [Calibrating the overlap]: a
+  // slowdown in [1, 1000] and an overhead per collective >= 0 each.
+  struct Pair {
+    const char* what;
+    double slowdown, overhead_us;
+  };
+  for (const Pair& p :
+       {Pair{"overlap", o.overlap_slowdown, o.overlap_overhead_us},
+        Pair{"after-backward", o.after_backward_slowdown, o.after_backward_overhead_us}}) {
+    if (!std::isfinite(p.overhead_us) || p.overhead_us < 0) {
+      return absl::InvalidArgumentError(absl::StrCat("simulator: ", p.what, " overhead ",
+                                                     p.overhead_us,
+                                                     " us must be finite and non-negative"));
+    }
+    if (!(p.slowdown >= 1) || p.slowdown > 1e3) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("simulator: ", p.what, " slowdown ", p.slowdown, " is not in [1, 1000]"));
+    }
   }
   return absl::OkStatus();
 }
