@@ -90,6 +90,19 @@ std::string TimeoutPostMortem(Store& store, absl::string_view scope, int rank,
   for (int r = 0; r < size; ++r) {
     if (reported[r]) absl::StrAppend(&out, "; rank ", r, " reports: ", reports[r]);
   }
+  // Note [Timeout post-mortem]: this rank may host the store, so it stays
+  // until every rank it saw report has read the reports too (or `grace`
+  // runs out), instead of taking the store away from a rank still waiting.
+  if (store_failed.ok()) {
+    const auto read_key = [&](int r) { return absl::StrCat(scope, "/fault/read/", r); };
+    std::vector<std::string> readers;
+    for (int r = 0; r < size; ++r) {
+      if (r != rank && reported[r]) readers.push_back(read_key(r));
+    }
+    if (store.Set(read_key(rank), "1").ok() && !readers.empty()) {
+      (void)store.Wait(readers, absl::Now() + grace);
+    }
+  }
   return out;
 }
 

@@ -13,12 +13,17 @@
 // apart from the ranks; when rank 0 hosts it and rank 0 is the rank that
 // died, the post-mortem says the store is unreachable instead. Where rank 0
 // hosts it (under mpirun), rank 0 may also give up, finish its own
-// post-mortem and exit while a later rank is still waiting for reports: so
-// the reports already in are read before the wait, and a store that fails
-// during it still leaves the ranks that had not reported until then named
-// (a rank reaching the stuck collective more than the grace after rank 0
-// did, with 3 OpenMPI ranks busy-polling on 2 cores, made the killed rank go
-// unnamed).
+// post-mortem and exit while a later rank is still waiting for reports (a
+// rank reaching the stuck collective more than the grace after rank 0 did,
+// with 3 OpenMPI ranks busy-polling on 2 cores, made the killed rank go
+// unnamed). So each rank, once it has its answer, marks
+// "<scope>/fault/read/<rank>" and waits up to another `grace` for that mark
+// from every rank it saw report: the host stays until the ranks that were
+// waiting with it have read what they waited for. It cannot wait for a rank
+// that had not reported by the end of its own wait (a dead rank never
+// would); for such a late rank, the reports already in are read before its
+// wait, and a store that fails during it still leaves the ranks that had
+// not reported until then named.
 #ifndef FUSEBOX_COMM_FAULT_H_
 #define FUSEBOX_COMM_FAULT_H_
 
@@ -43,6 +48,8 @@ absl::Duration PostMortemGrace(absl::Duration collective_timeout);
 //    reports: AllReduce(count=8, seq=3) waiting for rank 1"
 // Never fails: a store error is described in the text. Only the first
 // report of each rank under a scope counts; a communicator runs it once.
+// Returns once the ranks that reported have read the reports too, or after
+// a further `grace`.
 std::string TimeoutPostMortem(Store& store, absl::string_view scope, int rank,
                               int size, absl::string_view doing,
                               absl::Duration grace);
