@@ -28,9 +28,12 @@ absl::Duration PostMortemGrace(absl::Duration collective_timeout) {
   return std::clamp(collective_timeout / 4, absl::Seconds(5), absl::Seconds(10));
 }
 
-std::string TimeoutPostMortem(Store& store, absl::string_view scope, int rank,
-                              int size, absl::string_view doing,
-                              absl::Duration grace) {
+absl::Duration PostMortemStay(absl::Duration collective_timeout) {
+  return PostMortemGrace(collective_timeout) + absl::Seconds(1);
+}
+
+std::string TimeoutPostMortem(Store& store, absl::string_view scope, int rank, int size,
+                              absl::string_view doing, absl::Duration grace, absl::Duration stay) {
   const auto key = [&](int r) { return absl::StrCat(scope, "/fault/", r); };
   if (absl::Status s = store.Set(key(rank), Printable(doing)); !s.ok()) {
     return absl::StrCat("post-mortem unavailable: the job's store is unreachable (",
@@ -91,7 +94,7 @@ std::string TimeoutPostMortem(Store& store, absl::string_view scope, int rank,
     if (reported[r]) absl::StrAppend(&out, "; rank ", r, " reports: ", reports[r]);
   }
   // Note [Timeout post-mortem]: this rank may host the store, so it stays
-  // until every rank it saw report has read the reports too (or `grace`
+  // until every rank it saw report has read the reports too (or `stay`
   // runs out), instead of taking the store away from a rank still waiting.
   if (store_failed.ok()) {
     const auto read_key = [&](int r) { return absl::StrCat(scope, "/fault/read/", r); };
@@ -100,7 +103,7 @@ std::string TimeoutPostMortem(Store& store, absl::string_view scope, int rank,
       if (r != rank && reported[r]) readers.push_back(read_key(r));
     }
     if (store.Set(read_key(rank), "1").ok() && !readers.empty()) {
-      (void)store.Wait(readers, absl::Now() + grace);
+      (void)store.Wait(readers, absl::Now() + stay);
     }
   }
   return out;

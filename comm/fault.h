@@ -17,9 +17,11 @@
 // rank reaching the stuck collective more than the grace after rank 0 did,
 // with 3 OpenMPI ranks busy-polling on 2 cores, made the killed rank go
 // unnamed). So each rank, once it has its answer, marks
-// "<scope>/fault/read/<rank>" and waits up to another `grace` for that mark
-// from every rank it saw report: the host stays until the ranks that were
-// waiting with it have read what they waited for. It cannot wait for a rank
+// "<scope>/fault/read/<rank>" and waits for that mark from every rank it saw
+// report, for up to the longest grace any rank uses plus a second (a rank
+// told of the failure by a peer waits 2 s where one that timed out waits
+// 5-10 s, and the host may be either): the host stays until the ranks that
+// were waiting with it have read what they waited for. It cannot wait for a rank
 // that had not reported by the end of its own wait (a dead rank never
 // would); for such a late rank, the reports already in are read before its
 // wait, and a store that fails during it still leaves the ranks that had
@@ -38,8 +40,12 @@ namespace fusebox::comm {
 // How long a timed-out rank waits for its peers' reports: a quarter of the
 // collective timeout, within [5 s, 10 s] (ranks of a busy, oversubscribed
 // host can reach the same stuck collective seconds apart). Ranks that entered the collective
-// more than this apart may be named as silent.
+// more than this apart may be named as silent. No rank of a communicator
+// waits longer (a rank told of the failure by a peer waits less), so this
+// plus a little is how long a rank stays for its peers to read the reports
+// (PostMortemStay).
 absl::Duration PostMortemGrace(absl::Duration collective_timeout);
+absl::Duration PostMortemStay(absl::Duration collective_timeout);
 
 // Publishes `doing` (e.g. "AllReduce(count=8, seq=3) waiting for rank 1")
 // as this rank's report, gathers the others' for up to `grace` and returns
@@ -48,11 +54,11 @@ absl::Duration PostMortemGrace(absl::Duration collective_timeout);
 //    reports: AllReduce(count=8, seq=3) waiting for rank 1"
 // Never fails: a store error is described in the text. Only the first
 // report of each rank under a scope counts; a communicator runs it once.
-// Returns once the ranks that reported have read the reports too, or after
-// a further `grace`.
-std::string TimeoutPostMortem(Store& store, absl::string_view scope, int rank,
-                              int size, absl::string_view doing,
-                              absl::Duration grace);
+// Then stays until every rank that reported has read the reports too, or
+// for at most `stay` (at least the longest grace any rank of the
+// communicator uses: PostMortemStay).
+std::string TimeoutPostMortem(Store& store, absl::string_view scope, int rank, int size,
+                              absl::string_view doing, absl::Duration grace, absl::Duration stay);
 
 }  // namespace fusebox::comm
 

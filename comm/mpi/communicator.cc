@@ -732,8 +732,9 @@ absl::Status MpiCommunicator::TimedOut(const CollectiveCall& oldest) {
                              : " waiting in MPI for a rank that has not joined it");
   std::string post_mortem = "no store to ask the other ranks (launched without one)";
   if (store_ != nullptr) {
-    post_mortem = TimeoutPostMortem(*store_, store_scope_, rank_, size_, what,
-                                    PostMortemGrace(options_.timeout));
+    post_mortem =
+        TimeoutPostMortem(*store_, store_scope_, rank_, size_, what,
+                          PostMortemGrace(options_.timeout), PostMortemStay(options_.timeout));
   }
   return absl::DeadlineExceededError(absl::StrCat(
       "rank ", rank_, ": MPI ", what, " (timed out after ", absl::FormatDuration(options_.timeout),

@@ -509,8 +509,8 @@ absl::Status UcxCommunicator::WithPostMortem(const Header& h, const absl::Status
   const absl::Duration grace =
       absl::IsDeadlineExceeded(s) ? PostMortemGrace(options_.timeout)
                                   : std::min(PostMortemGrace(options_.timeout), absl::Seconds(2));
-  const std::string post_mortem =
-      TimeoutPostMortem(store_, store_prefix_, rank_, size_, doing, grace);
+  const std::string post_mortem = TimeoutPostMortem(store_, store_prefix_, rank_, size_, doing,
+                                                    grace, PostMortemStay(options_.timeout));
   const std::string timed_out =
       absl::IsDeadlineExceeded(s)
           ? absl::StrCat(" (timed out after ", absl::FormatDuration(options_.timeout), ")")

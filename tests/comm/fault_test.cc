@@ -69,7 +69,7 @@ TEST(TimeoutPostMortemTest, NamesTheSilentRanksAndQuotesTheOthers) {
   MemoryStore store;
   ASSERT_TRUE(store.Set("job/fault/0", "AllReduce #3 waiting for rank 1").ok());
   const std::string m = TimeoutPostMortem(store, "job", 2, 4, "AllReduce #3 waiting for rank 1",
-                                          absl::Milliseconds(50));
+                                          absl::Milliseconds(50), absl::Milliseconds(50));
   EXPECT_THAT(m, HasSubstr("post-mortem: ranks 1, 3 did not report within 50ms"));
   EXPECT_THAT(m, HasSubstr("rank 0 reports: AllReduce #3 waiting for rank 1"));
   EXPECT_EQ(store.Get("job/fault/2", absl::Now()).value(), "AllReduce #3 waiting for rank 1");
@@ -79,7 +79,8 @@ TEST(TimeoutPostMortemTest, EveryRankReported) {
   MemoryStore store;
   ASSERT_TRUE(store.Set("job/fault/0", "waiting").ok());
   ASSERT_TRUE(store.Set("job/fault/2", "waiting").ok());
-  const std::string m = TimeoutPostMortem(store, "job", 1, 3, "waiting", absl::Milliseconds(50));
+  const std::string m = TimeoutPostMortem(store, "job", 1, 3, "waiting", absl::Milliseconds(50),
+                                          absl::Milliseconds(50));
   EXPECT_THAT(m, HasSubstr("every rank is alive and reported"));
   EXPECT_THAT(m, HasSubstr("rank 0 reports: waiting; rank 2 reports: waiting"));
 }
@@ -90,47 +91,52 @@ TEST(TimeoutPostMortemTest, EveryRankReported) {
 TEST(TimeoutPostMortemTest, AStoreThatFailsDuringTheWaitStillNamesTheSilentRanks) {
   HostedStore store(/*leave_on_wait=*/true);
   ASSERT_TRUE(store.inner().Set("job/fault/0", "AllReduce #3 waiting for rank 1").ok());
-  const std::string m =
-      TimeoutPostMortem(store, "job", 2, 3, "AllReduce #3 waiting for rank 1", absl::Seconds(5));
+  const std::string m = TimeoutPostMortem(store, "job", 2, 3, "AllReduce #3 waiting for rank 1",
+                                          absl::Seconds(5), absl::Seconds(5));
   EXPECT_THAT(m, HasSubstr("post-mortem incomplete: the job's store failed (connection unusable"));
   EXPECT_THAT(m, HasSubstr("until then rank 1 did not report"));
   EXPECT_THAT(m, HasSubstr("rank 0 reports: AllReduce #3 waiting for rank 1"));
   EXPECT_THAT(m, Not(HasSubstr("rank 2 reports")));
 }
 
-// Rank 0 hosts the store and exits as soon as its post-mortem returns;
-// rank 1 is dead; rank 2 reaches the stuck collective later, while rank 0
-// still waits, so that its own wait for rank 1 ends after rank 0's. Rank 0
-// stays until rank 2 has read the reports, so rank 2's answer is whole: it
-// names rank 1 within its grace, quotes rank 0, and no store failure.
+// Rank 0 hosts the store and exits as soon as its post-mortem returns; it
+// was told of the failure by a peer, so it waits 1 s for reports, while
+// rank 2, a timed-out rank, waits 2 s; rank 1 is dead. Rank 2 reports while
+// rank 0 still waits, and its wait for rank 1 ends after rank 0's. Rank 0
+// stays (up to 3 s, the longest grace and a second) until rank 2 has read
+// the reports, so rank 2's answer is whole: it names rank 1 within its
+// grace, quotes rank 0, and no store failure.
 TEST(TimeoutPostMortemTest, TheHostStaysUntilTheRanksThatReportedHaveRead) {
   HostedStore store;
-  const absl::Duration grace = absl::Seconds(2);
+  const absl::Duration stay = absl::Seconds(3);
   std::string m0, m2;
   const absl::Time t0 = absl::Now();
   std::thread host([&] {
-    m0 = TimeoutPostMortem(store, "job", 0, 3, "AllReduce #3 waiting for rank 1", grace);
+    m0 = TimeoutPostMortem(store, "job", 0, 3, "AllReduce #3 told that rank 2 gave up",
+                           absl::Seconds(1), stay);
     store.Close();
   });
   std::thread late([&] {
     absl::SleepFor(absl::Milliseconds(500));
-    m2 = TimeoutPostMortem(store, "job", 2, 3, "AllReduce #3 waiting for rank 1", grace);
+    m2 = TimeoutPostMortem(store, "job", 2, 3, "AllReduce #3 waiting for rank 1", absl::Seconds(2),
+                           stay);
   });
   host.join();
   late.join();
-  EXPECT_THAT(m0, HasSubstr("rank 1 did not report within 2s"));
+  EXPECT_THAT(m0, HasSubstr("rank 1 did not report within 1s"));
   EXPECT_THAT(m0, HasSubstr("rank 2 reports: AllReduce #3 waiting for rank 1"));
   EXPECT_THAT(m2, Not(HasSubstr("store failed"))) << m2;
   EXPECT_THAT(m2, HasSubstr("post-mortem: rank 1 did not report within 2s"));
-  EXPECT_THAT(m2, HasSubstr("rank 0 reports: AllReduce #3 waiting for rank 1"));
-  // Bounded: rank 0's two waits at most.
-  EXPECT_LT(absl::Now() - t0, absl::Seconds(6));
+  EXPECT_THAT(m2, HasSubstr("rank 0 reports: AllReduce #3 told that rank 2 gave up"));
+  // Bounded: rank 0's wait and its stay at most.
+  EXPECT_LT(absl::Now() - t0, absl::Seconds(5));
 }
 
 TEST(TimeoutPostMortemTest, AStoreUnreachableBeforeTheReportSaysSo) {
   HostedStore store(/*leave_on_wait=*/true);
   (void)store.Wait({}, absl::Now());  // gone before anything
-  const std::string m = TimeoutPostMortem(store, "job", 1, 3, "waiting", absl::Seconds(5));
+  const std::string m =
+      TimeoutPostMortem(store, "job", 1, 3, "waiting", absl::Seconds(5), absl::Seconds(5));
   EXPECT_THAT(m, HasSubstr("post-mortem unavailable: the job's store is unreachable"));
 }
 
