@@ -624,6 +624,7 @@ int OverlapMain(const comm::Logger& log, int argc, char** argv) {
                            {"iteration_us", r.iteration_us},
                            {"iteration_ci95_us", {r.iteration_low_us, r.iteration_high_us}},
                            {"iterations_us", r.iterations_us},
+                           {"exposed_rounds_us", r.exposed_rounds_us},
                            {"backward_us", r.backward_us},
                            {"exposed_us", r.exposed_us},
                            {"copy_us", r.copy_us},
@@ -638,7 +639,8 @@ int OverlapMain(const comm::Logger& log, int argc, char** argv) {
                            {"predicted_before_us", r.predicted_before_us},
                            {"predicted_before_exposed_us", r.predicted_before_exposed_us},
                            {"predicted_beside_us", r.predicted_beside_us},
-                           {"predicted_beside_exposed_us", r.predicted_beside_exposed_us}});
+                           {"predicted_beside_exposed_us", r.predicted_beside_exposed_us},
+                           {"predicted_rounds_exposed_us", r.predicted_rounds_exposed_us}});
         nlohmann::json gap = {{"gap_us", r.gap.gap_us()}, {"chain_buckets", r.gap.chain_buckets}};
         for (const auto& [name, value] : GapTermList(r.gap)) gap[name + "_us"] = value;
         results.back()["gap"] = gap;

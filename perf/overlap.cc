@@ -812,6 +812,21 @@ absl::StatusOr<OverlapReport> RunOverlap(comm::Communicator& comm,
       if (!options.predict_with.has_value()) report.cost_model = beside_cost->Describe();
     }
   }
+  // Each round's own sizes as a cost model, for the per-round predictions
+  // (OverlapResult::predicted_rounds_exposed_us).
+  std::vector<autotune::CostModel> round_costs;
+  if (beside_cost.has_value()) {
+    for (int round = 0; round < options.iters; ++round) {
+      std::vector<autotune::AllReduceSample> at = report.comm.samples;
+      for (size_t i = 0; i < at.size(); ++i) at[i].time_us = beside[i][round];
+      auto fitted = autotune::FitCostModel(at, comm.size(), "");
+      if (!fitted.ok()) {
+        round_costs.clear();
+        break;
+      }
+      round_costs.push_back(autotune::MeasuredAt(*fitted, at, comm.size()));
+    }
+  }
   if (out != nullptr) {
     if (!report.comm.beside_samples.empty()) {
       std::string sizes;
@@ -859,6 +874,7 @@ absl::StatusOr<OverlapReport> RunOverlap(comm::Communicator& comm,
     r.iteration_low_us = ci.low;
     r.iteration_high_us = ci.high;
     r.iterations_us = iter;
+    r.exposed_rounds_us = exposed;
     r.backward_us = Median(bwd);
     r.exposed_us = Median(exposed);
     r.copy_us = Median(copy);
@@ -898,6 +914,11 @@ absl::StatusOr<OverlapReport> RunOverlap(comm::Communicator& comm,
     };
     simulate(cost, &r.predicted_before_us, &r.predicted_before_exposed_us);
     simulate(beside_cost, &r.predicted_beside_us, &r.predicted_beside_exposed_us);
+    for (const autotune::CostModel& c : round_costs) {
+      double unused = 0, exposed_us = 0;
+      simulate(c, &unused, &exposed_us);
+      r.predicted_rounds_exposed_us.push_back(exposed_us);
+    }
     if (options.predict_with.has_value()) {
       simulate(options.predict_with, &r.predicted_us, &r.predicted_exposed_us);
     } else if (beside_cost.has_value()) {

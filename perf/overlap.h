@@ -117,6 +117,7 @@ struct OverlapResult {
   double iteration_us = 0;
   double iteration_low_us = 0, iteration_high_us = 0;  // 95% CI of that median
   std::vector<double> iterations_us;                    // every measured iteration
+  std::vector<double> exposed_rounds_us;  // each measured iteration's end - backward end
   double backward_us = 0;  // measured end of the replayed backward
   double exposed_us = 0;   // iteration end - backward end
   double copy_us = 0;      // copy in + copy back (0 with views)
@@ -135,6 +136,10 @@ struct OverlapResult {
   double predicted_before_exposed_us = 0;
   double predicted_beside_us = 0;
   double predicted_beside_exposed_us = 0;
+  // Exposed communication simulated under each round's own sizes (the
+  // ones timed at the start of that round), in round order; empty where a
+  // round's sizes did not fit a cost model.
+  std::vector<double> predicted_rounds_exposed_us;
   // Launch-to-start of the buckets (median, 99th percentile; worst rank; -1
   // when the backend does not mark starts), and the same less queueing
   // behind the previous bucket (IterationStats::start_reaction_us).

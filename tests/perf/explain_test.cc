@@ -8,6 +8,7 @@
 #include <numeric>
 #include <vector>
 
+#include "autotune/measure.h"
 #include "autotune/models.h"
 #include "gtest/gtest.h"
 #include "perf/overlap.h"
@@ -173,6 +174,12 @@ TEST(ExplainGapTest, OnARealReplayTheTermsAddUpToTheMeasuredGap) {
   for (const OverlapResult& res : reports[0]->results) {
     EXPECT_GT(res.predicted_us, 0) << res.plan;
     EXPECT_GT(res.predicted_before_us, 0) << res.plan;
+    // One exposed time per measured round, whose median the table reports,
+    // and one prediction under each round's own sizes.
+    ASSERT_EQ(res.exposed_rounds_us.size(), static_cast<size_t>(4)) << res.plan;
+    EXPECT_DOUBLE_EQ(autotune::Median(res.exposed_rounds_us), res.exposed_us) << res.plan;
+    ASSERT_EQ(res.predicted_rounds_exposed_us.size(), static_cast<size_t>(4)) << res.plan;
+    for (double p : res.predicted_rounds_exposed_us) EXPECT_GE(p, 0) << res.plan;
   }
 }
 
