@@ -22,7 +22,13 @@ order, after the same warm-up), so the rounds pair the plans. It prints, per mod
     slowdown and cost per collective, while backward runs and after it; the cost model fitted to the allreduce sizes timed again
     in every round, the median of each), and over the held-out plans the median and p90 of
     |error| and how many are under- and over-predicted; beside it the same figures under the
-    sizes timed once before the rounds (the earlier prediction), for comparison.
+    sizes timed once before the rounds (the earlier prediction), for comparison;
+  * the precision of the measured medians themselves: each held-out run's rounds drawn again
+    with replacement (a bootstrap, from a fixed seed), and how far the median moves, median and
+    p90. A prediction that knew every run's true median would miss the measured one by this
+    much. On a 2-vCPU VM the exposed time of one plan moves from round to round by an order of magnitude
+    (a bucket that stalls for milliseconds), and a median of 7 rounds moved by p90 about 39%,
+    of 21 about 21% (docs/gap/20261129-rounds): hence 21 rounds by default.
 
 With --repeats K > 1 the whole sweep runs K times, one after another, and the report adds:
 
@@ -48,6 +54,7 @@ import os
 import shlex
 import subprocess
 import sys
+import random
 import tempfile
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -83,6 +90,18 @@ def quantile(sorted_xs, q):
     return sorted_xs[min(len(sorted_xs) - 1, max(0, int(math.ceil(q * len(sorted_xs))) - 1))]
 
 
+BOOTSTRAP_DRAWS = 200
+
+
+def bootstrap_median_moves(rounds, measured, rng):
+    """How far the median of a run's rounds moves when its rounds are drawn again with
+    replacement (BOOTSTRAP_DRAWS times), relative to the measured median."""
+    if len(rounds) < 2 or not measured > 0:
+        return []
+    return [abs(median([rng.choice(rounds) for _ in rounds]) - measured) / measured
+            for _ in range(BOOTSTRAP_DRAWS)]
+
+
 def error_line(errors):
     """Median and p90 of |error| and the split between sides, against the targets."""
     a_err = sorted(abs(e) for e in errors)
@@ -103,7 +122,9 @@ def main():
     ap.add_argument("--models", default="resnet50,vit_b16,gpt2_small")
     ap.add_argument("--ratios", default="0.5,1,2")
     ap.add_argument("--plans", default="ddp,ddp-cap1mb,ddp-cap5mb,ddp-cap100mb,horovod,mg-wfbp,tuned")
-    ap.add_argument("-n", "--rounds", type=int, default=7)
+    ap.add_argument("-n", "--rounds", type=int, default=21,
+                    help="rounds per cell (see 'precision' above: a median of 7 rounds moves "
+                    "by p90 about 39%% when the rounds are drawn again, of 21 about 21%%)")
     ap.add_argument("--timeout", type=int, default=1800, help="per run, seconds")
     ap.add_argument("--repeats", type=int, default=1,
                     help="run the whole sweep this many times (see above)")
@@ -135,6 +156,8 @@ def main():
     summary = []
     errors = []  # exposed-communication prediction errors of the held-out plans
     errors_before = []  # the same under the sizes timed before the rounds
+    precision = []  # per held-out run: |bootstrap median - median| / median of its rounds
+    rng = random.Random(1)
     held_out = {}  # (model, ratio, plan) -> [(measured, predicted) per repeat]
     cells = [(k, m, r) for k in range(a.repeats) for m in a.models.split(",")
              for r in a.ratios.split(",")]
@@ -185,6 +208,8 @@ def main():
                 # calibrated the overlap: the others are held out.
                 if r["plan"] not in ("ddp", "tuned"):
                     errors.append(err)
+                    precision += bootstrap_median_moves(r.get("exposed_rounds_us", []),
+                                                        r["exposed_us"], rng)
                     if r.get("predicted_before_us", 0) > 0:
                         errors_before.append((r["predicted_before_exposed_us"] - r["exposed_us"])
                                              / r["exposed_us"])
@@ -228,6 +253,12 @@ def main():
         if len(errors_before) == len(errors):
             say("  the same runs under the sizes timed once before the rounds (the earlier "
                 "prediction): %s" % error_line(errors_before))
+        if precision:
+            p_sorted = sorted(precision)
+            say("  precision of the measured medians themselves (each run's rounds drawn again "
+                "%d times): median %.0f%%, p90 %.0f%% (about how far a prediction that knew each "
+                "run's true median would be from the measured one)" %
+                (BOOTSTRAP_DRAWS, 100 * median(p_sorted), 100 * quantile(p_sorted, 0.9)))
     if a.repeats > 1 and held_out:
         scatter = []
         pooled, pooled_1ms, pooled_before = [], [], []

@@ -11,7 +11,7 @@ for arm in old new new old; do
   build=$OLD
   [[ $arm == new ]] && build=$NEW
   echo "== $arm $(date +%T)"
-  python3 perf/bench_gap.py --build "$build" --models resnet50,vit_b16,gpt2_small --ratios 0.5,1,2 \
+  python3 perf/bench_gap.py --build "$build" -n 7 --models resnet50,vit_b16,gpt2_small --ratios 0.5,1,2 \
     --outdir $out/$arm > $out/$arm-$(date +%H%M%S).txt 2>&1
 done
 echo "== done $(date +%T)"
