@@ -19,16 +19,20 @@ order, after the same warm-up), so the rounds pair the plans. It prints, per mod
   * the gap report of every plan (fusebox-perf overlap --explain): where iteration - bound goes;
   * exposed communication measured and predicted (autotune::Simulate with the overlap terms
     calibrated at the start of each run on DDP's default plan and DDP with 2 MiB buckets:
-    slowdown and cost per collective, while backward runs and after it; the cost model fitted to the allreduce sizes timed again
-    in every round, the median of each), and over the held-out plans the median and p90 of
-    |error| and how many are under- and over-predicted; beside it the same figures under the
-    sizes timed once before the rounds (the earlier prediction), for comparison;
+    slowdown and cost per collective, while backward runs and after it; the cost model fitted
+    to the allreduce sizes timed again in every round, the median of each), and over the
+    held-out plans the median and p90 of |error| and how many are under- and over-predicted;
+    beside it the same figures under the sizes timed once before the rounds (the earlier
+    prediction), for comparison;
   * the precision of the measured medians themselves: each held-out run's rounds drawn again
     with replacement (a bootstrap, from a fixed seed), and how far the median moves, median and
-    p90. A prediction that knew every run's true median would miss the measured one by this
-    much. On a 2-vCPU VM the exposed time of one plan moves from round to round by an order of magnitude
-    (a bucket that stalls for milliseconds), and a median of 7 rounds moved by p90 about 39%,
-    of 21 about 21% (docs/gap/20261129-rounds): hence 21 rounds by default.
+    p90 over all draws. A prediction that knew every run's true median would miss the measured
+    one by at least about this much: the bootstrap treats rounds as independent, so slow
+    phases longer than a round and shifts between runs are not in it. On a 2-vCPU VM the
+    exposed time of one plan moves from round to round by an order of magnitude (a bucket that
+    stalls for milliseconds); a median of 7 rounds moved by p90 about 40%, of 21 about 24%,
+    while two 21-round sweeps differed by p90 62% (docs/gap/20261129-rounds). Hence 21 rounds
+    by default.
 
 With --repeats K > 1 the whole sweep runs K times, one after another, and the report adds:
 
@@ -51,10 +55,10 @@ import datetime
 import json
 import math
 import os
+import random
 import shlex
 import subprocess
 import sys
-import random
 import tempfile
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -124,7 +128,7 @@ def main():
     ap.add_argument("--plans", default="ddp,ddp-cap1mb,ddp-cap5mb,ddp-cap100mb,horovod,mg-wfbp,tuned")
     ap.add_argument("-n", "--rounds", type=int, default=21,
                     help="rounds per cell (see 'precision' above: a median of 7 rounds moves "
-                    "by p90 about 39%% when the rounds are drawn again, of 21 about 21%%)")
+                    "by p90 about 40%% when the rounds are drawn again, of 21 about 24%%)")
     ap.add_argument("--timeout", type=int, default=1800, help="per run, seconds")
     ap.add_argument("--repeats", type=int, default=1,
                     help="run the whole sweep this many times (see above)")
@@ -156,7 +160,7 @@ def main():
     summary = []
     errors = []  # exposed-communication prediction errors of the held-out plans
     errors_before = []  # the same under the sizes timed before the rounds
-    precision = []  # per held-out run: |bootstrap median - median| / median of its rounds
+    precision = []  # every bootstrap draw of every held-out run: |its median - median| / median
     rng = random.Random(1)
     held_out = {}  # (model, ratio, plan) -> [(measured, predicted) per repeat]
     cells = [(k, m, r) for k in range(a.repeats) for m in a.models.split(",")
@@ -256,8 +260,8 @@ def main():
         if precision:
             p_sorted = sorted(precision)
             say("  precision of the measured medians themselves (each run's rounds drawn again "
-                "%d times): median %.0f%%, p90 %.0f%% (about how far a prediction that knew each "
-                "run's true median would be from the measured one)" %
+                "%d times): median %.0f%%, p90 %.0f%% (at least about how far a prediction that "
+                "knew each run's true median would be from the measured one; runs differ more)" %
                 (BOOTSTRAP_DRAWS, 100 * median(p_sorted), 100 * quantile(p_sorted, 0.9)))
     if a.repeats > 1 and held_out:
         scatter = []
