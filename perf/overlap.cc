@@ -915,9 +915,12 @@ absl::StatusOr<OverlapReport> RunOverlap(comm::Communicator& comm,
     simulate(cost, &r.predicted_before_us, &r.predicted_before_exposed_us);
     simulate(beside_cost, &r.predicted_beside_us, &r.predicted_beside_exposed_us);
     for (const autotune::CostModel& c : round_costs) {
-      double unused = 0, exposed_us = 0;
-      simulate(c, &unused, &exposed_us);
-      r.predicted_rounds_exposed_us.push_back(exposed_us);
+      auto p = autotune::Simulate(profile, plan, c, sim);
+      if (!p.ok()) {  // all rounds or none: a gap would shift the rounds
+        r.predicted_rounds_exposed_us.clear();
+        break;
+      }
+      r.predicted_rounds_exposed_us.push_back(p->exposed_us);
     }
     if (options.predict_with.has_value()) {
       simulate(options.predict_with, &r.predicted_us, &r.predicted_exposed_us);

@@ -137,8 +137,9 @@ struct OverlapResult {
   double predicted_beside_us = 0;
   double predicted_beside_exposed_us = 0;
   // Exposed communication simulated under each round's own sizes (the
-  // ones timed at the start of that round), in round order; empty where a
-  // round's sizes did not fit a cost model.
+  // ones timed at the start of that round), in round order. Empty on one
+  // rank, with a given cost model's sizes missing, or where any round's
+  // sizes did not fit a cost model or did not simulate.
   std::vector<double> predicted_rounds_exposed_us;
   // Launch-to-start of the buckets (median, 99th percentile; worst rank; -1
   // when the backend does not mark starts), and the same less queueing
