@@ -177,6 +177,15 @@ absl::StatusOr<CommModel> MeasureComm(comm::Communicator& comm, int64_t last_byt
   return model;
 }
 
+// The cost model fitted to `samples` (this communicator's, of `world`
+// ranks) with them attached as its measured table (autotune::MeasuredAt).
+absl::StatusOr<autotune::CostModel> FitAndAttach(
+    const std::vector<autotune::AllReduceSample>& samples, int world, std::string source) {
+  auto fitted = autotune::FitCostModel(samples, world, std::move(source));
+  if (!fitted.ok()) return fitted.status();
+  return autotune::MeasuredAt(*std::move(fitted), samples, world);
+}
+
 // A plan name usable in a file name (plan files are named by their path).
 std::string FileLabel(std::string name) {
   std::replace_if(name.begin(), name.end(), [](char c) { return c == '/' || c == ' '; }, '_');
@@ -494,10 +503,10 @@ absl::StatusOr<OverlapReport> RunOverlap(comm::Communicator& comm,
   report.copy_gbps = *copy_gbps;
   std::optional<autotune::CostModel> cost;
   if (comm.size() > 1) {
-    auto fitted = autotune::FitCostModel(report.comm.samples, comm.size(),
-                                         absl::StrCat("fusebox-perf overlap on ", comm.backend()));
+    auto fitted = FitAndAttach(report.comm.samples, comm.size(),
+                               absl::StrCat("fusebox-perf overlap on ", comm.backend()));
     if (fitted.ok()) {
-      cost = autotune::MeasuredAt(*fitted, report.comm.samples, comm.size());
+      cost = *std::move(fitted);
       report.cost_model = cost->Describe();
     }
   }
@@ -802,11 +811,11 @@ absl::StatusOr<OverlapReport> RunOverlap(comm::Communicator& comm,
   if (comm.size() > 1 && beside.size() == report.comm.samples.size() && !beside.empty()) {
     std::vector<autotune::AllReduceSample> med = report.comm.samples;
     for (size_t i = 0; i < med.size(); ++i) med[i].time_us = Median(beside[i]);
-    auto fitted = autotune::FitCostModel(
+    auto fitted = FitAndAttach(
         med, comm.size(),
         absl::StrCat("fusebox-perf overlap on ", comm.backend(), ", timed beside the plans"));
     if (fitted.ok()) {
-      beside_cost = autotune::MeasuredAt(*fitted, med, comm.size());
+      beside_cost = *std::move(fitted);
       report.comm.beside_samples = std::move(med);
       report.comm.beside_rounds_us = beside;
       if (!options.predict_with.has_value()) report.cost_model = beside_cost->Describe();
@@ -819,12 +828,12 @@ absl::StatusOr<OverlapReport> RunOverlap(comm::Communicator& comm,
     for (int round = 0; round < options.iters; ++round) {
       std::vector<autotune::AllReduceSample> at = report.comm.samples;
       for (size_t i = 0; i < at.size(); ++i) at[i].time_us = beside[i][round];
-      auto fitted = autotune::FitCostModel(at, comm.size(), "");
+      auto fitted = FitAndAttach(at, comm.size(), "");
       if (!fitted.ok()) {
         round_costs.clear();
         break;
       }
-      round_costs.push_back(autotune::MeasuredAt(*fitted, at, comm.size()));
+      round_costs.push_back(*std::move(fitted));
     }
   }
   if (out != nullptr) {

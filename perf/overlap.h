@@ -138,8 +138,8 @@ struct OverlapResult {
   double predicted_beside_exposed_us = 0;
   // Exposed communication simulated under each round's own sizes (the
   // ones timed at the start of that round), in round order. Empty on one
-  // rank, with a given cost model's sizes missing, or where any round's
-  // sizes did not fit a cost model or did not simulate.
+  // rank, where the sizes timed beside the plans fit no cost model, or
+  // where any round's sizes fit none or do not simulate.
   std::vector<double> predicted_rounds_exposed_us;
   // Launch-to-start of the buckets (median, 99th percentile; worst rank; -1
   // when the backend does not mark starts), and the same less queueing
