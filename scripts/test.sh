@@ -65,7 +65,10 @@ sanitizer_stage() {
 # Both carry line tables only (-g1): a sanitizer's report needs each frame's
 # file and line, not variables, and tests/autotune/policy_cache_test.cc, the
 # slowest file, compiles in 54 s against 83 s with -g under ASan+UBSan -O1,
-# and in 29 s against 43 s under TSan -O2.
+# and in 29 s against 43 s under TSan -O2. The test programs' own code builds
+# at -O1 in every stage and without ASan+UBSan's instrumentation in that one
+# (the libraries under test keep it): fusebox_test_code_options in
+# cmake/FuseboxBuildOptions.cmake says what that does and does not check.
 # Left out of both: the fault injection tests (deadlines of a few seconds,
 # three ranks under a launcher), which run in the main suite. Left out of
 # TSan: the soak (its 1000 iterations take minutes there) and the tests under
