@@ -62,8 +62,10 @@ endfunction()
 # Every library they test is, and so is the allocator (the runtime is linked
 # into every test), so an overrun of a buffer a test allocated is still
 # reported where fusebox's code makes it; what is no longer checked is the
-# tests' own arithmetic and accesses. ThreadSanitizer is left on: code it
-# cannot see synchronises threads it then reports as racing.
+# tests' own arithmetic and accesses, and library code from headers where a
+# test program instantiates or inlines it (templates, inline functions).
+# ThreadSanitizer is left on: code it cannot see synchronises threads it then
+# reports as racing.
 function(fusebox_test_code_options dir)
   get_property(_targets DIRECTORY "${dir}" PROPERTY BUILDSYSTEM_TARGETS)
   foreach(_t IN LISTS _targets)
