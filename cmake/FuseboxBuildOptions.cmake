@@ -14,21 +14,34 @@
 add_library(fusebox_build_options INTERFACE)
 target_compile_options(fusebox_build_options INTERFACE -Wall -Wextra -Wno-unused-parameter)
 
+# fusebox_targets_in(<out-var> <dir> <type-regex>): the targets defined in
+# <dir> and its subdirectories whose TYPE matches <type-regex>.
+function(fusebox_targets_in out dir types)
+  set(_found "")
+  get_property(_targets DIRECTORY "${dir}" PROPERTY BUILDSYSTEM_TARGETS)
+  foreach(_t IN LISTS _targets)
+    get_target_property(_type ${_t} TYPE)
+    if(_type MATCHES "${types}")
+      list(APPEND _found ${_t})
+    endif()
+  endforeach()
+  get_property(_subdirs DIRECTORY "${dir}" PROPERTY SUBDIRECTORIES)
+  foreach(_d IN LISTS _subdirs)
+    fusebox_targets_in(_below "${_d}" "${types}")
+    list(APPEND _found ${_below})
+  endforeach()
+  set(${out} "${_found}" PARENT_SCOPE)
+endfunction()
+
 # fusebox_apply_build_options(<dir>): links fusebox_build_options PRIVATE into
 # every compiled target defined in <dir> and its subdirectories. Called once,
 # at the end of the top-level CMakeLists.txt, so that a target added anywhere
 # gets the project's warnings without remembering to ask for them.
 function(fusebox_apply_build_options dir)
-  get_property(_targets DIRECTORY "${dir}" PROPERTY BUILDSYSTEM_TARGETS)
+  fusebox_targets_in(_targets "${dir}"
+                     "^(STATIC_LIBRARY|SHARED_LIBRARY|MODULE_LIBRARY|OBJECT_LIBRARY|EXECUTABLE)$")
   foreach(_t IN LISTS _targets)
-    get_target_property(_type ${_t} TYPE)
-    if(_type MATCHES "^(STATIC_LIBRARY|SHARED_LIBRARY|MODULE_LIBRARY|OBJECT_LIBRARY|EXECUTABLE)$")
-      target_link_libraries(${_t} PRIVATE $<BUILD_INTERFACE:fusebox_build_options>)
-    endif()
-  endforeach()
-  get_property(_subdirs DIRECTORY "${dir}" PROPERTY SUBDIRECTORIES)
-  foreach(_d IN LISTS _subdirs)
-    fusebox_apply_build_options("${_d}")
+    target_link_libraries(${_t} PRIVATE $<BUILD_INTERFACE:fusebox_build_options>)
   endforeach()
 endfunction()
 
@@ -67,19 +80,12 @@ endfunction()
 # ThreadSanitizer is left on: code it cannot see synchronises threads it then
 # reports as racing.
 function(fusebox_test_code_options dir)
-  get_property(_targets DIRECTORY "${dir}" PROPERTY BUILDSYSTEM_TARGETS)
+  fusebox_targets_in(_targets "${dir}" "^EXECUTABLE$")
   foreach(_t IN LISTS _targets)
-    get_target_property(_type ${_t} TYPE)
-    if(_type STREQUAL "EXECUTABLE")
-      target_compile_options(${_t} PRIVATE
-        "$<$<CONFIG:RelWithDebInfo>:-O1;-g1>" "$<$<CONFIG:Release,MinSizeRel>:-O1>")
-      if(FUSEBOX_SANITIZE MATCHES "address|undefined")
-        target_compile_options(${_t} PRIVATE -fno-sanitize=${FUSEBOX_SANITIZE})
-      endif()
+    target_compile_options(${_t} PRIVATE
+      "$<$<CONFIG:RelWithDebInfo>:-O1;-g1>" "$<$<CONFIG:Release,MinSizeRel>:-O1>")
+    if(FUSEBOX_SANITIZE MATCHES "address|undefined")
+      target_compile_options(${_t} PRIVATE -fno-sanitize=${FUSEBOX_SANITIZE})
     endif()
-  endforeach()
-  get_property(_subdirs DIRECTORY "${dir}" PROPERTY SUBDIRECTORIES)
-  foreach(_d IN LISTS _subdirs)
-    fusebox_test_code_options("${_d}")
   endforeach()
 endfunction()

@@ -15,9 +15,9 @@ import collections
 import re
 import sys
 
-SWITCH = re.compile(
-    r"\[(\d+)\]\s+([\d.]+):\s+sched:sched_switch:\s+prev_comm=(.*?) prev_pid=(\d+) "
-    r"prev_prio=\d+ prev_state=(\S+) ==> next_comm=(.*?) next_pid=(\d+)")
+from delays import SWITCH  # the same sched_switch lines, in this folder
+
+# Unlike delays.py's WAKEUP, also who woke the thread and on which CPU.
 WAKING = re.compile(
     r"^\s*(.*?)\s+(\d+)\s+\[(\d+)\]\s+([\d.]+):\s+sched:sched_waking:\s+comm=(.*?) pid=(\d+) "
     r"prio=\d+\s+target_cpu=(\d+)")
