@@ -32,9 +32,26 @@ AsyncCore::AsyncCore(AsyncCoreOptions options) : options_(std::move(options)) {}
 
 AsyncCore::~AsyncCore() { Stop(); }
 
-void AsyncCore::Start(CollectiveExecutor* executor, int nice, absl::Duration slice) {
+AsyncCore::ExecLock::ExecLock(ExecState& e) : e_(e), lock_(e.mu) {
+  e_.holder.store(std::this_thread::get_id(), std::memory_order_relaxed);
+}
+
+AsyncCore::ExecLock::ExecLock(ExecState& e, std::try_to_lock_t)
+    : e_(e), lock_(e.mu, std::try_to_lock) {
+  if (lock_.owns_lock()) e_.holder.store(std::this_thread::get_id(), std::memory_order_relaxed);
+}
+
+void AsyncCore::ExecLock::unlock() {
+  if (!lock_.owns_lock()) return;
+  e_.holder.store(std::thread::id(), std::memory_order_relaxed);
+  lock_.unlock();
+}
+
+void AsyncCore::Start(CollectiveExecutor* executor, int nice, absl::Duration slice,
+                      bool issuer_begins) {
   executor_ = executor;
   exec_->self = this;
+  issuer_begins_ = issuer_begins && options_.callers_execute;
   std::promise<std::pair<pid_t, absl::Status>> started;
   std::future<std::pair<pid_t, absl::Status>> thread_is = started.get_future();
   thread_ = std::thread([this, nice, slice, &started] {
@@ -77,7 +94,7 @@ void AsyncCore::Stop() {
   // Drivers from here on find no core. Calls still queued (issued while
   // stopping, from a completion callback or another thread) are cancelled
   // unrun, until the queue stays empty; Issue cancels any call after that.
-  std::lock_guard<std::mutex> exec(exec_->mu);
+  ExecLock exec(*exec_);
   exec_->self = nullptr;
   abort_.store(true);
   for (;;) {
@@ -141,7 +158,7 @@ std::shared_ptr<Work> AsyncCore::NewWork() const {
   auto work = std::make_shared<Work>();
   if (options_.callers_execute) {
     work->SetDriver([exec = exec_] {
-      std::unique_lock<std::mutex> lock(exec->mu, std::try_to_lock);
+      ExecLock lock(*exec, std::try_to_lock);
       return lock.owns_lock() && exec->self != nullptr && exec->self->Step();
     });
   }
@@ -153,7 +170,41 @@ absl::StatusOr<std::shared_ptr<Work>> AsyncCore::Issue(CollectiveKind kind, cons
                                                        ReduceOp op, int root) {
   absl::StatusOr<CollectiveCall> call = Prepare(kind, send, recv, count, type, op, root);
   if (!call.ok()) return call.status();
+  if (issuer_begins_) {
+    if (std::shared_ptr<Work> w = TryBegin(*call)) return w;
+  }
   return Enqueue(*std::move(call));
+}
+
+std::shared_ptr<Work> AsyncCore::TryBegin(CollectiveCall& call) {
+  // Never a second time on a thread that holds the lock (a completion
+  // callback run by Step): it would deadlock, and it would not be idle.
+  if (exec_->holder.load(std::memory_order_relaxed) == std::this_thread::get_id()) return nullptr;
+  ExecLock exec(*exec_, std::try_to_lock);
+  if (!exec.owns_lock() || exec_->self == nullptr || broken_ || !in_flight_.empty() ||
+      abort_.load(std::memory_order_relaxed)) {
+    return nullptr;
+  }
+  std::shared_ptr<Work> w = NewWork();
+  CollectiveCall* mine = nullptr;
+  bool wake = false;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (closed_ || stopping_ || !queue_.empty()) return nullptr;
+    call.work = w;
+    call.seq = next_seq_++;
+    queue_.push_back(std::move(call));
+    // Only a holder of the executor lock pops the queue, and issuers only
+    // push behind: the element stays where it is until this thread lets go.
+    mine = &queue_.back();
+    queued_.store(queue_.size(), std::memory_order_release);
+    wake = sleeping_;
+  }
+  mine->work->MarkStarted();
+  mine->begun = executor_->Begin(*mine);
+  exec.unlock();
+  if (wake) cv_.notify_one();
+  return w;
 }
 
 std::shared_ptr<Work> AsyncCore::Enqueue(CollectiveCall call) {
@@ -180,7 +231,7 @@ absl::Status AsyncCore::Run(CollectiveKind kind, const void* send, void* recv, s
   absl::StatusOr<CollectiveCall> call = Prepare(kind, send, recv, count, type, op, root);
   if (!call.ok()) return call.status();
   if (options_.callers_execute) {
-    std::unique_lock<std::mutex> exec(exec_->mu);  // behind whoever executes now
+    ExecLock exec(*exec_);  // behind whoever executes now
     bool mine = false;
     if (exec_->self != nullptr && in_flight_.empty()) {
       std::lock_guard<std::mutex> lock(mu_);
@@ -226,7 +277,7 @@ void AsyncCore::Loop() {
           // Drained, unless a driving caller holds a call between the
           // queue and in_flight_: decided under the executor lock.
           lock.unlock();
-          std::lock_guard<std::mutex> exec(exec_->mu);
+          ExecLock exec(*exec_);
           std::lock_guard<std::mutex> relock(mu_);
           if (queue_.empty() && in_flight_.empty()) return;
           continue;
@@ -244,7 +295,7 @@ void AsyncCore::Loop() {
     }
     bool progressed = false;
     {
-      std::lock_guard<std::mutex> exec(exec_->mu);  // behind a driving caller, if any
+      ExecLock exec(*exec_);  // behind a driving caller, if any
       progressed = Step();
     }
     if (!progressed) std::this_thread::yield();
@@ -268,7 +319,8 @@ bool AsyncCore::Step() {
       queued_.store(queue_.size(), std::memory_order_release);
     }
     progressed = true;
-    call.work->MarkStarted();
+    // A call its issuer began was marked then (Note [The issuer begins]).
+    if (!call.begun) call.work->MarkStarted();
     if (abort_.load(std::memory_order_relaxed)) {
       cancelled_any_.store(true, std::memory_order_relaxed);
       call.work->Complete(NeverRan());

@@ -136,6 +136,29 @@
 // up whatever is left the moment the caller lets go. Drivers share the lock
 // through a shared_ptr, so one that outlives the core finds it gone
 // (self == nullptr) instead of a dangling pointer.
+//
+// Note [The issuer begins]
+// A collective issued to an idle core waits for the progress thread to wake
+// before anything of it moves: 5-9 us on this project's 2-vCPU VM even
+// where the issuer gives up its core at once (docs/launch/20261128-floor,
+// docs/gap/20261129-stalls). Where the backend can run a call's first step
+// without waiting for anyone (CollectiveExecutor::Begin; Start(...,
+// issuer_begins)), Issue runs it on the issuing thread instead, when it can
+// do so at once: it tries the executor lock (never waits for it), and with
+// nothing queued or in flight it queues the call with the next sequence
+// number, marks it started, lets the executor begin it (call.begun), then
+// lets go of the lock and wakes the progress thread, which runs the rest in
+// Start. Order holds: the call took its sequence number and its place in
+// the queue under mu_, and no call can start before it while the issuer
+// holds the executor lock. A thread that already holds the executor lock (a
+// completion callback that issues, run by Step on the progress thread or on
+// a driving caller: ExecState::holder) queues its call as before; so does
+// every issue that finds the lock taken or the core busy. What it costs:
+// the issuing thread does the first step's work itself (UCX: up to one
+// round of the shared-memory allreduce's staging), which a progress thread
+// with a core of its own would have done beside it; so the UCX backend
+// begins on the issuer only where its machine's ranks and their progress
+// threads outnumber the cores (UcxOptions::issuer_begins).
 #ifndef FUSEBOX_COMM_ASYNC_CORE_H_
 #define FUSEBOX_COMM_ASYNC_CORE_H_
 
@@ -173,6 +196,9 @@ struct CollectiveCall {
   // Set when the call starts: start + timeout, for waits inside Start.
   absl::Time deadline = absl::InfiniteFuture();
   std::shared_ptr<Work> work;
+  // The executor's Begin ran the call's first step on the issuing thread
+  // (Note [The issuer begins]); Start runs the rest.
+  bool begun = false;
 };
 
 // What Start made of a call.
@@ -202,8 +228,14 @@ class CollectiveExecutor {
   virtual absl::Status CheckLimits(const CollectiveCall& /*call*/) const {
     return absl::OkStatus();
   }
-  // Begins `call` (calls arrive in sequence order). call.work is null for a
-  // blocking call run on its caller (Note [Blocking calls]).
+  // Note [The issuer begins]: the first step of `call` on the issuing
+  // thread, under the executor lock, with nothing queued ahead of it or in
+  // flight; it must not wait for peers. True: it began, and Start (called
+  // next, with call.begun set) runs the rest. False: nothing was done.
+  virtual bool Begin(CollectiveCall& /*call*/) { return false; }
+  // Begins `call` (calls arrive in sequence order), or runs the rest of a
+  // call that Begin began. call.work is null for a blocking call run on its
+  // caller (Note [Blocking calls]).
   virtual StartOutcome Start(CollectiveCall& call) = 0;
   // Advances the calls in flight and appends those that finished. A non-OK
   // return is a fatal error of the communicator.
@@ -239,9 +271,12 @@ class AsyncCore {
   // `slice` as its requested slice (comm/thread_sched.h; Note [Sharing a
   // core with the progress thread]); where the process may not (a negative
   // value needs CAP_SYS_NICE or RLIMIT_NICE) the thread keeps the caller's,
-  // and progress_priority() says why. Returns once the thread runs.
+  // and progress_priority() says why. With `issuer_begins` (and
+  // callers_execute) Issue lets the executor begin calls to an idle core on
+  // the issuing thread (Note [The issuer begins]). Returns once the thread
+  // runs.
   void Start(CollectiveExecutor* executor, int nice = 0,
-             absl::Duration slice = absl::ZeroDuration());
+             absl::Duration slice = absl::ZeroDuration(), bool issuer_begins = false);
   // After Start: OK, or why the requested nice value was not applied.
   const absl::Status& progress_priority() const { return progress_priority_; }
   // After Start: the progress thread's id (for tests and diagnostics).
@@ -279,6 +314,25 @@ class AsyncCore {
   struct ExecState {
     std::mutex mu;
     AsyncCore* self = nullptr;  // null once the core has stopped
+    // The thread holding mu (none: std::thread::id()), so that a thread
+    // that holds it never tries it again (Note [The issuer begins]).
+    std::atomic<std::thread::id> holder{};
+  };
+  // Holds (or tries) an ExecState's mu and names this thread its holder
+  // meanwhile.
+  class ExecLock {
+   public:
+    explicit ExecLock(ExecState& e);
+    ExecLock(ExecState& e, std::try_to_lock_t);
+    ~ExecLock() { unlock(); }
+    ExecLock(const ExecLock&) = delete;
+    ExecLock& operator=(const ExecLock&) = delete;
+    bool owns_lock() const { return lock_.owns_lock(); }
+    void unlock();
+
+   private:
+    ExecState& e_;
+    std::unique_lock<std::mutex> lock_;
   };
 
   // Issue's checks (Usable, the contract's, CheckLimits): the call, or why not.
@@ -288,6 +342,10 @@ class AsyncCore {
   std::shared_ptr<Work> NewWork() const;
   // Gives `call` its Work and sequence number and queues it.
   std::shared_ptr<Work> Enqueue(CollectiveCall call);
+  // Note [The issuer begins]: queues `call` and has the executor begin it on
+  // this thread, if the executor lock is free and nothing is queued or in
+  // flight; its Work, or null (nothing done, `call` untouched).
+  std::shared_ptr<Work> TryBegin(CollectiveCall& call);
   void Loop();
   // One step on the executing thread (exec_->mu held): start the next
   // queued call(s), poll, time out the oldest, complete in order. True if
@@ -330,6 +388,7 @@ class AsyncCore {
   uint64_t head_seq_ = UINT64_MAX;
   absl::Time head_since_;
   bool broken_ = false;
+  bool issuer_begins_ = false;  // set by Start
 
   std::thread thread_;
   pid_t progress_tid_ = 0;          // set by Start

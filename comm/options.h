@@ -161,6 +161,16 @@ struct UcxOptions {
   // [Slices, not weights]); 0 leaves the kernel's default (3 ms). Applied
   // where progress_nice is.
   absl::Duration progress_slice = absl::ZeroDuration();
+  // Whether a non-blocking allreduce issued to an idle communicator on one
+  // host has its first step run by the issuing thread: its descriptor (with
+  // a small allreduce's data) published and the first round of the
+  // shared-memory allreduce staged, before the progress thread wakes for
+  // the rest (Note [The issuer begins] in comm/async_core.h). kAuto: where
+  // this machine's ranks, each with a progress thread, outnumber its cores,
+  // so that waking the thread means taking a core from someone; kOn, kOff:
+  // always, never. Local: ranks need not agree.
+  enum class IssuerBegins { kAuto, kOn, kOff };
+  IssuerBegins issuer_begins = IssuerBegins::kAuto;
   // Ask UCX to report failed peers (UCP_ERR_HANDLING_MODE_PEER): a collective
   // waiting on a rank that died then fails with Unavailable instead of
   // waiting for the caller's deadline. UCX 1.13 supports this only over TCP,

@@ -16,11 +16,18 @@ Each of --repeats rounds runs both builds in alternating order (A B, then B A, .
 figure is the median over rounds. Raw outputs (every JSON and log) go to --out.
 
   python3 perf/bench_launch.py --baseline /tmp/old/build --build build --out docs/launch/run
+
+Two settings of one build compare the same way: give the same directory to both and the
+flags that differ to --baseline-flags and --flags, e.g.
+
+  python3 perf/bench_launch.py --baseline build --baseline-flags '--ucx_issuer_begins off' \
+      --build build --flags '--ucx_issuer_begins on' --out docs/launch/run
 """
 import argparse
 import datetime
 import json
 import os
+import shlex
 import statistics
 import subprocess
 import sys
@@ -55,6 +62,13 @@ def main(argv=None):
     ap.add_argument("--samples", type=int, default=50, help="launch samples per size")
     ap.add_argument("--sizes", default="8,65536,4194304", help="bytes, comma-separated")
     ap.add_argument("--overlap-iters", type=int, default=6)
+    ap.add_argument("--overlap-plans", default="ddp,per-tensor",
+                    help="plans of the overlap replay (fusebox-perf overlap --plans)")
+    ap.add_argument("--overlap-scales", default="0.5",
+                    help="compute scales of the overlap replay, comma-separated (one replay each)")
+    ap.add_argument("--baseline-flags", default="",
+                    help="more fusebox-perf flags for every baseline run")
+    ap.add_argument("--flags", default="", help="more fusebox-perf flags for every new run")
     ap.add_argument("--out", required=True)
     ap.add_argument("--timeout", type=int, default=600)
     args = ap.parse_args(argv)
@@ -63,6 +77,8 @@ def main(argv=None):
     sizes = [int(s) for s in args.sizes.split(",") if s]
     launcher = args.launcher or os.path.join(args.build, "tools", "fusebox-run")
     builds = {"baseline": args.baseline, "new": args.build}
+    extra = {"baseline": shlex.split(args.baseline_flags), "new": shlex.split(args.flags)}
+    scales = [s for s in args.overlap_scales.split(",") if s]
     for name, b in builds.items():
         if not os.path.exists(os.path.join(b, "perf", "fusebox-perf")):
             print("bench_launch: %s: no perf/fusebox-perf under %s" % (name, b), file=sys.stderr)
@@ -80,23 +96,28 @@ def main(argv=None):
             for s in sizes:
                 j = os.path.join(args.out, "%s-idle-%d.json" % (tag, s))
                 run([launcher, "-n", "2", "--", perf, "allreduce", "-b", str(s), "-e", str(s),
-                     "-n", "5", "-w", "2", "--launch", str(args.samples), "--json", j],
+                     "-n", "5", "-w", "2", "--launch", str(args.samples), "--json", j]
+                    + extra[name],
                     j.replace(".json", ".log"), args.timeout)
                 row = json.load(open(j))["results"][0]
                 results[name]["idle"][s].append(row.get("launch_us"))
             j = os.path.join(args.out, "%s-blocking.json" % tag)
             run([launcher, "-n", "2", "--", perf, "allreduce", "-b", "8", "-e", "8", "-z", "1",
-                 "-n", "2000", "-w", "200", "--launch", "0", "--json", j],
+                 "-n", "2000", "-w", "200", "--launch", "0", "--json", j] + extra[name],
                 j.replace(".json", ".log"), args.timeout)
             results[name]["blocking"].append(json.load(open(j))["results"][0]["ip"]["time_us"])
-            j = os.path.join(args.out, "%s-overlap.json" % tag)
-            run([launcher, "-n", "2", "--", perf, "overlap", "--plans", "ddp,per-tensor",
-                 "--compute_scale", "0.5", "-n", str(args.overlap_iters), "-w", "1", "--json", j],
-                j.replace(".json", ".log"), args.timeout)
-            for r in json.load(open(j))["results"]:
-                results[name]["overlap"].setdefault(r["plan"], []).append(r)
+            for scale in scales:
+                j = os.path.join(args.out, "%s-overlap%s.json" % (
+                    tag, "" if scales == ["0.5"] else "-s" + scale))
+                run([launcher, "-n", "2", "--", perf, "overlap", "--plans", args.overlap_plans,
+                     "--compute_scale", scale, "-n", str(args.overlap_iters), "-w", "1",
+                     "--json", j] + extra[name], j.replace(".json", ".log"), args.timeout)
+                for r in json.load(open(j))["results"]:
+                    key = r["plan"] if len(scales) == 1 else "%s@%s" % (r["plan"], scale)
+                    results[name]["overlap"].setdefault(key, []).append(r)
 
-    lines = ["# Launch-to-start: %s vs %s" % (args.build, args.baseline), "",
+    lines = ["# Launch-to-start: %s %s vs %s %s" % (args.build, args.flags, args.baseline,
+                                                   args.baseline_flags), "",
              "- %s, %d rounds (builds alternating), 2 ranks, UCX; medians over rounds" % (
                  datetime.datetime.now().isoformat(timespec="seconds"), args.repeats),
              "- load average at the end: %.1f on %d CPUs" % (os.getloadavg()[0], os.cpu_count()),

@@ -93,6 +93,11 @@ ABSL_FLAG(std::string, ucx_chunk, "256K", "ucx backend: ring pipeline chunk size
 ABSL_FLAG(std::string, ucx_shm_chunk, "128K",
           "ucx backend: bytes each rank owns per round of the shared-memory allreduce "
           "(a multiple of 64)");
+ABSL_FLAG(std::string, ucx_issuer_begins, "auto",
+          "ucx backend, one host: whether the thread that issues a non-blocking allreduce to "
+          "an idle communicator publishes its descriptor and stages its first shared-memory "
+          "round itself before the progress thread wakes: on, off, or auto (where this "
+          "machine's ranks and their progress threads outnumber its cores)");
 ABSL_FLAG(std::string, ucx_shm_stores, "auto",
           "ucx backend: how each rank writes the shared-memory allreduce's staging: cached "
           "(ordinary stores: fastest where the ranks' cores share a cache), streamed "
@@ -376,6 +381,12 @@ absl::StatusOr<comm::BackendOptions> BackendOptionsFromFlags() {
                                         {"streamed", ShmStores::kStreamed}});
   if (!stores.ok()) return stores.status();
   b.ucx.shm_stores = *stores;
+  using IssuerBegins = comm::UcxOptions::IssuerBegins;
+  auto begins = ParseChoice<IssuerBegins>(
+      "ucx_issuer_begins", absl::GetFlag(FLAGS_ucx_issuer_begins),
+      {{"auto", IssuerBegins::kAuto}, {"on", IssuerBegins::kOn}, {"off", IssuerBegins::kOff}});
+  if (!begins.ok()) return begins.status();
+  b.ucx.issuer_begins = *begins;
   const double spin_us = absl::GetFlag(FLAGS_ucx_spin_us);
   if (!(spin_us >= 0 && spin_us <= 1e6)) {
     return absl::InvalidArgumentError(
@@ -452,7 +463,8 @@ int WithCommunicator(
                            absl::GetFlag(FLAGS_ucx_opening), ", linear <= ", u.linear_bytes,
                            " B, measured choice <= ", u.measured_choice_bytes, " B, spin ",
                            absl::FormatDuration(u.progress_spin), ", progress thread nice ",
-                           u.progress_nice, ", slice ", absl::FormatDuration(u.progress_slice))
+                           u.progress_nice, ", slice ", absl::FormatDuration(u.progress_slice),
+                           ", issuer begins ", absl::GetFlag(FLAGS_ucx_issuer_begins))
             : ""));
   }
   int rc = 0;

@@ -127,6 +127,33 @@ struct Request {
   void* recv = nullptr;
 };
 
+// Note [Beginning on the issuing thread]
+// On one host (the header round through the mailboxes) a non-blocking
+// AllReduce issued to an idle communicator is begun by the issuing thread
+// (Note [The issuer begins] in comm/async_core.h): Begin builds its header
+// round message in the outbox (the header, and the data where it rides in
+// the round: kOneShot) and publishes it (ShmPublish), and for the
+// shared-memory allreduce stages its first round (ShmBeginAllReduce: up to
+// (p - 1) * shm_chunk_bytes of the input copied into this rank's slot and
+// published) where the slot is free at once. None of it waits for a peer.
+// Start, on the progress thread, collects the round (ShmCollect), compares
+// the headers as always (a mismatch is found on every rank, as before), and
+// runs the rest. What the issuer did is the data moving: its peers can
+// read the message, and reduce the staged round, before this rank's
+// progress thread has woken. Begin never runs a kind of call or an
+// algorithm it does not know to be one of these (Broadcast, AllGather,
+// Barrier, and every path over messages run as before), and a blocking call
+// never comes here (it runs on its caller whole, Note [Blocking calls]).
+// Where it applies is UcxOptions::issuer_begins (kAuto: where this
+// machine's ranks and their progress threads outnumber its cores).
+struct Begun {
+  uint64_t seq = 0;        // the call's
+  uint64_t exchange = 0;   // its header round (ShmCollect)
+  bool staged = false;     // its first shared-memory round (ShmBeginAllReduce)
+  bool stream = false;     // how it was staged (Note [Choosing how to stage])
+  absl::Duration staging;  // how long the staging took, for the chooser
+};
+
 using ucx::ChunkOf;
 using ucx::MakeTag;
 using ucx::Pending;
@@ -210,15 +237,23 @@ class UcxCommunicator final : public Communicator, private CollectiveExecutor {
   }
   // CollectiveExecutor: runs `call` to its end; every error is fatal.
   StartOutcome Start(CollectiveCall& call) override;
+  // Note [Beginning on the issuing thread].
+  bool Begin(CollectiveCall& call) override;
+  Request MakeRequest(const CollectiveCall& call) const;
   // Never called: nothing stays in flight after Start.
   absl::Status TimedOut(const CollectiveCall& oldest) override;
   // The error of a collective that timed out (or was abandoned by a peer
   // that did): what, on whom, and the post-mortem (Note [Timeout
   // post-mortem]).
   absl::Status WithPostMortem(const Header& h, const absl::Status& s);
-  absl::Status Run(const Request& req);
+  // `begun`: what Begin did for this call (null: nothing).
+  absl::Status Run(const Request& req, const Begun* begun);
 
-  absl::Status HeaderRound(const Request& req, size_t payload_bytes,
+  absl::Status HeaderRound(const Request& req, size_t payload_bytes, const void* payload,
+                           const Begun* begun);
+  // The header round's message (the header, then `payload_bytes` of
+  // `payload`) built at `mine`.
+  static void BuildMessage(unsigned char* mine, const Request& req, size_t payload_bytes,
                            const void* payload);
   absl::Status RingAllReduce(const Request& req);
   absl::Status ChainBroadcast(const Request& req);
@@ -255,8 +290,10 @@ class UcxCommunicator final : public Communicator, private CollectiveExecutor {
   absl::Status InitSharedMemory(Store& store);
   // Compares the headers in received_ (Note [UCX collective protocol]).
   absl::Status CheckHeaders() const;
-  absl::Status ShmAllReduce(const Request& req);
+  absl::Status ShmAllReduce(const Request& req, const Begun* begun);
   bool shm_enabled_ = false;
+  // The call Begin began, until Start takes it (executor lock).
+  std::optional<Begun> begun_;
   std::string store_prefix_;  // keys of this communicator's exchanges
   ucp_mem_h shm_memh_ = nullptr;
   ucx::ShmGroup shm_group_;                   // every rank's segment, mapped here
@@ -357,10 +394,10 @@ absl::Status UcxCommunicator::Init(Store& store) {
   // unknown. Every rank computes the same for every rank.
   absl::flat_hash_map<std::string, int> ranks_on;
   for (const std::string& m : machines) ++ranks_on[m];
-  const auto oversubscribed_at = [&](int r) {
-    const int here = machines[r].empty() ? size_ : ranks_on[machines[r]];
-    return static_cast<unsigned>(here) > machine_cores[r];
+  const auto ranks_at = [&](int r) {
+    return static_cast<unsigned>(machines[r].empty() ? size_ : ranks_on[machines[r]]);
   };
+  const auto oversubscribed_at = [&](int r) { return ranks_at(r) > machine_cores[r]; };
   const bool oversubscribed = oversubscribed_at(rank_);
   bool any_oversubscribed = false;
   for (int r = 0; r < size_; ++r) any_oversubscribed = any_oversubscribed || oversubscribed_at(r);
@@ -415,8 +452,14 @@ absl::Status UcxCommunicator::Init(Store& store) {
   // round's staging grows on use.
   if (size_ == 1) header_slots_.resize(slot_bytes_);
   ring_slots_.resize(options_.chunk_bytes * kRingSlots);
+  // Note [Beginning on the issuing thread]: kAuto where this rank's
+  // machine has fewer cores than its ranks' callers and progress threads.
+  const bool issuer_begins =
+      shm_exchange_ && (options_.issuer_begins == UcxOptions::IssuerBegins::kOn ||
+                        (options_.issuer_begins == UcxOptions::IssuerBegins::kAuto &&
+                         2 * ranks_at(rank_) > machine_cores[rank_]));
   core_.Start(this, oversubscribed ? 0 : options_.progress_nice,
-              oversubscribed ? absl::ZeroDuration() : options_.progress_slice);
+              oversubscribed ? absl::ZeroDuration() : options_.progress_slice, issuer_begins);
   return absl::OkStatus();
 }
 
@@ -462,7 +505,7 @@ absl::StatusOr<std::shared_ptr<Work>> UcxCommunicator::Barrier() {
 // ---------------------------------------------------------------------------
 // Execution (the core's executing thread, Note [Asynchronous core]).
 
-StartOutcome UcxCommunicator::Start(CollectiveCall& call) {
+Request UcxCommunicator::MakeRequest(const CollectiveCall& call) const {
   Request req;
   req.header.magic = kHeaderMagic;
   req.header.kind = static_cast<uint8_t>(call.kind);
@@ -474,11 +517,59 @@ StartOutcome UcxCommunicator::Start(CollectiveCall& call) {
   req.header.seq = call.seq;
   req.send = call.send;
   req.recv = call.recv;
+  return req;
+}
+
+bool UcxCommunicator::Begin(CollectiveCall& call) {
+  // Only the header round through the mailboxes, and only AllReduce by the
+  // table's one-shot or shared-memory algorithm (no measured classes there).
+  if (!shm_exchange_ || size_ < 2 || call.kind != Kind::kAllReduce || begun_.has_value() ||
+      measured_->classes() > 0) {
+    return false;
+  }
+  const Request req = MakeRequest(call);
+  const size_t bytes = call.count * DataTypeSize(call.type);
+  const Algorithm algorithm = algorithms_.Select(Kind::kAllReduce, bytes);
+  if (algorithm != Algorithm::kOneShot && algorithm != Algorithm::kShmAllReduce) return false;
+  const size_t payload_bytes = algorithm == Algorithm::kOneShot ? bytes : 0;
+  const size_t message_bytes = sizeof(Header) + payload_bytes;
+  if (message_bytes > shm_group_.mailbox_bytes) return false;  // Start says why
+  BuildMessage(ucx::ShmOutbox(shm_group_, shm_exchanges_), req, payload_bytes, req.send);
+  absl::StatusOr<uint64_t> exchange = ucx::ShmPublish(shm_group_, message_bytes, &shm_exchanges_);
+  if (!exchange.ok()) return false;  // unreachable: the size was checked
+  Begun b;
+  b.seq = call.seq;
+  b.exchange = *exchange;
+  if (algorithm == Algorithm::kShmAllReduce) {
+    b.stream = options_.shm_stores == UcxOptions::ShmStores::kStreamed ||
+               (options_.shm_stores == UcxOptions::ShmStores::kAuto && staging_.Stream(bytes));
+    shm_group_.stream_bytes = b.stream ? ucx::kStreamMinCopyBytes : 0;
+    const auto start = std::chrono::steady_clock::now();
+    b.staged = ucx::ShmBeginAllReduce(shm_group_, req.send, call.count, call.type, &shm_round_);
+    b.staging = absl::FromChrono(std::chrono::steady_clock::now() - start);
+  }
+  begun_ = b;
+  return true;
+}
+
+StartOutcome UcxCommunicator::Start(CollectiveCall& call) {
+  Request req = MakeRequest(call);
   // Note [Measured choice]: rank 0's decisions ride in its header, in
   // every round over messages.
   if (!shm_exchange_ && size_ > 1) req.header.pad = measured_->TakeAnnouncement();
+  std::optional<Begun> begun;
+  if (call.begun) {
+    begun.swap(begun_);
+    if (!begun.has_value() || begun->seq != call.seq) {
+      StartOutcome o;
+      o.fatal = true;
+      o.status = absl::InternalError(
+          absl::StrCat("UCX collective #", call.seq, " was begun, but not by this communicator"));
+      return o;
+    }
+  }
   channel_.set_deadline(call.deadline);
-  absl::Status s = Run(req);
+  absl::Status s = Run(req, begun.has_value() ? &*begun : nullptr);
   channel_.set_deadline(absl::InfiniteFuture());
   // A timeout here, a peer's (which abandons the shared-memory allreduce),
   // or an endpoint failure (the peer may have left because of a third
@@ -519,7 +610,7 @@ absl::Status UcxCommunicator::WithPostMortem(const Header& h, const absl::Status
                                              post_mortem));
 }
 
-absl::Status UcxCommunicator::Run(const Request& req) {
+absl::Status UcxCommunicator::Run(const Request& req, const Begun* begun) {
   const Header& h = req.header;
   const Kind kind = static_cast<Kind>(h.kind);
   const DataType type = static_cast<DataType>(h.type);
@@ -577,7 +668,7 @@ absl::Status UcxCommunicator::Run(const Request& req) {
     // What follows the round is not measured; the next call is timed from
     // its own start.
     if (timed) measured_->Record(std::nullopt, began, absl::Now());
-  } else if (absl::Status s = HeaderRound(req, payload_bytes, payload); !s.ok()) {
+  } else if (absl::Status s = HeaderRound(req, payload_bytes, payload, begun); !s.ok()) {
     return s;
   }
 
@@ -613,7 +704,7 @@ absl::Status UcxCommunicator::Run(const Request& req) {
       }
       return absl::OkStatus();
     case Algorithm::kShmAllReduce:
-      return ShmAllReduce(req);
+      return ShmAllReduce(req, begun);
     case Algorithm::kRingAllReduce:
       return RingAllReduce(req);
     case Algorithm::kRecursiveDoublingAllReduce:  // done in the descriptor round
@@ -631,15 +722,17 @@ absl::Status UcxCommunicator::Run(const Request& req) {
 // ---------------------------------------------------------------------------
 // Algorithms.
 
+void UcxCommunicator::BuildMessage(unsigned char* mine, const Request& req, size_t payload_bytes,
+                                   const void* payload) {
+  std::memcpy(mine, &req.header, sizeof(Header));
+  if (payload_bytes > 0) std::memcpy(mine + sizeof(Header), payload, payload_bytes);
+}
+
 absl::Status UcxCommunicator::HeaderRound(const Request& req, size_t payload_bytes,
-                                          const void* payload) {
+                                          const void* payload, const Begun* begun) {
   const size_t message_bytes = sizeof(Header) + payload_bytes;
-  const auto build = [&](unsigned char* mine) {
-    std::memcpy(mine, &req.header, sizeof(Header));
-    if (payload_bytes > 0) std::memcpy(mine + sizeof(Header), payload, payload_bytes);
-  };
   if (size_ == 1) {
-    build(header_slots_.data());
+    BuildMessage(header_slots_.data(), req, payload_bytes, payload);
     received_.assign(1, header_slots_.data());
     return absl::OkStatus();
   }
@@ -652,10 +745,19 @@ absl::Status UcxCommunicator::HeaderRound(const Request& req, size_t payload_byt
   }
   // One write and one flag per rank (Note [Shared-memory exchange]); the
   // message is built in the mailbox and every rank's read where it arrived
-  // (Note [Reading the mailboxes in place]).
-  build(ucx::ShmOutbox(shm_group_, shm_exchanges_));
-  if (absl::Status s = ucx::ShmPost(shm_group_, message_bytes, &received_, &exchange_lengths_,
-                                    &shm_exchanges_, core_.aborted(), channel_.deadline());
+  // (Note [Reading the mailboxes in place]). A begun call's is published
+  // already (Note [Beginning on the issuing thread]).
+  uint64_t exchange = 0;
+  if (begun != nullptr) {
+    exchange = begun->exchange;
+  } else {
+    BuildMessage(ucx::ShmOutbox(shm_group_, shm_exchanges_), req, payload_bytes, payload);
+    absl::StatusOr<uint64_t> n = ucx::ShmPublish(shm_group_, message_bytes, &shm_exchanges_);
+    if (!n.ok()) return n.status();
+    exchange = *n;
+  }
+  if (absl::Status s = ucx::ShmCollect(shm_group_, exchange, &received_, &exchange_lengths_,
+                                       core_.aborted(), channel_.deadline());
       !s.ok()) {
     return s;
   }
@@ -1003,22 +1105,26 @@ absl::Status UcxCommunicator::InitSharedMemory(Store& store) {
   return absl::OkStatus();
 }
 
-absl::Status UcxCommunicator::ShmAllReduce(const Request& req) {
+absl::Status UcxCommunicator::ShmAllReduce(const Request& req, const Begun* begun) {
   const Header& h = req.header;
   const auto type = static_cast<DataType>(h.type);
   const size_t bytes = h.count * DataTypeSize(type);
   const bool choose = options_.shm_stores == UcxOptions::ShmStores::kAuto;
-  const bool stream =
-      options_.shm_stores == UcxOptions::ShmStores::kStreamed || (choose && staging_.Stream(bytes));
+  // A begun call keeps the kind of store its first round was staged with,
+  // and is charged that staging's time.
+  const bool stream = begun != nullptr ? begun->stream
+                                       : options_.shm_stores == UcxOptions::ShmStores::kStreamed ||
+                                             (choose && staging_.Stream(bytes));
   shm_group_.stream_bytes = stream ? ucx::kStreamMinCopyBytes : 0;
   const auto start = std::chrono::steady_clock::now();
   absl::Duration waited;
-  absl::Status s =
-      ucx::ShmAllReduce(shm_group_, req.send, req.recv, h.count, type, static_cast<ReduceOp>(h.op),
-                        &shm_round_, core_.aborted(), channel_.deadline(), &waited);
+  absl::Status s = ucx::ShmAllReduce(
+      shm_group_, req.send, req.recv, h.count, type, static_cast<ReduceOp>(h.op), &shm_round_,
+      core_.aborted(), channel_.deadline(), &waited, begun != nullptr && begun->staged);
   if (choose && s.ok()) {
+    const absl::Duration before = begun != nullptr ? begun->staging : absl::ZeroDuration();
     staging_.Record(bytes, stream,
-                    absl::FromChrono(std::chrono::steady_clock::now() - start) - waited);
+                    before + absl::FromChrono(std::chrono::steady_clock::now() - start) - waited);
   }
   return s;
 }

@@ -194,6 +194,15 @@ void StreamCopy(unsigned char* dst, const unsigned char* src, size_t n) {
 #endif
 }
 
+// A copy into this rank's staging, which its peers read next.
+void StageCopy(const ShmGroup& g, unsigned char* dst, const unsigned char* src, size_t n) {
+  if (g.stream_bytes != 0 && n >= g.stream_bytes) {
+    StreamCopy(dst, src, n);
+  } else {
+    std::memcpy(dst, src, n);
+  }
+}
+
 // The accessor WaitAll takes for one of the control block's counters.
 auto ControlCounter(std::atomic<uint64_t> Control::*counter) {
   return [counter](unsigned char* base) -> std::atomic<uint64_t>& {
@@ -264,64 +273,108 @@ double StagingChooser::NsPerByte(size_t bytes, bool stream) const {
   return bytes < kMinBytes ? 0 : classes_[ClassOf(bytes)].ns_per_byte[stream ? 1 : 0];
 }
 
+namespace {
+
+// One round's geometry: the elements [first, first + per_round) of the
+// buffer, split into p sub-blocks.
+struct RoundPlan {
+  size_t esize = 0;
+  size_t per_round = 0;  // elements per round
+  size_t nrounds = 0;
+  size_t slot_stride = 0;
+};
+
+RoundPlan PlanRounds(const ShmGroup& g, size_t count, DataType type) {
+  RoundPlan r;
+  r.esize = DataTypeSize(type);
+  r.per_round = std::max<size_t>(1, g.chunk_bytes / r.esize) * g.size;
+  r.nrounds = (count + r.per_round - 1) / r.per_round;
+  r.slot_stride = SlotStride(g.size, g.chunk_bytes);
+  return r;
+}
+
+// Rank r's slot for `round`, at the phase r staged it in (read after r's
+// `ready` for the round, which publishes it). A peer's word is bounded
+// here, as its segment is not ours to trust.
+unsigned char* SlotOf(const ShmGroup& g, const RoundPlan& plan, int r, uint64_t round) {
+  const uint64_t phase =
+      ControlOf(g.bases[r])->phase[round % kSlots].load(std::memory_order_relaxed) % kLine;
+  return g.bases[r] + kControlBytes + (round % kSlots) * plan.slot_stride + phase;
+}
+
+// Step 1 of a round (Note [UCX shared-memory allreduce]): this rank's
+// sub-blocks but its own, of the round's elements from `base` bytes into
+// the input, into its slot for `round`, published by `ready`. The slot must
+// be free (consumed by every rank kSlots rounds before).
+void StageRound(const ShmGroup& g, const RoundPlan& plan, const unsigned char* in, size_t base,
+                const std::vector<Range>& sub, uint64_t round) {
+  Control* const ctl = ControlOf(g.bases[g.rank]);
+  // Whole elements: a peer reduces from the slot as T, so its data stays
+  // aligned for T even where this rank's input is not.
+  ctl->phase[round % kSlots].store(
+      reinterpret_cast<uintptr_t>(in + base) % kLine / plan.esize * plan.esize,
+      std::memory_order_relaxed);
+  unsigned char* my_slot = SlotOf(g, plan, g.rank, round);
+  for (int j = 0; j < g.size; ++j) {
+    // My own sub-block is read from the input before the output (in-place:
+    // the same memory) is written, so it needs no copy.
+    if (j != g.rank && sub[j].len != 0) {
+      StageCopy(g, my_slot + sub[j].off, in + base + sub[j].off, sub[j].len);
+    }
+  }
+  ctl->ready.store(round, std::memory_order_release);
+}
+
+}  // namespace
+
+bool ShmBeginAllReduce(const ShmGroup& g, const void* send, size_t count, DataType type,
+                       uint64_t* rounds) {
+  const RoundPlan plan = PlanRounds(g, count, type);
+  if (plan.nrounds == 0) return false;
+  const uint64_t round = *rounds + 1;
+  if (round > kSlots) {  // free now, or not staged here (no waiting)
+    for (unsigned char* base : g.bases) {
+      if (ControlOf(base)->consumed.load(std::memory_order_acquire) < round - kSlots) return false;
+    }
+  }
+  ++*rounds;
+  const std::vector<Range> sub = SplitEven(std::min(plan.per_round, count), plan.esize, g.size);
+  StageRound(g, plan, static_cast<const unsigned char*>(send), 0, sub, round);
+  return true;
+}
+
 absl::Status ShmAllReduce(const ShmGroup& g, const void* send, void* recv, size_t count,
                           DataType type, ReduceOp op, uint64_t* rounds,
                           const std::atomic<bool>& abort, absl::Time deadline,
-                          absl::Duration* waited) {
+                          absl::Duration* waited, bool first_round_staged) {
   if (waited != nullptr) *waited = absl::ZeroDuration();
-  const size_t esize = DataTypeSize(type);
+  const RoundPlan plan = PlanRounds(g, count, type);
+  const size_t esize = plan.esize;
   const int p = g.size;
   const auto* in = static_cast<const unsigned char*>(send);
   auto* out = static_cast<unsigned char*>(recv);
-  const size_t slot_stride = SlotStride(p, g.chunk_bytes);
-  const size_t per_round = std::max<size_t>(1, g.chunk_bytes / esize) * p;
-  const size_t nrounds = (count + per_round - 1) / per_round;
   Control* const ctl = ControlOf(g.bases[g.rank]);
-  // Rank r's slot for `round`, at the phase r staged it in (read after r's
-  // `ready` for the round, which publishes it). A peer's word is bounded
-  // here, as its segment is not ours to trust.
-  const auto slot = [&](int r, uint64_t round) {
-    const uint64_t phase =
-        ControlOf(g.bases[r])->phase[round % kSlots].load(std::memory_order_relaxed) % kLine;
-    return g.bases[r] + kControlBytes + (round % kSlots) * slot_stride + phase;
-  };
   const auto give_up = [&](WaitResult w) {
     // Peers must not wait for us; they learn why.
     ctl->aborted.store(w.aborted, std::memory_order_release);
     return w.status;
   };
-  // Into this rank's staging, which its peers read next.
-  const auto stage = [&](unsigned char* dst, const unsigned char* src, size_t n) {
-    if (g.stream_bytes != 0 && n >= g.stream_bytes) {
-      StreamCopy(dst, src, n);
-    } else {
-      std::memcpy(dst, src, n);
-    }
-  };
 
-  for (size_t k = 0; k < nrounds; ++k) {
-    const uint64_t round = ++*rounds;  // 1-based, global across collectives
-    const size_t first = k * per_round;
-    const std::vector<Range> sub = SplitEven(std::min(per_round, count - first), esize, p);
+  for (size_t k = 0; k < plan.nrounds; ++k) {
+    const size_t first = k * plan.per_round;
+    const std::vector<Range> sub = SplitEven(std::min(plan.per_round, count - first), esize, p);
     const size_t base = first * esize;
-    if (round > kSlots) {  // the slot is free once every rank has read it
-      WaitResult w = WaitAll(g, ControlCounter(&Control::consumed), "slot reuse",
-                             round - kSlots, abort, deadline);
-      if (!w.status.ok()) return give_up(std::move(w));
-    }
-    // Whole elements: a peer reduces from the slot as T, so its data stays
-    // aligned for T even where this rank's input is not.
-    ctl->phase[round % kSlots].store(reinterpret_cast<uintptr_t>(in + base) % kLine / esize * esize,
-                                     std::memory_order_relaxed);
-    unsigned char* my_slot = slot(g.rank, round);
-    for (int j = 0; j < p; ++j) {
-      // My own sub-block is read from the input before the output (in-place:
-      // the same memory) is written, so it needs no copy.
-      if (j != g.rank && sub[j].len != 0) {
-        stage(my_slot + sub[j].off, in + base + sub[j].off, sub[j].len);
+    uint64_t round = *rounds;  // 1-based, global across collectives
+    if (k > 0 || !first_round_staged) {
+      round = ++*rounds;
+      if (round > kSlots) {  // the slot is free once every rank has read it
+        WaitResult w = WaitAll(g, ControlCounter(&Control::consumed), "slot reuse", round - kSlots,
+                               abort, deadline);
+        if (!w.status.ok()) return give_up(std::move(w));
       }
+      StageRound(g, plan, in, base, sub, round);
     }
-    ctl->ready.store(round, std::memory_order_release);
+    unsigned char* my_slot = SlotOf(g, plan, g.rank, round);
     const bool time_wait = k == 0 && waited != nullptr;
     const auto staged =
         time_wait ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point();
@@ -339,12 +392,12 @@ absl::Status ShmAllReduce(const ShmGroup& g, const void* send, void* recv, size_
       const unsigned char* acc = in + base + mine.off;
       for (int j = 0; j < p; ++j) {
         if (j == g.rank) continue;
-        Reduce(acc, slot(j, round) + mine.off, dst, n, type, op);
+        Reduce(acc, SlotOf(g, plan, j, round) + mine.off, dst, n, type, op);
         acc = dst;
       }
       if (p == 1 && dst != acc) std::memcpy(dst, acc, mine.len);
       if (op == ReduceOp::kAvg) FinishAvg(dst, n, type, p);
-      stage(my_slot + mine.off, dst, mine.len);
+      StageCopy(g, my_slot + mine.off, dst, mine.len);
     }
     ctl->reduced.store(round, std::memory_order_release);
     if (WaitResult w = WaitAll(g, ControlCounter(&Control::reduced), "sub-blocks reduced",
@@ -355,7 +408,7 @@ absl::Status ShmAllReduce(const ShmGroup& g, const void* send, void* recv, size_
 
     for (int j = 0; j < p; ++j) {
       if (j == g.rank || sub[j].len == 0) continue;
-      std::memcpy(out + base + sub[j].off, slot(j, round) + sub[j].off, sub[j].len);
+      std::memcpy(out + base + sub[j].off, SlotOf(g, plan, j, round) + sub[j].off, sub[j].len);
     }
     ctl->consumed.store(round, std::memory_order_release);
   }
@@ -366,14 +419,11 @@ unsigned char* ShmOutbox(const ShmGroup& g, uint64_t exchanges) {
   return MessageOf(Mailbox(g, g.bases[g.rank], (exchanges + 1) % 2));
 }
 
-absl::Status ShmPost(const ShmGroup& g, size_t bytes, std::vector<const unsigned char*>* messages,
-                     std::vector<size_t>* lengths, uint64_t* exchanges,
-                     const std::atomic<bool>& abort, absl::Time deadline) {
+absl::StatusOr<uint64_t> ShmPublish(const ShmGroup& g, size_t bytes, uint64_t* exchanges) {
   if (bytes > g.mailbox_bytes) {
     return absl::InvalidArgumentError(absl::StrCat(
         "shared-memory exchange: ", bytes, " bytes do not fit a mailbox of ", g.mailbox_bytes));
   }
-  Control* const ctl = ControlOf(g.bases[g.rank]);
   const uint64_t n = ++*exchanges;  // 1-based, the same on every rank
   // Mailbox n % 2 was last written for exchange n - 2, and every peer has
   // read it: each posted n - 1 (this rank waited for that in exchange n - 1),
@@ -381,6 +431,13 @@ absl::Status ShmPost(const ShmGroup& g, size_t bytes, std::vector<const unsigned
   MailboxHead* mine = Mailbox(g, g.bases[g.rank], n % 2);
   mine->length = bytes;
   mine->exchange.store(n, std::memory_order_release);
+  return n;
+}
+
+absl::Status ShmCollect(const ShmGroup& g, uint64_t n, std::vector<const unsigned char*>* messages,
+                        std::vector<size_t>* lengths, const std::atomic<bool>& abort,
+                        absl::Time deadline) {
+  Control* const ctl = ControlOf(g.bases[g.rank]);
   const auto flag_of = [&g, n](unsigned char* base) -> std::atomic<uint64_t>& {
     return Mailbox(g, base, n % 2)->exchange;
   };
@@ -403,6 +460,14 @@ absl::Status ShmPost(const ShmGroup& g, size_t bytes, std::vector<const unsigned
     }
   }
   return absl::OkStatus();
+}
+
+absl::Status ShmPost(const ShmGroup& g, size_t bytes, std::vector<const unsigned char*>* messages,
+                     std::vector<size_t>* lengths, uint64_t* exchanges,
+                     const std::atomic<bool>& abort, absl::Time deadline) {
+  absl::StatusOr<uint64_t> n = ShmPublish(g, bytes, exchanges);
+  if (!n.ok()) return n.status();
+  return ShmCollect(g, *n, messages, lengths, abort, deadline);
 }
 
 }  // namespace fusebox::comm::ucx

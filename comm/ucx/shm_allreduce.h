@@ -29,6 +29,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "comm/types.h"
 
@@ -164,12 +165,23 @@ void FaultInShmSegment(const unsigned char* base, size_t bytes);
 // set, Aborted when a peer gave up, DeadlineExceeded naming the ranks still
 // behind when `deadline` passes; the group is then unusable. `waited`, when
 // given, is set to how long this rank waited for its peers to stage the
-// first round (their lateness, not this collective's cost).
+// first round (their lateness, not this collective's cost). With
+// `first_round_staged`, ShmBeginAllReduce has staged the first round of this
+// very call (the same send, count and type) and advanced `rounds` for it.
 absl::Status ShmAllReduce(const ShmGroup& group, const void* send, void* recv, size_t count,
                           DataType type, ReduceOp op, uint64_t* rounds,
                           const std::atomic<bool>& abort,
                           absl::Time deadline = absl::InfiniteFuture(),
-                          absl::Duration* waited = nullptr);
+                          absl::Duration* waited = nullptr, bool first_round_staged = false);
+
+// The first step of ShmAllReduce, without waiting for anyone (Note [The
+// issuer begins] in comm/async_core.h): stages and publishes the first
+// round of `count` elements of `send`, if its slot is free now (every rank
+// has read the slot's previous round), and then returns true; false
+// (nothing done) where the slot is not free yet or there is nothing to
+// reduce. ShmAllReduce(..., first_round_staged = true) runs the rest.
+bool ShmBeginAllReduce(const ShmGroup& group, const void* send, size_t count, DataType type,
+                       uint64_t* rounds);
 
 // Note [Shared-memory exchange]
 // Every rank posts one message of up to mailbox_bytes and receives every
@@ -212,6 +224,17 @@ absl::Status ShmPost(const ShmGroup& group, size_t bytes,
                      std::vector<const unsigned char*>* messages, std::vector<size_t>* lengths,
                      uint64_t* exchanges, const std::atomic<bool>& abort,
                      absl::Time deadline = absl::InfiniteFuture());
+// ShmPost's two halves, for a message published on one thread and waited
+// for on another (Note [The issuer begins] in comm/async_core.h):
+// ShmPublish publishes the `bytes` written at ShmOutbox and returns the
+// exchange's number (it never waits); ShmCollect(n) waits for every rank's
+// message of exchange n and points at them as ShmPost does. This rank must
+// collect exchange n before it publishes again.
+absl::StatusOr<uint64_t> ShmPublish(const ShmGroup& group, size_t bytes, uint64_t* exchanges);
+absl::Status ShmCollect(const ShmGroup& group, uint64_t exchange,
+                        std::vector<const unsigned char*>* messages, std::vector<size_t>* lengths,
+                        const std::atomic<bool>& abort,
+                        absl::Time deadline = absl::InfiniteFuture());
 
 }  // namespace fusebox::comm::ucx
 

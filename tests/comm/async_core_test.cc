@@ -13,6 +13,7 @@
 #include <memory>
 #include <mutex>
 #include <set>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -38,9 +39,18 @@ class FakeExecutor : public CollectiveExecutor {
     return absl::OkStatus();
   }
 
+  bool Begin(CollectiveCall& call) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    events_.push_back(absl::StrCat("begin ", call.seq));
+    begin_threads_.push_back(std::this_thread::get_id());
+    begin_started_ns_.push_back(call.work->started_ns());
+    return begin_result_;
+  }
+
   StartOutcome Start(CollectiveCall& call) override {
     {
       std::lock_guard<std::mutex> lock(mu_);
+      events_.push_back(absl::StrCat(call.begun ? "rest " : "start ", call.seq));
       started_.push_back(call.seq);
       start_threads_.push_back(std::this_thread::get_id());
       deadlines_.push_back(call.deadline);
@@ -118,6 +128,19 @@ class FakeExecutor : public CollectiveExecutor {
     std::lock_guard<std::mutex> lock(mu_);
     return deadlines_;
   }
+  // "begin N" (Begin), "rest N" (Start of a begun call), "start N".
+  std::vector<std::string> events() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return events_;
+  }
+  std::vector<std::thread::id> begin_threads() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return begin_threads_;
+  }
+  std::vector<int64_t> begin_started_ns() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return begin_started_ns_;
+  }
   size_t abandoned() {
     std::lock_guard<std::mutex> lock(mu_);
     return abandoned_;
@@ -128,6 +151,7 @@ class FakeExecutor : public CollectiveExecutor {
   bool fail_fatal_ = true;
   bool block_until_abort_ = false;
   bool only_first_in_flight_ = false;        // async: later calls run to their end in Start
+  bool begin_result_ = true;                 // what Begin returns
   const std::atomic<bool>* gate_ = nullptr;  // call #0 waits in Start until it is set
   AsyncCore* core_ = nullptr;
 
@@ -137,6 +161,9 @@ class FakeExecutor : public CollectiveExecutor {
   std::vector<uint64_t> started_;
   std::vector<std::thread::id> start_threads_;
   std::vector<absl::Time> deadlines_;
+  std::vector<std::string> events_;
+  std::vector<std::thread::id> begin_threads_;
+  std::vector<int64_t> begin_started_ns_;
   std::set<uint64_t> in_flight_;
   std::vector<FinishedCall> released_;
   absl::Status poll_error_;
@@ -637,6 +664,132 @@ TEST(AsyncCoreTest, ABlockingCallAfterStopIsCancelled) {
   float buf[4] = {};
   EXPECT_EQ(RunAllReduce(core, buf).code(), absl::StatusCode::kCancelled);
   EXPECT_TRUE(ex.started().empty());
+}
+
+// Note [The issuer begins]: a call issued to an idle core is begun on the
+// issuing thread, already marked started, and its rest runs in Start next
+// (call.begun); without issuer_begins, or where Begin declines, nothing is
+// begun and the progress thread marks the start.
+TEST(AsyncCoreTest, ACallIssuedToAnIdleCoreIsBegunOnTheIssuingThread) {
+  float buf[4] = {};
+  for (bool enabled : {false, true}) {
+    for (bool accepts : {false, true}) {
+      SCOPED_TRACE(absl::StrCat("issuer_begins ", enabled, ", Begin returns ", accepts));
+      FakeExecutor ex;
+      ex.begin_result_ = accepts;
+      AsyncCore core(Options());
+      core.Start(&ex, 0, absl::ZeroDuration(), enabled);
+      for (uint64_t i = 0; i < 20; ++i) {
+        absl::SleepFor(absl::Milliseconds(1));  // the progress thread idle, asleep
+        const int64_t before = Work::SteadyNowNs();
+        auto w = IssueAllReduce(core, buf);
+        const int64_t issued = Work::SteadyNowNs();
+        ASSERT_TRUE(w->Wait().ok());
+        if (enabled && accepts) {
+          // Marked before Issue returned, on this thread, before Begin.
+          EXPECT_GE(w->started_ns(), before);
+          EXPECT_LE(w->started_ns(), issued);
+          EXPECT_EQ(ex.begin_started_ns().back(), w->started_ns());
+        }
+      }
+      std::vector<std::string> want;
+      for (uint64_t i = 0; i < 20; ++i) {
+        if (enabled) want.push_back(absl::StrCat("begin ", i));
+        want.push_back(absl::StrCat(enabled && accepts ? "rest " : "start ", i));
+      }
+      EXPECT_EQ(ex.events(), want);
+      for (std::thread::id t : ex.begin_threads()) EXPECT_EQ(t, std::this_thread::get_id());
+    }
+  }
+}
+
+// A call issued while another is queued or in flight is never begun: it
+// could not start before them. It starts, in order, once they are done.
+TEST(AsyncCoreTest, ACallIssuedBehindAnotherIsNotBegun) {
+  FakeExecutor ex(/*async=*/true);
+  ex.only_first_in_flight_ = true;
+  AsyncCore core(Options(/*callers_execute=*/true, AsyncCoreOptions::OnStop::kDrain));
+  core.Start(&ex, 0, absl::ZeroDuration(), /*issuer_begins=*/true);
+  float buf[4] = {};
+  auto w0 = IssueAllReduce(core, buf);
+  while (ex.started().size() < 1) std::this_thread::yield();
+  auto w1 = IssueAllReduce(core, buf);
+  auto w2 = IssueAllReduce(core, buf);
+  absl::SleepFor(absl::Milliseconds(20));
+  ex.Finish(0);
+  ASSERT_TRUE(w2->Wait().ok());
+  ASSERT_TRUE(w0->Test() && w1->Test());
+  EXPECT_THAT(ex.events(), ElementsAre("begin 0", "rest 0", "start 1", "start 2"));
+}
+
+// Calls issued from several threads at once keep one order: every begun
+// call's rest is the next thing the executor starts after its Begin, and
+// the sequence numbers start in order. A completion callback that issues
+// (on the progress thread, or on a caller driving its Wait, both holding
+// the executor lock) queues its call instead of beginning it, and does not
+// deadlock.
+TEST(AsyncCoreTest, BegunCallsKeepTheOrderAndCallbacksThatIssueDoNotBegin) {
+  FakeExecutor ex;
+  AsyncCore core(Options());
+  core.Start(&ex, 0, absl::ZeroDuration(), /*issuer_begins=*/true);
+  constexpr int kThreads = 3, kCalls = 300;
+  std::mutex mu;
+  std::vector<std::shared_ptr<Work>> from_callbacks;
+  std::set<std::thread::id> issuers;
+  std::vector<std::vector<std::shared_ptr<Work>>> works(kThreads);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      {
+        std::lock_guard<std::mutex> lock(mu);
+        issuers.insert(std::this_thread::get_id());
+      }
+      float buf[4] = {};
+      for (int i = 0; i < kCalls; ++i) {
+        auto w = IssueAllReduce(core, buf);
+        ASSERT_NE(w, nullptr);
+        if (i % 10 == t) {
+          w->OnComplete([&](const absl::Status&) {
+            auto again = core.Issue(CollectiveKind::kBarrier, nullptr, nullptr, 0, DataType::kUInt8,
+                                    ReduceOp::kSum, 0);
+            std::lock_guard<std::mutex> lock(mu);
+            if (again.ok()) from_callbacks.push_back(*again);
+          });
+        }
+        if (i % 2 == 0) ASSERT_TRUE(w->Wait().ok());
+        works[t].push_back(std::move(w));
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (auto& mine : works) {
+    for (auto& w : mine) ASSERT_TRUE(w->Wait().ok());
+  }
+  // Behind every call queued so far, and after every callback still
+  // running on the progress thread (it holds the executor lock).
+  float buf[4] = {};
+  ASSERT_TRUE(RunAllReduce(core, buf).ok());
+  std::vector<std::shared_ptr<Work>> extra;
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    extra = from_callbacks;
+  }
+  for (auto& w : extra) ASSERT_TRUE(w->Wait().ok());
+  const std::vector<uint64_t> started = ex.started();
+  for (size_t i = 0; i < started.size(); ++i) EXPECT_EQ(started[i], i);
+  const std::vector<std::string> events = ex.events();
+  int begun = 0;
+  for (size_t i = 0; i < events.size(); ++i) {
+    if (events[i].rfind("begin ", 0) != 0) continue;
+    ++begun;
+    ASSERT_LT(i + 1, events.size());
+    EXPECT_EQ(events[i + 1], "rest " + events[i].substr(6)) << "at event " << i;
+  }
+  EXPECT_GT(begun, 0);
+  EXPECT_EQ(started.size(), kThreads * kCalls + extra.size() + 1);
+  // Only the issuing threads began calls, never the progress thread in a
+  // callback.
+  for (std::thread::id id : ex.begin_threads()) EXPECT_EQ(issuers.count(id), 1u);
 }
 
 }  // namespace

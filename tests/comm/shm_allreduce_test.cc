@@ -74,6 +74,72 @@ TEST(ShmAllReduceTest, EveryTypeAndOpAcrossRoundsAndCollectives) {
 // stores are covered), with some, and with one rank streaming and the
 // others not, from inputs and into outputs off 16-byte lines, the result is
 // the exact one, as with cached stores.
+// Note [The issuer begins] (comm/async_core.h): an allreduce whose first
+// round ShmBeginAllReduce staged, and whose rest ShmAllReduce ran with
+// first_round_staged, gives the exact result; ranks that begin and ranks
+// that do not mix in the same collectives (every third collective, by rank,
+// is run whole); the staging is skipped, and nothing done, where the slot
+// is not free yet, and where there is nothing to reduce.
+TEST(ShmAllReduceTest, ACollectiveBegunByItsFirstRoundGivesTheExactResult) {
+  for (int world : {1, 2, 3, 5}) {
+    constexpr size_t kChunk = 64;  // tiny rounds: many rounds, slot reuse
+    Segments seg(world, kChunk);
+    std::atomic<bool> abort{false};
+    std::vector<int> begun(world, 0);
+    std::vector<std::thread> threads;
+    for (int r = 0; r < world; ++r) {
+      threads.emplace_back([&, r] {
+        ShmGroup g{r, world, kChunk, seg.bases};
+        uint64_t rounds = 0;
+        int n = 0;
+        for (size_t count : {0, 1, 7, 16, 17, 1023, 4099}) {
+          for (int t = 0; t < kNumDataTypes; ++t) {
+            for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kAvg, ReduceOp::kMax}) {
+              const auto type = static_cast<DataType>(t);
+              const size_t bytes = count * DataTypeSize(type);
+              std::vector<unsigned char> in(bytes + 1), out(bytes + 1), want(bytes + 1);
+              testing::FillInput(in.data(), count, type, op, r);
+              testing::FillExpected(want.data(), count, type, op, world);
+              const bool in_place = (t + n) % 2 == 0;
+              unsigned char* dst = in_place ? in.data() : out.data();
+              const uint64_t before = rounds;
+              bool staged = false;
+              if ((n + r) % 3 != 0) {
+                staged = ShmBeginAllReduce(g, in.data(), count, type, &rounds);
+                EXPECT_EQ(rounds, before + (staged ? 1 : 0));
+                if (count == 0) EXPECT_FALSE(staged);
+                begun[r] += staged;
+              }
+              ASSERT_TRUE(ShmAllReduce(g, in.data(), dst, count, type, op, &rounds, abort,
+                                       absl::InfiniteFuture(), nullptr, staged)
+                              .ok());
+              EXPECT_EQ(testing::CountMismatches(dst, want.data(), count, type), 0u)
+                  << "world " << world << " rank " << r << " count " << count << " "
+                  << DataTypeName(type) << " " << ReduceOpName(op) << " begun " << staged;
+              ++n;
+            }
+          }
+        }
+      });
+    }
+    for (auto& t : threads) t.join();
+    // Beginning was tried in two collectives of three; most found the slot
+    // free (a peer still reading it is the exception).
+    for (int r = 0; r < world; ++r) EXPECT_GT(begun[r], 0) << "world " << world << " rank " << r;
+  }
+  // The slot of the round after kSlots more is busy until every rank has
+  // consumed the round before: nothing is staged and the counter stays.
+  constexpr size_t kChunk = 64;
+  Segments seg(2, kChunk);
+  ShmGroup g{0, 2, kChunk, seg.bases};
+  uint64_t rounds = 0;
+  std::vector<float> buf(16, 1.0f);  // one round per collective on 2 ranks
+  int staged = 0;
+  while (ShmBeginAllReduce(g, buf.data(), buf.size(), DataType::kFloat32, &rounds)) ++staged;
+  EXPECT_EQ(staged, 4) << "kSlots rounds staged before the first slot is needed again";
+  EXPECT_EQ(rounds, 4u);
+}
+
 // Note [Faulting the segments in]: the owner's Init writes every byte (a
 // segment that held anything before comes out all zero), so each of its
 // pages is faulted in before any allreduce.

@@ -1,7 +1,7 @@
 // UCX backend with ranks as threads of one process over an in-memory store.
 // Every result is compared bit for bit with an independent reference
 // (comm/testing/exact_data.h).
-#include "comm/ucx/communicator.h"
+#include <time.h>
 
 #include <algorithm>
 #include <cstring>
@@ -16,6 +16,7 @@
 #include "absl/strings/string_view.h"
 #include "comm/memory_store.h"
 #include "comm/testing/exact_data.h"
+#include "comm/ucx/communicator.h"
 #include "gtest/gtest.h"
 #include "tests/common/run_ranks_ucx.h"
 
@@ -506,6 +507,85 @@ TEST(UcxCommunicatorTest, AMismatchBesideRabenseifnerFailsEveryRankAtEightRanks)
   }
 }
 
+// Note [Beginning on the issuing thread]: non-blocking AllReduces issued to
+// an idle communicator on one host, begun by their issuer (issuer_begins
+// on) or not (off), give the exact result at sizes that ride in the header
+// round, that take one shared-memory round and several, in place and out
+// of place.
+TEST_P(UcxAllReduceTest, NonBlockingCallsBegunByTheirIssuerAreExact) {
+  const int world = GetParam();
+  for (auto begins : {UcxOptions::IssuerBegins::kOn, UcxOptions::IssuerBegins::kOff}) {
+    for (UcxOptions options : {UcxOptions{}, ShmOnly()}) {
+      options.issuer_begins = begins;
+      RunRanks(world, options, [&](int rank, Communicator& comm) {
+        for (size_t count : {0, 1, 7, 1023, 4097, 70000}) {
+          for (int t = 0; t < kNumDataTypes; ++t) {
+            const auto type = static_cast<DataType>(t);
+            const ReduceOp op = t % 2 == 0 ? ReduceOp::kSum : ReduceOp::kAvg;
+            const bool in_place = (t + count) % 2 == 0;
+            const size_t bytes = count * DataTypeSize(type);
+            std::vector<unsigned char> in(bytes + 1), out(bytes + 1, 0xAB), want(bytes + 1);
+            FillInput(in.data(), count, type, op, rank);
+            FillExpected(want.data(), count, type, op, world);
+            unsigned char* dst = in_place ? in.data() : out.data();
+            // Run on its caller: the core is idle when the next call comes.
+            ASSERT_TRUE(BarrierSync(comm).ok());
+            auto w = comm.AllReduce(in.data(), dst, count, type, op);
+            ASSERT_TRUE(w.ok()) << w.status();
+            ASSERT_TRUE((*w)->Wait().ok()) << (*w)->status();
+            EXPECT_EQ(CountMismatches(dst, want.data(), count, type), 0u)
+                << "rank " << rank << "/" << world << " count " << count << " "
+                << DataTypeName(type) << (in_place ? " in place" : " out of place");
+            if (!in_place) EXPECT_EQ(out[bytes], 0xAB) << "wrote past the end";
+          }
+        }
+      });
+    }
+  }
+}
+
+// Shared-memory rounds of 4 MiB a rank, so that staging the first round
+// copies 4 MiB: where the issuer begins, Issue does that copy itself, on
+// the issuing thread's own CPU time (at least 42 us: 4 MiB at 100 GB/s).
+// Where the progress thread starts the call, Issue only queues it (a few
+// microseconds of CPU; time the issuer spends preempted does not count).
+UcxOptions BigShmRounds(UcxOptions::IssuerBegins begins) {
+  UcxOptions o;
+  o.shm_chunk_bytes = 4 << 20;
+  o.issuer_begins = begins;
+  return o;
+}
+constexpr int64_t kBigRoundCopyNs = 42000;
+
+int64_t ThreadCpuNs() {
+  timespec ts{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return int64_t{ts.tv_sec} * 1000000000 + ts.tv_nsec;
+}
+
+TEST(UcxCommunicatorTest, TheIssuerStagesTheFirstRoundOfACallToAnIdleCommunicator) {
+  RunRanks(2, BigShmRounds(UcxOptions::IssuerBegins::kOn), [&](int rank, Communicator& comm) {
+    constexpr size_t kCount = (8 << 20) / sizeof(float) + 5;  // two rounds and a bit
+    for (int i = 0; i < 5; ++i) {
+      std::vector<float> buf(kCount, static_cast<float>(rank + i));
+      ASSERT_TRUE(BarrierSync(comm).ok());
+      const int64_t before = Work::SteadyNowNs();
+      const int64_t cpu = ThreadCpuNs();
+      auto w = comm.AllReduce(buf.data(), buf.data(), kCount, DataType::kFloat32, ReduceOp::kSum);
+      const int64_t issue_cpu = ThreadCpuNs() - cpu;
+      ASSERT_TRUE(w.ok()) << w.status();
+      ASSERT_TRUE((*w)->Wait().ok()) << (*w)->status();
+      EXPECT_GE(issue_cpu, kBigRoundCopyNs) << "rank " << rank << " call " << i;
+      // Marked started by the issuer as it began.
+      EXPECT_GE((*w)->started_ns(), before);
+      const float want = static_cast<float>(1 + 2 * i);
+      size_t wrong = 0;
+      for (float v : buf) wrong += v != want;
+      EXPECT_EQ(wrong, 0u) << "rank " << rank << " call " << i;
+    }
+  });
+}
+
 INSTANTIATE_TEST_SUITE_P(WorldSizes, UcxAllReduceTest, ::testing::Values(1, 2, 3, 4, 5),
                          [](const auto& info) { return absl::StrCat("World", info.param); });
 
@@ -516,6 +596,32 @@ TEST(UcxCommunicatorTest, MismatchedCountsFailOnEveryRankNamingBoth) {
       std::vector<float> buf(count, 1.0f);
       absl::Status s = AllReduceSync(comm, buf.data(), buf.data(), count,
                                      DataType::kFloat32, ReduceOp::kSum);
+      EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+      EXPECT_NE(s.message().find("count=10"), std::string::npos) << s;
+      EXPECT_NE(s.message().find(absl::StrCat("count=", big)), std::string::npos) << s;
+      EXPECT_NE(s.message().find("rank 1"), std::string::npos) << s;
+    });
+  }
+}
+
+// A mismatch is found on every rank when the calls were begun by their
+// issuers (Note [Beginning on the issuing thread]): the headers published
+// by Begin are compared in Start as always, also by a rank whose first
+// round is staged (rank 1 at the larger size: checked as in the test
+// above).
+TEST(UcxCommunicatorTest, MismatchedCountsBegunByTheirIssuersFailOnEveryRankNamingBoth) {
+  const UcxOptions options = BigShmRounds(UcxOptions::IssuerBegins::kOn);
+  for (size_t big : {100, 3000000}) {  // one-shot and shared-memory sizes
+    RunRanks(3, options, [&](int rank, Communicator& comm) {
+      ASSERT_TRUE(BarrierSync(comm).ok());
+      const size_t count = rank == 1 ? big : 10;
+      std::vector<float> buf(count, 1.0f);
+      const int64_t cpu = ThreadCpuNs();
+      auto w = comm.AllReduce(buf.data(), buf.data(), count, DataType::kFloat32, ReduceOp::kSum);
+      const int64_t issue_cpu = ThreadCpuNs() - cpu;
+      ASSERT_TRUE(w.ok()) << w.status();
+      absl::Status s = (*w)->Wait();
+      if (rank == 1 && big > 100) EXPECT_GE(issue_cpu, kBigRoundCopyNs);
       EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
       EXPECT_NE(s.message().find("count=10"), std::string::npos) << s;
       EXPECT_NE(s.message().find(absl::StrCat("count=", big)), std::string::npos) << s;
