@@ -44,7 +44,9 @@
 // `idle_spin` (yielding on each look, so compute and peers sharing the core
 // are not starved), then blocks on a condition variable that Issue signals
 // whenever the thread is blocked, so a call issued to an idle communicator
-// waits one futex wake-up, and one issued within the spin window none.
+// waits one futex wake-up, and one issued within the spin window none
+// (where the backend lets the issuer begin it, none either: Note [The
+// issuer begins]).
 // Why a condition variable and not the UCP worker's event fd (block on the
 // fd, Issue waking it): UCX runs each collective to its end inside Start
 // (its waits poll the worker and, where ranks outnumber cores, sleep on
