@@ -26,6 +26,14 @@ absl::Status NeverRan() {
   return absl::CancelledError("communicator destroyed before the collective ran");
 }
 
+// The status of a call its issuer began (Note [The issuer begins]) that was
+// cancelled before the rest ran: its first step may have reached peers.
+absl::Status CancelledAfterItBegan() {
+  return absl::CancelledError(
+      "communicator destroyed after the collective began on the issuing thread, before the rest "
+      "ran (peers may have received this rank's first step)");
+}
+
 }  // namespace
 
 AsyncCore::AsyncCore(AsyncCoreOptions options) : options_(std::move(options)) {}
@@ -158,6 +166,8 @@ std::shared_ptr<Work> AsyncCore::NewWork() const {
   auto work = std::make_shared<Work>();
   if (options_.callers_execute) {
     work->SetDriver([exec = exec_] {
+      // Never a second time on the thread that holds the lock.
+      if (exec->holder.load(std::memory_order_relaxed) == std::this_thread::get_id()) return false;
       ExecLock lock(*exec, std::try_to_lock);
       return lock.owns_lock() && exec->self != nullptr && exec->self->Step();
     });
@@ -200,8 +210,10 @@ std::shared_ptr<Work> AsyncCore::TryBegin(CollectiveCall& call) {
     queued_.store(queue_.size(), std::memory_order_release);
     wake = sleeping_;
   }
-  mine->work->MarkStarted();
+  // Stamped as the first step starts, kept only if there was one.
+  const int64_t began = Work::SteadyNowNs();
   mine->begun = executor_->Begin(*mine);
+  if (mine->begun) mine->work->MarkStartedAt(began);
   exec.unlock();
   if (wake) cv_.notify_one();
   return w;
@@ -323,7 +335,8 @@ bool AsyncCore::Step() {
     if (!call.begun) call.work->MarkStarted();
     if (abort_.load(std::memory_order_relaxed)) {
       cancelled_any_.store(true, std::memory_order_relaxed);
-      call.work->Complete(NeverRan());
+      // A begun call's first step went out (Note [The issuer begins]).
+      call.work->Complete(call.begun ? CancelledAfterItBegan() : NeverRan());
       continue;
     }
     if (broken_) {

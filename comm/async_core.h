@@ -45,8 +45,8 @@
 // are not starved), then blocks on a condition variable that Issue signals
 // whenever the thread is blocked, so a call issued to an idle communicator
 // waits one futex wake-up, and one issued within the spin window none
-// (where the backend lets the issuer begin it, none either: Note [The
-// issuer begins]).
+// (where the backend lets the issuer begin the call, its first step waits
+// for none: Note [The issuer begins]).
 // Why a condition variable and not the UCP worker's event fd (block on the
 // fd, Issue waking it): UCX runs each collective to its end inside Start
 // (its waits poll the worker and, where ranks outnumber cores, sleep on
@@ -148,9 +148,14 @@
 // issuer_begins)), Issue runs it on the issuing thread instead, when it can
 // do so at once: it tries the executor lock (never waits for it), and with
 // nothing queued or in flight it queues the call with the next sequence
-// number, marks it started, lets the executor begin it (call.begun), then
-// lets go of the lock and wakes the progress thread, which runs the rest in
-// Start. Order holds: the call took its sequence number and its place in
+// number, lets the executor begin it (call.begun; the Work is marked
+// started when the first step began), then lets go of the lock and wakes the
+// progress thread, which runs the rest in Start. What launch-to-start then
+// measures for such a call is the issue up to its first step, not the
+// wake-up that the rest still waits for; its time to completion is the
+// end-to-end figure (fusebox-perf allreduce --launch reports both). A begun
+// call cancelled by Stop before its rest ran says so: its first step may
+// have reached peers. Order holds: the call took its sequence number and its place in
 // the queue under mu_, and no call can start before it while the issuer
 // holds the executor lock. A thread that already holds the executor lock (a
 // completion callback that issues, run by Step on the progress thread or on

@@ -67,8 +67,10 @@ class Work {
   // and a sleeping progress thread's wake-up.
   int64_t issued_ns() const { return issued_ns_; }
   int64_t started_ns() const { return started_ns_.load(std::memory_order_acquire); }
-  // Backend side: the collective starts executing now. Once.
-  void MarkStarted() { started_ns_.store(SteadyNowNs(), std::memory_order_release); }
+  // Backend side: the collective starts executing now (or at `ns`, a
+  // SteadyNowNs() taken when it did). Once.
+  void MarkStarted() { MarkStartedAt(SteadyNowNs()); }
+  void MarkStartedAt(int64_t ns) { started_ns_.store(ns, std::memory_order_release); }
   // When Complete() was called (0 before): with the previous collective's,
   // it splits launch-to-start into queueing behind earlier collectives and
   // the executor's own reaction.

@@ -202,6 +202,13 @@ absl::StatusOr<AllReduceSummary> RunAllReduce(Context& ctx, const PerfOptions& o
               p50 = *m50;
               p99 = *m99;
               jrow["launch_us"] = {{"p50", p50}, {"p99", p99}, {"samples", o.launch_samples}};
+              // End to end: issue to completion, the same calls.
+              auto d50 = ctx.Mean(key + "/done50", (*d)->done_p50_us);
+              if (!d50.ok()) return d50.status();
+              auto d99 = ctx.Mean(key + "/done99", (*d)->done_p99_us);
+              if (!d99.ok()) return d99.status();
+              jrow["launch_done_us"] = {
+                  {"p50", *d50}, {"p99", *d99}, {"samples", o.launch_samples}};
             }
             launch_cols = p50 < 0 ? "       n/a     n/a" : absl::StrFormat("  %7.1f %7.1f", p50, p99);
           }

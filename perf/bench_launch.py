@@ -5,7 +5,8 @@ What it measures (fusebox-perf's own figures, 2 local ranks, UCX backend):
 
   idle      fusebox-perf allreduce --launch S: a non-blocking AllReduce issued after a 1 ms
             pause (the progress thread idle, as when backward hands over its first bucket),
-            polled with Test() and never driven; issue -> the backend starting it, p50/p99.
+            polled with Test() and never driven; issue -> the backend starting it, and issue ->
+            its completion (end to end), p50/p99.
   blocking  fusebox-perf allreduce -z 1 at 8 B: every call waited before the next (the
             caller executes its own collective), mean time per call.
   overlap   fusebox-perf overlap on the bundled profile: every bucket's launch -> start, less
@@ -85,7 +86,8 @@ def main(argv=None):
             return 2
     os.makedirs(args.out, exist_ok=True)
 
-    results = {name: {"idle": {s: [] for s in sizes}, "blocking": [], "overlap": {}}
+    results = {name: {"idle": {s: [] for s in sizes}, "idle_done": {s: [] for s in sizes},
+                      "blocking": [], "overlap": {}}
                for name in builds}
     for rep in range(args.repeats):
         order = list(builds) if rep % 2 == 0 else list(reversed(list(builds)))
@@ -101,6 +103,7 @@ def main(argv=None):
                     j.replace(".json", ".log"), args.timeout)
                 row = json.load(open(j))["results"][0]
                 results[name]["idle"][s].append(row.get("launch_us"))
+                results[name]["idle_done"][s].append(row.get("launch_done_us"))
             j = os.path.join(args.out, "%s-blocking.json" % tag)
             run([launcher, "-n", "2", "--", perf, "allreduce", "-b", "8", "-e", "8", "-z", "1",
                  "-n", "2000", "-w", "200", "--launch", "0", "--json", j] + extra[name],
@@ -132,6 +135,9 @@ def main(argv=None):
         for q in ("p50", "p99"):
             vals = [median([d[q] for d in results[n]["idle"][s] if d]) for n in builds]
             add("idle launch-to-start %d B, %s (us)" % (s, q), *vals)
+        for q in ("p50", "p99"):
+            vals = [median([d[q] for d in results[n]["idle_done"][s] if d]) for n in builds]
+            add("idle launch-to-done %d B, %s (us)" % (s, q), *vals)
     add("blocking 8 B, time per call (us)", *[median(results[n]["blocking"]) for n in builds],
         fmt="%.2f")
     for plan in sorted(results["new"]["overlap"]):

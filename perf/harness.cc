@@ -77,7 +77,7 @@ absl::StatusOr<double> Context::TimeBlocking(const std::function<absl::Status()>
 absl::StatusOr<std::optional<Context::LaunchDelay>> Context::LaunchToStart(
     const std::function<absl::StatusOr<std::shared_ptr<comm::Work>>()>& issue, int samples,
     absl::Duration idle) {
-  std::vector<double> us;
+  std::vector<double> us, done_us;
   bool marked = true;
   for (int i = 0; i < samples; ++i) {
     if (absl::Status s = comm::BarrierSync(comm_); !s.ok()) return s;
@@ -89,12 +89,18 @@ absl::StatusOr<std::optional<Context::LaunchDelay>> Context::LaunchToStart(
     const int64_t start = (*w)->started_ns();
     if (start == 0) marked = false;
     us.push_back(static_cast<double>(start - (*w)->issued_ns()) / 1e3);
+    done_us.push_back(static_cast<double>((*w)->completed_ns() - (*w)->issued_ns()) / 1e3);
   }
   if (!marked || us.empty()) return std::optional<LaunchDelay>();
-  std::sort(us.begin(), us.end());
+  const auto percentile = [](std::vector<double>& v, double q) {
+    std::sort(v.begin(), v.end());
+    return v[std::min(v.size() - 1, static_cast<size_t>(q * v.size()))];
+  };
   LaunchDelay d;
-  d.p50_us = us[us.size() / 2];
-  d.p99_us = us[std::min(us.size() - 1, static_cast<size_t>(0.99 * us.size()))];
+  d.p50_us = percentile(us, 0.5);
+  d.p99_us = percentile(us, 0.99);
+  d.done_p50_us = percentile(done_us, 0.5);
+  d.done_p99_us = percentile(done_us, 0.99);
   return std::optional<LaunchDelay>(d);
 }
 

@@ -90,8 +90,10 @@ class Context {
   // started_ns - issued_ns. Returns this rank's median and 99th percentile
   // in microseconds, or nullopt when the backend does not mark starts.
   struct LaunchDelay {
-    double p50_us = 0;
+    double p50_us = 0;  // issue to start (Work::started_ns)
     double p99_us = 0;
+    double done_p50_us = 0;  // issue to completion (Work::completed_ns): end to end
+    double done_p99_us = 0;
   };
   absl::StatusOr<std::optional<LaunchDelay>> LaunchToStart(
       const std::function<absl::StatusOr<std::shared_ptr<comm::Work>>()>& issue, int samples,

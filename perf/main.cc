@@ -64,7 +64,8 @@ ABSL_FLAG(int64_t, offset, 0,
           "large blocks, numpy's arrays among them, start 16 bytes past a page");
 ABSL_FLAG(int, launch, 20,
           "launch-to-start samples per size: non-blocking calls issued to an idle "
-          "communicator, timed from issue until the backend starts executing them (0: off)");
+          "communicator, timed from issue until the backend starts executing them, and until "
+          "they complete (the JSON's launch_done_us; 0: off)");
 ABSL_FLAG(double, ucx_spin_us, 0,
           "ucx backend: microseconds the progress thread keeps looking for work before it "
           "blocks until woken (0: at once, which lets a bucket launched during backward start "

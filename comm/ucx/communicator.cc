@@ -298,7 +298,7 @@ class UcxCommunicator final : public Communicator, private CollectiveExecutor {
   ucp_mem_h shm_memh_ = nullptr;
   ucx::ShmGroup shm_group_;                   // every rank's segment, mapped here
   std::vector<ucp_rkey_h> shm_rkeys_;
-  uint64_t shm_round_ = 0;                    // rounds completed (all ranks agree)
+  uint64_t shm_round_ = 0;                    // rounds staged (all ranks agree)
   ucx::StagingChooser staging_;               // Note [Choosing how to stage]
   // The header round through the segments' mailboxes (Note [Shared-memory
   // exchange] in shm_allreduce.h) when every rank has them.

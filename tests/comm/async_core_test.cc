@@ -43,7 +43,6 @@ class FakeExecutor : public CollectiveExecutor {
     std::lock_guard<std::mutex> lock(mu_);
     events_.push_back(absl::StrCat("begin ", call.seq));
     begin_threads_.push_back(std::this_thread::get_id());
-    begin_started_ns_.push_back(call.work->started_ns());
     return begin_result_;
   }
 
@@ -137,10 +136,7 @@ class FakeExecutor : public CollectiveExecutor {
     std::lock_guard<std::mutex> lock(mu_);
     return begin_threads_;
   }
-  std::vector<int64_t> begin_started_ns() {
-    std::lock_guard<std::mutex> lock(mu_);
-    return begin_started_ns_;
-  }
+
   size_t abandoned() {
     std::lock_guard<std::mutex> lock(mu_);
     return abandoned_;
@@ -163,7 +159,6 @@ class FakeExecutor : public CollectiveExecutor {
   std::vector<absl::Time> deadlines_;
   std::vector<std::string> events_;
   std::vector<std::thread::id> begin_threads_;
-  std::vector<int64_t> begin_started_ns_;
   std::set<uint64_t> in_flight_;
   std::vector<FinishedCall> released_;
   absl::Status poll_error_;
@@ -667,11 +662,15 @@ TEST(AsyncCoreTest, ABlockingCallAfterStopIsCancelled) {
 }
 
 // Note [The issuer begins]: a call issued to an idle core is begun on the
-// issuing thread, already marked started, and its rest runs in Start next
-// (call.begun); without issuer_begins, or where Begin declines, nothing is
-// begun and the progress thread marks the start.
+// issuing thread, marked started as Begin began, and its rest runs in Start
+// next (call.begun); without issuer_begins nothing is begun, and where Begin
+// declines the call starts as before and the progress thread marks it.
+// (After a pause the core is idle, but the progress thread may still hold
+// the executor lock on a loaded machine: such a call is queued, not begun.
+// So most calls, not all, must have been begun.)
 TEST(AsyncCoreTest, ACallIssuedToAnIdleCoreIsBegunOnTheIssuingThread) {
   float buf[4] = {};
+  constexpr int kCalls = 20;
   for (bool enabled : {false, true}) {
     for (bool accepts : {false, true}) {
       SCOPED_TRACE(absl::StrCat("issuer_begins ", enabled, ", Begin returns ", accepts));
@@ -679,25 +678,43 @@ TEST(AsyncCoreTest, ACallIssuedToAnIdleCoreIsBegunOnTheIssuingThread) {
       ex.begin_result_ = accepts;
       AsyncCore core(Options());
       core.Start(&ex, 0, absl::ZeroDuration(), enabled);
-      for (uint64_t i = 0; i < 20; ++i) {
+      std::vector<int64_t> issued(kCalls), returned(kCalls), started(kCalls);
+      for (int i = 0; i < kCalls; ++i) {
         absl::SleepFor(absl::Milliseconds(1));  // the progress thread idle, asleep
-        const int64_t before = Work::SteadyNowNs();
+        issued[i] = Work::SteadyNowNs();
         auto w = IssueAllReduce(core, buf);
-        const int64_t issued = Work::SteadyNowNs();
+        returned[i] = Work::SteadyNowNs();
         ASSERT_TRUE(w->Wait().ok());
-        if (enabled && accepts) {
-          // Marked before Issue returned, on this thread, before Begin.
-          EXPECT_GE(w->started_ns(), before);
-          EXPECT_LE(w->started_ns(), issued);
-          EXPECT_EQ(ex.begin_started_ns().back(), w->started_ns());
+        started[i] = w->started_ns();
+      }
+      // Per call: "begin i" then "rest i" (begun), "begin i" then "start i"
+      // (declined), or "start i" alone (not tried).
+      const std::vector<std::string> events = ex.events();
+      size_t e = 0;
+      int begun = 0, tried = 0;
+      for (int i = 0; i < kCalls; ++i) {
+        ASSERT_LT(e, events.size());
+        if (events[e] == absl::StrCat("begin ", i)) {
+          ++tried;
+          ++e;
+          ASSERT_LT(e, events.size());
+          if (events[e] == absl::StrCat("rest ", i)) {
+            ++begun;
+            // Marked on this thread as Begin began, before Issue returned.
+            EXPECT_GE(started[i], issued[i]);
+            EXPECT_LE(started[i], returned[i]);
+          } else {
+            EXPECT_EQ(events[e], absl::StrCat("start ", i));
+          }
+        } else {
+          EXPECT_EQ(events[e], absl::StrCat("start ", i));
         }
+        ++e;
       }
-      std::vector<std::string> want;
-      for (uint64_t i = 0; i < 20; ++i) {
-        if (enabled) want.push_back(absl::StrCat("begin ", i));
-        want.push_back(absl::StrCat(enabled && accepts ? "rest " : "start ", i));
-      }
-      EXPECT_EQ(ex.events(), want);
+      EXPECT_EQ(e, events.size());
+      if (!enabled) EXPECT_EQ(tried, 0);
+      if (enabled) EXPECT_GE(tried, kCalls / 2);
+      EXPECT_EQ(begun, accepts ? tried : 0);
       for (std::thread::id t : ex.begin_threads()) EXPECT_EQ(t, std::this_thread::get_id());
     }
   }
