@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Two bench_gap sweeps of the same build, cell by cell and plan by plan (A = the first, B = the
-second): iteration time B/A, exposed communication, the gap report's late-gradients term, and each
+second): iteration time B/A, iteration over the run's bound B/A, exposed communication, the gap report's late-gradients term, and each
 sweep's held-out prediction error (the plans bench_gap holds out: all but ddp and tuned).
 
   python3 docs/gap/20261129-issuer/compare.py A_DIR B_DIR
@@ -43,6 +43,12 @@ def main(a_dir, b_dir):
               if k[0].endswith("-r" + ratio)]
         print("  t(all)/T_b = %s: median %.3f, B faster in %d of %d" % (
             ratio, statistics.median(rs), sum(x < 1 for x in rs), len(rs)))
+    # Each run scales compute to its own t(all) (--compute_scale auto), so iteration times of two
+    # sweeps differ with that scale; iteration over the run's own bound does not.
+    rel = [(b[k]["iteration_us"] / b[k]["bound_us"]) / (a[k]["iteration_us"] / a[k]["bound_us"])
+           for k in keys]
+    print("iteration/bound B over A: median %.3f, range %.3f-%.3f, B lower in %d of %d" % (
+        statistics.median(rel), min(rel), max(rel), sum(x < 1 for x in rel), len(rel)))
     late = [(a[k]["gap"]["late_gradients_us"], b[k]["gap"]["late_gradients_us"]) for k in keys]
     print("late gradients (ms), median over plan-cells: A %.2f, B %.2f; B larger in %d of %d" % (
         statistics.median(x for x, _ in late) / 1e3, statistics.median(y for _, y in late) / 1e3,
