@@ -167,7 +167,7 @@ std::shared_ptr<Work> AsyncCore::NewWork() const {
   if (options_.callers_execute) {
     work->SetDriver([exec = exec_] {
       // Never a second time on the thread that holds the lock.
-      if (exec->holder.load(std::memory_order_relaxed) == std::this_thread::get_id()) return false;
+      if (exec->HeldHere()) return false;
       ExecLock lock(*exec, std::try_to_lock);
       return lock.owns_lock() && exec->self != nullptr && exec->self->Step();
     });
@@ -189,7 +189,7 @@ absl::StatusOr<std::shared_ptr<Work>> AsyncCore::Issue(CollectiveKind kind, cons
 std::shared_ptr<Work> AsyncCore::TryBegin(CollectiveCall& call) {
   // Never a second time on a thread that holds the lock (a completion
   // callback run by Step): it would deadlock, and it would not be idle.
-  if (exec_->holder.load(std::memory_order_relaxed) == std::this_thread::get_id()) return nullptr;
+  if (exec_->HeldHere()) return nullptr;
   ExecLock exec(*exec_, std::try_to_lock);
   if (!exec.owns_lock() || exec_->self == nullptr || broken_ || !in_flight_.empty() ||
       abort_.load(std::memory_order_relaxed)) {

@@ -324,6 +324,9 @@ class AsyncCore {
     // The thread holding mu (none: std::thread::id()), so that a thread
     // that holds it never tries it again (Note [The issuer begins]).
     std::atomic<std::thread::id> holder{};
+    bool HeldHere() const {
+      return holder.load(std::memory_order_relaxed) == std::this_thread::get_id();
+    }
   };
   // Holds (or tries) an ExecState's mu and names this thread its holder
   // meanwhile.

@@ -291,6 +291,13 @@ class UcxCommunicator final : public Communicator, private CollectiveExecutor {
   // Compares the headers in received_ (Note [UCX collective protocol]).
   absl::Status CheckHeaders() const;
   absl::Status ShmAllReduce(const Request& req, const Begun* begun);
+  // Whether this rank's next shared-memory allreduce of `bytes` stages with
+  // streaming stores (UcxOptions::shm_stores; kAuto asks the chooser, once
+  // per collective).
+  bool StreamsInto(size_t bytes) {
+    return options_.shm_stores == UcxOptions::ShmStores::kStreamed ||
+           (options_.shm_stores == UcxOptions::ShmStores::kAuto && staging_.Stream(bytes));
+  }
   bool shm_enabled_ = false;
   // The call Begin began, until Start takes it (executor lock).
   std::optional<Begun> begun_;
@@ -541,8 +548,7 @@ bool UcxCommunicator::Begin(CollectiveCall& call) {
   b.seq = call.seq;
   b.exchange = *exchange;
   if (algorithm == Algorithm::kShmAllReduce) {
-    b.stream = options_.shm_stores == UcxOptions::ShmStores::kStreamed ||
-               (options_.shm_stores == UcxOptions::ShmStores::kAuto && staging_.Stream(bytes));
+    b.stream = StreamsInto(bytes);
     shm_group_.stream_bytes = b.stream ? ucx::kStreamMinCopyBytes : 0;
     const auto start = std::chrono::steady_clock::now();
     b.staged = ucx::ShmBeginAllReduce(shm_group_, req.send, call.count, call.type, &shm_round_);
@@ -1112,9 +1118,7 @@ absl::Status UcxCommunicator::ShmAllReduce(const Request& req, const Begun* begu
   const bool choose = options_.shm_stores == UcxOptions::ShmStores::kAuto;
   // A begun call keeps the kind of store its first round was staged with,
   // and is charged that staging's time.
-  const bool stream = begun != nullptr ? begun->stream
-                                       : options_.shm_stores == UcxOptions::ShmStores::kStreamed ||
-                                             (choose && staging_.Stream(bytes));
+  const bool stream = begun != nullptr ? begun->stream : StreamsInto(bytes);
   shm_group_.stream_bytes = stream ? ucx::kStreamMinCopyBytes : 0;
   const auto start = std::chrono::steady_clock::now();
   absl::Duration waited;
