@@ -90,12 +90,9 @@ struct UcxOptions {
   // where ranks outnumber a machine's cores the linear round), per size
   // class, each twice the last: rank 0 decides and every rank switches after
   // the same collective (Note [Measured choice] in
-  // comm/ucx/measured_choice.h). Off by default: on emulated hosts behind
-  // token-bucket shaping the trial's first calls ride the bucket's burst and
-  // chose algorithms that lose once it drains (1.35-1.5x the static table's
-  // time at 8-16 KiB on 8 hosts over 1 Gbit), though it gained 0.80-0.84x at
-  // 8-16 KiB on 4 hosts over 4 Gbit (docs/allreduce/20261128-measured-choice).
-  size_t measured_choice_bytes = 0;
+  // comm/ucx/measured_choice.h). A class's trial takes up to 102 calls; a
+  // benchmark's warm-up should cover them. 0: the static table alone.
+  size_t measured_choice_bytes = 64 << 10;
   // Pipeline chunk of the ring algorithm. Small enough that a received chunk
   // is still in cache when it is reduced.
   size_t chunk_bytes = 256 << 10;

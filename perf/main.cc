@@ -127,12 +127,13 @@ ABSL_FLAG(std::string, ucx_opening, "auto",
 ABSL_FLAG(std::string, ucx_linear, "4K",
           "ucx backend: where the linear round opens, AllReduce up to this size rides in it "
           "(at most 1M)");
-ABSL_FLAG(std::string, ucx_measured_choice, "0",
+ABSL_FLAG(std::string, ucx_measured_choice, "64K",
           "ucx backend: over messages, in a world of at least 3 ranks, AllReduce above 4K up to "
           "this size times its candidate algorithms (recursive doubling, Rabenseifner, and "
           "where ranks outnumber a machine's cores the linear round) on its first calls, per "
-          "size class, and every rank runs the one fastest on rank 0 from then on; the choices "
-          "are printed after the sweep (at most 1M; 0, the default: the static table)");
+          "size class, and every rank runs the one fastest on rank 0 from then on (a class's trial "
+          "takes up to 102 calls: give -w that many); the choices are printed after the sweep "
+          "(at most 1M; 0: the static table)");
 ABSL_FLAG(std::string, ucx_small, "4K",
           "ucx backend: on one host, messages up to this size ride in the header round "
           "(one-shot; raised to 32K where up to 8 ranks outnumber the host's cores; 0: never)");

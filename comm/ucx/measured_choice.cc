@@ -41,7 +41,9 @@ MeasuredChoice::MeasuredChoice(std::vector<AlgorithmTable::MeasuredClass> classe
     s.spec = std::move(c);
     const size_t k = s.spec.candidates.size();
     s.live.assign(k, true);
+    s.blocks.assign(k, 0);
     s.samples.resize(k);
+    s.early.resize(k);
     s.costs.assign(k, 0);
     s.drop_queued.assign(k, false);
     classes_.push_back(std::move(s));
@@ -59,13 +61,20 @@ std::optional<MeasuredChoice::Pick> MeasuredChoice::Next(size_t bytes) {
       p.candidate = c.decided;
     } else {
       if (call < kTrialWarmCalls) return std::nullopt;
-      // The live candidates in turn, a block each.
-      const int64_t pos = c.since_change++;
-      int64_t nth = (pos / kTrialBlock) % std::count(c.live.begin(), c.live.end(), true);
-      for (p.candidate = 0; !c.live[p.candidate] || nth-- > 0; ++p.candidate) {
+      if (c.current < 0 || c.in_block == kTrialBlock || !c.live[c.current]) {
+        // The next block: the live candidate with the fewest blocks begun.
+        c.current = -1;
+        for (int j = 0; j < static_cast<int>(c.live.size()); ++j) {
+          if (c.live[j] && (c.current < 0 || c.blocks[j] < c.blocks[c.current])) c.current = j;
+        }
+        ++c.blocks[c.current];
+        c.in_block = 0;
       }
-      p.sample = pos % kTrialBlock != 0;
-      p.pos = pos;
+      p.candidate = c.current;
+      p.sample = c.in_block > 0;
+      p.settled = c.in_block >= kTrialSettle;
+      p.pos = c.trial_calls++;
+      ++c.in_block;
     }
     p.algorithm = c.spec.candidates[p.candidate];
     return p;
@@ -84,33 +93,46 @@ void MeasuredChoice::Record(const std::optional<Pick>& pick, absl::Time start, a
   if (!pick.has_value() || !pick->sample || pick->cls < 0) return;
   State& c = classes_[pick->cls];
   if (c.decided >= 0 || c.decision_queued || !c.live[pick->candidate]) return;
-  c.samples[pick->candidate].push_back(absl::ToDoubleMicroseconds(end - from));
+  const double us = absl::ToDoubleMicroseconds(end - from);
+  if (pick->settled) {
+    c.early[pick->candidate].clear();
+    c.samples[pick->candidate].push_back(us);
+  } else {
+    c.early[pick->candidate].push_back(us);
+  }
   Judge(pick->cls);
 }
 
 void MeasuredChoice::Judge(int cls) {
   State& c = classes_[cls];
-  const size_t block = kTrialBlock - 1;  // samples per block
-  size_t least = SIZE_MAX;               // samples of the live candidate with fewest
-  int cheapest = -1, alive = 0;
+  constexpr size_t kSettled = kTrialBlock - kTrialSettle;  // settled samples per block
+  int cheapest = -1;  // of the candidates with a block's settled samples
   for (size_t j = 0; j < c.samples.size(); ++j) {
-    if (!c.live[j] || c.drop_queued[j]) continue;
-    ++alive;
-    least = std::min(least, c.samples[j].size());
-  }
-  if (least < block) return;
-  for (size_t j = 0; j < c.samples.size(); ++j) {
-    if (!c.live[j] || c.drop_queued[j]) continue;
+    if (!c.live[j] || c.drop_queued[j] || c.samples[j].size() < kSettled) continue;
     c.costs[j] = TrimmedMean(c.samples[j]);
     if (cheapest < 0 || c.costs[j] < c.costs[cheapest]) cheapest = static_cast<int>(j);
   }
+  if (cheapest < 0) return;
+  bool all_settled = true;
   for (size_t j = 0; j < c.samples.size(); ++j) {
-    if (!c.live[j] || c.drop_queued[j] || c.costs[j] <= kDropRatio * c.costs[cheapest]) continue;
+    if (!c.live[j] || c.drop_queued[j]) continue;
+    // Settled, or dear already before settling (a burst only flatters).
+    const bool settled = c.samples[j].size() >= kSettled;
+    if (!settled) {
+      if (c.early[j].size() < static_cast<size_t>(kTrialEarlyDrop)) {
+        all_settled = false;
+        continue;
+      }
+      c.costs[j] = TrimmedMean(c.early[j]);
+    }
+    if (c.costs[j] <= kDropRatio * c.costs[cheapest]) {
+      all_settled = all_settled && settled;
+      continue;
+    }
     c.drop_queued[j] = true;
-    --alive;
     announcements_.push_back(Announcement(/*drop=*/true, cls, static_cast<int>(j)));
   }
-  if (alive == 1 || least >= kTrialRounds * block) {
+  if (all_settled) {
     c.decision_queued = true;
     announcements_.push_back(Announcement(/*drop=*/false, cls, cheapest));
   }
@@ -141,7 +163,6 @@ absl::Status MeasuredChoice::Apply(uint8_t pad) {
   State& c = classes_[cls];
   if (drop) {
     c.live[candidate] = false;
-    c.since_change = 0;
   } else {
     c.decided = candidate;
   }

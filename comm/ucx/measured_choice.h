@@ -26,33 +26,50 @@
 // * Warm-up. A class's first kTrialWarmCalls calls run the table's choice,
 //   untimed: they pay what a first call pays (staging grown, pages
 //   touched).
-// * Trial. Then the class's calls run its live candidates in turn, in
-//   blocks of kTrialBlock consecutive calls. Which candidate a call runs
-//   follows from the class's state (live candidates, calls since the last
-//   change), which every rank changes at the same calls while the ranks
-//   agree (a call where they do not fails every rank, and the communicator
-//   with them), so every rank runs the same algorithm without a message.
+// * Trial. Then the class's calls run its live candidates one block of
+//   kTrialBlock consecutive calls each, the candidate with the fewest
+//   blocks next (the class's order among equals). Which candidate a call
+//   runs follows from the class's state (live candidates, blocks begun,
+//   calls into the block), which every rank changes at the same calls
+//   while the ranks agree (a call where they do not fails every rank, and
+//   the communicator with them), so every rank runs the same algorithm
+//   without a message.
+// * Settling. Only a block's calls from kTrialSettle on count for the
+//   decision. Links whose rate is enforced by a token bucket (tc tbf, as
+//   perf/cluster shapes its hosts; policers and many virtual NICs do the
+//   same) let a burst pass above the rate after an idle spell, so a
+//   candidate's first calls after one that moved fewer bytes run faster
+//   than that candidate can go on running, and the calls after a candidate
+//   that drained the bucket run slower. With blocks of 6 calls in turn, the
+//   linear round at 8 KiB on 8 emulated hosts over 1 Gbit timed 260-308 us
+//   a call and was chosen, and the loop then ran 1.35x slower than
+//   recursive doubling, which the same trial had timed at 378-479 us where
+//   the loop takes about 300 (docs/allreduce/20261128-measured-choice).
+//   There rank 0's link needs about 12 calls of the linear round to drain
+//   a 256 KB burst, and recursive doubling about 19 to fill it again.
 // * Timing. Rank 0 times each call: from the end of the call before it
-//   where that was the previous call of the same block (nothing else ran on
-//   the communicator between), else from the start of its round, to the end
-//   of the algorithm. Timing only from the start of its own round was tried
-//   and chose badly: where ranks share cores, rank 0 is often descheduled
-//   between calls and arrives last, finds its peers' messages waiting, and
-//   timed recursive doubling at 49 us per 8 KiB call on 4 emulated hosts
-//   over 4 Gbit where the loop took 105 us per call. Back to back includes
-//   what the caller did between the calls (a training step's compute
-//   between two buckets of a class), which flattens the differences but is
-//   the same for every candidate in turn. The first call of each
-//   block (which also pays for the last block's algorithm) is not kept. A
-//   candidate's cost is the mean of its samples less the largest (a loop
-//   pays the mean; one rank descheduled for milliseconds should not
+//   where that was the previous call of the class's trial (nothing else ran
+//   on the communicator between), else from the start of its round, to the
+//   end of the algorithm. Timing only from the start of its own round was
+//   tried and chose badly: where ranks share cores, rank 0 is often
+//   descheduled between calls and arrives last, finds its peers' messages
+//   waiting, and timed recursive doubling at 49 us per 8 KiB call on 4
+//   emulated hosts over 4 Gbit where the loop took 105 us per call. Back to
+//   back includes what the caller did between the calls (a training step's
+//   compute between two buckets of a class), which flattens the
+//   differences but is the same for every candidate in turn. The first call
+//   of each block (which also pays for the last block's algorithm) is not
+//   kept. A candidate's cost is the mean of its samples less the largest
+//   (a loop pays the mean; one rank descheduled for milliseconds should not
 //   decide).
-// * Drops. Once every live candidate has a block's samples, those costing
-//   more than kDropRatio times the cheapest are dropped: a hopeless
-//   candidate (the linear round at 64 KiB over 1 Gbit took 4x recursive
-//   doubling's time) is not run again.
-// * Decision. Once every live candidate has kTrialRounds blocks' samples,
-//   or one is left, rank 0 decides for the cheapest.
+// * Drops. A candidate whose cost is more than kDropRatio times the
+//   cheapest settled cost is dropped and not run again: once settled, or
+//   already on kTrialEarlyDrop calls of its block before it settles (a
+//   burst makes a candidate look cheaper, never dearer, so a candidate
+//   that looks dear then is dear). The linear round at 64 KiB over 1 Gbit
+//   took 4x Rabenseifner's time; it now costs a few calls, not a block.
+// * Decision. Once every live candidate has a block's settled samples, or
+//   one is left, rank 0 decides for the cheapest.
 // * Announcements. Rank 0 announces each drop and decision in the pad byte
 //   of its next header (which SameCall ignores): 0x80 | drop << 6 |
 //   class << 2 | candidate. Every round over messages ends with rank 0's
@@ -67,18 +84,19 @@
 // results are exact wherever the sum is).
 // A choice is made once per communicator and class; a machine whose
 // behaviour changes later keeps it.
-// Off by default (UcxOptions::measured_choice_bytes = 0 keeps the static
-// table). Against the static table, 4 interleaved rounds on emulated hosts
-// sharing 2 cores (blocking, 8-64 KiB, docs/allreduce/20261128-measured-choice):
-// 0.80x and 0.84x the time at 8 and 16 KiB on 4 hosts over 4 Gbit and
-// 0.82x at 32 KiB on 4 hosts over 1 Gbit, but 1.35x and 1.49x at 8 and 16
-// KiB and 1.25x at 64 KiB on 8 hosts over 1 Gbit. The hosts' links are
-// token buckets (256 KB of burst): a trial's first calls move their bytes
-// at the burst's rate, so candidates that move more bytes (the linear round
-// at rank 0, recursive doubling) look cheaper than they are once a loop has
-// drained the bucket, and the trial's dear candidates cost the loop's first
-// calls. A trial long enough to drain the bucket (tens of calls per
-// candidate) would cost more than it could win here.
+// On by default up to 64 KiB (UcxOptions::measured_choice_bytes; 0 keeps
+// the static table). With blocks of 6 calls in turn and no settling it had
+// been off: against the static table on emulated hosts sharing 2 cores it
+// took 0.80-0.84x the time at 8-16 KiB on 4 hosts over 4 Gbit, but 1.35x
+// and 1.49x at 8 and 16 KiB and 1.25x at 64 KiB on 8 hosts over 1 Gbit,
+// where the burst fooled the trial and its dear candidates ran inside the
+// timed loop (docs/allreduce/20261128-measured-choice). As above, 6
+// interleaved rounds on 4 and 8 hosts over 1 and 4 Gbit, 8-64 KiB, the
+// trial inside the warm-up (docs/allreduce/20261129-settled-trial): faster
+// than the static table in 10 of 16 cells (0.75-0.93x; 8 hosts over 1 Gbit
+// 0.86-1.00x), slower in 4 (1.06-1.22x at 16-64 KiB on 4 hosts over 4 Gbit
+// and 1.10x at 8 KiB on 4 hosts over 1 Gbit, where the candidates' trial
+// costs differ by less than they move from run to run).
 #ifndef FUSEBOX_COMM_UCX_MEASURED_CHOICE_H_
 #define FUSEBOX_COMM_UCX_MEASURED_CHOICE_H_
 
@@ -94,12 +112,14 @@
 
 namespace fusebox::comm::ucx {
 
-// Note [Measured choice]: calls per block, calls of a class before its
-// trial (the table's choice, untimed), blocks per candidate before the
-// decision, and how much dearer than the cheapest a candidate is dropped.
-inline constexpr int kTrialBlock = 6;
-inline constexpr int kTrialWarmCalls = kTrialBlock;
-inline constexpr int kTrialRounds = 2;
+// Note [Measured choice]: calls per block, the call of a block from which
+// its samples count, calls of a class before its trial (the table's
+// choice, untimed), the samples of an unsettled block that may drop its
+// candidate, and how much dearer than the cheapest a candidate is dropped.
+inline constexpr int kTrialBlock = 32;
+inline constexpr int kTrialSettle = 16;
+inline constexpr int kTrialWarmCalls = 6;
+inline constexpr int kTrialEarlyDrop = 4;
 inline constexpr double kDropRatio = 1.5;
 inline constexpr int kMaxMeasuredClasses = 16;
 inline constexpr int kMaxMeasuredCandidates = 4;
@@ -112,7 +132,8 @@ class MeasuredChoice {
     int cls = -1;         // index into the classes
     int candidate = -1;   // index into the class's candidates
     bool sample = false;  // rank 0 keeps its time (a trial call, not first in its block)
-    int64_t pos = -1;     // trial calls of the class before it since the live set changed
+    bool settled = false;  // ... and it counts for the decision (kTrialSettle on)
+    int64_t pos = -1;      // trial calls of the class before it
   };
 
   // `decides`: this rank times the trials and announces (rank 0).
@@ -149,12 +170,16 @@ class MeasuredChoice {
  private:
   struct State {
     AlgorithmTable::MeasuredClass spec;
-    int64_t calls = 0;         // calls of the class so far
-    int64_t since_change = 0;  // trial calls since the live set last changed
-    std::vector<bool> live;    // by candidate
+    int64_t calls = 0;        // calls of the class so far
+    int64_t trial_calls = 0;  // of them, in the trial
+    int current = -1;         // the candidate of the block running
+    int in_block = 0;         // calls of that block so far
+    std::vector<int> blocks;  // blocks begun, by candidate
+    std::vector<bool> live;   // by candidate
     int decided = -1;
-    // Rank 0's.
-    std::vector<std::vector<double>> samples;  // by candidate, microseconds
+    // Rank 0's, by candidate, microseconds.
+    std::vector<std::vector<double>> samples;  // settled
+    std::vector<std::vector<double>> early;    // this block's before it settled
     std::vector<double> costs;                 // by candidate, when last judged
     std::vector<bool> drop_queued;
     bool decision_queued = false;

@@ -96,39 +96,94 @@ TEST(MeasuredChoiceTest, WarmsUpThenRotatesBlocksThenRunsTheCheapestOnEveryRank)
   EXPECT_EQ(other.Describe(), "(4096, 8192] B: linear");
 }
 
-TEST(MeasuredChoiceTest, ACandidateFarDearerIsDroppedAfterOneBlock) {
+// The linear round at 4x is dropped on the first kTrialEarlyDrop samples of
+// its block, before it settles: it costs a few calls, not a block.
+TEST(MeasuredChoiceTest, ACandidateFarDearerIsDroppedBeforeItsBlockSettles) {
   MeasuredChoice zero(TwoClasses(), true), other(TwoClasses(), false);
   absl::Time clock = absl::UnixEpoch();
-  // The linear round at 4x: dropped once each has a block; rd and rab stay
-  // within kDropRatio and go on to the second round.
   const std::map<Algorithm, double> cost = {{kRd, 100}, {kRab, 110}, {kLinear, 400}};
-  const int first_round = kTrialWarmCalls + 3 * kTrialBlock;
   const std::vector<Algorithm> ran = RunInStep(zero, other, 6000, 200, cost, &clock);
   EXPECT_FALSE(zero.live(0, 2));
   EXPECT_FALSE(other.live(0, 2));
-  const int linear_after = std::count(ran.begin() + first_round + 1, ran.end(), kLinear);
-  EXPECT_EQ(linear_after, 0) << "the dropped candidate ran again";
-  // The second round ran both survivors before deciding.
-  const int rab_after = std::count(ran.begin() + first_round + 1,
-                                   ran.begin() + first_round + 1 + 2 * kTrialBlock + 1, kRab);
-  EXPECT_GT(rab_after, 0);
+  // Its block's first call is no sample; the drop is queued on the
+  // kTrialEarlyDrop-th sample and applied after the next call.
+  const int linear = std::count(ran.begin(), ran.end(), kLinear);
+  EXPECT_EQ(linear, kTrialEarlyDrop + 2);
   EXPECT_EQ(zero.decided(0), 0);
   EXPECT_EQ(other.decided(0), 0);
   EXPECT_EQ(ran.back(), kRd);
+  EXPECT_TRUE(absl::StrContains(zero.Describe(), "linear 400 us (dropped)")) << zero.Describe();
 }
 
-TEST(MeasuredChoiceTest, OneCandidateLeftIsDecidedWithoutASecondRound) {
+// A candidate close to the cheapest is not dropped early: the linear round
+// at 1.4x is run to the end of its block, and decided against.
+TEST(MeasuredChoiceTest, ACandidateWithinTheRatioRunsItsWholeBlock) {
+  MeasuredChoice zero(TwoClasses(), true), other(TwoClasses(), false);
+  absl::Time clock = absl::UnixEpoch();
+  const std::map<Algorithm, double> cost = {{kRd, 100}, {kRab, 110}, {kLinear, 140}};
+  const std::vector<Algorithm> ran = RunInStep(zero, other, 6000, 200, cost, &clock);
+  EXPECT_EQ(std::count(ran.begin(), ran.end(), kLinear), kTrialBlock);
+  EXPECT_EQ(zero.decided(0), 0);
+  EXPECT_EQ(other.decided(0), 0);
+}
+
+TEST(MeasuredChoiceTest, OneCandidateLeftIsDecidedWithoutASecondBlock) {
   MeasuredChoice zero(TwoClasses(), true), other(TwoClasses(), false);
   absl::Time clock = absl::UnixEpoch();
   const std::map<Algorithm, double> cost = {{kRd, 300}, {kRab, 100}};
   const int first_round = kTrialWarmCalls + 2 * kTrialBlock;
   const std::vector<Algorithm> ran = RunInStep(zero, other, 10000, first_round + 3, cost, &clock);
-  // The decision is taken with the last sample of the first round and
-  // applied after the next call.
+  // The drop and the decision are taken with the last sample of the first
+  // round and announced on the next two calls.
   EXPECT_EQ(zero.decided(1), 1);
   EXPECT_EQ(other.decided(1), 1);
   EXPECT_EQ(ran[first_round + 1], kRab);
   EXPECT_EQ(ran[first_round + 2], kRab);
+}
+
+// Rank 0's link as a token bucket (tc tbf): `rate` bytes per us, a burst
+// of `burst` bytes. A call of an algorithm takes its latency, or longer
+// where the bytes it sends through rank 0's link exceed the tokens: the
+// rest go at the rate. Tokens come back at the rate while the call runs.
+struct TokenBucketLink {
+  double rate = 125;  // 1 Gbit
+  double burst = 262144;
+  double tokens = 262144;
+  double Call(double latency_us, double bytes) {
+    const double short_of = std::max(0.0, bytes - tokens);
+    const double t = std::max(latency_us, short_of / rate);
+    tokens = std::min(burst, tokens - bytes + t * rate);
+    return t;
+  }
+};
+
+// On a shaped link, a candidate that sends more bytes runs at the burst's
+// speed for its first calls and at the rate once it has drained the
+// bucket. The linear round here sends 7 x 8 KiB through rank 0's link a
+// call (8 ranks): 250 us while tokens last, 459 us at 1 Gbit once they are
+// gone. Recursive doubling sends 3 x 8 KiB in 300 us, under the rate. Only
+// settled samples show that recursive doubling is the cheaper; blocks of 6
+// calls in turn chose the linear round.
+TEST(MeasuredChoiceTest, ACandidateIsJudgedOnceTheLinksBurstIsSpent) {
+  const std::vector<AlgorithmTable::MeasuredClass> classes = {{4096, 8192, {kRd, kLinear}}};
+  MeasuredChoice zero(classes, true), other(classes, false);
+  TokenBucketLink link;
+  absl::Time clock = absl::UnixEpoch();
+  std::vector<double> linear_us;
+  for (int i = 0; i < 200; ++i) {
+    const std::optional<MeasuredChoice::Pick> a = NextInStep(zero, other, 8192);
+    const bool linear = a.has_value() && a->algorithm == kLinear;
+    const double us = linear ? link.Call(250, 7 * 8192) : link.Call(300, 3 * 8192);
+    if (linear) linear_us.push_back(us);
+    const absl::Time start = clock;
+    clock += absl::Microseconds(us);
+    zero.Record(a, start, clock);
+  }
+  ASSERT_GE(linear_us.size(), static_cast<size_t>(kTrialBlock));
+  EXPECT_LT(linear_us[1], 300) << "the burst flatters the linear round's first calls";
+  EXPECT_GT(linear_us[kTrialBlock - 1], 400) << "and no longer at the block's end";
+  EXPECT_EQ(zero.decided(0), 0) << zero.Describe();
+  EXPECT_EQ(other.decided(0), 0);
 }
 
 // A call is timed from the end of the one before it where that was the
@@ -318,17 +373,19 @@ std::vector<std::string> ChosenNames(const std::string& algorithms) {
   return out;
 }
 
-// 400 calls: AllReduce of every measured class and above them, Barrier,
+// kCalls calls: AllReduce of every measured class and above them, Barrier,
 // Broadcast and AllGather between; every result exact on every call, and
-// every rank ends with the same choice for every class that has one.
+// every rank ends with the same choice for every class that has one (each
+// class sees enough calls for a trial of three whole blocks).
 void CheckMixedCalls(int world, const UcxOptions& options, size_t want_classes) {
+  constexpr int kCalls = 900;
   std::vector<std::string> chosen(world);
   fusebox::testing::RunRanksUcx(
       world,
       [&](int rank, Communicator& comm) {
         const size_t counts[] = {1500, 3000, 3001, 6000, 12000, 40000};  // 6-160 KB of floats
         const int sum = world * (world + 1) / 2;
-        for (int i = 0; i < 400; ++i) {
+        for (int i = 0; i < kCalls; ++i) {
           const size_t count = counts[(i * 7 + i / 5) % 6];
           std::vector<float> in(count), out(count, -1.0f), want(count);
           for (size_t j = 0; j < count; ++j) {
