@@ -81,10 +81,12 @@ AlgorithmTable BuildAlgorithmTable(const AlgorithmInputs& in) {
       c.lo = lo;
       c.hi = std::min(2 * lo, in.measured_bytes);
       if (c.hi > carried_end) break;
-      c.candidates.push_back(Algorithm::kRecursiveDoublingAllReduce);
+      // In the order of the bytes they send through a rank's link, fewest
+      // first (Note [Measured choice]: the trial's order).
       if (power_of_two && in.world >= 4 && in.rabenseifner_bytes >= c.hi) {
         c.candidates.push_back(Algorithm::kRabenseifnerAllReduce);
       }
+      c.candidates.push_back(Algorithm::kRecursiveDoublingAllReduce);
       if (linear_candidate) c.candidates.push_back(Algorithm::kLinearAllReduce);
       if (c.candidates.size() < 2) break;
       t.carried_bytes_ = std::max(t.carried_bytes_, c.hi);

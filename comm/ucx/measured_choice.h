@@ -47,6 +47,16 @@
 //   the loop takes about 300 (docs/allreduce/20261128-measured-choice).
 //   There rank 0's link needs about 12 calls of the linear round to drain
 //   a 256 KB burst, and recursive doubling about 19 to fill it again.
+//   What settling cannot undo is a candidate timed on the bucket the one
+//   before drained: on 4 hosts over 4 Gbit, recursive doubling at 64 KiB
+//   sends a little more than the rate and empties the bucket slowly, and
+//   Rabenseifner, timed after it, came out dearer than its own loop runs,
+//   and lost (1.18-1.22x the static table in two of four runs). So the
+//   table lists a class's candidates in the order of the bytes they send
+//   through a rank's link, fewest first (Rabenseifner, recursive doubling,
+//   the linear round): each runs on a bucket the lighter one before it left
+//   full, which can flatter it but never wrongs the lighter one. Over 9
+//   rounds there, Rabenseifner was then chosen at 64 KiB in 7 (4 before).
 // * Timing. Rank 0 times each call: from the end of the call before it
 //   where that was the previous call of the class's trial (nothing else ran
 //   on the communicator between), else from the start of its round, to the
@@ -93,10 +103,9 @@
 // timed loop (docs/allreduce/20261128-measured-choice). As above, 6
 // interleaved rounds on 4 and 8 hosts over 1 and 4 Gbit, 8-64 KiB, the
 // trial inside the warm-up (docs/allreduce/20261129-settled-trial): faster
-// than the static table in 10 of 16 cells (0.75-0.93x; 8 hosts over 1 Gbit
-// 0.86-1.00x), slower in 4 (1.06-1.22x at 16-64 KiB on 4 hosts over 4 Gbit
-// and 1.10x at 8 KiB on 4 hosts over 1 Gbit, where the candidates' trial
-// costs differ by less than they move from run to run).
+// than the static table in 8 of 16 cells (0.75-0.94x), level in 5
+// (0.97-1.02x), slower in 3 (1.06-1.09x, two of them where it chose what
+// the static table runs in all or 5 of 6 runs).
 #ifndef FUSEBOX_COMM_UCX_MEASURED_CHOICE_H_
 #define FUSEBOX_COMM_UCX_MEASURED_CHOICE_H_
 

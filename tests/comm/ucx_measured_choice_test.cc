@@ -279,7 +279,7 @@ TEST(MeasuredChoiceTableTest, ClassesDoubleFromFourKibToTheOptionWithTheCandidat
   for (const AlgorithmTable::MeasuredClass& c : four.measured()) {
     EXPECT_EQ(c.lo, lo);
     EXPECT_EQ(c.hi, 2 * lo);
-    EXPECT_EQ(c.candidates, (std::vector<Algorithm>{kRd, kRab, kLinear}));
+    EXPECT_EQ(c.candidates, (std::vector<Algorithm>{kRab, kRd, kLinear}));
     lo *= 2;
   }
   EXPECT_TRUE(four.linear_watched());
@@ -295,12 +295,12 @@ TEST(MeasuredChoiceTableTest, ClassesDoubleFromFourKibToTheOptionWithTheCandidat
   EXPECT_GE(eight.linear_bytes(), 65536u);
   EXPECT_TRUE(absl::StrContains(four.Describe(),
                                 "Measured: (4096, 8192] B "
-                                "recursive-doubling|rabenseifner|linear"))
+                                "rabenseifner|recursive-doubling|linear"))
       << four.Describe();
 
   // Not oversubscribed: no linear round, so nothing watched.
   const AlgorithmTable idle = BuildAlgorithmTable(Messages(4, false));
-  EXPECT_EQ(Candidates(idle), std::vector<std::vector<Algorithm>>(4, {kRd, kRab}));
+  EXPECT_EQ(Candidates(idle), std::vector<std::vector<Algorithm>>(4, {kRab, kRd}));
   EXPECT_FALSE(idle.linear_watched());
   // 3 ranks: Rabenseifner needs a power of two.
   EXPECT_EQ(Candidates(BuildAlgorithmTable(Messages(3, true))),
@@ -309,7 +309,7 @@ TEST(MeasuredChoiceTableTest, ClassesDoubleFromFourKibToTheOptionWithTheCandidat
   EXPECT_TRUE(BuildAlgorithmTable(Messages(2, true)).measured().empty());
   // Above kMeasuredLinearMaxRanks the linear round is not a candidate.
   EXPECT_EQ(Candidates(BuildAlgorithmTable(Messages(32, true))),
-            std::vector<std::vector<Algorithm>>(4, {kRd, kRab}));
+            std::vector<std::vector<Algorithm>>(4, {kRab, kRd}));
   // Off, and on one host.
   AlgorithmInputs off = Messages(8, true);
   off.measured_bytes = 0;
@@ -333,13 +333,13 @@ TEST(MeasuredChoiceTableTest, ClassesDoubleFromFourKibToTheOptionWithTheCandidat
   AlgorithmInputs short_rab = Messages(8, false);
   short_rab.rabenseifner_bytes = 16384;
   EXPECT_EQ(Candidates(BuildAlgorithmTable(short_rab)),
-            (std::vector<std::vector<Algorithm>>{{kRd, kRab}, {kRd, kRab}}))
+            (std::vector<std::vector<Algorithm>>{{kRab, kRd}, {kRab, kRd}}))
       << "a class with recursive doubling alone ends the classes";
   // The recursive-doubling opening keeps the linear round out.
   AlgorithmInputs rd = Messages(8, true);
   rd.opening = UcxOptions::Opening::kRecursiveDoubling;
   EXPECT_EQ(Candidates(BuildAlgorithmTable(rd)),
-            std::vector<std::vector<Algorithm>>(4, {kRd, kRab}));
+            std::vector<std::vector<Algorithm>>(4, {kRab, kRd}));
 }
 
 // Over real UCX: TCP between threads, the measured choice on; `opening`
