@@ -129,10 +129,10 @@ ABSL_FLAG(std::string, ucx_linear, "4K",
           "(at most 1M)");
 ABSL_FLAG(std::string, ucx_measured_choice, "64K",
           "ucx backend: over messages, in a world of at least 3 ranks, AllReduce above 4K up to "
-          "this size times its candidate algorithms (recursive doubling, Rabenseifner, and "
+          "this size times its candidate algorithms (Rabenseifner, recursive doubling, and "
           "where ranks outnumber a machine's cores the linear round) on its first calls, per "
           "size class, and every rank runs the one fastest on rank 0 from then on (a class's trial "
-          "takes up to 102 calls: give -w that many); the choices are printed after the sweep "
+          "takes about 103 calls: give -w that many); the choices are printed after the sweep "
           "(at most 1M; 0: the static table)");
 ABSL_FLAG(std::string, ucx_small, "4K",
           "ucx backend: on one host, messages up to this size ride in the header round "

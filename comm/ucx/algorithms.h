@@ -53,12 +53,12 @@
 //   round, the linear round watched beside it, then the ring. The rest as
 //   above.
 // Over messages in a world of at least 3 ranks, AllReduce of kMeasuredFromBytes
-// up to UcxOptions::measured_choice_bytes (0 by default: none) is split into size classes (each
-// twice the last) whose algorithm is measured (Note [Measured choice] in
+// up to UcxOptions::measured_choice_bytes (64 KiB by default; 0: none) is split into size
+// classes (each twice the last) whose algorithm is measured (Note [Measured choice] in
 // measured_choice.h); the ranges above are the choice until then. Each class's
-// candidates: recursive doubling; Rabenseifner where the world is a power of
-// two of at least 4 ranks (and rabenseifner_bytes reaches the class); the
-// linear round where some machine runs more ranks than it has cores (or the
+// candidates, in this order: Rabenseifner where the world is a power of
+// two of at least 4 ranks (and rabenseifner_bytes reaches the class);
+// recursive doubling; the linear round where some machine runs more ranks than it has cores (or the
 // linear round opens), the opening is not forced to recursive doubling and
 // the world has at most kMeasuredLinearMaxRanks ranks. A class with one
 // candidate ends the classes, as does one beyond what the table carries in a

@@ -90,10 +90,14 @@ void MeasuredChoice::Record(const std::optional<Pick>& pick, absl::Time start, a
   last_cls_ = pick.has_value() ? pick->cls : -1;
   last_pos_ = pick.has_value() ? pick->pos : -1;
   last_end_ = end;
-  if (!pick.has_value() || !pick->sample || pick->cls < 0) return;
+  if (!pick.has_value() || pick->cls < 0 || pick->pos < 0) return;
   State& c = classes_[pick->cls];
-  if (c.decided >= 0 || c.decision_queued || !c.live[pick->candidate]) return;
-  const double us = absl::ToDoubleMicroseconds(end - from);
+  // A block's first call: what its candidate timed before this block is
+  // not this block's.
+  if (!pick->sample) c.early[pick->candidate].clear();
+  if (!pick->sample || c.decided >= 0 || c.decision_queued || !c.live[pick->candidate]) return;
+  // The clock is the wall clock; a step back must not make a cost negative.
+  const double us = std::max(0.0, absl::ToDoubleMicroseconds(end - from));
   if (pick->settled) {
     c.early[pick->candidate].clear();
     c.samples[pick->candidate].push_back(us);
@@ -114,8 +118,9 @@ void MeasuredChoice::Judge(int cls) {
   }
   if (cheapest < 0) return;
   bool all_settled = true;
+  std::vector<uint8_t> drops;
   for (size_t j = 0; j < c.samples.size(); ++j) {
-    if (!c.live[j] || c.drop_queued[j]) continue;
+    if (!c.live[j] || c.drop_queued[j] || static_cast<int>(j) == cheapest) continue;
     // Settled, or dear already before settling (a burst only flatters).
     const bool settled = c.samples[j].size() >= kSettled;
     if (!settled) {
@@ -130,12 +135,15 @@ void MeasuredChoice::Judge(int cls) {
       continue;
     }
     c.drop_queued[j] = true;
-    announcements_.push_back(Announcement(/*drop=*/true, cls, static_cast<int>(j)));
+    drops.push_back(Announcement(/*drop=*/true, cls, static_cast<int>(j)));
   }
+  // The decision first: the drops then only mark what it left out, and no
+  // rank starts another block of a candidate already judged.
   if (all_settled) {
     c.decision_queued = true;
     announcements_.push_back(Announcement(/*drop=*/false, cls, cheapest));
   }
+  announcements_.insert(announcements_.end(), drops.begin(), drops.end());
 }
 
 uint8_t MeasuredChoice::TakeAnnouncement() {

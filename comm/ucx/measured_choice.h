@@ -78,8 +78,12 @@
 //   burst makes a candidate look cheaper, never dearer, so a candidate
 //   that looks dear then is dear). The linear round at 64 KiB over 1 Gbit
 //   took 4x Rabenseifner's time; it now costs a few calls, not a block.
-// * Decision. Once every live candidate has a block's settled samples, or
-//   one is left, rank 0 decides for the cheapest.
+// * Decision. Once every live candidate that is not dropped has a block's
+//   settled samples, rank 0 decides for the cheapest, and announces that
+//   before the drops it makes with it. The class's calls run the trial
+//   until the decision arrives, one call after the last sample where no
+//   other announcement is queued ahead: a class's first 6 + 3 x 32 + 1 =
+//   103 calls at most, with three candidates.
 // * Announcements. Rank 0 announces each drop and decision in the pad byte
 //   of its next header (which SameCall ignores): 0x80 | drop << 6 |
 //   class << 2 | candidate. Every round over messages ends with rank 0's
@@ -166,8 +170,8 @@ class MeasuredChoice {
   absl::Status Apply(uint8_t pad);
 
   // One line per decided class: "(4096, 8192] B: linear" and, on rank 0,
-  // the costs it measured, e.g. " (rank 0, mean per call: recursive-doubling
-  // 310 us, rabenseifner 290 us, linear 250 us)"; a dropped candidate's
+  // the costs it measured, e.g. " (rank 0, mean per call: rabenseifner 290
+  // us, recursive-doubling 310 us, linear 250 us)"; a dropped candidate's
   // cost is the one it was dropped for.
   std::string Describe() const;
   // The candidate a class runs from now on; -1: not decided.

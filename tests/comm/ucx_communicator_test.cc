@@ -57,6 +57,7 @@ UcxOptions RecursiveDoublingOnly() {
   o.recursive_doubling_bytes = 64 << 20;
   o.use_shared_memory = false;
   o.opening = UcxOptions::Opening::kRecursiveDoubling;
+  o.measured_choice_bytes = 0;  // no other candidate
   return o;
 }
 
@@ -70,6 +71,7 @@ UcxOptions RabenseifnerOnly() {
   o.rabenseifner_bytes = 64 << 20;
   o.use_shared_memory = false;
   o.opening = UcxOptions::Opening::kRecursiveDoubling;
+  o.measured_choice_bytes = 0;  // no other candidate
   return o;
 }
 
@@ -81,6 +83,7 @@ UcxOptions LinearOpening() {
   o.use_shared_memory = false;
   o.opening = UcxOptions::Opening::kLinear;
   o.linear_bytes = 4 << 10;
+  o.measured_choice_bytes = 0;  // the static table's algorithms
   return o;
 }
 
