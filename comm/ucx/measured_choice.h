@@ -106,10 +106,10 @@
 // where the burst fooled the trial and its dear candidates ran inside the
 // timed loop (docs/allreduce/20261128-measured-choice). As above, 6
 // interleaved rounds on 4 and 8 hosts over 1 and 4 Gbit, 8-64 KiB, the
-// trial inside the warm-up (docs/allreduce/20261129-settled-trial): faster
-// than the static table in 8 of 16 cells (0.75-0.94x), level in 5
-// (0.97-1.02x), slower in 3 (1.06-1.09x, two of them where it chose what
-// the static table runs in all or 5 of 6 runs).
+// trial inside the warm-up (docs/allreduce/20261129-settled-trial, 10
+// rounds on this build): faster than the static table in 7 of 16 cells
+// (0.75-0.95x), level in 6 (0.99-1.01x), slower in 3 (1.04-1.10x, 4 hosts
+// over 4 Gbit at 8-32 KiB, faster in 3-4 of 10 rounds).
 #ifndef FUSEBOX_COMM_UCX_MEASURED_CHOICE_H_
 #define FUSEBOX_COMM_UCX_MEASURED_CHOICE_H_
 
