@@ -137,8 +137,9 @@ void MeasuredChoice::Judge(int cls) {
     c.drop_queued[j] = true;
     drops.push_back(Announcement(/*drop=*/true, cls, static_cast<int>(j)));
   }
-  // The decision first: the drops then only mark what it left out, and no
-  // rank starts another block of a candidate already judged.
+  // The decision first: the drops then only mark what it left out, and the
+  // class runs one more trial call before it, not a block of each dropped
+  // candidate in turn.
   if (all_settled) {
     c.decision_queued = true;
     announcements_.push_back(Announcement(/*drop=*/false, cls, cheapest));
