@@ -73,7 +73,7 @@ std::optional<MeasuredChoice::Pick> MeasuredChoice::Next(size_t bytes) {
       p.candidate = c.current;
       p.sample = c.in_block > 0;
       p.settled = c.in_block >= kTrialSettle;
-      p.pos = c.trial_calls++;
+      p.pos = call - kTrialWarmCalls;
       ++c.in_block;
     }
     p.algorithm = c.spec.candidates[p.candidate];

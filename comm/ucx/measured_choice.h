@@ -184,7 +184,6 @@ class MeasuredChoice {
   struct State {
     AlgorithmTable::MeasuredClass spec;
     int64_t calls = 0;        // calls of the class so far
-    int64_t trial_calls = 0;  // of them, in the trial
     int current = -1;         // the candidate of the block running
     int in_block = 0;         // calls of that block so far
     std::vector<int> blocks;  // blocks begun, by candidate
