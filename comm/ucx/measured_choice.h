@@ -108,8 +108,9 @@
 // interleaved rounds on 4 and 8 hosts over 1 and 4 Gbit, 8-64 KiB, the
 // trial inside the warm-up (docs/allreduce/20261129-settled-trial, 10
 // rounds on this build): faster than the static table in 7 of 16 cells
-// (0.75-0.95x), level in 6 (0.99-1.01x), slower in 3 (1.04-1.10x, 4 hosts
-// over 4 Gbit at 8-32 KiB, faster in 3-4 of 10 rounds).
+// (0.75-0.95x; 5 with a 95% CI below 1), level in 6 (0.99-1.01x), slower
+// in 3 (1.04-1.10x, 4 hosts over 4 Gbit at 8-32 KiB, faster in 3-4 of 10
+// rounds; each CI includes 1).
 #ifndef FUSEBOX_COMM_UCX_MEASURED_CHOICE_H_
 #define FUSEBOX_COMM_UCX_MEASURED_CHOICE_H_
 

@@ -4,14 +4,31 @@
 usage: summarize.py ab-8hosts-4gbit.txt [...]
 
 For each file and size: the out-of-place time (us) of every tool, median over rounds; the
-measured choice over the static table, paired by round (median, range, rounds where measured was
-faster); and OpenMPI's best algorithm (the least median of a1, a3, a4, a6) over each fusebox arm
-(> 1: fusebox faster), with the rounds' range of that ratio against the same round's best; then
-how often the measured arm chose each algorithm per size class.
+measured choice over the static table, paired by round (median, its 95% CI, rounds where
+measured was faster); and OpenMPI's best algorithm (the least median of a1, a3, a4, a6) over
+each fusebox arm (> 1: fusebox faster), with a 95% CI of the median of the ratio to the same
+round's best; then how often the measured arm chose each algorithm per size class. The CIs are
+distribution-free (sign test): with 6 rounds they are the range, with 10 the 2nd to 9th.
 """
 import collections
+import math
 import statistics
 import sys
+
+
+def median_ci(values, level=0.95):
+    """A distribution-free confidence interval for the median (sign test): the k-th smallest
+    and k-th largest value, k the largest with P(Binomial(n, 1/2) <= k - 1) <= (1 - level) / 2;
+    the least and the largest where no k qualifies (fewer than 6 values)."""
+    v, n = sorted(values), len(values)
+    k, below = 0, 0.0  # below: P(Binomial(n, 1/2) <= k)
+    while k < n // 2:
+        below += math.comb(n, k) / 2 ** n
+        if below > (1 - level) / 2:
+            break
+        k += 1
+    k = max(k, 1)
+    return v[k - 1], v[n - k]
 
 
 def load(path):
@@ -50,7 +67,7 @@ def main():
         print(f"== {path}: rounds {min(len(v) for t in r for v in r[t].values())}")
         print(f"{'size':>6} {'static':>8} {'measured':>8} " +
               " ".join(f"{t:>7}" for t in mpis) +
-              "  meas/static (range, faster)   best/static  best/measured (range)")
+              "  meas/static (95% CI, faster)   best/static  best/measured (95% CI of the per-round ratio)")
         for size in sorted(r["static"]):
             st, me = r["static"][size], r["measured"][size]
             n = min(len(st), len(me))
@@ -59,13 +76,15 @@ def main():
             best = statistics.median(r[best_tool][size])
             per_round_best = [min(r[t][size][i] for t in mpis) for i in range(n)]
             vs = [per_round_best[i] / me[i] for i in range(n)]
+            lo, hi = median_ci(ratios)
+            vs_lo, vs_hi = median_ci(vs)
             print(f"{size:>6} {statistics.median(st):8.1f} {statistics.median(me):8.1f} " +
                   " ".join(f"{statistics.median(r[t][size]):7.1f}" for t in mpis) +
-                  f"  {statistics.median(ratios):.2f} ({min(ratios):.2f}-{max(ratios):.2f}, "
+                  f"  {statistics.median(ratios):.2f} ({lo:.2f}-{hi:.2f}, "
                   f"{sum(x < 1 for x in ratios)} of {n})" +
                   f"   {best / statistics.median(st):5.2f}x      "
                   f"{best / statistics.median(me):5.2f}x {best_tool} "
-                  f"({min(vs):.2f}-{max(vs):.2f})")
+                  f"({vs_lo:.2f}-{vs_hi:.2f})")
         chosen(path, "measured")
 
 
