@@ -2,6 +2,7 @@
 
 #include <pthread.h>
 #include <sys/syscall.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -36,7 +37,20 @@ absl::Status CancelledAfterItBegan() {
 
 }  // namespace
 
-AsyncCore::AsyncCore(AsyncCoreOptions options) : options_(std::move(options)) {}
+namespace {
+
+// The coarse clock's resolution (a scheduler tick, e.g. 4 ms), or zero where
+// the kernel has none: then the precise clock is read instead.
+absl::Duration CoarseClockResolution() {
+  timespec res{};
+  if (clock_getres(CLOCK_REALTIME_COARSE, &res) != 0) return absl::ZeroDuration();
+  return absl::DurationFromTimespec(res);
+}
+
+}  // namespace
+
+AsyncCore::AsyncCore(AsyncCoreOptions options)
+    : options_(std::move(options)), coarse_resolution_(CoarseClockResolution()) {}
 
 AsyncCore::~AsyncCore() { Stop(); }
 
@@ -405,11 +419,28 @@ bool AsyncCore::Step() {
 }
 
 StartOutcome AsyncCore::StartCall(CollectiveCall& call) {
-  // The system clock read directly: absl::Now() costs more than twice as
-  // much here (80 against 33 ns a read on this project's 2-core VM), on
-  // every collective.
-  call.deadline = absl::FromChrono(std::chrono::system_clock::now()) + options_.timeout;
+  call.deadline = StartDeadline();
   return executor_->Start(call);
+}
+
+absl::Time AsyncCore::StartDeadline() const {
+  // Note [The deadline's clock]
+  // Every collective reads the clock once for its deadline, on the critical
+  // path of a blocking 8 B allreduce that takes 0.2-0.6 us. The precise
+  // system clock costs 26 ns a read on this project's 2-vCPU VM (kvm-clock;
+  // absl::Now() more than twice that); the coarse one 4 ns, at a scheduler
+  // tick's resolution. A deadline of seconds does not need better, so it is
+  // read coarse, and the tick is added: the coarse clock lags the precise
+  // one by up to a tick, and a deadline must never come early. It may come
+  // up to a tick late. The waits compare it with absl::Now(): the same
+  // clock (CLOCK_REALTIME), read precisely.
+  if (coarse_resolution_ > absl::ZeroDuration()) {
+    timespec now{};
+    if (clock_gettime(CLOCK_REALTIME_COARSE, &now) == 0) {
+      return absl::TimeFromTimespec(now) + coarse_resolution_ + options_.timeout;
+    }
+  }
+  return absl::FromChrono(std::chrono::system_clock::now()) + options_.timeout;
 }
 
 void AsyncCore::PushInFlight(InFlight e) {

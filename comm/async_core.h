@@ -364,6 +364,8 @@ class AsyncCore {
   // Gives `call` its deadline (start + timeout) and starts it on the
   // executor (exec_->mu held).
   StartOutcome StartCall(CollectiveCall& call);
+  // Start + timeout, never earlier (Note [The deadline's clock]).
+  absl::Time StartDeadline() const;
   // Appends to in_flight_ (exec_->mu held); the first entry wakes a sleeping
   // progress thread to poll it.
   void PushInFlight(InFlight e);
@@ -374,6 +376,7 @@ class AsyncCore {
   void Fail(const absl::Status& s, CollectiveCall* current);
 
   const AsyncCoreOptions options_;
+  const absl::Duration coarse_resolution_;  // of CLOCK_REALTIME_COARSE; zero: none
   CollectiveExecutor* executor_ = nullptr;
   std::shared_ptr<ExecState> exec_ = std::make_shared<ExecState>();
 
