@@ -35,10 +35,6 @@ absl::Status CancelledAfterItBegan() {
       "ran (peers may have received this rank's first step)");
 }
 
-}  // namespace
-
-namespace {
-
 // The coarse clock's resolution (a scheduler tick, e.g. 4 ms), or zero where
 // the kernel has none: then the precise clock is read instead.
 absl::Duration CoarseClockResolution() {
@@ -423,21 +419,25 @@ StartOutcome AsyncCore::StartCall(CollectiveCall& call) {
   return executor_->Start(call);
 }
 
+// Note [The deadline's clock]
+// Every collective reads the clock once for its deadline, on the critical
+// path of a blocking 8 B allreduce that takes 0.2-0.6 us. The precise system
+// clock costs 26 ns a read on this project's 2-vCPU VM (kvm-clock; absl::Now()
+// more than twice that); the coarse one 4 ns, at a scheduler tick's
+// resolution. Interleaved on 2 ranks, the coarse read took a blocking 8 B
+// allreduce from 1.12x to 1.06x OpenMPI's time
+// (docs/allreduce/20261129-own-the-line). A deadline of seconds needs no
+// better, so it is read coarse, and two ticks are added: the kernel advances
+// the coarse clock by whole ticks at each tick and keeps the remainder, so
+// it lags the precise one by up to two. A deadline thus comes up to two
+// ticks late, and early only where the kernel's tick itself stalls (by the
+// stall). The waits compare it with absl::Now(): the same clock
+// (CLOCK_REALTIME), read precisely.
 absl::Time AsyncCore::StartDeadline() const {
-  // Note [The deadline's clock]
-  // Every collective reads the clock once for its deadline, on the critical
-  // path of a blocking 8 B allreduce that takes 0.2-0.6 us. The precise
-  // system clock costs 26 ns a read on this project's 2-vCPU VM (kvm-clock;
-  // absl::Now() more than twice that); the coarse one 4 ns, at a scheduler
-  // tick's resolution. A deadline of seconds does not need better, so it is
-  // read coarse, and the tick is added: the coarse clock lags the precise
-  // one by up to a tick, and a deadline must never come early. It may come
-  // up to a tick late. The waits compare it with absl::Now(): the same
-  // clock (CLOCK_REALTIME), read precisely.
   if (coarse_resolution_ > absl::ZeroDuration()) {
     timespec now{};
     if (clock_gettime(CLOCK_REALTIME_COARSE, &now) == 0) {
-      return absl::TimeFromTimespec(now) + coarse_resolution_ + options_.timeout;
+      return absl::TimeFromTimespec(now) + 2 * coarse_resolution_ + options_.timeout;
     }
   }
   return absl::FromChrono(std::chrono::system_clock::now()) + options_.timeout;

@@ -16,7 +16,8 @@
 //   in flight (MPI: several at once); Poll advances what is in flight. Works
 //   complete in sequence order, on the executing thread, whatever order the
 //   transport finishes them in.
-// * Deadlines: every call is given call.deadline = start + timeout for the
+// * Deadlines: every call is given call.deadline = start + timeout (up to two
+//   scheduler ticks later; Note [The deadline's clock]) for the
 //   waits an executor makes inside Start. A call left in flight is timed
 //   from when it became the oldest unfinished one (a long queue must not
 //   time out its tail); past the timeout the executor words the error
@@ -364,7 +365,7 @@ class AsyncCore {
   // Gives `call` its deadline (start + timeout) and starts it on the
   // executor (exec_->mu held).
   StartOutcome StartCall(CollectiveCall& call);
-  // Start + timeout, never earlier (Note [The deadline's clock]).
+  // Start + timeout, up to two ticks later (Note [The deadline's clock]).
   absl::Time StartDeadline() const;
   // Appends to in_flight_ (exec_->mu held); the first entry wakes a sleeping
   // progress thread to poll it.

@@ -100,12 +100,18 @@ unsigned char* MessageOf(MailboxHead* box) {
 // keep step the line is still this rank's when it posts, and its peers'
 // first poll fetches it: one transfer instead of two. A peer already
 // polling just takes the line back, and the write costs what it did
-// without this. A prefetch changes no value, only where a line is.
-// Measured interleaved against the build without it, on 2 ranks
-// (docs/allreduce/20261129-own-the-line): blocking allreduces of 8-256 B
-// took 0.78-0.83x the time. The same for the counters of ShmAllReduce's
-// rounds, owned before the work whose end they announce, showed no gain at
-// 8 KiB-8 MiB and was not kept.
+// without this. A prefetch changes no value, only where a line is. Where
+// the issuing thread posts the next exchange (Note [The issuer begins]) and
+// another thread ran this one, the line is owned by the wrong core; that
+// case was not measured.
+// Measured interleaved on 2 ranks (docs/allreduce/20261129-own-the-line):
+// a blocking 8 B allreduce went from 1.06x to 0.90x OpenMPI's time, and
+// with the coarse deadline clock (Note [The deadline's clock]) blocking
+// allreduces of 8-256 B took 0.76-0.80x the time of the build before both.
+// At most 1 KiB is owned ahead: owning the whole mailbox, with the counters
+// of ShmAllReduce's rounds owned before the work whose end they announce,
+// showed no gain from 4 KiB to 8 MiB (1.05x the time at 4 KiB and at
+// 8 MiB), and was not kept.
 constexpr size_t kOwnAheadBytes = 1024;  // of a mailbox, at most
 void PrefetchForWrite(const void* line) {
 #if defined(__x86_64__)
@@ -485,7 +491,8 @@ absl::Status ShmCollect(const ShmGroup& g, uint64_t n, std::vector<const unsigne
   {
     MailboxHead* mine = Mailbox(g, g.bases[g.rank], n % 2);
     auto* next = reinterpret_cast<unsigned char*>(Mailbox(g, g.bases[g.rank], (n + 1) % 2));
-    const size_t span = std::min<uint64_t>(sizeof(MailboxHead) + mine->length, kOwnAheadBytes);
+    const size_t span = std::min<uint64_t>(
+        sizeof(MailboxHead) + std::min<uint64_t>(mine->length, g.mailbox_bytes), kOwnAheadBytes);
     for (size_t off = 0; off < span; off += kLine) PrefetchForWrite(next + off);
   }
   messages->resize(g.size);
