@@ -483,18 +483,6 @@ absl::Status ShmCollect(const ShmGroup& g, uint64_t n, std::vector<const unsigne
     ctl->aborted.store(w.aborted, std::memory_order_release);
     return w.status;
   }
-  // Every peer has read exchange n - 1 (it posted n), so mailbox
-  // (n + 1) % 2 is this rank's to write: own its lines now, as many as this
-  // exchange's message took (Note [Owning the line before writing it]). A
-  // peer already waiting for exchange n + 1 polls its flag meanwhile and
-  // takes that line back; the write then costs what it did without this.
-  {
-    MailboxHead* mine = Mailbox(g, g.bases[g.rank], n % 2);
-    auto* next = reinterpret_cast<unsigned char*>(Mailbox(g, g.bases[g.rank], (n + 1) % 2));
-    const size_t span = std::min<uint64_t>(
-        sizeof(MailboxHead) + std::min<uint64_t>(mine->length, g.mailbox_bytes), kOwnAheadBytes);
-    for (size_t off = 0; off < span; off += kLine) PrefetchForWrite(next + off);
-  }
   messages->resize(g.size);
   lengths->resize(g.size);
   for (int r = 0; r < g.size; ++r) {
@@ -508,6 +496,14 @@ absl::Status ShmCollect(const ShmGroup& g, uint64_t n, std::vector<const unsigne
       __builtin_prefetch(reinterpret_cast<const unsigned char*>(box) + off);
     }
   }
+  // Every peer has read exchange n - 1 (it posted n), so mailbox
+  // (n + 1) % 2 is this rank's to write: own its lines now, as many as this
+  // exchange's message took (Note [Owning the line before writing it]). A
+  // peer already waiting for exchange n + 1 polls its flag meanwhile and
+  // takes that line back; the write then costs what it did without this.
+  auto* next = reinterpret_cast<unsigned char*>(Mailbox(g, g.bases[g.rank], (n + 1) % 2));
+  const size_t span = std::min(sizeof(MailboxHead) + (*lengths)[g.rank], kOwnAheadBytes);
+  for (size_t off = 0; off < span; off += kLine) PrefetchForWrite(next + off);
   return absl::OkStatus();
 }
 

@@ -196,11 +196,13 @@ bool ShmBeginAllReduce(const ShmGroup& group, const void* send, size_t count, Da
 // the same cache line as the length and the first 48 bytes of the message,
 // so a small collective costs each reader one line transfer per peer, and
 // the writer one (which Note [Owning the line before writing it] in
-// shm_allreduce.cc takes off the critical path). No flag says "read": a rank writes mailbox n % 2
-// again only in exchange n + 2, after it saw every peer's flag reach n + 1, and a peer sets that
-// flag only after it has finished reading exchange n. The caller compares the descriptors it
-// received, so a mismatch is found on every rank, as with the network round. Abort, peers that gave
-// up and the deadline behave as in ShmAllReduce.
+// shm_allreduce.cc takes off the critical path). No flag says "read": a
+// rank writes mailbox n % 2 again only in exchange n + 2, after it saw every
+// peer's flag reach n + 1, and a peer sets that flag only after it has
+// finished reading exchange n. The caller compares the descriptors it
+// received, so a mismatch is found on every rank, as with the network
+// round. Abort, peers that gave up and the deadline behave as in
+// ShmAllReduce.
 //
 // Note [Reading the mailboxes in place]
 // The caller builds its message where it is sent and reads the others'
