@@ -86,16 +86,16 @@ struct UcxOptions {
   size_t linear_bytes = 4 << 10;
   // Where not 0: AllReduce over messages above 4 KiB and up to this many
   // bytes, in a world of at least 3 ranks, chooses its algorithm by timing
-  // the candidates on its first calls (Rabenseifner, recursive doubling, and
-  // where ranks outnumber a machine's cores the linear round), per size
-  // class, each twice the last: rank 0 decides and every rank switches after
-  // the same collective (Note [Measured choice] in
-  // comm/ucx/measured_choice.h). A class's trial takes about 103 calls; a
-  // benchmark's warm-up should cover them. Where the linear round is a
-  // candidate, inexact sums may differ in their last bits between the trial
-  // and later calls (every rank still holds the same bits). 0: the static
-  // table alone.
-  size_t measured_choice_bytes = 64 << 10;
+  // the candidates on its first calls (Rabenseifner, from 32 KiB the ring,
+  // recursive doubling, and up to 64 KiB, where ranks outnumber a machine's
+  // cores, the linear round), per size class, each twice the last: rank 0
+  // decides and every rank switches after the same collective (Note
+  // [Measured choice] in comm/ucx/measured_choice.h). A class's trial takes
+  // up to 103 calls (135 with four candidates); a benchmark's warm-up should
+  // cover them. The candidates add in different orders, so inexact sums may
+  // differ in their last bits between the trial and later calls (every rank
+  // still holds the same bits). 0: the static table alone.
+  size_t measured_choice_bytes = 512 << 10;
   // Pipeline chunk of the ring algorithm. Small enough that a received chunk
   // is still in cache when it is reduced.
   size_t chunk_bytes = 256 << 10;

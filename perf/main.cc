@@ -127,13 +127,13 @@ ABSL_FLAG(std::string, ucx_opening, "auto",
 ABSL_FLAG(std::string, ucx_linear, "4K",
           "ucx backend: where the linear round opens, AllReduce up to this size rides in it "
           "(at most 1M)");
-ABSL_FLAG(std::string, ucx_measured_choice, "64K",
+ABSL_FLAG(std::string, ucx_measured_choice, "512K",
           "ucx backend: over messages, in a world of at least 3 ranks, AllReduce above 4K up to "
-          "this size times its candidate algorithms (Rabenseifner, recursive doubling, and "
-          "where ranks outnumber a machine's cores the linear round) on its first calls, per "
-          "size class, and every rank runs the one fastest on rank 0 from then on (a class's trial "
-          "takes about 103 calls: give -w that many); the choices are printed after the sweep "
-          "(at most 1M; 0: the static table)");
+          "this size times its candidate algorithms (Rabenseifner, from 32K the ring, recursive "
+          "doubling, and up to 64K, where ranks outnumber a machine's cores, the linear round) "
+          "on its first calls, per size class, and every rank runs the one fastest on rank 0 "
+          "from then on (a class's trial takes up to 135 calls: give -w that many); the choices "
+          "are printed after the sweep (at most 1M; 0: the static table)");
 ABSL_FLAG(std::string, ucx_small, "4K",
           "ucx backend: on one host, messages up to this size ride in the header round "
           "(one-shot; raised to 32K where up to 8 ranks outnumber the host's cores; 0: never)");

@@ -86,11 +86,16 @@ AlgorithmTable BuildAlgorithmTable(const AlgorithmInputs& in) {
       if (power_of_two && in.world >= 4 && in.rabenseifner_bytes >= c.hi) {
         c.candidates.push_back(Algorithm::kRabenseifnerAllReduce);
       }
+      if (lo >= kMeasuredRingFromBytes) {
+        c.candidates.push_back(in.shm_allreduce ? Algorithm::kShmAllReduce
+                                                : Algorithm::kRingAllReduce);
+      }
       c.candidates.push_back(Algorithm::kRecursiveDoublingAllReduce);
-      if (linear_candidate) c.candidates.push_back(Algorithm::kLinearAllReduce);
-      if (c.candidates.size() < 2) break;
+      const bool linear_here = linear_candidate && c.hi <= kMeasuredLinearMaxBytes;
+      if (linear_here) c.candidates.push_back(Algorithm::kLinearAllReduce);
+      if (c.candidates.size() < 2) continue;  // the table's choice, untimed
       t.carried_bytes_ = std::max(t.carried_bytes_, c.hi);
-      if (linear_candidate) {
+      if (linear_here) {
         t.linear_bytes_ = std::max(t.linear_bytes_, c.hi);
         t.linear_watched_ = true;
       }

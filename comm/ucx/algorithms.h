@@ -53,18 +53,20 @@
 //   round, the linear round watched beside it, then the ring. The rest as
 //   above.
 // Over messages in a world of at least 3 ranks, AllReduce of kMeasuredFromBytes
-// up to UcxOptions::measured_choice_bytes (64 KiB by default; 0: none) is split into size
+// up to UcxOptions::measured_choice_bytes (512 KiB by default; 0: none) is split into size
 // classes (each twice the last) whose algorithm is measured (Note [Measured choice] in
 // measured_choice.h); the ranges above are the choice until then. Each class's
 // candidates, in this order: Rabenseifner where the world is a power of
-// two of at least 4 ranks (and rabenseifner_bytes reaches the class);
-// recursive doubling; the linear round where some machine runs more ranks than it has cores (or the
-// linear round opens), the opening is not forced to recursive doubling and
-// the world has at most kMeasuredLinearMaxRanks ranks. A class with one
-// candidate ends the classes, as does one beyond what the table carries in a
-// round (above it the ring, no candidate). Where the linear round is a
-// candidate it carries up to the range's end and is watched beside every
-// descriptor round.
+// two of at least 4 ranks (and rabenseifner_bytes reaches the class); the
+// ring (the table's algorithm above the carried range) in classes from
+// kMeasuredRingFromBytes; recursive doubling; the linear round in classes
+// up to kMeasuredLinearMaxBytes where some machine runs more ranks than it
+// has cores (or the linear round opens), the opening is not forced to
+// recursive doubling and the world has at most kMeasuredLinearMaxRanks
+// ranks. A class with one candidate is left to the table; one beyond what
+// the table carries in a round ends the classes (above it the ring alone). Where the
+// linear round is a candidate it carries up to its last class's end and is
+// watched beside every descriptor round.
 #ifndef FUSEBOX_COMM_UCX_ALGORITHMS_H_
 #define FUSEBOX_COMM_UCX_ALGORITHMS_H_
 
@@ -111,11 +113,21 @@ inline constexpr int kOversubscribedSmallMaxRanks = 8;
 // at 8 hosts 240-360 against 410-530.
 inline constexpr int kLinearMinRanks = 5;
 
-// Note [Algorithm table]: where the measured classes start (exclusive),
-// and the largest world where the linear round is a candidate (rank 0
-// receives p - 1 messages of up to measured_choice_bytes).
+// Note [Algorithm table]: where the measured classes start (exclusive);
+// the largest world, and the largest class, where the linear round is a
+// candidate (rank 0 receives p - 1 messages of up to 64 KiB; OpenMPI's
+// linear allreduce already lost to recursive doubling and Rabenseifner at
+// 32 KiB, docs/allreduce/20261126-emulated-descriptor-1gbit); and the
+// smallest class where the ring is. The ring's 2(p-1) rounds lose to
+// Rabenseifner's 2 log2(p) where rounds dominate, but its bytes arrive
+// steadily in chunks where Rabenseifner's halves arrive in bursts: on 8
+// emulated hosts over 1 Gbit it took about 0.6-0.8x Rabenseifner's time
+// at 128-512 KiB, and about 2x over 4 Gbit at 128 KiB
+// (docs/allreduce/20261129-emulated-full/ring-256k).
 inline constexpr size_t kMeasuredFromBytes = size_t{4} << 10;
 inline constexpr int kMeasuredLinearMaxRanks = 16;
+inline constexpr size_t kMeasuredLinearMaxBytes = size_t{64} << 10;
+inline constexpr size_t kMeasuredRingFromBytes = size_t{32} << 10;
 
 // Note [Recursive doubling or Rabenseifner]
 // Where the world is a power of two of at least 4 ranks, AllReduce over

@@ -671,9 +671,10 @@ absl::Status UcxCommunicator::Run(const Request& req, const Begun* begun) {
       if (timed) measured_->Record(pick, began, absl::Now());
       return absl::OkStatus();
     }
-    // What follows the round is not measured; the next call is timed from
-    // its own start.
-    if (timed) measured_->Record(std::nullopt, began, absl::Now());
+    // What follows the round is not measured, unless a measured class runs
+    // the ring (or the shared-memory allreduce) after it: that call is timed
+    // to its end below. Otherwise the next call is timed from its own start.
+    if (timed && !pick.has_value()) measured_->Record(std::nullopt, began, absl::Now());
   } else if (absl::Status s = HeaderRound(req, payload_bytes, payload, begun); !s.ok()) {
     return s;
   }
@@ -710,9 +711,12 @@ absl::Status UcxCommunicator::Run(const Request& req, const Begun* begun) {
       }
       return absl::OkStatus();
     case Algorithm::kShmAllReduce:
-      return ShmAllReduce(req, begun);
-    case Algorithm::kRingAllReduce:
-      return RingAllReduce(req);
+    case Algorithm::kRingAllReduce: {
+      absl::Status s =
+          algorithm == Algorithm::kShmAllReduce ? ShmAllReduce(req, begun) : RingAllReduce(req);
+      if (timed && pick.has_value()) measured_->Record(pick, began, absl::Now());
+      return s;
+    }
     case Algorithm::kRecursiveDoublingAllReduce:  // done in the descriptor round
     case Algorithm::kRabenseifnerAllReduce:       // done in the descriptor round
     case Algorithm::kLinearAllReduce:             // done in the linear round

@@ -32,7 +32,7 @@ double TrimmedMean(std::vector<double> v) {
 
 MeasuredChoice::MeasuredChoice(std::vector<AlgorithmTable::MeasuredClass> classes, bool decides)
     : decides_(decides) {
-  // The table builds a few classes of at most three candidates; the
+  // The table builds a few classes of at most four candidates; the
   // announcement holds what fits, and the rest is left to the table.
   for (AlgorithmTable::MeasuredClass& c : classes) {
     if (static_cast<int>(classes_.size()) == kMaxMeasuredClasses) break;

@@ -11,13 +11,15 @@
 //   choice.Record(pick /*nullopt: not a measured call*/, start, end);
 //
 // Note [Measured choice]
-// Over messages, which AllReduce algorithm is fastest at 4-64 KiB depends on
+// Over messages, which AllReduce algorithm is fastest at 4-512 KiB depends on
 // the link's rate and on how many ranks share a core, which no rank knows:
 // on emulated hosts sharing 2 cores, recursive doubling was best at 16-32
 // KiB over 4 Gbit and lost 1.3-1.7x to Rabenseifner (or OpenMPI's ring)
 // over 1 Gbit, and at 8 hosts OpenMPI's linear allreduce beat both at 8
 // KiB over 4 Gbit while fusebox's linear round lost 1.5-2.3x over 1 Gbit
-// (docs/allreduce/20261127-alongside). A switch point derived from a probe
+// (docs/allreduce/20261127-alongside); at 128-512 KiB the ring beat
+// Rabenseifner on 8 hosts over 1 Gbit and lost to it over 4 Gbit (Note
+// [Algorithm table] in algorithms.h). A switch point derived from a probe
 // between rank pairs at creation moved between 8 and 64 KiB from one
 // communicator to the next on the same links (Note [Recursive doubling or
 // Rabenseifner] in algorithms.h). So each size class of the table's
@@ -83,7 +85,7 @@
 //   before the drops it makes with it. The class's calls run the trial
 //   until the decision arrives, one call after the last sample where no
 //   other announcement is queued ahead: a class's first 6 + 3 x 32 + 1 =
-//   103 calls at most, with three candidates.
+//   103 calls at most, with three candidates (135 with four).
 // * Announcements. Rank 0 announces each drop and decision in the pad byte
 //   of its next header (which SameCall ignores): 0x80 | drop << 6 |
 //   class << 2 | candidate. Every round over messages ends with rank 0's
@@ -93,13 +95,26 @@
 //   collective, of any kind; until a decision arrives the trial goes on.
 // All candidates give every rank the same bits within a call; recursive
 // doubling and Rabenseifner give the same bits as each other, while the
-// linear round sums in rank order, so where it is a candidate the last bits
-// of a class's result may differ between the trial and later calls (the
-// results are exact wherever the sum is).
+// linear round sums in rank order and the ring around the ring, so where
+// either is a candidate the last bits of a class's result may differ
+// between the trial and later calls (the results are exact wherever the
+// sum is).
 // A choice is made once per communicator and class; a machine whose
-// behaviour changes later keeps it.
-// On by default up to 64 KiB (UcxOptions::measured_choice_bytes; 0 keeps
-// the static table). With blocks of 6 calls in turn and no settling it had
+// behaviour changes later keeps it, and so does a candidate that slows
+// down only after its block: on 8 emulated hosts over 1 Gbit, Rabenseifner
+// at exactly 128 KiB ran at the link's rate for its first calls and about
+// 3x slower from some 40 calls on (the kernel's TCP autocorking holds the
+// last few bytes of each 64 KiB message; docs/allreduce/20261129-ring-
+// candidate/tail-stall.txt), so the trial chose it in 4 of 6 rounds.
+// On by default up to 512 KiB (UcxOptions::measured_choice_bytes; 0 keeps
+// the static table); up to 64 KiB before the ring was a candidate. Against
+// that (6 interleaved rounds on 4 and 8 emulated hosts over 1 and 4 Gbit,
+// 32-512 KiB, docs/allreduce/20261129-ring-candidate): 0.47-0.49x the time
+// at 256-512 KiB on 8 hosts over 1 Gbit and 0.79-0.91x on 4 hosts, every
+// round faster; in the other 16 cells each 95% CI includes 1 (medians
+// 0.83-1.18x, and 0.48x at 128 KiB on 8 hosts over 1 Gbit, where
+// Rabenseifner's slowdown above scattered the rounds 0.16-2.52x).
+// With blocks of 6 calls in turn and no settling it had
 // been off: against the static table on emulated hosts sharing 2 cores it
 // took 0.80-0.84x the time at 8-16 KiB on 4 hosts over 4 Gbit, but 1.35x
 // and 1.49x at 8 and 16 KiB and 1.25x at 64 KiB on 8 hosts over 1 Gbit,

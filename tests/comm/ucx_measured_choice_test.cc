@@ -27,6 +27,7 @@ namespace {
 constexpr Algorithm kRd = Algorithm::kRecursiveDoublingAllReduce;
 constexpr Algorithm kRab = Algorithm::kRabenseifnerAllReduce;
 constexpr Algorithm kLinear = Algorithm::kLinearAllReduce;
+constexpr Algorithm kRing = Algorithm::kRingAllReduce;
 
 std::vector<AlgorithmTable::MeasuredClass> TwoClasses() {
   return {{4096, 8192, {kRd, kRab, kLinear}}, {8192, 16384, {kRd, kRab}}};
@@ -286,7 +287,12 @@ TEST(MeasuredChoiceTableTest, ClassesDoubleFromFourKibToTheOptionWithTheCandidat
   for (const AlgorithmTable::MeasuredClass& c : four.measured()) {
     EXPECT_EQ(c.lo, lo);
     EXPECT_EQ(c.hi, 2 * lo);
-    EXPECT_EQ(c.candidates, (std::vector<Algorithm>{kRab, kRd, kLinear}));
+    // The ring from kMeasuredRingFromBytes, after Rabenseifner (as many
+    // bytes through a link).
+    EXPECT_EQ(c.candidates, lo < kMeasuredRingFromBytes
+                                ? (std::vector<Algorithm>{kRab, kRd, kLinear})
+                                : (std::vector<Algorithm>{kRab, kRing, kRd, kLinear}))
+        << c.lo;
     lo *= 2;
   }
   EXPECT_TRUE(four.linear_watched());
@@ -307,16 +313,20 @@ TEST(MeasuredChoiceTableTest, ClassesDoubleFromFourKibToTheOptionWithTheCandidat
 
   // Not oversubscribed: no linear round, so nothing watched.
   const AlgorithmTable idle = BuildAlgorithmTable(Messages(4, false));
-  EXPECT_EQ(Candidates(idle), std::vector<std::vector<Algorithm>>(4, {kRab, kRd}));
+  const std::vector<std::vector<Algorithm>> rab_rd = {
+      {kRab, kRd}, {kRab, kRd}, {kRab, kRd}, {kRab, kRing, kRd}};
+  EXPECT_EQ(Candidates(idle), rab_rd);
   EXPECT_FALSE(idle.linear_watched());
   // 3 ranks: Rabenseifner needs a power of two.
   EXPECT_EQ(Candidates(BuildAlgorithmTable(Messages(3, true))),
-            std::vector<std::vector<Algorithm>>(4, {kRd, kLinear}));
-  EXPECT_TRUE(BuildAlgorithmTable(Messages(3, false)).measured().empty()) << "one candidate";
+            (std::vector<std::vector<Algorithm>>{
+                {kRd, kLinear}, {kRd, kLinear}, {kRd, kLinear}, {kRing, kRd, kLinear}}));
+  EXPECT_EQ(Candidates(BuildAlgorithmTable(Messages(3, false))),
+            (std::vector<std::vector<Algorithm>>{{kRing, kRd}}))
+      << "below the ring's classes, recursive doubling alone";
   EXPECT_TRUE(BuildAlgorithmTable(Messages(2, true)).measured().empty());
   // Above kMeasuredLinearMaxRanks the linear round is not a candidate.
-  EXPECT_EQ(Candidates(BuildAlgorithmTable(Messages(32, true))),
-            std::vector<std::vector<Algorithm>>(4, {kRab, kRd}));
+  EXPECT_EQ(Candidates(BuildAlgorithmTable(Messages(32, true))), rab_rd);
   // Off, and on one host.
   AlgorithmInputs off = Messages(8, true);
   off.measured_bytes = 0;
@@ -340,13 +350,54 @@ TEST(MeasuredChoiceTableTest, ClassesDoubleFromFourKibToTheOptionWithTheCandidat
   AlgorithmInputs short_rab = Messages(8, false);
   short_rab.rabenseifner_bytes = 16384;
   EXPECT_EQ(Candidates(BuildAlgorithmTable(short_rab)),
-            (std::vector<std::vector<Algorithm>>{{kRab, kRd}, {kRab, kRd}}))
-      << "a class with recursive doubling alone ends the classes";
+            (std::vector<std::vector<Algorithm>>{{kRab, kRd}, {kRab, kRd}, {kRing, kRd}}))
+      << "a class with recursive doubling alone is left to the table";
   // The recursive-doubling opening keeps the linear round out.
   AlgorithmInputs rd = Messages(8, true);
   rd.opening = UcxOptions::Opening::kRecursiveDoubling;
-  EXPECT_EQ(Candidates(BuildAlgorithmTable(rd)),
-            std::vector<std::vector<Algorithm>>(4, {kRab, kRd}));
+  EXPECT_EQ(Candidates(BuildAlgorithmTable(rd)), rab_rd);
+}
+
+// The default range, 512 KiB: the classes go on above 64 KiB where the
+// table carries AllReduce in a round (Rabenseifner up to
+// rabenseifner_bytes at a power of two), with the ring beside it; the
+// linear round stays a candidate only up to kMeasuredLinearMaxBytes, and
+// carries no more than that.
+TEST(MeasuredChoiceTableTest, AboveSixtyFourKibTheRingIsACandidateAndTheLinearRoundIsNot) {
+  ASSERT_EQ(UcxOptions{}.measured_choice_bytes, size_t{512} << 10);
+  AlgorithmInputs in = Messages(8, /*oversubscribed=*/true);
+  in.measured_bytes = UcxOptions{}.measured_choice_bytes;
+  const AlgorithmTable eight = BuildAlgorithmTable(in);
+  ASSERT_EQ(eight.measured().size(), 7u) << eight.Describe();
+  for (const AlgorithmTable::MeasuredClass& c : eight.measured()) {
+    if (c.lo < kMeasuredRingFromBytes) {
+      EXPECT_EQ(c.candidates, (std::vector<Algorithm>{kRab, kRd, kLinear})) << c.lo;
+    } else if (c.hi <= kMeasuredLinearMaxBytes) {
+      EXPECT_EQ(c.candidates, (std::vector<Algorithm>{kRab, kRing, kRd, kLinear})) << c.lo;
+    } else {
+      EXPECT_EQ(c.candidates, (std::vector<Algorithm>{kRab, kRing, kRd})) << c.lo;
+    }
+  }
+  EXPECT_EQ(eight.measured().back().hi, size_t{512} << 10);
+  EXPECT_EQ(eight.linear_bytes(), kMeasuredLinearMaxBytes);
+  EXPECT_EQ(eight.carried_bytes(), size_t{512} << 10);
+  // Above the classes, and where the trial has not decided, the table's
+  // static choice: Rabenseifner up to rabenseifner_bytes, the ring above.
+  EXPECT_EQ(eight.Select(Kind::kAllReduce, 256 << 10), kRab);
+  EXPECT_EQ(eight.Select(Kind::kAllReduce, (512 << 10) + 4), kRing);
+  EXPECT_TRUE(absl::StrContains(
+      eight.Describe(), "(262144, 524288] B rabenseifner|ring-allreduce|recursive-doubling"))
+      << eight.Describe();
+
+  // 6 ranks: no Rabenseifner, so the table carries AllReduce in a round
+  // only up to recursive_doubling_bytes; the classes end there.
+  AlgorithmInputs six = Messages(6, /*oversubscribed=*/false);
+  six.measured_bytes = UcxOptions{}.measured_choice_bytes;
+  const AlgorithmTable t6 = BuildAlgorithmTable(six);
+  ASSERT_FALSE(t6.measured().empty());
+  EXPECT_EQ(t6.measured().back().hi, UcxOptions{}.recursive_doubling_bytes) << t6.Describe();
+  EXPECT_EQ(Candidates(t6), (std::vector<std::vector<Algorithm>>{{kRing, kRd}}));
+  EXPECT_EQ(t6.carried_bytes(), UcxOptions{}.recursive_doubling_bytes);
 }
 
 // Over real UCX: TCP between threads, the measured choice on; `opening`
@@ -383,9 +434,9 @@ std::vector<std::string> ChosenNames(const std::string& algorithms) {
 // kCalls calls: AllReduce of every measured class and above them, Barrier,
 // Broadcast and AllGather between; every result exact on every call, and
 // every rank ends with the same choice for every class that has one (each
-// class sees enough calls for a trial of three whole blocks).
+// class sees enough calls, about 250, for a trial of four whole blocks).
 void CheckMixedCalls(int world, const UcxOptions& options, size_t want_classes) {
-  constexpr int kCalls = 900;
+  constexpr int kCalls = 1500;
   std::vector<std::string> chosen(world);
   fusebox::testing::RunRanksUcx(
       world,
@@ -426,6 +477,13 @@ void CheckMixedCalls(int world, const UcxOptions& options, size_t want_classes) 
       options);
   const std::vector<std::string> zero = ChosenNames(chosen[0]);
   EXPECT_EQ(zero.size(), want_classes) << chosen[0];
+  // Where the range reaches the ring's classes, the ring ran in the trial:
+  // rank 0 lists what it cost.
+  if (options.measured_choice_bytes > kMeasuredRingFromBytes) {
+    const size_t at = chosen[0].find("Chosen: ");
+    ASSERT_NE(at, std::string::npos) << chosen[0];
+    EXPECT_TRUE(absl::StrContains(chosen[0].substr(at), "ring-allreduce ")) << chosen[0];
+  }
   for (int r = 1; r < world; ++r) EXPECT_EQ(ChosenNames(chosen[r]), zero) << "rank " << r;
 }
 
