@@ -86,7 +86,7 @@ struct UcxOptions {
   size_t linear_bytes = 4 << 10;
   // Where not 0: AllReduce over messages above 4 KiB and up to this many
   // bytes, in a world of at least 3 ranks, chooses its algorithm by timing
-  // the candidates on its first calls (Rabenseifner, from 32 KiB the ring,
+  // the candidates on its first calls (Rabenseifner, above 32 KiB the ring,
   // recursive doubling, and up to 64 KiB, where ranks outnumber a machine's
   // cores, the linear round), per size class, each twice the last: rank 0
   // decides and every rank switches after the same collective (Note
@@ -94,7 +94,10 @@ struct UcxOptions {
   // up to 103 calls (135 with four candidates); a benchmark's warm-up should
   // cover them. The candidates add in different orders, so inexact sums may
   // differ in their last bits between the trial and later calls (every rank
-  // still holds the same bits). 0: the static table alone.
+  // still holds the same bits). The classes stop where the table stops
+  // carrying AllReduce in a round (rabenseifner_bytes in power-of-two
+  // worlds of at least 4 ranks, recursive_doubling_bytes in others).
+  // 0: the static table alone.
   size_t measured_choice_bytes = 512 << 10;
   // Pipeline chunk of the ring algorithm. Small enough that a received chunk
   // is still in cache when it is reduced.

@@ -129,7 +129,7 @@ ABSL_FLAG(std::string, ucx_linear, "4K",
           "(at most 1M)");
 ABSL_FLAG(std::string, ucx_measured_choice, "512K",
           "ucx backend: over messages, in a world of at least 3 ranks, AllReduce above 4K up to "
-          "this size times its candidate algorithms (Rabenseifner, from 32K the ring, recursive "
+          "this size times its candidate algorithms (Rabenseifner, above 32K the ring, recursive "
           "doubling, and up to 64K, where ranks outnumber a machine's cores, the linear round) "
           "on its first calls, per size class, and every rank runs the one fastest on rank 0 "
           "from then on (a class's trial takes up to 135 calls: give -w that many); the choices "

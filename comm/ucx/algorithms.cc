@@ -74,7 +74,7 @@ AlgorithmTable BuildAlgorithmTable(const AlgorithmInputs& in) {
                                   in.opening != Opening::kRecursiveDoubling &&
                                   (t.linear_ || in.machine_oversubscribed);
     // Only where the table itself carries AllReduce in a round (recursive
-    // doubling or Rabenseifner): above it the ring, which is no candidate.
+    // doubling or Rabenseifner): above it the ring alone.
     const size_t carried_end = t.carried_bytes_;
     for (size_t lo = kMeasuredFromBytes; in.world >= 3 && lo < in.measured_bytes; lo *= 2) {
       AlgorithmTable::MeasuredClass c;

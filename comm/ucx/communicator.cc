@@ -1168,8 +1168,9 @@ absl::StatusOr<std::unique_ptr<Communicator>> CreateUcxCommunicator(
         "(rank 0 of the linear round stages a message from every rank); got ",
         options.linear_bytes, " with ", size, " ranks"));
   }
-  // The measured classes carry up to this much in both rounds (Note
-  // [Measured choice]); the linear round is a candidate up to 16 ranks.
+  // The measured classes reach up to this much (Note [Measured choice]);
+  // what the rounds carry stays within carried_bytes and, for the linear
+  // round, kMeasuredLinearMaxBytes.
   if (options.measured_choice_bytes > (1u << 20)) {
     return absl::InvalidArgumentError(absl::StrCat(
         "UCX measured_choice_bytes must be at most 1 MiB, got ", options.measured_choice_bytes));

@@ -7,7 +7,8 @@
 //   header.pad = choice.TakeAnnouncement();                         // rank 0, every round
 //   ... the round; on a clean verdict, every rank:
 //   absl::Status s = choice.Apply(rank0_pad);
-//   ... after every round over messages, rank 0:
+//   ... after every collective over messages, rank 0 (where a measured call
+//   ... runs the ring after its round, once the ring has ended):
 //   choice.Record(pick /*nullopt: not a measured call*/, start, end);
 //
 // Note [Measured choice]
@@ -55,8 +56,8 @@
 //   Rabenseifner, timed after it, came out dearer than its own loop runs,
 //   and lost (1.18-1.22x the static table in two of four runs). So the
 //   table lists a class's candidates in the order of the bytes they send
-//   through a rank's link, fewest first (Rabenseifner, recursive doubling,
-//   the linear round): each runs on a bucket the lighter one before it left
+//   through a rank's link, fewest first (Rabenseifner, the ring, recursive
+//   doubling, the linear round): each runs on a bucket the lighter one before it left
 //   full, which can flatter it but never wrongs the lighter one. Over 9
 //   rounds there, Rabenseifner was then chosen at 64 KiB in 7 (4 before).
 // * Timing. Rank 0 times each call: from the end of the call before it
@@ -174,7 +175,8 @@ class MeasuredChoice {
   std::optional<Pick> Next(size_t bytes);
   // Rank 0, after every collective that ran a round over messages (`pick`
   // where the collective was a measured AllReduce): when its round started
-  // and when it ended. Keeps the sample where pick->sample and queues the
+  // and when it ended (a measured call that runs the ring after its round:
+  // when the ring ended). Keeps the sample where pick->sample and queues the
   // drops and the decision it makes.
   void Record(const std::optional<Pick>& pick, absl::Time start, absl::Time end);
   // Rank 0: the byte its next header carries (0: nothing to announce).

@@ -341,8 +341,8 @@ TEST(MeasuredChoiceTableTest, ClassesDoubleFromFourKibToTheOptionWithTheCandidat
   ASSERT_EQ(t.measured().size(), 2u);
   EXPECT_EQ(t.measured()[1].hi, 12000u);
   // Classes end where the table stops carrying AllReduce in a round (the
-  // ring above it is no candidate), and Rabenseifner is a candidate only
-  // up to rabenseifner_bytes.
+  // ring alone above it), and Rabenseifner is a candidate only up to
+  // rabenseifner_bytes.
   AlgorithmInputs short_rd = Messages(6, true);
   short_rd.recursive_doubling_bytes = 16384;
   ASSERT_EQ(BuildAlgorithmTable(short_rd).measured().size(), 2u);
@@ -435,16 +435,19 @@ std::vector<std::string> ChosenNames(const std::string& algorithms) {
 // Broadcast and AllGather between; every result exact on every call, and
 // every rank ends with the same choice for every class that has one (each
 // class sees enough calls, about 250, for a trial of four whole blocks).
-void CheckMixedCalls(int world, const UcxOptions& options, size_t want_classes) {
+// `rank0`, where given, gets rank 0's description of its choices.
+void CheckMixedCalls(int world, const UcxOptions& options, size_t want_classes,
+                     std::string* rank0 = nullptr) {
   constexpr int kCalls = 1500;
   std::vector<std::string> chosen(world);
   fusebox::testing::RunRanksUcx(
       world,
       [&](int rank, Communicator& comm) {
-        const size_t counts[] = {1500, 3000, 3001, 6000, 12000, 40000};  // 6-160 KB of floats
+        // 6-160 KB of floats, each size in a sixth of the calls.
+        const size_t counts[] = {1500, 3000, 3001, 6000, 12000, 40000};
         const int sum = world * (world + 1) / 2;
         for (int i = 0; i < kCalls; ++i) {
-          const size_t count = counts[(i * 7 + i / 5) % 6];
+          const size_t count = counts[(i * 7 + i / 6) % 6];
           std::vector<float> in(count), out(count, -1.0f), want(count);
           for (size_t j = 0; j < count; ++j) {
             in[j] = static_cast<float>((rank + 1) * ((i + j) % 13));
@@ -485,10 +488,27 @@ void CheckMixedCalls(int world, const UcxOptions& options, size_t want_classes) 
     EXPECT_TRUE(absl::StrContains(chosen[0].substr(at), "ring-allreduce ")) << chosen[0];
   }
   for (int r = 1; r < world; ++r) EXPECT_EQ(ChosenNames(chosen[r]), zero) << "rank " << r;
+  if (rank0 != nullptr) *rank0 = chosen[0];
 }
 
 TEST(MeasuredChoiceUcxTest, EveryCallIsExactAndEveryRankEndsWithTheSameChoice) {
   CheckMixedCalls(4, Measured(UcxOptions::Opening::kLinear), 4);
+}
+
+// The default range, 512 KiB: the 160 KB calls fall in (128, 256] KiB,
+// whose candidates are Rabenseifner, the ring and recursive doubling, and
+// which is decided like the others (no call falls in (64, 128] KiB).
+TEST(MeasuredChoiceUcxTest, TheRingIsTimedAboveSixtyFourKibOnTheDefaultRange) {
+  UcxOptions o = Measured(UcxOptions::Opening::kLinear);
+  o.measured_choice_bytes = UcxOptions{}.measured_choice_bytes;
+  std::string chosen;
+  CheckMixedCalls(4, o, 5, &chosen);
+  const size_t at = chosen.find("(131072, 262144] B: ");
+  ASSERT_NE(at, std::string::npos) << chosen;
+  const std::string cls = chosen.substr(at, chosen.find("; ", at) - at);
+  EXPECT_TRUE(absl::StrContains(cls, "ring-allreduce ")) << cls;
+  EXPECT_TRUE(absl::StrContains(cls, "rabenseifner ")) << cls;
+  EXPECT_FALSE(absl::StrContains(cls, "linear ")) << "no linear round above 64 KiB: " << cls;
 }
 
 // 3 ranks: rank 0 hands its message to rank 1 and sits the exchanges out,
