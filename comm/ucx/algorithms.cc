@@ -41,6 +41,10 @@ AlgorithmTable BuildAlgorithmTable(const AlgorithmInputs& in) {
   t.small_bytes_ = SmallMessageBytes(in);
   const Kind kinds[] = {Kind::kAllReduce, Kind::kBroadcast, Kind::kAllGather, Kind::kBarrier};
   const bool messages = in.world > 1 && !in.shm_exchange;  // the descriptor round opens
+  // AllReduce's algorithm for large messages between several ranks, and the
+  // candidate a measured class runs for it.
+  const Algorithm large_allreduce =
+      in.shm_allreduce ? Algorithm::kShmAllReduce : Algorithm::kRingAllReduce;
   // AllReduce over messages, after the linear round's range where it opens:
   // recursive doubling up to rd_to, Rabenseifner up to rab_to, recursive
   // doubling again up to rd_end (where rabenseifner_bytes ends below it),
@@ -87,8 +91,7 @@ AlgorithmTable BuildAlgorithmTable(const AlgorithmInputs& in) {
         c.candidates.push_back(Algorithm::kRabenseifnerAllReduce);
       }
       if (lo >= kMeasuredRingFromBytes) {
-        c.candidates.push_back(in.shm_allreduce ? Algorithm::kShmAllReduce
-                                                : Algorithm::kRingAllReduce);
+        c.candidates.push_back(large_allreduce);
       }
       c.candidates.push_back(Algorithm::kRecursiveDoublingAllReduce);
       const bool linear_here = linear_candidate && c.hi <= kMeasuredLinearMaxBytes;
@@ -119,8 +122,7 @@ AlgorithmTable BuildAlgorithmTable(const AlgorithmInputs& in) {
             if (r.empty() || to > r.back().max_bytes) r.push_back({to, a});
           }
           if (r.back().max_bytes < SIZE_MAX) {
-            r.push_back({SIZE_MAX,
-                         in.shm_allreduce ? Algorithm::kShmAllReduce : Algorithm::kRingAllReduce});
+            r.push_back({SIZE_MAX, large_allreduce});
           }
           break;
         case Kind::kBroadcast:
@@ -140,7 +142,7 @@ AlgorithmTable BuildAlgorithmTable(const AlgorithmInputs& in) {
     if (in.world > 1) {
       switch (kind) {
         case Kind::kAllReduce:
-          large = in.shm_allreduce ? Algorithm::kShmAllReduce : Algorithm::kRingAllReduce;
+          large = large_allreduce;
           break;
         case Kind::kBroadcast: large = Algorithm::kChainBroadcast; break;
         case Kind::kAllGather: large = Algorithm::kRingAllGather; break;

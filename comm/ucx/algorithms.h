@@ -64,9 +64,9 @@
 // has cores (or the linear round opens), the opening is not forced to
 // recursive doubling and the world has at most kMeasuredLinearMaxRanks
 // ranks. A class with one candidate is left to the table; one beyond what
-// the table carries in a round ends the classes (above it the ring alone). Where the
-// linear round is a candidate it carries up to its last class's end and is
-// watched beside every descriptor round.
+// the table carries in a round ends the classes (above it the ring alone).
+// Where the linear round is a candidate it carries up to its last class's
+// end and is watched beside every descriptor round.
 #ifndef FUSEBOX_COMM_UCX_ALGORITHMS_H_
 #define FUSEBOX_COMM_UCX_ALGORITHMS_H_
 

@@ -57,9 +57,10 @@
 //   and lost (1.18-1.22x the static table in two of four runs). So the
 //   table lists a class's candidates in the order of the bytes they send
 //   through a rank's link, fewest first (Rabenseifner, the ring, recursive
-//   doubling, the linear round): each runs on a bucket the lighter one before it left
-//   full, which can flatter it but never wrongs the lighter one. Over 9
-//   rounds there, Rabenseifner was then chosen at 64 KiB in 7 (4 before).
+//   doubling, the linear round): each runs on a bucket the lighter one
+//   before it left full, which can flatter it but never wrongs the lighter
+//   one. Over 9 rounds there, Rabenseifner was then chosen at 64 KiB in 7
+//   (4 before).
 // * Timing. Rank 0 times each call: from the end of the call before it
 //   where that was the previous call of the class's trial (nothing else ran
 //   on the communicator between), else from the start of its round, to the
@@ -96,7 +97,7 @@
 //   collective, of any kind; until a decision arrives the trial goes on.
 // All candidates give every rank the same bits within a call; recursive
 // doubling and Rabenseifner give the same bits as each other, while the
-// linear round sums in rank order and the ring around the ring, so where
+// linear round sums in rank order and the ring in ring order, so where
 // either is a candidate the last bits of a class's result may differ
 // between the trial and later calls (the results are exact wherever the
 // sum is).
