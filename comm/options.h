@@ -90,10 +90,13 @@ struct UcxOptions {
   // recursive doubling, and up to 64 KiB, where ranks outnumber a machine's
   // cores, the linear round), per size class, each twice the last: rank 0
   // decides and every rank switches after the same collective (Note
-  // [Measured choice] in comm/ucx/measured_choice.h). A class's trial takes
-  // up to 103 calls (135 with four candidates); a benchmark's warm-up should
-  // cover them. The candidates add in different orders, so inexact sums may
-  // differ in their last bits between the trial and later calls (every rank
+  // [Measured choice] in comm/ucx/measured_choice.h). Rank 0 goes on timing
+  // the choice, and where it runs 1.5x dearer than the next candidate's last
+  // cost the class switches to that one, at most 3 times (Note [Watching
+  // the choice]). A class's trial takes up to 103 calls (135 with four
+  // candidates); a benchmark's warm-up should cover them. The candidates add
+  // in different orders, so inexact sums may differ in their last bits
+  // between the trial, later calls and calls after a switch (every rank
   // still holds the same bits). The classes stop where the table stops
   // carrying AllReduce in a round (rabenseifner_bytes in power-of-two
   // worlds of at least 4 ranks, recursive_doubling_bytes in others).

@@ -478,9 +478,10 @@ def parse_args(argv):
                    help="size factor (default 4; 8 B and 64 MiB are measured regardless)")
     p.add_argument("-n", "--iters", type=int, default=20)
     p.add_argument("-w", "--warmup_iters", type=int, default=None,
-                   help="warm-up calls per size (default 5; with --emulate 140, so that the "
-                        "UCX backend's measured choice of algorithm, up to 135 calls per size "
-                        "class, ends before the timed calls)")
+                   help="warm-up calls per size (default 5; with --emulate 300, so that the "
+                        "UCX backend's measured choice of algorithm, a trial of up to 135 calls "
+                        "per size class and then the first windows in which rank 0 watches the "
+                        "choice and may switch it, ends before the timed calls)")
     p.add_argument("--latency-iters", type=int, default=1000,
                    help="iterations of the dedicated 8 B latency run that the latency targets "
                         "use (default 1000; 0: use the sweep's 8 B numbers)")
@@ -542,7 +543,7 @@ def parse_args(argv):
     if args.minbytes > args.maxbytes:
         p.error("-b is larger than -e")
     if args.warmup_iters is None:
-        args.warmup_iters = 140 if args.emulate else 5
+        args.warmup_iters = 300 if args.emulate else 5
     if args.repeats < 1 or args.iters < 1 or args.warmup_iters < 0:
         p.error("bad --repeats / -n / -w")
     if args.tools is None:

@@ -45,6 +45,7 @@ MeasuredChoice::MeasuredChoice(std::vector<AlgorithmTable::MeasuredClass> classe
     s.samples.resize(k);
     s.early.resize(k);
     s.costs.assign(k, 0);
+    s.left.assign(k, 0);
     s.drop_queued.assign(k, false);
     classes_.push_back(std::move(s));
   }
@@ -58,7 +59,11 @@ std::optional<MeasuredChoice::Pick> MeasuredChoice::Next(size_t bytes) {
     Pick p;
     p.cls = i;
     if (c.decided >= 0) {
+      // Note [Watching the choice].
       p.candidate = c.decided;
+      p.watch = c.decided_calls >= kTrialSettle && c.switches < kMaxSwitches;
+      p.pos = call - kTrialWarmCalls;
+      ++c.decided_calls;
     } else {
       if (call < kTrialWarmCalls) return std::nullopt;
       if (c.current < 0 || c.in_block == kTrialBlock || !c.live[c.current]) {
@@ -92,12 +97,17 @@ void MeasuredChoice::Record(const std::optional<Pick>& pick, absl::Time start, a
   last_end_ = end;
   if (!pick.has_value() || pick->cls < 0 || pick->pos < 0) return;
   State& c = classes_[pick->cls];
+  // The clock is the wall clock; a step back must not make a cost negative.
+  const double us = std::max(0.0, absl::ToDoubleMicroseconds(end - from));
+  if (pick->watch) {
+    // Picked while decided; a switch announced since is not applied yet.
+    if (pick->candidate == c.decided && !c.decision_queued) Watch(pick->cls, us);
+    return;
+  }
   // A block's first call: what its candidate timed before this block is
   // not this block's.
   if (!pick->sample) c.early[pick->candidate].clear();
   if (!pick->sample || c.decided >= 0 || c.decision_queued || !c.live[pick->candidate]) return;
-  // The clock is the wall clock; a step back must not make a cost negative.
-  const double us = std::max(0.0, absl::ToDoubleMicroseconds(end - from));
   if (pick->settled) {
     c.early[pick->candidate].clear();
     c.samples[pick->candidate].push_back(us);
@@ -147,6 +157,42 @@ void MeasuredChoice::Judge(int cls) {
   announcements_.insert(announcements_.end(), drops.begin(), drops.end());
 }
 
+void MeasuredChoice::Watch(int cls, double us) {
+  State& c = classes_[cls];
+  c.window.push_back(us);
+  if (c.window.size() < static_cast<size_t>(kWatchWindow)) return;
+  // The plain mean: what the calls paid, stalls included.
+  double sum = 0;
+  for (double x : c.window) sum += x;
+  const double in_use = sum / static_cast<double>(c.window.size());
+  c.window.clear();
+  // The cheapest other live candidate, at what it cost in use where it was
+  // left before, else at its trial's cost.
+  int best = -1;
+  double best_cost = 0;
+  for (size_t j = 0; j < c.costs.size(); ++j) {
+    if (!c.live[j] || c.drop_queued[j] || static_cast<int>(j) == c.decided) continue;
+    const double known = c.left[j] > 0 ? c.left[j] : c.costs[j];
+    if (known <= 0) continue;
+    if (best < 0 || known < best_cost) {
+      best = static_cast<int>(j);
+      best_cost = known;
+    }
+  }
+  if (best < 0 || in_use <= kSwitchRatio * best_cost) {
+    c.dear.clear();
+    return;
+  }
+  c.dear.push_back(in_use);
+  if (c.dear.size() < static_cast<size_t>(kWatchDearWindows)) return;
+  double dear = 0;
+  for (double x : c.dear) dear += x;
+  c.left[c.decided] = dear / static_cast<double>(c.dear.size());
+  c.dear.clear();
+  c.decision_queued = true;
+  announcements_.push_back(Announcement(/*drop=*/false, cls, best));
+}
+
 uint8_t MeasuredChoice::TakeAnnouncement() {
   if (!decides_ || announcements_.empty()) return 0;
   const uint8_t a = announcements_.front();
@@ -163,17 +209,25 @@ absl::Status MeasuredChoice::Apply(uint8_t pad) {
                      candidate < static_cast<int>(classes_[cls].spec.candidates.size());
   if (!known ||
       (drop && std::count(classes_[cls].live.begin(), classes_[cls].live.end(), true) == 1 &&
-       classes_[cls].live[candidate])) {
-    return absl::DataLossError(
-        absl::StrCat("rank 0 announced an algorithm ", drop ? "drop" : "choice", " (byte ", pad,
-                     ") this rank cannot apply: it has ", classes_.size(),
-                     " measured size classes and would be left without a candidate"));
+       classes_[cls].live[candidate]) ||
+      (!drop && !classes_[cls].live[candidate])) {
+    return absl::DataLossError(absl::StrCat(
+        "rank 0 announced an algorithm ", drop ? "drop" : "choice", " (byte ", pad,
+        ") this rank cannot apply: it has ", classes_.size(),
+        " measured size classes and would be left without a candidate, or choose a dropped one"));
   }
   State& c = classes_[cls];
   if (drop) {
     c.live[candidate] = false;
   } else {
+    // The first decision, or a switch (Note [Watching the choice]): the
+    // candidate now in use settles before it is watched.
+    if (c.decided >= 0) ++c.switches;
     c.decided = candidate;
+    c.decided_calls = 0;
+    c.decision_queued = false;
+    c.window.clear();
+    c.dear.clear();
   }
   return absl::OkStatus();
 }
@@ -192,7 +246,15 @@ std::string MeasuredChoice::Describe() const {
         parts.push_back(absl::StrCat(AlgorithmName(c.spec.candidates[j]), " ", us, " us",
                                      c.live[j] ? "" : " (dropped)"));
       }
+      std::vector<std::string> left;
+      for (size_t j = 0; j < c.left.size(); ++j) {
+        if (c.left[j] <= 0) continue;
+        char us[32];
+        std::snprintf(us, sizeof(us), "%.0f", c.left[j]);
+        left.push_back(absl::StrCat(AlgorithmName(c.spec.candidates[j]), " ", us, " us"));
+      }
       absl::StrAppend(&line, " (rank 0, mean per call: ", absl::StrJoin(parts, ", "), ")");
+      if (!left.empty()) absl::StrAppend(&line, " (left in use: ", absl::StrJoin(left, ", "), ")");
     }
     lines.push_back(std::move(line));
   }

@@ -101,13 +101,9 @@
 // either is a candidate the last bits of a class's result may differ
 // between the trial and later calls (the results are exact wherever the
 // sum is).
-// A choice is made once per communicator and class; a machine whose
-// behaviour changes later keeps it, and so does a candidate that slows
-// down only after its block: on 8 emulated hosts over 1 Gbit, Rabenseifner
-// at exactly 128 KiB ran at the link's rate for its first calls and about
-// 3x slower from some 40 calls on (the kernel's TCP autocorking holds the
-// last few bytes of each 64 KiB message; docs/allreduce/20261129-ring-
-// candidate/tail-stall.txt), so the trial chose it in 4 of 6 rounds.
+// A choice is watched after it is made, and changed where it has become
+// dear (Note [Watching the choice]); a switch, like the trial, may change
+// those last bits.
 // On by default up to 512 KiB (UcxOptions::measured_choice_bytes; 0 keeps
 // the static table); up to 64 KiB before the ring was a candidate. Against
 // that (6 interleaved rounds on 4 and 8 emulated hosts over 1 and 4 Gbit,
@@ -128,6 +124,35 @@
 // (0.75-0.95x; 5 with a 95% CI below 1), level in 6 (0.99-1.01x), slower
 // in 3 (1.04-1.10x, 4 hosts over 4 Gbit at 8-32 KiB, faster in 3-4 of 10
 // rounds; each CI includes 1).
+//
+// Note [Watching the choice]
+// A trial times each candidate for one block, and a candidate can slow down
+// only after its block: on 8 emulated hosts over 1 Gbit, Rabenseifner at
+// exactly 128 KiB ran at the link's rate for its first calls and about 3x
+// slower from some 40 calls on (the kernel's TCP autocorking holds the last
+// few bytes of each 64 KiB message; docs/allreduce/20261129-ring-candidate/
+// tail-stall.txt), so the trial chose it in 4 of 6 rounds and the loop then
+// ran at about 3x the ring's time. Links and neighbours change too. So rank
+// 0 goes on timing the class's calls once decided, as in the trial (back to
+// back from the end of the call before), from kTrialSettle calls after the
+// decision took effect, in windows of kWatchWindow calls whose cost is
+// their plain mean: that slowdown came as a few calls a window held for
+// 10-110 ms among calls at the trial's pace (docs/allreduce/20261129-
+// watched-choice/window-trace.txt), which a mean without the largest
+// samples leaves out (a first version without the 4 largest of 32 kept
+// Rabenseifner at 6.5 ms a call in one of the three rounds where the trial
+// chose it, first-trim4-8hosts-1gbit.txt there). Where
+// kWatchDearWindows windows in a row each cost more than kSwitchRatio
+// times the cheapest other live candidate's last known cost (what it cost
+// in use where the class left it before, else its trial cost), rank 0
+// announces that candidate as the class's choice in the byte a decision
+// rides in, and every rank applies it after the same collective: a switch
+// needs no message of its own. One window alone does not switch: it may
+// hold a rank descheduled for long once. The candidate left keeps the mean
+// of the windows it was left for, so the class returns to it only if the
+// new one costs kSwitchRatio times that; a class switches at most
+// kMaxSwitches times and is not watched after. Watching costs rank 0 a clock read and a sample per
+// call, and the others nothing.
 #ifndef FUSEBOX_COMM_UCX_MEASURED_CHOICE_H_
 #define FUSEBOX_COMM_UCX_MEASURED_CHOICE_H_
 
@@ -152,6 +177,14 @@ inline constexpr int kTrialSettle = 16;
 inline constexpr int kTrialWarmCalls = 6;
 inline constexpr int kTrialEarlyDrop = 4;
 inline constexpr double kDropRatio = 1.5;
+// Note [Watching the choice]: samples per window of the candidate in use
+// (after kTrialSettle calls of it), how many windows in a row must cost more
+// than kSwitchRatio times the cheapest other candidate's last known cost for
+// the class to switch, and how often a class may switch.
+inline constexpr int kWatchWindow = 32;
+inline constexpr int kWatchDearWindows = 2;
+inline constexpr double kSwitchRatio = 1.5;
+inline constexpr int kMaxSwitches = 3;
 inline constexpr int kMaxMeasuredClasses = 16;
 inline constexpr int kMaxMeasuredCandidates = 4;
 
@@ -164,7 +197,8 @@ class MeasuredChoice {
     int candidate = -1;   // index into the class's candidates
     bool sample = false;  // rank 0 keeps its time (a trial call, not first in its block)
     bool settled = false;  // ... and it counts for the decision (kTrialSettle on)
-    int64_t pos = -1;      // trial calls of the class before it
+    bool watch = false;    // rank 0 keeps its time to watch the choice in use
+    int64_t pos = -1;      // calls of the class before it, from its trial's first
   };
 
   // `decides`: this rank times the trials and announces (rank 0).
@@ -191,10 +225,14 @@ class MeasuredChoice {
   // One line per decided class: "(4096, 8192] B: linear" and, on rank 0,
   // the costs it measured, e.g. " (rank 0, mean per call: rabenseifner 290
   // us, recursive-doubling 310 us, linear 250 us)"; a dropped candidate's
-  // cost is the one it was dropped for.
+  // cost is the one it was dropped for. Where the class switched (Note
+  // [Watching the choice]), what each candidate it left cost in use, e.g.
+  // " (left in use: rabenseifner 5804 us)".
   std::string Describe() const;
   // The candidate a class runs from now on; -1: not decided.
   int decided(int cls) const { return classes_[cls].decided; }
+  // How often a decided class switched to another candidate.
+  int switches(int cls) const { return classes_[cls].switches; }
   // Whether a class's candidate is still in its trial.
   bool live(int cls, int candidate) const { return classes_[cls].live[candidate]; }
   size_t classes() const { return classes_.size(); }
@@ -208,15 +246,23 @@ class MeasuredChoice {
     std::vector<int> blocks;  // blocks begun, by candidate
     std::vector<bool> live;   // by candidate
     int decided = -1;
+    int64_t decided_calls = 0;  // calls run by the decided candidate since it was
+    int switches = 0;           // decisions after the first
     // Rank 0's, by candidate, microseconds.
     std::vector<std::vector<double>> samples;  // settled
     std::vector<std::vector<double>> early;    // this block's before it settled
     std::vector<double> costs;                 // by candidate, when last judged
+    std::vector<double> left;                  // in use, when switched from; 0: never
+    std::vector<double> window;                // the decided candidate's, this window
+    std::vector<double> dear;                  // the means of the dear windows in a row
     std::vector<bool> drop_queued;
-    bool decision_queued = false;
+    bool decision_queued = false;  // the first decision, or a switch
   };
   // Rank 0: judges class `cls` on the samples so far.
   void Judge(int cls);
+  // Rank 0: adds a sample of the decided candidate of class `cls`, and at
+  // the end of a window switches where it has become dear.
+  void Watch(int cls, double us);
   std::vector<State> classes_;
   // Rank 0: the last collective recorded (cls -1: not a measured one).
   int last_cls_ = -1;

@@ -5,6 +5,7 @@
 // rank ends with the same choice.
 #include <algorithm>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <optional>
 #include <string>
@@ -37,12 +38,13 @@ std::vector<AlgorithmTable::MeasuredClass> TwoClasses() {
 // round carries rank 0's announcement to both, and rank 0 records a time
 // of cost(algorithm) for it, every call following the last one back to
 // back. Returns the algorithms rank 0 ran (the other rank's are checked
-// equal as they go).
+// equal as they go). `stop`, where given, ends the calls early once it
+// holds after one.
 std::vector<Algorithm> RunInStep(MeasuredChoice& zero, MeasuredChoice& other, size_t bytes,
                                  int calls, const std::map<Algorithm, double>& cost_us,
-                                 absl::Time* clock) {
+                                 absl::Time* clock, const std::function<bool()>& stop = nullptr) {
   std::vector<Algorithm> ran;
-  for (int i = 0; i < calls; ++i) {
+  for (int i = 0; i < calls && (stop == nullptr || !stop()); ++i) {
     const std::optional<MeasuredChoice::Pick> a = zero.Next(bytes);
     const std::optional<MeasuredChoice::Pick> b = other.Next(bytes);
     EXPECT_EQ(a.has_value(), b.has_value()) << "call " << i;
@@ -250,6 +252,116 @@ TEST(MeasuredChoiceTest, AnnouncementsThisRankCannotApplyAreDataLoss) {
   EXPECT_EQ(m.Apply(0x80 | 0x40 | (1 << 2) | 1).code(), absl::StatusCode::kDataLoss);
   EXPECT_TRUE(m.Apply(0x80 | (1 << 2) | 1).ok());
   EXPECT_EQ(m.decided(1), 1);
+  // A choice of the dropped candidate.
+  EXPECT_EQ(m.Apply(0x80 | (1 << 2) | 0).code(), absl::StatusCode::kDataLoss);
+  EXPECT_EQ(m.decided(1), 1);
+}
+
+// Note [Watching the choice]. Decided for recursive doubling (100 us a call
+// against Rabenseifner's 120; the linear round dropped), which then slows to
+// 400 us: rank 0 switches the class to Rabenseifner after the decision's
+// settling calls and one window, and every rank runs it from the call after
+// the announcement.
+TEST(MeasuredChoiceTest, AChoiceThatBecomesDearIsLeftForTheNextCheapest) {
+  MeasuredChoice zero(TwoClasses(), true), other(TwoClasses(), false);
+  absl::Time clock = absl::UnixEpoch();
+  RunInStep(zero, other, 5000, 1000, {{kRd, 100}, {kRab, 120}, {kLinear, 200}}, &clock,
+            [&] { return zero.decided(0) >= 0; });
+  ASSERT_EQ(zero.decided(0), 0) << zero.Describe();
+  const std::vector<Algorithm> ran =
+      RunInStep(zero, other, 5000, 200, {{kRd, 400}, {kRab, 120}, {kLinear, 200}}, &clock);
+  EXPECT_EQ(zero.decided(0), 1) << zero.Describe();
+  EXPECT_EQ(other.decided(0), 1);
+  EXPECT_EQ(zero.switches(0), 1);
+  EXPECT_EQ(other.switches(0), 1);
+  // Settling, the dear windows, whose last call queues the switch, and the
+  // call that carries it.
+  const int watched = kTrialSettle + kWatchDearWindows * kWatchWindow + 1;
+  EXPECT_EQ(std::count(ran.begin(), ran.end(), kRd), watched);
+  for (size_t i = watched; i < ran.size(); ++i) EXPECT_EQ(ran[i], kRab) << i;
+  EXPECT_TRUE(absl::StrContains(zero.Describe(), "(4096, 8192] B: rabenseifner (rank 0"))
+      << zero.Describe();
+  EXPECT_TRUE(
+      absl::StrContains(zero.Describe(), "(dropped)) (left in use: recursive-doubling 400 us)"))
+      << zero.Describe();
+  EXPECT_EQ(other.Describe(), "(4096, 8192] B: rabenseifner");
+}
+
+// A choice that slows by less than kSwitchRatio over the next cheapest's
+// cost is kept, and so is one with a dear window between cheap ones; two
+// dear windows in a row switch it, stalls counted in full.
+TEST(MeasuredChoiceTest, AChoiceIsLeftOnlyForDearWindowsInARow) {
+  MeasuredChoice zero(TwoClasses(), true), other(TwoClasses(), false);
+  absl::Time clock = absl::UnixEpoch();
+  RunInStep(zero, other, 5000, 1000, {{kRd, 100}, {kRab, 120}, {kLinear, 200}}, &clock,
+            [&] { return zero.decided(0) >= 0; });
+  ASSERT_EQ(zero.decided(0), 0) << zero.Describe();
+  // Settling and four windows at 170 (< 1.5 x 120), so that the calls below
+  // begin a window.
+  RunInStep(zero, other, 5000, kTrialSettle + 4 * kWatchWindow,
+            {{kRd, 170}, {kRab, 120}, {kLinear, 200}}, &clock);
+  EXPECT_EQ(zero.decided(0), 0) << zero.Describe();
+  // Windows at 100 us a call but for one stalled for 10 ms, each dear
+  // window followed by a cheap one.
+  const auto window = [&](bool stalled) {
+    for (int i = 0; i < kWatchWindow; ++i) {
+      const std::optional<MeasuredChoice::Pick> a = NextInStep(zero, other, 5000);
+      const absl::Time start = clock;
+      clock += absl::Microseconds(stalled && i == 7 ? 10000 : 100);
+      zero.Record(a, start, clock);
+    }
+  };
+  for (int k = 0; k < 5; ++k) {
+    window(/*stalled=*/true);
+    window(/*stalled=*/false);
+  }
+  EXPECT_EQ(zero.decided(0), 0) << zero.Describe();
+  EXPECT_EQ(zero.switches(0), 0);
+  // Two in a row.
+  window(true);
+  window(true);
+  NextInStep(zero, other, 5000);  // carries the switch
+  EXPECT_EQ(zero.decided(0), 1) << zero.Describe();
+  EXPECT_EQ(other.decided(0), 1);
+  // (31 x 100 + 10000) / 32.
+  EXPECT_TRUE(absl::StrContains(zero.Describe(), "(left in use: recursive-doubling 409 us)"))
+      << zero.Describe();
+}
+
+// A class goes back to a candidate it left only where the new one costs
+// kSwitchRatio times what the old one was left at, and switches at most
+// kMaxSwitches times, whatever its costs do.
+TEST(MeasuredChoiceTest, SwitchesGoBackOnlyToCheaperAndAreBounded) {
+  MeasuredChoice zero(TwoClasses(), true), other(TwoClasses(), false);
+  absl::Time clock = absl::UnixEpoch();
+  const auto decided = [&](int candidate) {
+    return [&, candidate] { return zero.decided(1) == candidate; };
+  };
+  RunInStep(zero, other, 10000, 1000, {{kRd, 100}, {kRab, 120}}, &clock, decided(0));
+  ASSERT_EQ(zero.decided(1), 0) << zero.Describe();
+  // Left at 400 for Rabenseifner (120 in its trial).
+  RunInStep(zero, other, 10000, 1000, {{kRd, 400}, {kRab, 120}}, &clock, decided(1));
+  ASSERT_EQ(zero.decided(1), 1) << zero.Describe();
+  // Rabenseifner at 590 is within 1.5 x 400: kept (settling and four
+  // windows, so that the calls below begin a window).
+  RunInStep(zero, other, 10000, kTrialSettle + 4 * kWatchWindow, {{kRd, 100}, {kRab, 590}}, &clock);
+  EXPECT_EQ(zero.decided(1), 1) << zero.Describe();
+  // At 610 it is not: back to recursive doubling.
+  RunInStep(zero, other, 10000, 1000, {{kRd, 100}, {kRab, 610}}, &clock, decided(0));
+  EXPECT_EQ(zero.decided(1), 0) << zero.Describe();
+  EXPECT_EQ(zero.switches(1), 2);
+  EXPECT_TRUE(absl::StrContains(zero.Describe(),
+                                " (left in use: recursive-doubling 400 us, rabenseifner 610 us)"))
+      << zero.Describe();
+  // Every candidate ever dearer: one more switch, then no more.
+  double dear = 1e3;
+  for (int k = 0; k < 6; ++k) {
+    dear *= 10;
+    RunInStep(zero, other, 10000, 200, {{kRd, dear}, {kRab, dear}}, &clock);
+  }
+  EXPECT_EQ(zero.switches(1), kMaxSwitches);
+  EXPECT_EQ(other.switches(1), kMaxSwitches);
+  EXPECT_EQ(zero.decided(1), other.decided(1));
 }
 
 TEST(MeasuredChoiceTest, SizesOutsideTheClassesAreTheTables) {
