@@ -92,9 +92,11 @@ struct UcxOptions {
   // decides and every rank switches after the same collective (Note
   // [Measured choice] in comm/ucx/measured_choice.h). Rank 0 goes on timing
   // the choice, and where it runs 1.5x dearer than the next candidate's last
-  // cost the class switches to that one, at most 3 times (Note [Watching
-  // the choice]). A class's trial takes up to 103 calls (135 with four
-  // candidates); a benchmark's warm-up should cover them. The candidates add
+  // cost (and than in its own trial) the class switches to that one, at most
+  // 3 times (Note [Watching the choice]). A class's trial takes up to 103
+  // calls (135 with four candidates), and a first switch comes 81 calls
+  // after the decision at the soonest; a benchmark's warm-up of about 300
+  // calls per size covers both, though a switch may come later. The candidates add
   // in different orders, so inexact sums may differ in their last bits
   // between the trial, later calls and calls after a switch (every rank
   // still holds the same bits). The classes stop where the table stops

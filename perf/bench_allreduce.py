@@ -480,8 +480,9 @@ def parse_args(argv):
     p.add_argument("-w", "--warmup_iters", type=int, default=None,
                    help="warm-up calls per size (default 5; with --emulate 300, so that the "
                         "UCX backend's measured choice of algorithm, a trial of up to 135 calls "
-                        "per size class and then the first windows in which rank 0 watches the "
-                        "choice and may switch it, ends before the timed calls)")
+                        "per size class, and a first switch where rank 0 finds the choice dear "
+                        "in use, come before the timed calls; later switches can still come "
+                        "among them)")
     p.add_argument("--latency-iters", type=int, default=1000,
                    help="iterations of the dedicated 8 B latency run that the latency targets "
                         "use (default 1000; 0: use the sweep's 8 B numbers)")

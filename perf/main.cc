@@ -133,8 +133,8 @@ ABSL_FLAG(std::string, ucx_measured_choice, "512K",
           "doubling, and up to 64K, where ranks outnumber a machine's cores, the linear round) "
           "on its first calls, per size class, and every rank runs the one fastest on rank 0 "
           "from then on, switching to the next where rank 0 times it 1.5x dearer in use (a "
-          "class's trial takes up to 135 calls: give -w that many); the choices are printed "
-          "after the sweep (at most 1M; 0: the static table)");
+          "class's trial takes up to 135 calls and a first switch 81 more: give -w about 300); "
+          "the choices are printed after the sweep (at most 1M; 0: the static table)");
 ABSL_FLAG(std::string, ucx_small, "4K",
           "ucx backend: on one host, messages up to this size ride in the header round "
           "(one-shot; raised to 32K where up to 8 ranks outnumber the host's cores; 0: never)");

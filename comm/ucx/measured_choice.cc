@@ -28,6 +28,12 @@ double TrimmedMean(std::vector<double> v) {
   return v.empty() ? 0 : sum / static_cast<double>(v.size());
 }
 
+double Mean(const std::vector<double>& v) {
+  double sum = 0;
+  for (double x : v) sum += x;
+  return v.empty() ? 0 : sum / static_cast<double>(v.size());
+}
+
 }  // namespace
 
 MeasuredChoice::MeasuredChoice(std::vector<AlgorithmTable::MeasuredClass> classes, bool decides)
@@ -45,6 +51,7 @@ MeasuredChoice::MeasuredChoice(std::vector<AlgorithmTable::MeasuredClass> classe
     s.samples.resize(k);
     s.early.resize(k);
     s.costs.assign(k, 0);
+    s.plain.assign(k, 0);
     s.left.assign(k, 0);
     s.drop_queued.assign(k, false);
     classes_.push_back(std::move(s));
@@ -124,6 +131,7 @@ void MeasuredChoice::Judge(int cls) {
   for (size_t j = 0; j < c.samples.size(); ++j) {
     if (!c.live[j] || c.drop_queued[j] || c.samples[j].size() < kSettled) continue;
     c.costs[j] = TrimmedMean(c.samples[j]);
+    c.plain[j] = Mean(c.samples[j]);
     if (cheapest < 0 || c.costs[j] < c.costs[cheapest]) cheapest = static_cast<int>(j);
   }
   if (cheapest < 0) return;
@@ -161,33 +169,34 @@ void MeasuredChoice::Watch(int cls, double us) {
   State& c = classes_[cls];
   c.window.push_back(us);
   if (c.window.size() < static_cast<size_t>(kWatchWindow)) return;
-  // The plain mean: what the calls paid, stalls included.
-  double sum = 0;
-  for (double x : c.window) sum += x;
-  const double in_use = sum / static_cast<double>(c.window.size());
+  // Plain means on both sides: what the calls paid, stalls included.
+  const double in_use = Mean(c.window);
   c.window.clear();
   // The cheapest other live candidate, at what it cost in use where it was
-  // left before, else at its trial's cost.
+  // left before, else at its trial's plain mean.
   int best = -1;
   double best_cost = 0;
-  for (size_t j = 0; j < c.costs.size(); ++j) {
+  for (size_t j = 0; j < c.plain.size(); ++j) {
     if (!c.live[j] || c.drop_queued[j] || static_cast<int>(j) == c.decided) continue;
-    const double known = c.left[j] > 0 ? c.left[j] : c.costs[j];
+    const double known = c.left[j] > 0 ? c.left[j] : c.plain[j];
     if (known <= 0) continue;
     if (best < 0 || known < best_cost) {
       best = static_cast<int>(j);
       best_cost = known;
     }
   }
-  if (best < 0 || in_use <= kSwitchRatio * best_cost) {
+  // Dear against the others, and dearer than itself in its trial: a slowdown
+  // every candidate shares (a rank descheduled every few calls, a gap between
+  // training steps) makes no window dear.
+  const bool dear =
+      best >= 0 && in_use > kSwitchRatio * best_cost && in_use > kSwitchRatio * c.plain[c.decided];
+  if (!dear) {
     c.dear.clear();
     return;
   }
   c.dear.push_back(in_use);
   if (c.dear.size() < static_cast<size_t>(kWatchDearWindows)) return;
-  double dear = 0;
-  for (double x : c.dear) dear += x;
-  c.left[c.decided] = dear / static_cast<double>(c.dear.size());
+  c.left[c.decided] = Mean(c.dear);
   c.dear.clear();
   c.decision_queued = true;
   announcements_.push_back(Announcement(/*drop=*/false, cls, best));

@@ -62,7 +62,7 @@
 //   one. Over 9 rounds there, Rabenseifner was then chosen at 64 KiB in 7
 //   (4 before).
 // * Timing. Rank 0 times each call: from the end of the call before it
-//   where that was the previous call of the class's trial (nothing else ran
+//   where that was the previous call of the class (nothing else ran
 //   on the communicator between), else from the start of its round, to the
 //   end of the algorithm. Timing only from the start of its own round was
 //   tried and chose badly: where ranks share cores, rank 0 is often
@@ -141,18 +141,24 @@
 // watched-choice/window-trace.txt), which a mean without the largest
 // samples leaves out (a first version without the 4 largest of 32 kept
 // Rabenseifner at 6.5 ms a call in one of the three rounds where the trial
-// chose it, first-trim4-8hosts-1gbit.txt there). Where
-// kWatchDearWindows windows in a row each cost more than kSwitchRatio
-// times the cheapest other live candidate's last known cost (what it cost
-// in use where the class left it before, else its trial cost), rank 0
-// announces that candidate as the class's choice in the byte a decision
-// rides in, and every rank applies it after the same collective: a switch
-// needs no message of its own. One window alone does not switch: it may
-// hold a rank descheduled for long once. The candidate left keeps the mean
-// of the windows it was left for, so the class returns to it only if the
-// new one costs kSwitchRatio times that; a class switches at most
-// kMaxSwitches times and is not watched after. Watching costs rank 0 a clock read and a sample per
-// call, and the others nothing.
+// chose it, first-trim4-8hosts-1gbit.txt there). A window is dear where it
+// costs more than kSwitchRatio times both the cheapest other live
+// candidate's last known cost (what it cost in use where the class left it
+// before, else its trial's plain mean) and the candidate's own trial plain
+// mean. Plain means on both sides, and the second condition, keep a
+// slowdown every candidate shares from looking like one: a rank descheduled
+// every few calls, or a gap between training steps that falls into the
+// back-to-back timing of a class's first call each step, which a trimmed
+// mean would halve in the trial and a window would not. Where
+// kWatchDearWindows windows in a row are dear (one alone may hold a rank
+// descheduled for long once), rank 0 announces that candidate as the
+// class's choice in the byte a decision rides in, and every rank applies it
+// after the same collective: a switch needs no message of its own. The
+// candidate left keeps the mean of the windows it was left for, so the
+// class returns to it only if the new one costs kSwitchRatio times that; a
+// class switches at most kMaxSwitches times and is not watched after.
+// Rank 0 already reads the clock around every measured call; watching adds
+// a sample per call there, and nothing on the other ranks.
 #ifndef FUSEBOX_COMM_UCX_MEASURED_CHOICE_H_
 #define FUSEBOX_COMM_UCX_MEASURED_CHOICE_H_
 
@@ -211,15 +217,16 @@ class MeasuredChoice {
   // Rank 0, after every collective that ran a round over messages (`pick`
   // where the collective was a measured AllReduce): when its round started
   // and when it ended (a measured call that runs the ring after its round:
-  // when the ring ended). Keeps the sample where pick->sample and queues the
-  // drops and the decision it makes.
+  // when the ring ended). Keeps the sample where pick->sample (the trial)
+  // or pick->watch (the choice in use), and queues the drops, the decision
+  // and the switches it makes.
   void Record(const std::optional<Pick>& pick, absl::Time start, absl::Time end);
   // Rank 0: the byte its next header carries (0: nothing to announce).
   // Each queued announcement is taken once.
   uint8_t TakeAnnouncement();
   // Every rank, after a clean round: rank 0's pad byte. DataLoss where it
-  // names a class or candidate this rank does not have, or drops the last
-  // live candidate.
+  // names a class or candidate this rank does not have, drops the last live
+  // candidate, or chooses a dropped one.
   absl::Status Apply(uint8_t pad);
 
   // One line per decided class: "(4096, 8192] B: linear" and, on rank 0,
@@ -229,11 +236,12 @@ class MeasuredChoice {
   // [Watching the choice]), what each candidate it left cost in use, e.g.
   // " (left in use: rabenseifner 5804 us)".
   std::string Describe() const;
-  // The candidate a class runs from now on; -1: not decided.
+  // The candidate a class runs until it switches; -1: not decided.
   int decided(int cls) const { return classes_[cls].decided; }
   // How often a decided class switched to another candidate.
   int switches(int cls) const { return classes_[cls].switches; }
-  // Whether a class's candidate is still in its trial.
+  // Whether a class's candidate is not dropped: in its trial, or once the
+  // class is decided, one it may switch to.
   bool live(int cls, int candidate) const { return classes_[cls].live[candidate]; }
   size_t classes() const { return classes_.size(); }
 
@@ -246,12 +254,13 @@ class MeasuredChoice {
     std::vector<int> blocks;  // blocks begun, by candidate
     std::vector<bool> live;   // by candidate
     int decided = -1;
-    int64_t decided_calls = 0;  // calls run by the decided candidate since it was
+    int64_t decided_calls = 0;  // calls of the decided candidate since Apply chose it
     int switches = 0;           // decisions after the first
     // Rank 0's, by candidate, microseconds.
     std::vector<std::vector<double>> samples;  // settled
     std::vector<std::vector<double>> early;    // this block's before it settled
     std::vector<double> costs;                 // by candidate, when last judged
+    std::vector<double> plain;                 // the settled samples' plain means, then
     std::vector<double> left;                  // in use, when switched from; 0: never
     std::vector<double> window;                // the decided candidate's, this window
     std::vector<double> dear;                  // the means of the dear windows in a row

@@ -260,8 +260,8 @@ TEST(MeasuredChoiceTest, AnnouncementsThisRankCannotApplyAreDataLoss) {
 // Note [Watching the choice]. Decided for recursive doubling (100 us a call
 // against Rabenseifner's 120; the linear round dropped), which then slows to
 // 400 us: rank 0 switches the class to Rabenseifner after the decision's
-// settling calls and one window, and every rank runs it from the call after
-// the announcement.
+// settling calls and two dear windows, and every rank runs it from the call
+// after the announcement.
 TEST(MeasuredChoiceTest, AChoiceThatBecomesDearIsLeftForTheNextCheapest) {
   MeasuredChoice zero(TwoClasses(), true), other(TwoClasses(), false);
   absl::Time clock = absl::UnixEpoch();
@@ -326,6 +326,72 @@ TEST(MeasuredChoiceTest, AChoiceIsLeftOnlyForDearWindowsInARow) {
   // (31 x 100 + 10000) / 32.
   EXPECT_TRUE(absl::StrContains(zero.Describe(), "(left in use: recursive-doubling 409 us)"))
       << zero.Describe();
+}
+
+// A slowdown every candidate shares does not switch: here one call in 16
+// stalls for 5 ms whatever runs, which the trial's costs (less the largest
+// sample) count half and the windows count in full.
+TEST(MeasuredChoiceTest, AStallEveryCandidateSharesDoesNotSwitch) {
+  MeasuredChoice zero(TwoClasses(), true), other(TwoClasses(), false);
+  absl::Time clock = absl::UnixEpoch();
+  int64_t call = 0;
+  for (int i = 0; i < 2000; ++i) {
+    const std::optional<MeasuredChoice::Pick> a = NextInStep(zero, other, 10000);
+    const bool rd = a.has_value() && a->algorithm == kRd;
+    const absl::Time start = clock;
+    clock += absl::Microseconds(++call % 16 == 0 ? 5000 : (rd ? 100 : 130));
+    zero.Record(a, start, clock);
+  }
+  EXPECT_EQ(zero.decided(1), 0) << zero.Describe();
+  EXPECT_EQ(zero.switches(1), 0) << zero.Describe();
+}
+
+// The call that carries a switch was picked before it and ran the candidate
+// left; its time is not the new candidate's. Here Rabenseifner, switched to
+// at once, is dear from its first call: it is left at exactly its own cost.
+TEST(MeasuredChoiceTest, TheCallCarryingASwitchIsNotTheNewCandidatesSample) {
+  MeasuredChoice zero(TwoClasses(), true), other(TwoClasses(), false);
+  absl::Time clock = absl::UnixEpoch();
+  const auto decided = [&](int candidate) {
+    return [&, candidate] { return zero.decided(1) == candidate; };
+  };
+  RunInStep(zero, other, 10000, 1000, {{kRd, 100}, {kRab, 120}}, &clock, decided(0));
+  RunInStep(zero, other, 10000, 1000, {{kRd, 400}, {kRab, 1000}}, &clock, decided(1));
+  ASSERT_EQ(zero.decided(1), 1) << zero.Describe();
+  RunInStep(zero, other, 10000, 1000, {{kRd, 400}, {kRab, 1000}}, &clock, decided(0));
+  EXPECT_EQ(zero.switches(1), 2);
+  EXPECT_TRUE(absl::StrContains(zero.Describe(),
+                                " (left in use: recursive-doubling 400 us, rabenseifner 1000 us)"))
+      << zero.Describe();
+}
+
+// A switch queued behind other announcements (one rides each collective)
+// is the only one: the calls until it arrives are not watched.
+TEST(MeasuredChoiceTest, CallsBeforeAQueuedSwitchArrivesQueueNoOther) {
+  MeasuredChoice zero(TwoClasses(), true), other(TwoClasses(), false);
+  absl::Time clock = absl::UnixEpoch();
+  RunInStep(zero, other, 10000, 1000, {{kRd, 100}, {kRab, 120}}, &clock,
+            [&] { return zero.decided(1) >= 0; });
+  ASSERT_EQ(zero.decided(1), 0) << zero.Describe();
+  // Rank 0 runs on without taking its announcements (as if other
+  // announcements were ahead) long enough for three more dear windows.
+  for (int i = 0; i < kTrialSettle + 5 * kWatchWindow; ++i) {
+    const std::optional<MeasuredChoice::Pick> a = zero.Next(10000);
+    other.Next(10000);
+    const absl::Time start = clock;
+    clock += absl::Microseconds(400);
+    zero.Record(a, start, clock);
+  }
+  std::vector<uint8_t> pads;
+  for (uint8_t pad = zero.TakeAnnouncement(); pad != 0; pad = zero.TakeAnnouncement()) {
+    pads.push_back(pad);
+  }
+  ASSERT_EQ(pads.size(), 1u);
+  EXPECT_TRUE(zero.Apply(pads[0]).ok());
+  EXPECT_TRUE(other.Apply(pads[0]).ok());
+  EXPECT_EQ(zero.decided(1), 1);
+  EXPECT_EQ(other.decided(1), 1);
+  EXPECT_EQ(zero.switches(1), 1);
 }
 
 // A class goes back to a candidate it left only where the new one costs
