@@ -18,20 +18,25 @@ uint8_t Announcement(bool drop, int cls, int candidate) {
   return static_cast<uint8_t>(kAnnounced | (drop ? kDrop : 0) | (cls << 2) | candidate);
 }
 
-// The mean of the samples without the largest (one stall of a rank
-// descheduled for milliseconds would otherwise decide).
-double TrimmedMean(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  if (v.size() > 2) v.pop_back();
+double Mean(const std::vector<double>& v) {
   double sum = 0;
   for (double x : v) sum += x;
   return v.empty() ? 0 : sum / static_cast<double>(v.size());
 }
 
-double Mean(const std::vector<double>& v) {
-  double sum = 0;
-  for (double x : v) sum += x;
-  return v.empty() ? 0 : sum / static_cast<double>(v.size());
+// The mean of the samples without the largest (one stall of a rank
+// descheduled for milliseconds would otherwise decide).
+double TrimmedMean(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  if (v.size() > 2) v.pop_back();
+  return Mean(v);
+}
+
+// "<algorithm> <us> us", as Describe lists a candidate's cost.
+std::string CostText(Algorithm algorithm, double us) {
+  char text[32];
+  std::snprintf(text, sizeof(text), "%.0f", us);
+  return absl::StrCat(AlgorithmName(algorithm), " ", text, " us");
 }
 
 }  // namespace
@@ -250,17 +255,12 @@ std::string MeasuredChoice::Describe() const {
     if (decides_) {
       std::vector<std::string> parts;
       for (size_t j = 0; j < c.costs.size(); ++j) {
-        char us[32];
-        std::snprintf(us, sizeof(us), "%.0f", c.costs[j]);
-        parts.push_back(absl::StrCat(AlgorithmName(c.spec.candidates[j]), " ", us, " us",
+        parts.push_back(absl::StrCat(CostText(c.spec.candidates[j], c.costs[j]),
                                      c.live[j] ? "" : " (dropped)"));
       }
       std::vector<std::string> left;
       for (size_t j = 0; j < c.left.size(); ++j) {
-        if (c.left[j] <= 0) continue;
-        char us[32];
-        std::snprintf(us, sizeof(us), "%.0f", c.left[j]);
-        left.push_back(absl::StrCat(AlgorithmName(c.spec.candidates[j]), " ", us, " us"));
+        if (c.left[j] > 0) left.push_back(CostText(c.spec.candidates[j], c.left[j]));
       }
       absl::StrAppend(&line, " (rank 0, mean per call: ", absl::StrJoin(parts, ", "), ")");
       if (!left.empty()) absl::StrAppend(&line, " (left in use: ", absl::StrJoin(left, ", "), ")");

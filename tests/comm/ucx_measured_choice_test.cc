@@ -334,12 +334,11 @@ TEST(MeasuredChoiceTest, AChoiceIsLeftOnlyForDearWindowsInARow) {
 TEST(MeasuredChoiceTest, AStallEveryCandidateSharesDoesNotSwitch) {
   MeasuredChoice zero(TwoClasses(), true), other(TwoClasses(), false);
   absl::Time clock = absl::UnixEpoch();
-  int64_t call = 0;
-  for (int i = 0; i < 2000; ++i) {
+  for (int i = 1; i <= 2000; ++i) {
     const std::optional<MeasuredChoice::Pick> a = NextInStep(zero, other, 10000);
     const bool rd = a.has_value() && a->algorithm == kRd;
     const absl::Time start = clock;
-    clock += absl::Microseconds(++call % 16 == 0 ? 5000 : (rd ? 100 : 130));
+    clock += absl::Microseconds(i % 16 == 0 ? 5000 : (rd ? 100 : 130));
     zero.Record(a, start, clock);
   }
   EXPECT_EQ(zero.decided(1), 0) << zero.Describe();
