@@ -179,7 +179,7 @@ CostCurve CostModel::Curve(int world, int rpn) const {
 // The first bandwidth is each link's, the second the machine's. With one
 // bandwidth fitted across 2, 4 and 8 such hosts at 4 Gbit, the 8-host
 // allreduces took 1.5-2.2x the model from 256 KiB up and 3.8x at 64 KiB
-// (docs/scaling/20261128-4gbit/raw/fit-4gbit.txt); the
+// (commit 51b4832); the
 // two terms are told apart by the world size (one grows as (p-1)/p, the
 // other as p - 1). Real clusters (independent hosts) leave the term at 0; a
 // fit adds it only when asked (FitOptions::shared_machine).
@@ -264,7 +264,7 @@ std::vector<std::string> PresetNames() {
 }
 
 absl::StatusOr<CostModel> PresetCostModel(absl::string_view name) {
-  // NCCL's latencies (docs/model.md "Cost models", from src/graph/tuning.cc):
+  // NCCL's latencies (docs/design.md "Cost models", from src/graph/tuning.cc):
   // base 8.4 us (Simple) / 6.6 us (LL, ring) / 6.8 us (LL, tree); per ring
   // step over NVLink 3.4 us Simple / 0.6 us LL; over the network 14 us
   // Simple / 2.7 us LL; per tree level over the network 14 / 5.0 us.
@@ -275,9 +275,9 @@ absl::StatusOr<CostModel> PresetCostModel(absl::string_view name) {
   m.has_tree = true;
   m.has_ll = true;
   if (name == "nvlink-h100") {
-    // DGX H100: 8 GPUs on NVLink (ring busbw ~370 GB/s, docs/model.md), one
+    // DGX H100: 8 GPUs on NVLink (ring busbw ~370 GB/s, docs/design.md), one
     // 400 Gb NDR InfiniBand NIC per GPU between nodes (~46 GB/s).
-    m.source = "docs/model.md: 8x H100 NVLink ring busbw ~370 GB/s, NDR 400 Gb IB ~46 GB/s/NIC; "
+    m.source = "docs/design.md: 8x H100 NVLink ring busbw ~370 GB/s, NDR 400 Gb IB ~46 GB/s/NIC; "
                "NCCL tuning.cc latencies";
     m.ranks_per_node = 8;
     m.intra_busbw_gbps = 370;
@@ -288,7 +288,7 @@ absl::StatusOr<CostModel> PresetCostModel(absl::string_view name) {
   }
   if (name == "ib-400g") {
     // One rank per node, every ring step over NDR 400 Gb InfiniBand.
-    m.source = "docs/model.md: NDR 400 Gb IB ~46 GB/s per NIC; NCCL tuning.cc network latencies";
+    m.source = "docs/design.md: NDR 400 Gb IB ~46 GB/s per NIC; NCCL tuning.cc network latencies";
     m.ranks_per_node = 1;
     m.intra_busbw_gbps = 46;
     m.inter_busbw_gbps = 46;
@@ -298,7 +298,7 @@ absl::StatusOr<CostModel> PresetCostModel(absl::string_view name) {
   }
   // Ethernet over TCP sockets, one rank per node. Bandwidth: line rate at
   // the ~93% that TCP payload leaves of an Ethernet frame. Latency: the
-  // MG-WFBP fit on 10 GbE, p = 16 (docs/model.md: a = 908 us for a ring of
+  // MG-WFBP fit on 10 GbE, p = 16 (docs/design.md: a = 908 us for a ring of
   // 2(p-1) = 30 steps, ~30 us per step, the "30-50 us across nodes" floor),
   // with NCCL's 8.4 us base; no LL over sockets, no tree.
   double line_gbit = 0;
@@ -311,7 +311,7 @@ absl::StatusOr<CostModel> PresetCostModel(absl::string_view name) {
     return absl::NotFoundError(
         absl::StrCat("unknown cost-model preset \"", name, "\"; presets: ", known));
   }
-  m.source = "line rate x 0.93 (TCP payload); latency from MG-WFBP's 10 GbE fit (docs/model.md): "
+  m.source = "line rate x 0.93 (TCP payload); latency from MG-WFBP's 10 GbE fit (docs/design.md): "
              "908 us / 30 ring steps";
   m.ranks_per_node = 1;
   m.intra_busbw_gbps = line_gbit / 8 * 0.93;

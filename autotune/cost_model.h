@@ -1,7 +1,7 @@
 // CostModel: how long one allreduce of `bytes` takes on `world` ranks.
 //
 // The form is NCCL's own tuning model (src/graph/tuning.cc, summarised in
-// docs/model.md "Cost models"): for each algorithm and protocol,
+// docs/design.md "Cost models"): for each algorithm and protocol,
 //
 //   time = latency + bytes / algbw
 //   ring: latency = base + (2(p-1) - 2(n-1)) * intra_hop + 2(n-1) * inter_hop

@@ -1,6 +1,6 @@
 // Planner: the search for the bucket plan that hides allreduce best behind
 // backward, under a cost model. Pure: (profile, cost model, options) ->
-// Plan; no I/O, no clock (DESIGN.md).
+// Plan; no I/O, no clock (docs/design.md).
 //
 // Note [Optimal partition]
 // Cut every gradient of at least split_min_bytes into up to max_pieces
@@ -33,7 +33,7 @@
 //
 // Note [Choosing under the model's error]
 // The model is wrong by a known amount: on held-out replays its prediction
-// of exposed communication misses by a median of 15-28% (docs/model.md,
+// of exposed communication misses by a median of 15-28% (docs/design.md,
 // "Validation"), and every bucket costs a launch, a completion and a
 // wake-up that it does not see. So a plan predicted a little faster than
 // another is not known to be faster. PlannerOptions::model_error is that

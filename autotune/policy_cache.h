@@ -10,7 +10,7 @@
 //   if (auto hit = cache.Lookup(key, layout)) use(hit->plan);   // zero tuning
 //   else { tune...; cache.Store(entry); }
 //
-// Files on disk (DESIGN.md "Files on disk"): `<dir>/<key.FileName()>`, an
+// Files on disk (docs/design.md, "Files on disk"): `<dir>/<key.FileName()>`, an
 // indented JSON object a human can read (format "fusebox-policy", version
 // kPolicyFormatVersion) holding the key, the plan (bucketing/plan_io.h
 // form), the layout hash, and the figures the plan was chosen by. Writes go

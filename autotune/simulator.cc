@@ -244,14 +244,13 @@ double LowerBoundUs(const Profile& p, const CostModel& cost, const SimOptions& o
 // charge them t(m) alone; yet on 2 local ranks a 94 MB bucket launched at
 // backward's end ran 3.6-6.1 ms beyond its t(m) of about 22 ms, and plans
 // of a few large buckets, whose exposed time is mostly such transfers, were
-// predicted to expose 13% less than they did (docs/gap/20261128-out-of-cache/
-// large-buckets.md). The cause is not known; the term is measured, not
+// predicted to expose 13% less than they did (commit 4573341). The cause is not known; the term is measured, not
 // explained. Each rank splits its samples at its own backward's end, so a
 // collective after it may still wait for a peer whose backward runs on:
 // skew between the ranks is one candidate cause, not ruled out. Fitted per
 // run the pair came out at 1.00-1.43 times alone and 0-394 us per
 // collective across three models at three ratios, and once at 2.29
-// (docs/gap/20261128-after-backward, docs/gap/20261128-overlap-beside).
+// (commit 4a45f86, commit 45e2b14).
 void AddOverlapSamples(const std::vector<bucketing::BucketTiming>& buckets, double backward_end_us,
                        const std::function<double(int64_t)>& alone_us, OverlapSamples* out) {
   for (const bucketing::BucketTiming& b : buckets) {

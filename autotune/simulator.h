@@ -119,7 +119,7 @@ absl::StatusOr<SimResult> Simulate(const Profile& profile, const bucketing::Plan
 // ready order from its ready time. No plan changes it.
 std::vector<double> StagedInUs(const Profile& profile, const SimOptions& options);
 
-// docs/model.md's lower bound on one iteration under `cost`:
+// docs/design.md's lower bound on one iteration under `cost`:
 // forward + max(T_b, T_last + t(s_last), T_first + t(G)), with t of a set of
 // bytes the least any split of them can cost (CostCurve::PartitionLowerBound)
 // plus the launch overhead. With staging (c(m): m bytes at staging_gbps),

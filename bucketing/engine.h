@@ -47,7 +47,7 @@
 // (which runs at a higher priority, Note [Sharing a core with the progress
 // thread] in comm/async_core.h), and the window's queue ran dry meanwhile:
 // the gap report's launch-to-start term reached 14-18 ms of 65-75 ms
-// iterations (ViT-B/16 at t(all) = 2 T_b, docs/gap/20261127-beside). So, on
+// iterations (ViT-B/16 at t(all) = 2 T_b, commit bbc8a60). So, on
 // a host communicator with host gradients (not with EngineOptions::device,
 // whose staging copies are ordered on the worker, nor on a device
 // communicator), each launch also registers a completion callback that
@@ -64,7 +64,7 @@
 // or before Launch armed it does nothing, and one from an earlier iteration
 // (generation_) or after the engine is gone (CompletionGate) neither. The
 // copy back and the bookkeeping stay on the worker. Measured on 2 local
-// ranks (docs/gap/20261127-launch-on-completion): the many-bucket plans'
+// ranks (commit bbc8a60): the many-bucket plans'
 // launch-to-start term fell from 4-15 to 0-3 ms per iteration; their
 // iteration times moved within the round-to-round scatter.
 // A completion callback runs on the executing thread before it starts the
@@ -79,7 +79,7 @@
 // completion (it may first finish copying back earlier buckets, while the
 // communicator still has those later collectives to run). Against
 // launching at every completion, 8 interleaved rounds
-// (docs/launch/20261127-recheck): the reaction's median 12.9 -> 0.5 us,
+// (commit 7e1ba59): the reaction's median 12.9 -> 0.5 us,
 // p99 58.8 -> 45.2 us (medians of rounds); in the communication-bound
 // cells above (3 rounds) the launch-to-start term stayed at -0.3 to 3.3 ms
 // per iteration where turning launches on completion off gives 0.2-12.7.

@@ -426,7 +426,7 @@ StartOutcome AsyncCore::StartCall(CollectiveCall& call) {
 // more than twice that); the coarse one 4 ns, at a scheduler tick's
 // resolution. Interleaved on 2 ranks, the coarse read took a blocking 8 B
 // allreduce from 1.12x to 1.06x OpenMPI's time
-// (docs/allreduce/20261129-own-the-line). A deadline of seconds needs no
+// (commit 19e8dfa). A deadline of seconds needs no
 // better, so it is read coarse, and two ticks are added: the kernel advances
 // the coarse clock by whole ticks at each tick and keeps the remainder, so
 // it lags the precise one by up to two. A deadline thus comes up to two

@@ -88,19 +88,19 @@
 // -10 (UcxOptions::progress_nice), so that it takes the core when it wakes.
 // Either alone leaves the p99 at 47-64 us (medians of rounds); together
 // 6-18 us, with the same iteration times in that replay
-// (docs/launch/20261127-nice). A spin of even 5 us, or two yields, before
+// (commit 450785a). A spin of even 5 us, or two yields, before
 // blocking undoes it: the launch then finds the thread runnable rather than
 // asleep. Where many buckets queue (communication-bound, 1-5 MiB buckets),
 // the thread goes from one queued collective to the next and the engine's
 // worker, at nice 0, waits for the core to see them finish: the gap
 // report's launch-to-start term grew to 5-29 ms there; iterations were
 // 12-13% shorter on ResNet-50 and 9% longer on ViT-B/16 at t(all) = 2 T_b
-// (docs/gap/20261127-nice). The worker at nice -10 too undid the p99.
+// (commit 37bf07f). The worker at nice -10 too undid the p99.
 // Since then a completed collective frees its window slot and launches the
 // next bucket on the completing thread itself (Note [Freeing a slot where
 // the collective completes] in bucketing/engine.h): that term fell from
 // 4-15 to 0-3 ms there, iteration times within the noise
-// (docs/gap/20261127-launch-on-completion).
+// (commit bbc8a60).
 // The costs: (1) a run of small non-blocking calls issued back to back from
 // a thread on the same core pays a futex wake-up and two switches per call
 // (8 B to 4 KiB on 2 ranks: 5-8 us a call where spinning took 0.5-3 us;
@@ -143,8 +143,8 @@
 // Note [The issuer begins]
 // A collective issued to an idle core waits for the progress thread to wake
 // before anything of it moves: 5-9 us on this project's 2-vCPU VM even
-// where the issuer gives up its core at once (docs/launch/20261128-floor,
-// docs/gap/20261129-stalls). Where the backend can run a call's first step
+// where the issuer gives up its core at once (commit 48a7039,
+// commit bcc911e). Where the backend can run a call's first step
 // without waiting for anyone (CollectiveExecutor::Begin; Start(...,
 // issuer_begins)), Issue runs it on the issuing thread instead, when it can
 // do so at once: it tries the executor lock (never waits for it), and with

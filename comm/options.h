@@ -38,7 +38,7 @@ struct UcxOptions {
   // same bytes and recursive doubling always wins): 64 KiB stays below the
   // break-even wherever it was estimated. Measured on emulated hosts it
   // shortened 4 KiB at 2 and 4 hosts and changed nothing at 8
-  // (docs/allreduce/20261126-emulated-rd-1gbit).
+  // (commit 89955b1).
   size_t recursive_doubling_bytes = 64 << 10;
   // AllReduce over messages above rabenseifner_from_bytes (or what the
   // linear round carries), up to this many
@@ -55,7 +55,7 @@ struct UcxOptions {
   // on 4 and 8 emulated hosts (1 Gbit) a 2 MiB allreduce took 1.3-1.6x the
   // ring's time and 1 MiB (8 hosts, 4 Gbit) as long, while at 8 hosts
   // 64-128 KiB took 0.5-0.7x and 256-512 KiB 0.65-0.9x at 4 Gbit, 0.7-1.3x
-  // at 1 Gbit (docs/allreduce/20261126-emulated-rabenseifner). 0 turns it off. Every
+  // at 1 Gbit (commit 2d349ba). 0 turns it off. Every
   // rank's staging holds up to 2.5 times this many bytes (at most 64 MiB).
   size_t rabenseifner_bytes = 512 << 10;
   // Where both apply (a power-of-two world of at least 4 ranks, over
@@ -82,7 +82,7 @@ struct UcxOptions {
   // the ring above. Rank 0 receives and sends p-1 copies, so this stays
   // small: on 4 and 8 emulated hosts sharing 2 cores OpenMPI's linear
   // allreduce was its fastest up to 4 KiB and lost to recursive doubling
-  // and Rabenseifner at 32 KiB (docs/allreduce/20261126-emulated-descriptor-1gbit).
+  // and Rabenseifner at 32 KiB (commit 2a2c117).
   size_t linear_bytes = 4 << 10;
   // Where not 0: AllReduce over messages above 4 KiB and up to this many
   // bytes, in a world of at least 3 ranks, chooses its algorithm by timing

@@ -108,6 +108,8 @@ import subprocess
 import sys
 import time
 
+import results as result_summary  # perf/results.py: the results convention
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 MIB = 1 << 20
@@ -1135,7 +1137,11 @@ def main(argv=None):
     with open(os.path.join(args.out, "summary.json"), "w") as f:
         json.dump(summary, f, indent=1)
         f.write("\n")
+    result_summary.write_run_summary(
+        args.out, report, "bench_allreduce", shlex.join(["python3"] + (argv or sys.argv[1:])),
+        "allreduce side by side: fusebox UCX, OpenMPI, Gloo, memcpy")
     print("report: %s" % os.path.join(args.out, "report.md"))
+    print("summary for a results page: %s" % os.path.join(args.out, "result.json"))
 
     if problems:
         return 1

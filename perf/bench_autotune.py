@@ -35,8 +35,9 @@ summary over all cells and the simulator's validation: predicted vs measured ite
 and exposed communication (iteration - compute) per plan.
 
 Everything goes to --out (default build/bench-autotune/<timestamp>/): each run's log and
-JSON, report.txt (the command line at the top), summary.json. --docs DIR copies those
-(not the policy caches) to DIR as well, to be committed.
+JSON, report.txt (the command line at the top), summary.json, and result.json: the run's
+compact summary for a results page (perf/results.py). --docs DIR copies result.json to
+DIR/resnet50-np2.json-style names (models and ranks), e.g. docs/results/data/autotune/.
 
 Runs whose buffers would not fit in memory are skipped and said so (as in bench_overlap.py).
 Exit status: 0 when every run succeeded and every cache check passed, 1 otherwise, 2 on
@@ -56,6 +57,7 @@ import subprocess
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import results as result_summary  # noqa: E402  perf/results.py
 from bench_overlap import MEASURE_CAP, MODEL_BYTES, MODELS, REPO, mem_available, run  # noqa: E402
 
 DEFAULT_MODELS = ["resnet50", "vit_b16"]
@@ -429,8 +431,8 @@ def parse_args():
                     help="directory for every log, JSON and report.txt (default: "
                          "build/bench-autotune/<timestamp>/)")
     ap.add_argument("--docs", default=None, metavar="DIR",
-                    help="also copy the logs, JSON files and report.txt (not the policy caches) "
-                         "to DIR, e.g. to commit them")
+                    help="also copy the run's compact summary (result.json) to DIR, e.g. "
+                         "docs/results/data/autotune; raw logs are not committed")
     ap.add_argument("--models", type=csv_list, default=DEFAULT_MODELS,
                     help=f"comma-separated profiles: shipped models ({', '.join(MODELS)}) or "
                          f"profile files (default: {','.join(DEFAULT_MODELS)})")
@@ -564,15 +566,15 @@ def main():
         json.dump(summary, f, indent=1)
     rpt.write(os.path.join(args.out, "report.txt"))
 
+    summary_path = result_summary.write_run_summary(
+        args.out, "\n".join(rpt.lines) + "\n", "bench_autotune",
+        shlex.join(["python3"] + sys.argv), "the online tuner on replayed profiles")
     if args.docs:
         os.makedirs(args.docs, exist_ok=True)
-        copied = 0
-        for name in sorted(os.listdir(args.out)):
-            path = os.path.join(args.out, name)
-            if os.path.isfile(path) and name.endswith((".log", ".json", ".txt")):
-                shutil.copy2(path, os.path.join(args.docs, name))
-                copied += 1
-        note(f"copied {copied} files to {os.path.abspath(args.docs)}")
+        name = "%s-np%s.json" % ("-".join(os.path.splitext(os.path.basename(m))[0]
+                                          for m in args.models), "-".join(str(r) for r in args.ranks))
+        shutil.copy2(summary_path, os.path.join(args.docs, name))
+        note(f"copied the run's summary to {os.path.join(os.path.abspath(args.docs), name)}")
 
     ok = not runner.failed and all(a["cache_ok"] for _, a in cells)
     return 0 if ok else 1

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Does choosing within the model's error pay? (Note [Choosing under the model's error] in
-autotune/planner.h; docs/model.md, "Choosing under the model's error".)
+autotune/planner.h; docs/design.md, "Choosing under the model's error".)
 
 On 2 local ranks (UCX), for each model in --models and communication ratio R in --ratios:
 

@@ -87,6 +87,8 @@ import tempfile
 import time
 import zlib
 
+import results as result_summary  # perf/results.py: the results convention
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 WORKER = os.path.join(REPO, "perf", "ddp_hook_worker.py")
 PYTHON = "/usr/bin/python3"  # Debian's Python, which sees python3-torch
@@ -477,8 +479,9 @@ def parse_args():
     ap.add_argument("--build", default=os.path.join(REPO, "build"),
                     help="the build directory; its python/ holds fusebox.torch "
                          "(default: the repository's build/)")
-    ap.add_argument("--outdir", default=os.path.join(REPO, "docs", "ddp-hook"),
-                    help="results go into OUTDIR/<timestamp>/ (default: docs/ddp-hook)")
+    ap.add_argument("--outdir", default=os.path.join(REPO, "build", "bench-out", "ddp-hook"),
+                    help="results go into OUTDIR/<timestamp>/ (default: build/bench-out/ddp-hook); "
+                         "result.json there is the run's summary for a results page")
     ap.add_argument("--resume", metavar="DIR",
                     help="write into DIR, an earlier run's output directory, instead, reusing "
                          "its finished rounds (they must have been run with the same --steps, "
@@ -601,6 +604,8 @@ def main():
                     json.dump(summary, f, indent=1)
                 with open(os.path.join(outdir, "report.txt"), "w") as f:
                     f.write(report)
+                result_summary.write_run_summary(outdir, report, "bench_ddp_hook", command,
+                                                 "real DDP with and without fusebox")
     except RuntimeError as e:
         sys.exit("bench_ddp_hook: %s" % e)
     except KeyboardInterrupt:

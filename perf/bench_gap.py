@@ -11,7 +11,7 @@ communication-bound) it runs, on 2 local ranks, from an empty policy cache:
 Every plan is measured in randomised blocks (each round visits every plan once, in a fresh
 order, after the same warm-up), so the rounds pair the plans. It prints, per model and ratio:
 
-  * every plan's median iteration [95% CI] and its ratio to the lower bound (docs/model.md);
+  * every plan's median iteration [95% CI] and its ratio to the lower bound (docs/design.md);
   * best/bound: the best measured plan's median over the bound (target <= 1.10);
   * tuned/best: the paired ratio of the tuned plan to the best plan that is not the tuned one,
     median over rounds [order-statistic 95% CI] (target <= 1.05; with fewer than 6 rounds no
@@ -31,7 +31,7 @@ order, after the same warm-up), so the rounds pair the plans. It prints, per mod
     phases longer than a round and shifts between runs are not in it. On a 2-vCPU VM the
     exposed time of one plan moves from round to round by an order of magnitude (a bucket that
     stalls for milliseconds); a median of 7 rounds moved by p90 about 40%, of 21 about 24%,
-    while two 21-round sweeps differed by p90 62% (docs/gap/20261129-rounds). Hence 21 rounds
+    while two 21-round sweeps differed by p90 62% (commit 9e140a7). Hence 21 rounds
     by default.
 
 With --repeats K > 1 the whole sweep runs K times, one after another, and the report adds:
@@ -60,6 +60,8 @@ import shlex
 import subprocess
 import sys
 import tempfile
+
+import results as result_summary  # perf/results.py: the results convention
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TERMS = ["late_gradients", "window", "launch_to_start", "transfer_excess", "copy_back", "plan",
@@ -121,7 +123,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--build", default=os.path.join(REPO, "build"))
-    ap.add_argument("--outdir", default=os.path.join(REPO, "docs", "gap"),
+    ap.add_argument("--outdir", default=os.path.join(REPO, "build", "bench-out", "gap"),
                     help="a timestamped directory is made under it")
     ap.add_argument("--models", default="resnet50,vit_b16,gpt2_small")
     ap.add_argument("--ratios", default="0.5,1,2")
@@ -302,6 +304,9 @@ def main():
                                                                  error_line(pooled_1ms)))
     with open(os.path.join(out, "report.txt"), "w") as f:
         f.write("\n".join(lines) + "\n")
+    result_summary.write_run_summary(out, "\n".join(lines) + "\n", "bench_gap",
+                                     shlex.join(["python3"] + sys.argv),
+                                     "measured plans against the lower bound")
     print("wrote %s" % out)
     return 1 if failed else 0
 

@@ -16,13 +16,13 @@ What it measures (fusebox-perf's own figures, 2 local ranks, UCX backend):
 Each of --repeats rounds runs both builds in alternating order (A B, then B A, ...); a cell's
 figure is the median over rounds. Raw outputs (every JSON and log) go to --out.
 
-  python3 perf/bench_launch.py --baseline /tmp/old/build --build build --out docs/launch/run
+  python3 perf/bench_launch.py --baseline /tmp/old/build --build build --out build/bench-out/launch
 
 Two settings of one build compare the same way: give the same directory to both and the
 flags that differ to --baseline-flags and --flags, e.g.
 
   python3 perf/bench_launch.py --baseline build --baseline-flags '--ucx_issuer_begins off' \
-      --build build --flags '--ucx_issuer_begins on' --out docs/launch/run
+      --build build --flags '--ucx_issuer_begins on' --out build/bench-out/launch
 """
 import argparse
 import datetime
@@ -32,6 +32,8 @@ import shlex
 import statistics
 import subprocess
 import sys
+
+import results as result_summary  # perf/results.py: the results convention
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -151,6 +153,9 @@ def main(argv=None):
             add("overlap %s: %s" % (plan, label), *vals, fmt="%.2f")
     report = "\n".join(lines) + "\n"
     print(report)
+    result_summary.write_run_summary(
+        args.out, report, "bench_launch", " ".join(["python3"] + sys.argv),
+        "launch-to-start of the UCX backend, two builds or flag sets interleaved")
     with open(os.path.join(args.out, "report.md"), "w") as f:
         f.write("# %s\n\n" % " ".join([os.path.basename(sys.executable)] + sys.argv) + report)
     with open(os.path.join(args.out, "results.json"), "w") as f:

@@ -30,7 +30,7 @@ import time
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MODELS = ["resnet50", "bert_large", "gpt2_small", "gpt2_xl", "vit_b16"]
-# fp32 gradient bytes of the shipped profiles (docs/model.md), for the memory check.
+# fp32 gradient bytes of the shipped profiles (docs/design.md), for the memory check.
 MODEL_BYTES = {"resnet50": 25557032 * 4, "bert_large": 336226108 * 4,
                "gpt2_small": 124439808 * 4, "gpt2_xl": 1557611200 * 4,
                "vit_b16": 86567656 * 4}

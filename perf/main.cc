@@ -235,11 +235,11 @@ constexpr char kUsage[] =
     "overlap replays a model's backward (sleeping to each gradient's ready time, as\n"
     "the CPU idles while a GPU computes) and reduces the gradients through the\n"
     "bucketing engine, once per plan; it reports iteration time, exposed\n"
-    "communication and the ratio to the lower bound of docs/model.md:\n"
+    "communication and the ratio to the lower bound of docs/design.md:\n"
     "\n"
     "  fusebox-run -n 2 -- fusebox-perf overlap --profile bert_large --compute_scale auto -n 5\n"
     "\n"
-    "--explain adds where each plan's time beyond the bound goes (docs/model.md,\n"
+    "--explain adds where each plan's time beyond the bound goes (docs/design.md,\n"
     "\"Where the gap goes\").";
 
 absl::StatusOr<PerfOptions> OptionsFromFlags(const comm::Logger& log) {

@@ -58,7 +58,7 @@ Clock::time_point Plus(Clock::time_point t, double us) {
   return t + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double, std::micro>(us));
 }
 
-// t*(m) of docs/model.md from the times measured alone
+// t*(m) of docs/design.md from the times measured alone
 // (CostCurve::PartitionLowerBound over the least time of each size, t(m)
 // among them): at most t(m) itself, and less where the measured table is not
 // subadditive (on this VM a 330 MiB plan in 25 MiB buckets beat the bound
@@ -94,7 +94,7 @@ absl::Status RemeasureBound(comm::Communicator& comm, CommModel* model) {
 // Note [The cost model beside the plans]
 // This VM's allreduce speed changes for seconds at a time (Note [A bound
 // measured beside the plans]): t(all) timed before the rounds was up to 1.6x
-// the least time the rounds later saw (docs/gap/20261127-beside). A
+// the least time the rounds later saw (commit bbc8a60). A
 // prediction under sizes timed then describes another phase of the machine
 // than the plans' iterations, so every round times every size of the cost
 // model again (RetimeBesidePlans), and the prediction uses the median of
@@ -562,7 +562,7 @@ absl::StatusOr<OverlapReport> RunOverlap(comm::Communicator& comm,
                  report.comm.total_measured ? "measured" : "fitted", report.comm.t_last_us / 1e3,
                  report.comm.working_set_bytes / 1048576.0, report.copy_gbps);
     std::fprintf(out, "# lower bound = forward + max(T_b, T_last + t(last), T_first + t(all)) "
-                      "(docs/model.md); times are medians over iterations of the slowest rank;\n");
+                      "(docs/design.md); times are medians over iterations of the slowest rank;\n");
     if (options.predict_with.has_value()) {
       std::fprintf(out, "# pred = autotune::Simulate under the given cost model: %s\n",
                    options.predict_with->Describe().c_str());
@@ -721,7 +721,7 @@ absl::StatusOr<OverlapReport> RunOverlap(comm::Communicator& comm,
   // Note [A bound measured beside the plans]: the bound's allreduces are
   // timed again at the start of every round, and the least time over the
   // whole run is the bound. On a machine whose speed changes for seconds at
-  // a time (this project's VM: docs/allreduce/20261127-staging) a bound
+  // a time (this project's VM: commit 328fdce) a bound
   // taken once, before the plans, was beaten by plans measured in a faster
   // phase (best/bound 0.82-0.96); taken beside them, it holds in the phase
   // they ran in. Gap terms are computed against the bound known at each
@@ -972,7 +972,7 @@ absl::StatusOr<OverlapReport> RunOverlap(comm::Communicator& comm,
 void PrintGapTable(const OverlapReport& report, std::FILE* out) {
   std::fprintf(out,
                "#\n# where iteration - bound goes (ms; mean over the measured iterations of the "
-               "slowest rank; docs/model.md \"Where the gap goes\"):\n"
+               "slowest rank; docs/design.md \"Where the gap goes\"):\n"
                "#   late grads = the chain's first gradient reached the engine after the profile's "
                "time (copy-in, replay slip)\n"
                "#   window     = ready but held by the in-flight window or plan order\n"

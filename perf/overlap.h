@@ -121,7 +121,7 @@ struct OverlapResult {
   double backward_us = 0;  // measured end of the replayed backward
   double exposed_us = 0;   // iteration end - backward end
   double copy_us = 0;      // copy in + copy back (0 with views)
-  double bound_us = 0;     // docs/model.md lower bound under CommModel
+  double bound_us = 0;     // docs/design.md lower bound under CommModel
   double compute_us = 0;   // forward + backward of the replay
   // autotune::Simulate's iteration time under the cost model fitted to this
   // communicator's sizes timed beside the plans (or the given one; 0 when
@@ -184,7 +184,7 @@ absl::StatusOr<OverlapReport> RunOverlap(comm::Communicator& comm,
 // Prints the gap attribution of every result (what --explain shows).
 void PrintGapTable(const OverlapReport& report, std::FILE* out);
 
-// The docs/model.md lower bound on one iteration from measured allreduce
+// The docs/design.md lower bound on one iteration from measured allreduce
 // times: forward + max(T_b, T_last + t(s_last), T_first + t(G)).
 double LowerBoundUs(double forward_us, double backward_us, double first_ready_us,
                     double last_ready_us, double t_last_us, double t_total_us);

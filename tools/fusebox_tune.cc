@@ -76,7 +76,7 @@ ABSL_FLAG(int64_t, max_bucket_bytes, 0, "largest bucket (0: no limit)");
 ABSL_FLAG(double, model_error, 0.25,
           "the cost model's relative error on exposed communication, as calibrated on your "
           "cluster (the median |exp err| of `fusebox-perf overlap --explain`; 0.15-0.28 on the "
-          "project's held-out replays, docs/model.md): among plans predicted within it of the "
+          "project's held-out replays, docs/design.md): among plans predicted within it of the "
           "best, the one with the fewest buckets is chosen; 0 takes the best predicted");
 ABSL_FLAG(std::string, out, "", "offline: write the tuned plan file here; fit: the cost-model file");
 ABSL_FLAG(bool, describe, false, "offline: print the tuned plan bucket by bucket");
@@ -383,7 +383,7 @@ int Sweep(const comm::Logger& log) {
     return UsageError("sweep needs --profiles, --presets and --worlds");
   }
   std::printf("# fusebox-tune sweep: simulated iteration time of the tuned plan vs the lower bound "
-              "(docs/model.md) and each baseline's time / tuned time (> 1: tuned is faster)\n");
+              "(docs/design.md) and each baseline's time / tuned time (> 1: tuned is faster)\n");
   std::printf("# fine = the optimum over plans cut 8x finer (up to 64 pieces per gradient, 256 KiB "
               "atoms): what any plan can reach; t/fine = 1 means none beats tuned\n");
   std::printf("# %-11s %-12s %6s %10s %10s %8s %7s %10s %8s %8s %8s %8s %8s\n", "model", "preset",

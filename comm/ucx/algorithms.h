@@ -117,13 +117,13 @@ inline constexpr int kLinearMinRanks = 5;
 // the largest world, and the largest class, where the linear round is a
 // candidate (rank 0 receives p - 1 messages of up to 64 KiB; OpenMPI's
 // linear allreduce already lost to recursive doubling and Rabenseifner at
-// 32 KiB, docs/allreduce/20261126-emulated-descriptor-1gbit); and the
+// 32 KiB, commit 2a2c117); and the
 // smallest class where the ring is. The ring's 2(p-1) rounds lose to
 // Rabenseifner's 2 log2(p) where rounds dominate, but its bytes arrive
 // steadily in chunks where Rabenseifner's halves arrive in bursts: on 8
 // emulated hosts over 1 Gbit it took about 0.6-0.8x Rabenseifner's time
 // at 128-512 KiB, and about 2x over 4 Gbit at 128 KiB
-// (docs/allreduce/20261129-emulated-full/ring-256k).
+// (commit 2147d62).
 inline constexpr size_t kMeasuredFromBytes = size_t{4} << 10;
 inline constexpr int kMeasuredLinearMaxRanks = 16;
 inline constexpr size_t kMeasuredLinearMaxBytes = size_t{64} << 10;
@@ -138,7 +138,7 @@ inline constexpr size_t kMeasuredRingFromBytes = size_t{32} << 10;
 // which depends on the link: on 4 emulated hosts (a ~ 35 us on shared
 // cores) about 17 KB over 1 Gbit and 70 KB over 4 Gbit. Measured, fusebox's
 // own two (blocking, 2 interleaved rounds, perf/cluster hosts sharing 2
-// cores, docs/allreduce/20261127-rabenseifner-from): at 8 KiB neither was
+// cores, commit f1c0d16): at 8 KiB neither was
 // faster in 3 of 4 settings (recursive doubling at 8 hosts over 1 Gbit);
 // recursive doubling was faster up to 16 KiB at 8 hosts over 1 Gbit, 32
 // KiB at 4 hosts over 4 Gbit and 64 KiB at 8 hosts over 4 Gbit;

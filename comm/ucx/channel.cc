@@ -70,7 +70,7 @@ std::vector<std::pair<std::string, std::string>> UcxSettings(const UcxOptions& o
     // messages were exactly 128 KiB took 2-5x as long in steady state as
     // those of 124 or 132 KiB (Rabenseifner at 256 KiB: 7.6-18.8 ms against
     // 3.8-5.8), and 4.3-4.9 ms with 256 KiB segments
-    // (docs/allreduce/20261126-emulated-rabenseifner). A transport's
+    // (commit 2d349ba). A transport's
     // setting, so named without its TCP_ prefix, which ucp_config_modify
     // hands to the transports (TCP_RX_SEG_SIZE there is an "invalid
     // configuration"; only tcp has an RX_SEG_SIZE). In the environment it is

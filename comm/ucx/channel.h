@@ -37,7 +37,7 @@
 // such polls in a row (kYieldsBeforeSleep in communicator.cc) sleeps on the
 // fd at each until a poll progresses. Measured on emulated hosts (one rank
 // per network namespace, all on 2 cores, 4 Gbit; blocking allreduce,
-// interleaved rounds, docs/allreduce/20261127-oversubscribed-wait): against
+// interleaved rounds, commit 99a7bfa): against
 // sleeping after 16 plain polls (the previous policy), yielding 4 times
 // first took 0.77-0.81x the time at 4 hosts for 8-512 B (median of 10
 // per-round ratios; faster in 8-9 of 10 rounds), the same within the

@@ -99,7 +99,7 @@
 // on cores the ranks share, and rank 0 took them all in before it
 // finished. Against it, on 8 emulated hosts sharing 2 cores (blocking
 // AllReduce, per-round ratios of interleaved runs,
-// docs/allreduce/20261127-alongside): 0.85x the time at 8 KiB, 0.84x at
+// commit 7e1ba59): 0.85x the time at 8 KiB, 0.84x at
 // 16 KiB and 0.89x at 32 KiB over 4 Gbit (faster in 16, 15 and 13 of 16
 // rounds); 0.84x at 8 KiB over 1 Gbit (12 of 12), 0.98-0.99x at 16-32 KiB;
 // unchanged at 8 B-4 KiB, where the linear round carries the data.

@@ -18,7 +18,7 @@
 // KiB over 4 Gbit and lost 1.3-1.7x to Rabenseifner (or OpenMPI's ring)
 // over 1 Gbit, and at 8 hosts OpenMPI's linear allreduce beat both at 8
 // KiB over 4 Gbit while fusebox's linear round lost 1.5-2.3x over 1 Gbit
-// (docs/allreduce/20261127-alongside); at 128-512 KiB the ring beat
+// (commit 7e1ba59); at 128-512 KiB the ring beat
 // Rabenseifner on 8 hosts over 1 Gbit and lost to it over 4 Gbit (Note
 // [Algorithm table] in algorithms.h). A switch point derived from a probe
 // between rank pairs at creation moved between 8 and 64 KiB from one
@@ -47,7 +47,7 @@
 //   linear round at 8 KiB on 8 emulated hosts over 1 Gbit timed 260-308 us
 //   a call and was chosen, and the loop then ran 1.35x slower than
 //   recursive doubling, which the same trial had timed at 378-479 us where
-//   the loop takes about 300 (docs/allreduce/20261128-measured-choice).
+//   the loop takes about 300 (commit 43d56e7).
 //   There rank 0's link needs about 12 calls of the linear round to drain
 //   a 256 KB burst, and recursive doubling about 19 to fill it again.
 //   What settling cannot undo is a candidate timed on the bucket the one
@@ -107,7 +107,7 @@
 // On by default up to 512 KiB (UcxOptions::measured_choice_bytes; 0 keeps
 // the static table); up to 64 KiB before the ring was a candidate. Against
 // that (6 interleaved rounds on 4 and 8 emulated hosts over 1 and 4 Gbit,
-// 32-512 KiB, docs/allreduce/20261129-ring-candidate): 0.47-0.49x the time
+// 32-512 KiB, commit 9af7b3e): 0.47-0.49x the time
 // at 256-512 KiB on 8 hosts over 1 Gbit and 0.79-0.91x on 4 hosts, every
 // round faster; in the other 16 cells each 95% CI includes 1 (medians
 // 0.83-1.18x, and 0.48x at 128 KiB on 8 hosts over 1 Gbit, where
@@ -117,9 +117,9 @@
 // took 0.80-0.84x the time at 8-16 KiB on 4 hosts over 4 Gbit, but 1.35x
 // and 1.49x at 8 and 16 KiB and 1.25x at 64 KiB on 8 hosts over 1 Gbit,
 // where the burst fooled the trial and its dear candidates ran inside the
-// timed loop (docs/allreduce/20261128-measured-choice). As above, 6
+// timed loop (commit 43d56e7). As above, 6
 // interleaved rounds on 4 and 8 hosts over 1 and 4 Gbit, 8-64 KiB, the
-// trial inside the warm-up (docs/allreduce/20261129-settled-trial, 10
+// trial inside the warm-up (commit 42df609, 10
 // rounds on this build): faster than the static table in 7 of 16 cells
 // (0.75-0.95x; 5 with a 95% CI below 1), level in 6 (0.99-1.01x), slower
 // in 3 (1.04-1.10x, 4 hosts over 4 Gbit at 8-32 KiB, faster in 3-4 of 10
@@ -130,18 +130,16 @@
 // only after its block: on 8 emulated hosts over 1 Gbit, Rabenseifner at
 // exactly 128 KiB ran at the link's rate for its first calls and about 3x
 // slower from some 40 calls on (the kernel's TCP autocorking holds the last
-// few bytes of each 64 KiB message; docs/allreduce/20261129-ring-candidate/
-// tail-stall.txt), so the trial chose it in 4 of 6 rounds and the loop then
+// few bytes of each 64 KiB message; commit 9af7b3e), so the trial chose it in 4 of 6 rounds and the loop then
 // ran at about 3x the ring's time. Links and neighbours change too. So rank
 // 0 goes on timing the class's calls once decided, as in the trial (back to
 // back from the end of the call before), from kTrialSettle calls after the
 // decision took effect, in windows of kWatchWindow calls whose cost is
 // their plain mean: that slowdown came as a few calls a window held for
-// 10-110 ms among calls at the trial's pace (docs/allreduce/20261129-
-// watched-choice/window-trace.txt), which a mean without the largest
+// 10-110 ms among calls at the trial's pace (commit 376fcee), which a mean without the largest
 // samples leaves out (a first version without the 4 largest of 32 kept
 // Rabenseifner at 6.5 ms a call in one of the three rounds where the trial
-// chose it, first-trim4-8hosts-1gbit.txt there). A window is dear where it
+// chose it, same commit). A window is dear where it
 // costs more than kSwitchRatio times both the cheapest other live
 // candidate's last known cost (what it cost in use where the class left it
 // before, else its trial's plain mean) and the candidate's own trial plain

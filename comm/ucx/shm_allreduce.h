@@ -131,7 +131,7 @@ size_t ShmSegmentBytes(int size, size_t chunk_bytes, size_t mailbox_bytes = 0);
 // kSlots allreduces of each new size touched pages none had touched: on 2
 // local ranks the first four 32 KiB allreduces of a process took 70 us
 // each (median of 6 runs) and 24 with the segments faulted in, those of
-// 256 KiB 375 and 75 (docs/allreduce/20261127-fault-in). The cost model's
+// 256 KiB 375 and 75 (commit 39f7110). The cost model's
 // timings, taken in a
 // new process one size after the other, had recorded those first calls as
 // the sizes' cost (256 KiB as dear as 2 MiB). So the owner writes its whole
@@ -220,7 +220,7 @@ bool ShmBeginAllReduce(const ShmGroup& group, const void* send, size_t count, Da
 // of a small allreduce's data where 1 is needed. Read in place, 2 local
 // ranks: 2 KiB 0.79 -> 0.69 us, 512 B 0.40 -> 0.36 us (medians of 16
 // interleaved rounds, faster in 13-14 of them; 8 B unchanged within the
-// scatter; docs/allreduce/20261127-mailbox-in-place).
+// scatter; commit 99a7bfa).
 unsigned char* ShmOutbox(const ShmGroup& group, uint64_t exchanges);
 absl::Status ShmPost(const ShmGroup& group, size_t bytes,
                      std::vector<const unsigned char*>* messages, std::vector<size_t>* lengths,

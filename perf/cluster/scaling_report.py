@@ -24,7 +24,9 @@ creates network namespaces):
 5. <out>/README.md: the validation table (iteration time and exposed
    communication, each with its signed error), tuned against the best other
    plan as measured, the cache entries, the simulated scaling efficiencies,
-   and the commands that made them.
+   and the commands that made them; <out>/result.json, its compact summary,
+   which a results page cites (docs/results/scaling.md, perf/results.py).
+   <out> defaults to build/bench-out/scaling.
 
     python3 perf/cluster/scaling_report.py --report_only   # step 5 alone, from <out>/raw
 """
@@ -41,6 +43,8 @@ import sys
 import time
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.join(REPO, "perf"))
+import results as result_summary  # noqa: E402  perf/results.py: the results convention
 PY = "/usr/bin/python3"
 
 
@@ -74,7 +78,9 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--build", default=os.path.join(REPO, "build"))
-    ap.add_argument("--out", default=os.path.join(REPO, "docs", "scaling"))
+    ap.add_argument("--out", default=os.path.join(REPO, "build", "bench-out", "scaling"),
+                    help="raw runs, README.md (the report) and result.json (its compact summary "
+                         "for a results page) (default: %(default)s)")
     ap.add_argument("--hosts", default="2,4,8")
     ap.add_argument("--rates", default="1gbit,4gbit")
     ap.add_argument("--profile", default="resnet50", help="profile replayed on the emulated hosts")
@@ -356,6 +362,9 @@ def write_report(out, profile, commands, quick=False):
     lines += ["", "## Commands", "", "```"] + commands + ["```", ""]
     with open(readme, "w") as f:
         f.write("\n".join(lines))
+    result_summary.write_run_summary(out, "\n".join(lines), "scaling_report",
+                                     " ".join(["sudo", "python3"] + sys.argv),
+                                     "emulated clusters and the scaling simulator")
     print("\n".join(lines[:14 + len(validation) + 3]))
     print("scaling_report: wrote %s" % os.path.relpath(readme, REPO))
 

@@ -11,13 +11,14 @@
 #    hand-set caps of 1, 5 and 100 MiB against DDP + fusebox.torch.register
 #    (the native path: fusebox chooses DDP's buckets, tuned from an empty
 #    cache), cells interleaved, 3 rounds (perf/bench_ddp_hook.py --device cuda).
-# Tables go to stdout and OUTDIR (default docs/gpu/<timestamp>). Variables:
+# Tables go to stdout and OUTDIR (default build/bench-out/gpu/<timestamp>); each DDP
+# run writes its compact summary, result.json, for a results page. Variables:
 # PYTHON (the Python with CUDA torch; default /opt/torch/.venv/bin/python,
 # else /usr/bin/python3), ROUNDS (3), RANKS ("2 4"), MODELS (resnet50,gpt2small).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 build=${1:-build}
-outdir=${2:-docs/gpu/$(date +%Y%m%d-%H%M%S)}
+outdir=${2:-build/bench-out/gpu/$(date +%Y%m%d-%H%M%S)}
 python=${PYTHON:-/opt/torch/.venv/bin/python}
 [[ -x $python ]] || python=/usr/bin/python3
 mkdir -p "$outdir"

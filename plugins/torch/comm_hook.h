@@ -19,7 +19,7 @@
 // one it fuses the division into that copy: one pass instead of two), and
 // every bucket's future crosses into the hook and back. Measured on a CNN
 // over gloo on one host, the hook path running DDP's own plan costs 4-6% of
-// the step (docs/ddp-hook/). Where fusebox reduces through the process
+// the step (docs/results/ddp-hook.md). Where fusebox reduces through the process
 // group anyway, nothing justifies that: the native path has DDP do exactly
 // what it does without fusebox, on fusebox's buckets. The hook remains the
 // way to reduce through another communicator (UCX), where the

@@ -28,7 +28,7 @@ using ::testing::HasSubstr;
 
 constexpr int64_t kMiB = 1 << 20;
 
-// Published facts (docs/model.md, "Gradient profiles of real
+// Published facts (docs/design.md, "Gradient profiles of real
 // models"): tensor counts, parameter counts and the largest tensor.
 struct Expected {
   const char* test_name;  // GoogleTest parameter name (no underscores)

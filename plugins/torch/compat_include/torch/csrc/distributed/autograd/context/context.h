@@ -1,5 +1,5 @@
 // Stand-in for a header Debian's LibTorch 1.13 does not ship
-// (../shared/ENVIRONMENT.md, LibTorch gap 1): c10d/reducer.hpp includes it
+// (plugins/torch/README.md, Known gaps): c10d/reducer.hpp includes it
 // for two type names only. On the include path ahead of /usr/include, and
 // only where the real header is missing (see plugins/torch/CMakeLists.txt).
 #pragma once

@@ -1,3 +1,0 @@
-#!/bin/bash
-H=$1; A=$2; shift 2
-/usr/bin/python3 /work/main/perf/cluster/emucluster.py mpirun --hosts $H --rate 4gbit --prefix fbx --subnet 98 --grace 2 --mpirun mpirun -- --mca mpi_yield_when_idle 1 --oversubscribe --mca coll_tuned_use_dynamic_rules 1 --mca coll_tuned_allreduce_algorithm $A /tmp/fbb/perf/baselines/fusebox-mpi-allreduce -n 200 -w 20 -d float -o sum "$@" 2>&1 | grep -E "stdout>: +[0-9]+ " | sed "s/^/mpi-a$A /"
