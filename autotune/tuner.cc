@@ -1,6 +1,7 @@
 #include "autotune/tuner.h"
 
 #include <algorithm>
+#include <random>
 #include <utility>
 
 #include "absl/container/flat_hash_set.h"
@@ -87,6 +88,7 @@ absl::StatusOr<std::vector<std::vector<double>>> SlowestRank(
 
 const char* TunerPhaseName(TunerPhase phase) {
   switch (phase) {
+    case TunerPhase::kCheckingHit: return "checking-cache-hit";
     case TunerPhase::kProfiling: return "profiling";
     case TunerPhase::kScreening: return "screening";
     case TunerPhase::kVerifying: return "verifying";
@@ -94,6 +96,35 @@ const char* TunerPhaseName(TunerPhase phase) {
   }
   return "unknown";
 }
+
+std::string TuningSummary::Line() const {
+  return absl::StrFormat("tuning took %.1f s; the kept plan saves %.1f ms a step (%.1f s so far)",
+                         tuning_s, saved_ms_per_step, saved_s_so_far);
+}
+
+namespace {
+
+std::string MiB(int64_t bytes) {
+  return bytes % (int64_t{1} << 20) == 0 ? absl::StrCat(bytes >> 20, " MiB")
+                                         : absl::StrCat(bytes, " B");
+}
+
+// "95% CI [a, b]" or "range [a, b]" (too few samples for an interval).
+std::string Interval(const MeasuredPlan& m) {
+  return absl::StrFormat("%s [%.3f, %.3f]", m.interval_exact ? "95% CI" : "range",
+                         m.ci_low_us / 1e3, m.ci_high_us / 1e3);
+}
+
+void SetFigures(MeasuredPlan& m, const std::vector<double>& samples, double confidence) {
+  const MedianInterval ci = MedianCI(samples, confidence);
+  m.measured_us = ci.median;
+  m.ci_low_us = ci.low;
+  m.ci_high_us = ci.high;
+  m.interval_exact = ci.exact;
+  m.samples = static_cast<int>(samples.size());
+}
+
+}  // namespace
 
 OnlineTuner::OnlineTuner(comm::Communicator& comm, bucketing::GradientLayout layout,
                          TunerOptions options, absl::Duration timeout)
@@ -118,14 +149,25 @@ absl::StatusOr<std::unique_ptr<OnlineTuner>> OnlineTuner::Create(
     return absl::InvalidArgumentError(
         "tuner: the switch rule needs a confidence in (0.5, 1) and a minimum effect in [0, 1)");
   }
-  if (options.verify_pairs < need || (options.check_every > 0 && options.check_pairs < need)) {
+  if (options.verify_pairs < need || (options.check_every > 0 && options.check_pairs < 1)) {
     return absl::InvalidArgumentError(absl::StrFormat(
-        "tuner: verify_pairs (%d) and check_pairs (%d) must be at least %d: fewer pairs cannot "
-        "show %.0f%% confidence",
-        options.verify_pairs, options.check_pairs, need, options.rule.confidence * 100));
+        "tuner: verify_pairs (%d) must be at least %d (fewer pairs cannot show %.0f%% "
+        "confidence) and check_pairs (%d) at least 1",
+        options.verify_pairs, need, options.rule.confidence * 100, options.check_pairs));
   }
-  if (options.check_every < 0 || options.profile_cap_bytes < 0) {
-    return absl::InvalidArgumentError("tuner: check_every and profile_cap_bytes must be >= 0");
+  if (options.check_every < 0 || options.profile_cap_bytes < 0 || options.hit_check_pairs < 0) {
+    return absl::InvalidArgumentError(
+        "tuner: check_every, hit_check_pairs and profile_cap_bytes must be >= 0");
+  }
+  if (!(options.max_check_cost > 0 && options.max_check_cost <= 0.5)) {
+    return absl::InvalidArgumentError("tuner: max_check_cost must be in (0, 0.5]");
+  }
+  if (absl::Status s = Validate(options.regression); !s.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("tuner: regression: ", s.message()));
+  }
+  if (options.baseline_cap_bytes <= 0 || options.baseline_first_bucket_bytes <= 0) {
+    return absl::InvalidArgumentError(
+        "tuner: the baseline's bucket cap and first bucket size must be positive");
   }
   for (int64_t cap : options.ddp_caps) {
     if (cap <= 0) return absl::InvalidArgumentError("tuner: a DDP cap must be positive");
@@ -148,8 +190,24 @@ absl::StatusOr<std::unique_ptr<OnlineTuner>> OnlineTuner::Create(
   if (absl::Status s = t->key_.Validate(); !s.ok()) {
     return absl::InvalidArgumentError(absl::StrCat("tuner: cache key: ", s.message()));
   }
-  t->default_ = bucketing::DdpPlan(t->layout_);
-  t->default_.name = "ddp";
+  // The baseline: the user's DDP (Note [The user's DDP is the baseline]).
+  {
+    bucketing::DdpOptions o;
+    o.bucket_cap_bytes = t->options_.baseline_cap_bytes;
+    o.first_bucket_bytes = std::min(t->options_.baseline_first_bucket_bytes, o.bucket_cap_bytes);
+    const bucketing::DdpOptions defaults;
+    const bool is_default = o.bucket_cap_bytes == defaults.bucket_cap_bytes &&
+                            o.first_bucket_bytes == defaults.first_bucket_bytes;
+    t->default_ = bucketing::DdpPlan(t->layout_, o);
+    t->default_.name = is_default ? "ddp" : CapName(o.bucket_cap_bytes);
+    t->baseline_label_ =
+        is_default ? "DDP's default"
+                   : absl::StrCat("your DDP buckets (", MiB(o.bucket_cap_bytes),
+                                  o.first_bucket_bytes != defaults.first_bucket_bytes
+                                      ? absl::StrCat(", first ", MiB(o.first_bucket_bytes))
+                                      : std::string(),
+                                  ")");
+  }
   t->initial_ = t->default_;
   if (t->options_.profile_cap_bytes > 0) {
     bucketing::DdpOptions o;
@@ -158,6 +216,7 @@ absl::StatusOr<std::unique_ptr<OnlineTuner>> OnlineTuner::Create(
     t->initial_ = bucketing::DdpPlan(t->layout_, o);
     t->initial_.name = "profile";
   }
+  t->profile_plan_ = t->initial_;
 
   // Every rank must tune the same model: checked first, so that a rank
   // whose model differs fails everywhere before any plan is looked at.
@@ -178,20 +237,39 @@ absl::StatusOr<std::unique_ptr<OnlineTuner>> OnlineTuner::Create(
     }
   }
 
-  // Step 1: rank 0 consults the cache; every rank gets its answer.
+  // Step 1: rank 0 draws the seed and consults the cache; every rank gets
+  // both ("<seed>\n" then the cache's answer).
   std::string message;
   PolicyCache* cache = t->options_.cache;
-  if (comm.rank() == 0 && cache != nullptr && cache->enabled()) {
-    if (auto hit = cache->Lookup(t->key_, t->layout_)) {
-      message = "H" + SerializeCacheEntry(*hit);
-    } else if (auto near = cache->Nearest(t->key_, t->layout_)) {
-      message = absl::StrCat("N", near->key.world_size, "\n",
-                             bucketing::SerializePlan(near->plan, &t->layout_));
+  if (comm.rank() == 0) {
+    uint64_t seed = t->options_.seed;
+    if (seed == 0) {
+      std::random_device rd;
+      seed = (static_cast<uint64_t>(rd()) << 32 | rd()) | 1;
+    }
+    message = absl::StrCat(seed, "\n");
+    if (cache != nullptr && cache->enabled()) {
+      if (auto hit = cache->Lookup(t->key_, t->layout_)) {
+        absl::StrAppend(&message, "H", SerializeCacheEntry(*hit));
+      } else if (auto near = cache->Nearest(t->key_, t->layout_)) {
+        absl::StrAppend(&message, "N", near->key.world_size, "\n",
+                        bucketing::SerializePlan(near->plan, &t->layout_));
+      }
     }
   }
   if (absl::Status s = BroadcastBytes(comm, message, 0, kMaxBroadcastBytes, timeout); !s.ok()) {
     return s;
   }
+  {
+    const size_t nl = message.find('\n');
+    if (nl == std::string::npos || !absl::SimpleAtoi(message.substr(0, nl), &t->seed_)) {
+      return absl::DataLossError("tuner: malformed seed from rank 0");
+    }
+    message.erase(0, nl + 1);
+  }
+  t->Log(absl::StrFormat("fusebox tuner: baseline %s (%d buckets); seed %u (TunerOptions::seed, "
+                         "the hook's seed=, replays this run's order)",
+                         t->baseline_label_, t->default_.buckets.size(), t->seed_));
   if (!message.empty() && message[0] == 'H') {
     auto entry = ParseCacheEntry(absl::string_view(message).substr(1));
     if (!entry.ok()) return entry.status();
@@ -201,17 +279,48 @@ absl::StatusOr<std::unique_ptr<OnlineTuner>> OnlineTuner::Create(
                        s.message()));
     }
     entry->plan.name = "cached";
-    t->initial_ = entry->plan;
-    t->chosen_plan_ = entry->plan;
     t->cache_hit_ = true;
-    t->phase_ = TunerPhase::kTuned;
-    t->decision_ = "from the policy cache";
-    t->Log(absl::StrFormat("fusebox tuner: cache hit %s: %d buckets, measured %.3f ms when tuned "
-                           "(DDP default %.3f ms); 0 tuning iterations%s",
-                           t->key_.FileName(), entry->plan.buckets.size(),
-                           entry->measured_iteration_us / 1e3, entry->ddp_iteration_us / 1e3,
-                           t->options_.check_every > 0 ? "; checked against the default as it runs"
-                                                       : ""));
+    const bool measured = entry->measured_iteration_us > 0;
+    const int pairs = measured ? t->options_.hit_check_pairs : t->options_.verify_pairs;
+    const bool same = bucketing::PlanHash(entry->plan) == bucketing::PlanHash(t->default_);
+    if (same || pairs == 0) {
+      t->initial_ = same ? t->default_ : entry->plan;
+      t->chosen_plan_ = t->initial_;
+      t->phase_ = TunerPhase::kTuned;
+      t->decision_ = same ? absl::StrCat("from the policy cache: ", t->baseline_label_)
+                          : "from the policy cache (unchecked: hit_check_pairs is 0)";
+      t->Log(absl::StrCat("fusebox tuner: cache hit ", t->key_.FileName(), ": ", t->decision_,
+                          "; 0 tuning iterations"));
+      return t;
+    }
+    // Checked before trusted: the baseline and the cached plan in
+    // interleaved rounds, the first of them a warm-up of each (below).
+    t->initial_ = entry->plan;
+    t->hit_plan_ = entry->plan;
+    t->plans_ = {t->default_, entry->plan};
+    t->measured_.assign(2, MeasuredPlan{});
+    t->measured_[0].name = t->default_.name;
+    t->measured_[0].hash = bucketing::PlanHash(t->default_);
+    t->measured_[0].buckets = static_cast<int>(t->default_.buckets.size());
+    t->measured_[1].name = "cached";
+    t->measured_[1].hash = bucketing::PlanHash(entry->plan);
+    t->measured_[1].buckets = static_cast<int>(entry->plan.buckets.size());
+    t->arms_ = {1, 0};
+    t->arm_samples_.assign(2, {});
+    t->rounds_wanted_ = pairs + 1;  // round 0 warms both up and is not measured
+    t->running_ = 1;
+    t->round_ = {0, 1};  // unmeasured: the cached plan (initial_), then the baseline
+    t->phase_ = TunerPhase::kCheckingHit;
+    t->Log(absl::StrFormat(
+        "fusebox tuner: cache hit %s: %d buckets, %s%s; checking it against %s in %d "
+        "interleaved pairs before trusting it",
+        t->key_.FileName(), entry->plan.buckets.size(),
+        measured ? absl::StrFormat("measured %.3f ms when tuned",
+                                   entry->measured_iteration_us / 1e3)
+                 : std::string("never measured (simulated only)"),
+        measured ? absl::StrFormat(" (baseline then %.3f ms)", entry->ddp_iteration_us / 1e3)
+                 : std::string(),
+        t->baseline_label_, pairs));
     return t;
   }
   if (!message.empty() && message[0] == 'N') {
@@ -244,6 +353,7 @@ void OnlineTuner::ForceChosen(Plan plan) {
   since_check_ = 0;
   check_default_.clear();
   check_chosen_.clear();
+  StartChecks(kept_gain_, regression_.has_value() ? regression_->sigma() : 0.0);
   forced_ = true;
 }
 
@@ -253,14 +363,14 @@ std::optional<Plan> OnlineTuner::Visit(int candidate) {
 }
 
 void OnlineTuner::StartBlock() {
-  const uint64_t seed = options_.seed * 1000003 + static_cast<uint64_t>(blocks_started_++);
+  const uint64_t seed = seed_ * 1000003 + static_cast<uint64_t>(blocks_started_++);
   warming_ = options_.warmup_block && blocks_started_ == 1;
   if (warming_) {
-    // Every candidate but the plan profiling ran (already warm): DDP's
-    // default, or the profile cap's plan when it is a candidate too.
+    // Every candidate but the plan profiling ran (already warm): the
+    // baseline, or the profile cap's plan when it is a candidate too.
     std::vector<int> cold;
     for (int c = 0; c < static_cast<int>(plans_.size()); ++c) {
-      if (measured_[c].hash != bucketing::PlanHash(initial_)) cold.push_back(c);
+      if (measured_[c].hash != bucketing::PlanHash(profile_plan_)) cold.push_back(c);
     }
     block_.clear();
     for (int i : RandomizedBlock(static_cast<int>(cold.size()), seed, -1)) {
@@ -272,10 +382,26 @@ void OnlineTuner::StartBlock() {
   block_ = RandomizedBlock(static_cast<int>(plans_.size()), seed, running_);
 }
 
+int OnlineTuner::NextArm() {
+  if (round_.empty()) {
+    // Rounds alternate forward and reversed from a rotation drawn from the
+    // seed: for two arms A B, B A, A B, ...; for three A B C, C B A, ...
+    const int k = static_cast<int>(arms_.size());
+    const int start = static_cast<int>((seed_ * 2654435761u + 17) % static_cast<uint64_t>(k));
+    for (int i = 0; i < k; ++i) round_.push_back((start + i) % k);
+    if (rounds_ % 2 == 1) std::reverse(round_.begin(), round_.end());
+  }
+  const int arm = round_.front();
+  return arm;
+}
+
 absl::StatusOr<std::optional<Plan>> OnlineTuner::OnIterationEnd(const bucketing::IterationStats& last,
                                                                const Plan& current) {
   const double sample = last.whole_us();
   switch (phase_) {
+    case TunerPhase::kCheckingHit:
+      ++hit_check_iterations_;
+      return CheckHit(sample);
     case TunerPhase::kProfiling: {
       ++tuning_iterations_;
       tuning_samples_.push_back(sample);
@@ -302,8 +428,8 @@ absl::StatusOr<std::optional<Plan>> OnlineTuner::OnIterationEnd(const bucketing:
         chosen_ = 0;
         chosen_plan_ = default_;
         phase_ = TunerPhase::kTuned;
-        decision_ = "no candidate besides DDP's default";
-        Log("fusebox tuner: no candidate besides DDP's default; keeping it");
+        decision_ = absl::StrCat("no candidate besides ", baseline_label_, "; kept it");
+        Log("fusebox tuner: " + decision_);
         if (absl::Status s = StoreEntry(); !s.ok()) return s;
         // Profiling may have run another plan (the hook's 1 MiB buckets).
         if (bucketing::PlanHash(current) == bucketing::PlanHash(default_)) return std::nullopt;
@@ -328,16 +454,17 @@ absl::StatusOr<std::optional<Plan>> OnlineTuner::OnIterationEnd(const bucketing:
     case TunerPhase::kVerifying: {
       ++tuning_iterations_;
       tuning_samples_.push_back(sample);
-      (running_ == 0 ? verify_default_ : verify_pick_).push_back(sample);
-      if (static_cast<int>(verify_default_.size()) >= options_.verify_pairs &&
-          static_cast<int>(verify_pick_.size()) >= options_.verify_pairs) {
+      arm_samples_[round_.front()].push_back(sample);
+      round_.erase(round_.begin());
+      if (round_.empty() && ++rounds_ >= rounds_wanted_) {
         if (absl::Status s = Decide(); !s.ok()) return s;
         running_ = chosen_;
         return *chosen_plan_;
       }
-      return Visit(running_ == 0 ? pick_ : 0);
+      return Visit(arms_[NextArm()]);
     }
     case TunerPhase::kTuned:
+      ++steps_since_decision_;
       if (forced_) {  // ForceChosen: install it now; this sample was the old plan's
         forced_ = false;
         return *chosen_plan_;
@@ -347,78 +474,189 @@ absl::StatusOr<std::optional<Plan>> OnlineTuner::OnIterationEnd(const bucketing:
   return std::nullopt;
 }
 
+absl::StatusOr<std::optional<Plan>> OnlineTuner::CheckHit(double sample) {
+  // Round 0 warms both plans up (each first run pays for its buffers).
+  if (rounds_ > 0) arm_samples_[round_.front()].push_back(sample);
+  round_.erase(round_.begin());
+  if (!round_.empty() || ++rounds_ < rounds_wanted_) {
+    if (round_.empty()) NextArm();
+    return plans_[arms_[round_.front()]];
+  }
+  // arms_ = {cached, baseline}: arm 1's samples are the baseline's.
+  auto slow = SlowestRank(comm_, {arm_samples_[1], arm_samples_[0]});
+  if (!slow.ok()) return slow.status();
+  const std::vector<double>& base = (*slow)[0];
+  const std::vector<double>& cached = (*slow)[1];
+  SetFigures(measured_[0], base, options_.rule.confidence);
+  SetFigures(measured_[1], cached, options_.rule.confidence);
+  const std::vector<double> g = RelativeGains(base, cached);
+  const double gain = g.empty() ? 0 : Median(g);
+  // Lost: slower than the baseline by more than the minimum effect at the
+  // rule's confidence (with fewer pairs than that needs: in every pair).
+  const bool lost =
+      !g.empty() && MedianUpperBound(g, options_.rule.confidence) < -options_.rule.min_effect;
+  if (!lost) {
+    phase_ = TunerPhase::kTuned;
+    chosen_ = 1;
+    chosen_plan_ = plans_[1];
+    baseline_us_ = measured_[0].measured_us;
+    decision_ = absl::StrFormat(
+        "from the policy cache, checked: median gain %+.1f%% over %s in %d interleaved pairs",
+        gain * 100, baseline_label_, static_cast<int>(g.size()));
+    Log(absl::StrCat("fusebox tuner: ", decision_, "; 0 tuning iterations, ",
+                     hit_check_iterations_, " check iterations"));
+    StartChecks(gain, NoiseFromPairs(base, cached));
+    return *chosen_plan_;
+  }
+  // The hit lost: tune afresh, from the profiling plan.
+  cache_hit_ = false;
+  Log(absl::StrFormat(
+      "fusebox tuner: the cached plan measured slower than %s beyond the minimum effect %.1f%% "
+      "(median gain %+.1f%%, upper bound %+.1f%% over %d pairs): not trusted; tuning afresh",
+      baseline_label_, options_.rule.min_effect * 100, gain * 100,
+      MedianUpperBound(g, options_.rule.confidence) * 100, static_cast<int>(g.size())));
+  hit_plan_.reset();
+  chosen_plan_.reset();
+  plans_.clear();
+  measured_.clear();
+  arms_.clear();
+  round_.clear();
+  rounds_ = 0;
+  phase_ = TunerPhase::kProfiling;
+  return profile_plan_;
+}
+
 absl::StatusOr<std::optional<Plan>> OnlineTuner::EndScreening() {
   auto slow = SlowestRank(comm_, samples_);
   if (!slow.ok()) return slow.status();
   for (size_t i = 0; i < plans_.size(); ++i) {
-    const MedianInterval ci = MedianCI((*slow)[i], options_.rule.confidence);
-    measured_[i].measured_us = ci.median;
-    measured_[i].ci_low_us = ci.low;
-    measured_[i].ci_high_us = ci.high;
-    measured_[i].samples = static_cast<int>((*slow)[i].size());
-    Log(absl::StrFormat("fusebox tuner: %-18s %4d buckets: %9.3f ms [%.3f, %.3f] measured%s",
-                        measured_[i].name, measured_[i].buckets, ci.median / 1e3, ci.low / 1e3,
-                        ci.high / 1e3,
+    SetFigures(measured_[i], (*slow)[i], options_.rule.confidence);
+    Log(absl::StrFormat("fusebox tuner: %-18s %4d buckets: %9.3f ms %s measured in screening%s",
+                        measured_[i].name, measured_[i].buckets, measured_[i].measured_us / 1e3,
+                        Interval(measured_[i]),
                         measured_[i].predicted_us > 0
                             ? absl::StrFormat(", %.3f ms predicted", measured_[i].predicted_us / 1e3)
                             : ""));
   }
+  // The leader and the runner-up of screening (the baseline excluded).
   pick_ = 1;
+  runner_ = -1;
   for (size_t i = 2; i < plans_.size(); ++i) {
-    if (measured_[i].measured_us < measured_[pick_].measured_us) pick_ = static_cast<int>(i);
+    const int c = static_cast<int>(i);
+    if (measured_[c].measured_us < measured_[pick_].measured_us) {
+      runner_ = pick_;
+      pick_ = c;
+    } else if (runner_ < 0 || measured_[c].measured_us < measured_[runner_].measured_us) {
+      runner_ = c;
+    }
   }
   // Screening only ranks (a few samples each); the verification decides.
-  // It is skipped only when even the best candidate's fastest screening
-  // sample was slower than the default's slowest: a median of two samples
-  // on a noisy machine once hid a plan 12% faster, and then tuning kept the
-  // default without ever comparing them properly.
+  // It is skipped only when even the leader's fastest screening sample was
+  // slower than the baseline's slowest: a median of two samples on a noisy
+  // machine once hid a plan 12% faster, and then tuning kept the baseline
+  // without ever comparing them properly.
   if (measured_[pick_].ci_low_us > measured_[0].ci_high_us) {
     chosen_ = 0;
     chosen_plan_ = default_;
     phase_ = TunerPhase::kTuned;
-    decision_ = absl::StrFormat("every candidate was slower than DDP's default in screening, "
-                                "beyond the spread of both (best: %s %.3f ms [%.3f, %.3f] vs "
-                                "%.3f ms [%.3f, %.3f])",
-                                measured_[pick_].name, measured_[pick_].measured_us / 1e3,
-                                measured_[pick_].ci_low_us / 1e3,
-                                measured_[pick_].ci_high_us / 1e3,
-                                measured_[0].measured_us / 1e3, measured_[0].ci_low_us / 1e3,
-                                measured_[0].ci_high_us / 1e3);
-    Log(absl::StrCat("fusebox tuner: keeping DDP's default: ", decision_, "; after ",
-                     tuning_iterations_, " tuning iterations"));
+    decision_ = absl::StrFormat(
+        "kept %s: every candidate was slower in screening, beyond the spread of both (best: %s "
+        "%.3f ms %s vs %.3f ms %s)",
+        baseline_label_, measured_[pick_].name, measured_[pick_].measured_us / 1e3,
+        Interval(measured_[pick_]), measured_[0].measured_us / 1e3, Interval(measured_[0]));
+    Log(absl::StrCat("fusebox tuner: ", decision_, "; after ", tuning_iterations_,
+                     " tuning iterations"));
     tuning_cost_us_ = 0;
+    for (double t : tuning_samples_) tuning_wall_us_ += t;
     if (absl::Status s = StoreEntry(); !s.ok()) return s;
     return Visit(0);
   }
   phase_ = TunerPhase::kVerifying;
-  Log(absl::StrFormat("fusebox tuner: verifying %s against DDP's default in %d interleaved pairs",
-                      measured_[pick_].name, options_.verify_pairs));
-  // Alternate from whichever of the two did not run last.
-  return Visit(running_ == 0 ? pick_ : 0);
+  arms_ = {0, pick_};
+  if (runner_ > 0) arms_.push_back(runner_);
+  arm_samples_.assign(arms_.size(), {});
+  rounds_ = 0;
+  rounds_wanted_ = options_.verify_pairs;
+  round_.clear();
+  Log(absl::StrFormat("fusebox tuner: verifying %s%s against %s in %d interleaved rounds",
+                      measured_[pick_].name,
+                      runner_ > 0 ? absl::StrCat(" and ", measured_[runner_].name) : "",
+                      baseline_label_, rounds_wanted_));
+  NextArm();
+  // A round never starts with the plan that ran last when it can help it.
+  if (arms_[round_.front()] == running_ && round_.size() > 1) std::swap(round_[0], round_[1]);
+  return Visit(arms_[round_.front()]);
 }
 
 absl::Status OnlineTuner::Decide() {
-  auto slow = SlowestRank(comm_, {verify_default_, verify_pick_, tuning_samples_});
+  std::vector<std::vector<double>> local = arm_samples_;
+  local.push_back(tuning_samples_);
+  auto slow = SlowestRank(comm_, local);
   if (!slow.ok()) return slow.status();
-  const std::vector<double>& def = (*slow)[0];
-  const std::vector<double>& pick = (*slow)[1];
-  verdict_ = DecideReplace(def, pick, options_.rule);
-  chosen_ = verdict_.replace ? pick_ : 0;
+  const std::vector<double>& base = (*slow)[0];
+  const std::vector<double>& tuning = slow->back();
+  for (size_t a = 0; a < arms_.size(); ++a) {
+    SetFigures(measured_[arms_[a]], (*slow)[a], options_.rule.confidence);
+    measured_[arms_[a]].verified = true;
+  }
+  // Each candidate against the baseline, then the two against each other.
+  std::vector<Verdict> verdicts;
+  for (size_t a = 1; a < arms_.size(); ++a) {
+    verdicts.push_back(DecideReplace(base, (*slow)[a], options_.rule));
+  }
+  int kept = 0;  // index into arms_
+  if (verdicts[0].replace) kept = 1;
+  if (verdicts.size() > 1 && verdicts[1].replace) {
+    if (kept == 0) {
+      kept = 2;
+    } else {
+      // Both beat the baseline: the one faster than the other in the same
+      // rounds is kept (the runner-up's median paired gain over the leader).
+      const std::vector<double> g = RelativeGains((*slow)[1], (*slow)[2]);
+      if (!g.empty() && Median(g) > 0) kept = 2;
+    }
+  }
+  verdict_ = kept > 0 ? verdicts[kept - 1] : verdicts[0];
+  chosen_ = arms_[kept];
   chosen_plan_ = plans_[chosen_];
   phase_ = TunerPhase::kTuned;
-  const double def_median = Median(def);
+  const double def_median = Median(base);
+  baseline_us_ = def_median;
   tuning_cost_us_ = 0;
-  for (double t : (*slow)[2]) tuning_cost_us_ += std::max(0.0, t - def_median);
-  decision_ = absl::StrCat(verdict_.replace ? "replaced DDP's default: " : "kept DDP's default: ",
-                           measured_[pick_].name, " ", verdict_.why);
+  for (double t : tuning) {
+    tuning_cost_us_ += std::max(0.0, t - def_median);
+    tuning_wall_us_ += t;
+  }
+  std::string against;
+  for (size_t a = 1; a < arms_.size(); ++a) {
+    absl::StrAppend(&against, a > 1 ? "; " : "", measured_[arms_[a]].name, " ",
+                    verdicts[a - 1].why);
+  }
+  decision_ = kept > 0 ? absl::StrCat("replaced ", baseline_label_, " with ",
+                                      measured_[chosen_].name, ": ", against)
+                       : absl::StrCat("kept ", baseline_label_, ": ", against);
   Log(absl::StrFormat(
-      "fusebox tuner: %s; %s (%d buckets) %.3f ms vs DDP default %.3f ms in verification; %d "
-      "tuning iterations, %.1f ms slower than the default in all",
-      decision_, measured_[chosen_].name, plans_[chosen_].buckets.size(), Median(pick) / 1e3,
-      def_median / 1e3, tuning_iterations_, tuning_cost_us_ / 1e3));
-  measured_[0].measured_us = def_median;
-  if (chosen_ != 0) measured_[chosen_].measured_us = Median(pick);
+      "fusebox tuner: %s; %s (%d buckets) %.3f ms %s vs %s %.3f ms %s in verification; %d tuning "
+      "iterations, %.1f ms slower than the baseline in all",
+      decision_, measured_[chosen_].name, plans_[chosen_].buckets.size(),
+      measured_[chosen_].measured_us / 1e3, Interval(measured_[chosen_]), default_.name,
+      measured_[0].measured_us / 1e3, Interval(measured_[0]), tuning_iterations_,
+      tuning_cost_us_ / 1e3));
+  if (kept > 0) {
+    StartChecks(verdict_.gain, NoiseFromPairs(base, (*slow)[kept]));
+    Log("fusebox tuner: " + Summary().Line());
+  }
   return StoreEntry();
+}
+
+void OnlineTuner::StartChecks(double gain, double noise) {
+  kept_gain_ = std::max(0.0, gain);
+  check_interval_ = options_.check_every > 0
+                        ? std::max(options_.check_every,
+                                   CheckEvery(kept_gain_, options_.max_check_cost))
+                        : 0;
+  regression_.emplace(options_.regression, noise);
+  since_check_ = 0;
 }
 
 absl::Status OnlineTuner::StoreEntry() {
@@ -444,9 +682,41 @@ absl::Status OnlineTuner::StoreEntry() {
   return absl::OkStatus();
 }
 
+void OnlineTuner::ForgetEntry() {
+  if (comm_.rank() != 0 || options_.cache == nullptr || !options_.cache->writable()) return;
+  absl::Status s = options_.cache->Remove(key_.FileName());
+  if (!s.ok() && !absl::IsNotFound(s)) {
+    Log(absl::StrCat("fusebox tuner: warning: the entry of the plan that lost was not removed: ",
+                     s.message()));
+  }
+}
+
+bool OnlineTuner::TimesNextBoundary() const {
+  if (phase_ != TunerPhase::kTuned) return true;
+  if (forced_) return true;
+  if (!chosen_plan_.has_value() || check_interval_ <= 0 ||
+      bucketing::PlanHash(*chosen_plan_) == bucketing::PlanHash(default_)) {
+    return false;
+  }
+  // The step ending is a control (the baseline), or the kept plan's step
+  // after one; or the step starting is a control.
+  return control_ || control_sample_.has_value() || since_check_ + 1 >= check_interval_;
+}
+
+TuningSummary OnlineTuner::Summary() const {
+  TuningSummary s;
+  s.tuning_s = tuning_wall_us_ / 1e6;
+  s.tuning_cost_s = tuning_cost_us_ / 1e6;
+  if (chosen_ > 0 && baseline_us_ > 0) s.saved_ms_per_step = kept_gain_ * baseline_us_ / 1e3;
+  s.steps_since_decision = steps_since_decision_;
+  s.saved_s_so_far =
+      s.saved_ms_per_step / 1e3 * static_cast<double>(steps_since_decision_) - s.tuning_cost_s;
+  return s;
+}
+
 absl::StatusOr<std::optional<Plan>> OnlineTuner::Check(double sample) {
   if (!chosen_plan_.has_value()) return std::nullopt;
-  if (control_) {  // the default just ran as a control: back to the chosen plan
+  if (control_) {  // the baseline just ran as a control: back to the kept plan
     control_ = false;
     control_sample_ = sample;
     return *chosen_plan_;
@@ -461,25 +731,30 @@ absl::StatusOr<std::optional<Plan>> OnlineTuner::Check(double sample) {
       check_chosen_.clear();
       if (!slow.ok()) return slow.status();
       ++checks_;
-      if (ProvenSlower((*slow)[0], (*slow)[1], options_.rule)) {
+      if (!regression_.has_value()) regression_.emplace(options_.regression, 0.0);
+      bool caught = false;
+      for (size_t i = 0; i < (*slow)[0].size() && !caught; ++i) {
+        caught = regression_->Add((*slow)[0][i], (*slow)[1][i]);
+      }
+
+      if (caught) {
         ++fallbacks_;
-        const Verdict v = DecideReplace((*slow)[0], (*slow)[1], options_.rule);
         decision_ = absl::StrFormat(
-            "fell back to DDP's default: plan \"%s\" measured slower than it in %d checks (median "
-            "gain %+.1f%%, upper bound %+.1f%%)",
-            chosen_plan_->name, v.pairs, v.gain * 100, v.gain_high * 100);
+            "fell back to %s: plan \"%s\" became slower than it (%s)", baseline_label_,
+            chosen_plan_->name, regression_->Describe());
         Log(absl::StrCat("fusebox tuner: ", decision_));
         chosen_plan_ = default_;
         chosen_ = 0;
-        if (absl::Status s = StoreEntry(); !s.ok()) return s;
+        kept_gain_ = 0;
+        ForgetEntry();
         return default_;
       }
     }
   }
-  if (options_.check_every <= 0 || bucketing::PlanHash(*chosen_plan_) == bucketing::PlanHash(default_)) {
+  if (check_interval_ <= 0 || bucketing::PlanHash(*chosen_plan_) == bucketing::PlanHash(default_)) {
     return std::nullopt;
   }
-  if (++since_check_ >= options_.check_every) {
+  if (++since_check_ >= check_interval_) {
     since_check_ = 0;
     control_ = true;
     return default_;
@@ -552,7 +827,8 @@ absl::Status OnlineTuner::Search(double backward_us, const std::vector<double>& 
       auto sim = Simulate(profile, p, cost_, options_.planner.sim);
       return sim.ok() ? sim->iteration_us - sim->forward_us : 0.0;
     };
-    push(default_, "ddp", predict(default_));
+    push(default_, default_.name, predict(default_));
+    push(bucketing::DdpPlan(layout_), "ddp", predict(bucketing::DdpPlan(layout_)));
     for (int64_t cap : options_.ddp_caps) {
       bucketing::DdpOptions o;
       o.bucket_cap_bytes = cap;
@@ -617,13 +893,12 @@ absl::Status OnlineTuner::Search(double backward_us, const std::vector<double>& 
         absl::StrCat("tuner: malformed candidate list from rank 0: ", e.what()));
   }
   if (plans_.empty() || measured_[0].hash != bucketing::PlanHash(default_)) {
-    return absl::DataLossError("tuner: rank 0's candidate list does not start with DDP's default");
+    return absl::DataLossError("tuner: rank 0's candidate list does not start with the baseline");
   }
   samples_.assign(plans_.size(), {});
-  Log(absl::StrFormat("fusebox tuner: %s; %d candidates besides DDP's default, %d screening "
-                      "blocks",
+  Log(absl::StrFormat("fusebox tuner: %s; %d candidates besides %s, %d screening blocks",
                       have_model ? cost_.Describe() : std::string("no cost model"),
-                      plans_.size() - 1, options_.screening_blocks));
+                      plans_.size() - 1, baseline_label_, options_.screening_blocks));
   return absl::OkStatus();
 }
 

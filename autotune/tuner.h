@@ -9,39 +9,85 @@
 //     made->engine->Finish();
 //
 // Note [Closed-loop tuning]
+// The baseline is the user's own DDP: the plan DDP builds with the cap and
+// first bucket the user gave it (`baseline_cap_bytes`,
+// `baseline_first_bucket_bytes`; DDP's defaults, 25 MiB and 1 MiB, when
+// the user set none). Every candidate must beat it, and it is what the
+// tuner falls back to, so that fusebox never leaves a run slower than the
+// user had it (Note [The user's DDP is the baseline]).
 // 1. Cache: rank 0 looks the key up (model signature, world size, ranks
-//    per node, backend, network) and broadcasts what it found. An exact hit
-//    is applied at once: zero tuning iterations; the checks of step 5 still
-//    run, on this run's own workload.
-// 2. Profiling: the run starts on DDP's default (25 MiB buckets, 1 MiB
-//    first). `profile_iterations` whole iterations are timed and their
+//    per node, backend, network) and broadcasts what it found, with the
+//    run's seed. A hit is evidence, not a verdict: it is installed at once
+//    (zero tuning iterations) and checked in `hit_check_pairs` interleaved
+//    pairs against the baseline (`verify_pairs` for an entry that was only
+//    simulated) before it is trusted. A hit shown slower than the baseline
+//    by more than the minimum effect at the rule's confidence (with 5
+//    pairs: in every pair) is dropped and the run tunes afresh; a smaller
+//    loss is left to the checks of step 5. An entry whose plan is the
+//    baseline's needs no check.
+// 2. Profiling: the run starts on the baseline (or on `profile_cap_bytes`
+//    buckets). `profile_iterations` whole iterations are timed and their
 //    per-gradient ready times recorded: the profile of this model on this
 //    machine. Rank 0 builds it (slowest rank's ready times), takes the cost
 //    model (given, or fitted to allreduces measured on this communicator
 //    between iterations), and ranks candidates with the planner. The
-//    candidates are: DDP's default; DDP at the hand-set caps users try
-//    (`ddp_caps`, 1, 5 and 100 MiB by default); the planner's best
-//    `candidates` plans; and, for a world size not yet cached, the plan of
-//    the nearest cached size. Duplicates (same hash) are measured once.
-//    Rank 0 broadcasts the list with hashes; every rank checks each hash.
-// 3. Screening: an unmeasured warm-up block (every candidate but the
-//    default once), then `screening_blocks` randomised blocks over the
-//    candidates, one whole iteration per visit (Note [Decisions under
-//    noise] in decision.h). The lowest median is the pick, even when it
-//    is not below the default's: screening only ranks.
-// 4. Verification (skipped only when even the pick's fastest screening
-//    iteration was slower than the default's slowest): `verify_pairs`
-//    alternating pairs of the default and the pick; the pick replaces the default only when it is faster with the
-//    rule's confidence and by more than its minimum effect. Otherwise the
-//    default stays, and the log says why. Rank 0 stores the entry.
-// 5. Checking: every `check_every` iterations one iteration of the default
-//    runs, paired with the next iteration of the chosen plan; when a window
-//    of `check_pairs` pairs proves the chosen plan slower than the default
-//    (same rule), the tuner falls back to the default and rewrites the
+//    candidates are: the baseline; DDP's default when it is not the
+//    baseline; DDP at the hand-set caps users try (`ddp_caps`, 1, 5 and
+//    100 MiB by default); the planner's best `candidates` plans; and, for a
+//    world size not yet cached, the plan of the nearest cached size.
+//    Duplicates (same hash) are measured once. Rank 0 broadcasts the list
+//    with hashes; every rank checks each hash.
+// 3. Screening: an unmeasured warm-up block (every candidate but the plan
+//    profiling ran, once), then `screening_blocks` randomised blocks over
+//    the candidates, one whole iteration per visit (Note [Decisions under
+//    noise] in decision.h). Screening only ranks: with two samples a plan's
+//    "interval" is their range, and it is logged as one.
+// 4. Verification (skipped only when even the leader's fastest screening
+//    iteration was slower than the baseline's slowest): `verify_pairs`
+//    rounds, each running the baseline, the leader and the runner-up of
+//    screening once, in an order that alternates forward and reversed (A B C,
+//    C B A, ...; A B, B A for two) from a random start, so that a drift
+//    linear in time favours none. A candidate may replace the baseline only
+//    when it is faster with the rule's confidence and by more than its
+//    minimum effect; where both do, the one faster than the other in the
+//    same rounds (median paired gain) is kept, so a plan that beats the
+//    baseline but loses to the runner-up is not. Otherwise the baseline
+//    stays, and the log says why. Every figure logged for a verified plan
+//    (median and interval) comes from these rounds. Rank 0 stores the
 //    entry.
+// 5. Checking: after the decision, one iteration of the baseline runs every
+//    `check_every` iterations or more (as many as keep the checks' cost
+//    under `max_check_cost` of the run, CheckEvery in regression.h), paired
+//    with the next iteration of the kept plan; a sequential test on the
+//    paired ratios (Note [Catching small regressions] in regression.h)
+//    falls back to the baseline once the kept plan has become
+//    `regression.regression` (3%) slower than the baseline. A fallback
+//    removes the cache entry, so that the next run tunes again instead of
+//    being pinned to a plan that lost.
 // Every decision uses values all ranks share (broadcast or max-reduced), so
 // ranks always agree on the plan and on when it changes. The extra
 // collectives run between iterations: one small max-allreduce per block.
+//
+// Note [The user's DDP is the baseline]
+// A tuner that compares against DDP's 25 MiB default can "win" and still
+// leave a user slower than before: one who set bucket_cap_mb=5 ran 5 MiB
+// buckets, and a plan that beats 25 MiB may lose to those. So the user's
+// own plan is the baseline and the fallback, DDP's default is only a
+// candidate, and a decision names what the user had ("kept your DDP buckets
+// (5 MiB)").
+//
+// Note [Timing without stalling the device]
+// A step's time is taken from one step's start to the next. Where the
+// steps run on a GPU, the host reaches a step's start long before the
+// device has finished the step before, so a host clock measures the device
+// only after a synchronisation. Synchronising every step would cost every
+// step of every run the host's lead over the device; so the caller asks
+// TimesNextBoundary() at each boundary and synchronises only where the
+// sample that ends there, or the one that starts there, is used: every
+// boundary while tuning or checking a cache hit, and after the decision
+// only the three boundaries around each check (the control step of the
+// baseline and the kept plan's step after it). With the kept plan equal to
+// the baseline, or checks off, no boundary is timed after the decision.
 #ifndef FUSEBOX_AUTOTUNE_TUNER_H_
 #define FUSEBOX_AUTOTUNE_TUNER_H_
 
@@ -58,6 +104,7 @@
 #include "autotune/decision.h"
 #include "autotune/planner.h"
 #include "autotune/policy_cache.h"
+#include "autotune/regression.h"
 #include "bucketing/engine.h"
 #include "bucketing/policy.h"
 #include "comm/communicator.h"
@@ -71,8 +118,12 @@ struct TunerOptions {
   // a nearer cached world size seeds the search).
   int candidates = 2;
   int candidates_when_derived = 1;
+  // The user's own DDP (Note [The user's DDP is the baseline]): the bucket
+  // cap and first bucket size DDP was built with, in bytes.
+  int64_t baseline_cap_bytes = int64_t{25} << 20;
+  int64_t baseline_first_bucket_bytes = int64_t{1} << 20;
   // DDP's bucket_cap_mb values users set by hand (bytes), each measured as
-  // a candidate; DDP's default (25 MiB) is always the baseline.
+  // a candidate besides the baseline and DDP's default.
   std::vector<int64_t> ddp_caps = {int64_t{1} << 20, int64_t{5} << 20, int64_t{100} << 20};
   int profile_iterations = 3;  // before the search
   // Profiling runs DDP's buckets at this cap (1 MiB first) instead of the
@@ -85,13 +136,27 @@ struct TunerOptions {
   // excluded alike, so every measured visit is a switch between warm plans.
   bool warmup_block = true;
   int screening_blocks = 2;
+  // Verification rounds (each runs the baseline, the leader and the
+  // runner-up once).
   int verify_pairs = 8;
   SwitchRule rule;
-  // After the decision: one default iteration every `check_every` (0: never
-  // check), judged per window of `check_pairs` pairs.
-  int check_every = 25;
-  int check_pairs = 8;
-  uint64_t seed = 1;  // the blocks' random order (identical on every rank)
+  // A cache hit is checked in this many interleaved pairs against the
+  // baseline before it is trusted (an entry that was only simulated: in
+  // verify_pairs). 0: trusted unchecked.
+  int hit_check_pairs = 5;
+  // After the decision: one baseline iteration every `check_every` or more
+  // (0: never check), so that check iterations cost at most
+  // `max_check_cost` of the run; the pairs are shared across ranks (one
+  // small max-allreduce) every `check_pairs` pairs and judged by the
+  // regression test.
+  int check_every = 5;
+  int check_pairs = 1;
+  double max_check_cost = 0.01;
+  RegressionOptions regression;
+  // The blocks' random order (identical on every rank). 0: rank 0 draws a
+  // fresh one and broadcasts it; the log names it, so that a run can be
+  // replayed with it.
+  uint64_t seed = 0;
   // The cost model; when absent it is fitted to allreduces measured on the
   // communicator (sizes up to calibration_max_bytes; 0: the gradients'
   // total, at most 32 MiB).
@@ -110,7 +175,9 @@ struct TunerOptions {
   std::function<int64_t()> wall_clock_s;
 };
 
-enum class TunerPhase { kProfiling, kScreening, kVerifying, kTuned };
+// kCheckingHit: a cached plan runs, interleaved with the baseline, before
+// it is trusted (step 1 of Note [Closed-loop tuning]).
+enum class TunerPhase { kCheckingHit, kProfiling, kScreening, kVerifying, kTuned };
 const char* TunerPhaseName(TunerPhase phase);
 
 struct MeasuredPlan {
@@ -118,9 +185,25 @@ struct MeasuredPlan {
   uint64_t hash = 0;
   int buckets = 0;
   double predicted_us = 0;  // simulator, backward start to end (0 when unknown)
-  double measured_us = 0;   // median of its screening iterations, slowest rank
-  double ci_low_us = 0, ci_high_us = 0;  // 95% interval of that median
+  // Median of its iterations (slowest rank): screening's, or verification's
+  // for the plans verified; the interval comes from the same samples.
+  double measured_us = 0;
+  double ci_low_us = 0, ci_high_us = 0;
+  // Whether [ci_low_us, ci_high_us] is a 95% interval of the median; false:
+  // too few samples for one, and it is their range.
+  bool interval_exact = false;
   int samples = 0;
+  bool verified = false;  // the figures are verification's
+};
+
+// What tuning cost and what the kept plan gains, for the line a user sees.
+struct TuningSummary {
+  double tuning_s = 0;        // wall time of the tuning iterations
+  double tuning_cost_s = 0;   // their time beyond the baseline's median
+  double saved_ms_per_step = 0;  // baseline median - kept plan's (verified pairs)
+  int64_t steps_since_decision = 0;
+  double saved_s_so_far = 0;  // saved_ms_per_step x steps since the decision - tuning cost
+  std::string Line() const;   // "tuning took X s; the kept plan saves Y ms a step (Z s so far)"
 };
 
 class OnlineTuner final : public bucketing::PlanPolicy {
@@ -145,9 +228,25 @@ class OnlineTuner final : public bucketing::PlanPolicy {
   // they took beyond DDP's default median (the cost of tuning, us).
   int tuning_iterations() const { return tuning_iterations_; }
   double tuning_cost_us() const { return tuning_cost_us_; }
-  // Falls back to the default after checks proved the chosen plan slower.
+  // Iterations of the check of a cache hit (not tuning: the plan was not
+  // searched).
+  int hit_check_iterations() const { return hit_check_iterations_; }
+  // Falls back to the baseline after the regression test caught the kept
+  // plan slower.
   int fallbacks() const { return fallbacks_; }
   int checks() const { return checks_; }
+  // Whether the iteration that ends at the next iteration boundary, or the
+  // one that starts there, is measured: a caller whose steps run on a
+  // device synchronises it at a boundary only where this is true (Note
+  // [Timing without stalling the device]).
+  bool TimesNextBoundary() const;
+  // The seed of this run's random orders (drawn by rank 0 when options.seed
+  // was 0).
+  uint64_t seed() const { return seed_; }
+  // The baseline's name ("ddp" for DDP's default, else its cap's) and the
+  // words a decision uses for it ("DDP's default", "your DDP buckets (5 MiB)").
+  const std::string& baseline_label() const { return baseline_label_; }
+  TuningSummary Summary() const;
   // The plans measured (the default first), and the index of the chosen
   // one (-1 until decided, or after a cache hit).
   const std::vector<MeasuredPlan>& measured() const { return measured_; }
@@ -168,7 +267,13 @@ class OnlineTuner final : public bucketing::PlanPolicy {
   absl::StatusOr<std::optional<bucketing::Plan>> EndScreening();
   absl::Status Decide();
   absl::Status StoreEntry();
+  void ForgetEntry();
   absl::StatusOr<std::optional<bucketing::Plan>> Check(double sample);
+  absl::StatusOr<std::optional<bucketing::Plan>> CheckHit(double sample);
+  void StartChecks(double gain, double noise);
+  // The next arm of an interleaved comparison of `arms` (indices into
+  // arm plans), rounds alternating forward and reversed.
+  int NextArm();
   std::optional<bucketing::Plan> Visit(int candidate);
   void Log(const std::string& line) const;
 
@@ -178,8 +283,11 @@ class OnlineTuner final : public bucketing::PlanPolicy {
   const absl::Duration timeout_;
   std::unique_ptr<PolicyCache> owned_cache_;
   CacheKey key_;
+  uint64_t seed_ = 1;
   bucketing::Plan initial_;
-  bucketing::Plan default_;  // DDP's default
+  bucketing::Plan profile_plan_;  // what profiling runs
+  bucketing::Plan default_;  // the baseline: the user's DDP
+  std::string baseline_label_;
 
   TunerPhase phase_ = TunerPhase::kProfiling;
   bool cache_hit_ = false;
@@ -200,14 +308,30 @@ class OnlineTuner final : public bucketing::PlanPolicy {
   int blocks_done_ = 0;
   int blocks_started_ = 0;
   bool warming_ = false;         // in the unmeasured warm-up block
-  int pick_ = 0;                 // screening's pick
-  std::vector<double> verify_default_, verify_pick_;  // local, paired
+  int pick_ = 0;                 // screening's pick (the leader)
+  int runner_ = -1;              // screening's runner-up, or -1
+  // Interleaved rounds (verification, the hit check): the arms, the order
+  // of this round, the rounds done, and each arm's local samples by round.
+  std::vector<int> arms_;
+  std::vector<int> round_;
+  int rounds_ = 0;
+  int rounds_wanted_ = 0;
+  std::vector<std::vector<double>> arm_samples_;
+  // The cache hit under check, and whether its entry was only simulated.
+  std::optional<bucketing::Plan> hit_plan_;
+  int hit_check_iterations_ = 0;
   int chosen_ = -1;
   std::optional<bucketing::Plan> chosen_plan_;
   Verdict verdict_;
   std::string decision_;
   CostModel cost_;
   // Checking after the decision.
+  int check_interval_ = 0;       // iterations between checks, from CheckEvery
+  std::optional<RegressionCheck> regression_;
+  double kept_gain_ = 0;         // verified median paired gain of the kept plan
+  double baseline_us_ = 0;       // the baseline's verified median
+  double tuning_wall_us_ = 0;
+  int64_t steps_since_decision_ = 0;
   int since_check_ = 0;
   bool control_ = false;         // the default runs this iteration as a control
   std::optional<double> control_sample_;

@@ -548,6 +548,12 @@ absl::Status HookState::ForcePlan(const std::string& spec) {
   return absl::OkStatus();
 }
 
+bool HookState::TimesNextBoundary() const {
+  std::lock_guard<std::mutex> step(step_mu_);
+  if (!options_.fixed_plan.empty()) return false;
+  return tuner_ == nullptr || tuner_->TimesNextBoundary();
+}
+
 HookSnapshot HookState::Snapshot() const {
   HookSnapshot snap;
   // The engine and the tuner change only under step_mu_ (their accessors
@@ -566,6 +572,7 @@ HookSnapshot HookState::Snapshot() const {
   }
   if (tuner_ != nullptr) {
     switch (tuner_->phase()) {
+      case autotune::TunerPhase::kCheckingHit: snap.phase = HookPhase::kVerifying; break;
       case autotune::TunerPhase::kProfiling: snap.phase = HookPhase::kProfiling; break;
       case autotune::TunerPhase::kScreening: snap.phase = HookPhase::kScreening; break;
       case autotune::TunerPhase::kVerifying: snap.phase = HookPhase::kVerifying; break;
@@ -578,6 +585,11 @@ HookSnapshot HookState::Snapshot() const {
     snap.checks = tuner_->checks();
     snap.fallbacks = tuner_->fallbacks();
     snap.decision = tuner_->decision();
+    if (tuner_->phase() == autotune::TunerPhase::kTuned && tuner_->chosen() > 0) {
+      snap.summary = tuner_->Summary().Line();
+    }
+    snap.hit_check_iterations = tuner_->hit_check_iterations();
+    snap.seed = tuner_->seed();
     snap.measured = tuner_->measured();
     snap.chosen = tuner_->chosen();
     snap.cache_key = tuner_->key().FileName();

@@ -108,6 +108,11 @@ struct HookSnapshot {
   int checks = 0;
   int fallbacks = 0;
   std::string decision;
+  // "tuning took X s; the kept plan saves Y ms a step (Z s so far)"; empty
+  // before a decision or without a tuner.
+  std::string summary;
+  int hit_check_iterations = 0;
+  uint64_t seed = 0;                    // the tuner's (replays its order)
   int64_t iterations = 0;               // backward passes seen
   int64_t passthrough_iterations = 0;
   int64_t plan_installs = 0;            // times a plan was installed in DDP
@@ -158,6 +163,10 @@ class HookState {
   // the last to become ready afterwards, which mark a backward and its end),
   // and a version that changes whenever the set does.
   std::pair<int64_t, std::vector<int>> GradHooks() const;
+  // Whether the next step boundary is measured (OnlineTuner::
+  // TimesNextBoundary; true before the tuner exists): where a model runs on
+  // a device, the caller synchronises it there and nowhere else.
+  bool TimesNextBoundary() const;
 
  private:
   absl::Status OnForwardStartNative();

@@ -5,13 +5,19 @@
 // every decision can be replayed over many seeds in milliseconds.
 #include "autotune/decision.h"
 
+#include <stdlib.h>
+
+#include <algorithm>
 #include <cmath>
+#include <filesystem>
+#include <functional>
 #include <map>
 #include <random>
 #include <string>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "autotune/regression.h"
 #include "autotune/tuner.h"
 #include "bucketing/planners.h"
 #include "gmock/gmock.h"
@@ -107,15 +113,23 @@ class SyntheticRun {
 
   struct Outcome {
     std::string chosen;
+    std::string decision;
+    std::string baseline;  // measured()[0].name
     int tuning_iterations = 0;
+    int hit_check_iterations = 0;
+    bool cache_hit = false;
     int fallbacks = 0;
     int after_degrade = -1;  // iterations from the degradation to the fallback
+    int timed_after = 0;     // boundaries timed after the decision
+    int steps_after = 0;     // iterations run after the decision
   };
 
   // Runs until tuned, then `extra` iterations; from `degrade_at` (counted
   // after tuning) on, the chosen plan costs `degrade` times its time.
+  // `edit` changes the options before the tuner is made.
   Outcome Run(uint64_t seed, const std::map<std::string, double>& speed, double cv, int extra = 0,
-              int degrade_at = -1, double degrade = 1.0) {
+              int degrade_at = -1, double degrade = 1.0,
+              const std::function<void(TunerOptions&)>& edit = nullptr) {
     TunerOptions o;
     o.seed = seed;
     o.candidates = 2;
@@ -126,7 +140,8 @@ class SyntheticRun {
     m.simple = ProtocolLatency{20, 10, 10, 10};
     o.cost_model = m;
     o.check_every = 5;
-    o.check_pairs = 8;
+    o.check_pairs = 1;
+    if (edit) edit(o);
     auto tuner = OnlineTuner::Create(comm_, layout_, o, absl::Seconds(10));
     EXPECT_TRUE(tuner.ok()) << tuner.status();
     std::mt19937_64 rng(seed * 7919 + 1);
@@ -135,15 +150,25 @@ class SyntheticRun {
     std::string chosen_name;
     Outcome out;
     double drift = 1.0;
-    for (int it = 0; it < 400; ++it) {
+    int tuned_at = -1;
+    for (int it = 0; it < 1500; ++it) {
       const bool tuned = (*tuner)->phase() == TunerPhase::kTuned;
       if (tuned && chosen_name.empty()) {
         chosen_name = current.name;
+        tuned_at = it;
         out.tuning_iterations = (*tuner)->tuning_iterations();
+        out.hit_check_iterations = (*tuner)->hit_check_iterations();
         out.chosen = (*tuner)->chosen() >= 0 ? (*tuner)->measured()[(*tuner)->chosen()].name : "";
+        out.baseline = (*tuner)->measured().empty() ? "" : (*tuner)->measured()[0].name;
+        out.decision = (*tuner)->decision();
+        out.cache_hit = (*tuner)->cache_hit();
       }
-      const int after = tuned ? it - out.tuning_iterations : -1;
+      const int after = tuned ? it - tuned_at : -1;
       if (tuned && after > extra) break;
+      if (tuned) {
+        out.timed_after += (*tuner)->TimesNextBoundary();
+        ++out.steps_after;
+      }
       drift *= std::exp(0.002 * noise(rng) / cv);  // slow random walk
       double t = 1000.0;
       if (auto f = speed.find(current.name); f != speed.end()) t *= f->second;
@@ -173,6 +198,12 @@ class SyntheticRun {
   bucketing::GradientLayout layout_;
 };
 
+// The most iterations SyntheticRun's tuning may take: 3 profiling, a
+// warm-up visit of the 5 candidates besides the baseline (3 caps, DDP's
+// default is the baseline here, 2 planner plans), 2 screening blocks of 6,
+// and 8 verification rounds of 3 (the baseline, the leader, the runner-up).
+constexpr int kBudget = 3 + 5 + 2 * 6 + 8 * 3;
+
 void OnOneRank(const std::function<void(comm::Communicator&)>& fn) {
   fusebox::testing::RunRanks(1, [&](int, comm::Communicator& comm) { fn(comm); });
 }
@@ -183,7 +214,7 @@ TEST(TunerDecisionTest, EqualPlansRarelyReplaceTheDefault) {
     int switched = 0, total = 0;
     for (uint64_t seed = 1; seed <= 200; ++seed) {
       const SyntheticRun::Outcome o = run.Run(seed, {}, 0.05);
-      EXPECT_LE(o.tuning_iterations, 40) << "seed " << seed;
+      EXPECT_LE(o.tuning_iterations, kBudget) << "seed " << seed;
       switched += o.chosen != "ddp";
       ++total;
     }
@@ -199,7 +230,7 @@ TEST(TunerDecisionTest, ATenPercentFasterCapIsFound) {
     for (uint64_t seed = 1; seed <= 100; ++seed) {
       const SyntheticRun::Outcome o = run.Run(seed, {{"ddp-cap1mb", 0.9}}, 0.03);
       found += o.chosen == "ddp-cap1mb";
-      EXPECT_LE(o.tuning_iterations, 40);
+      EXPECT_LE(o.tuning_iterations, kBudget);
     }
     EXPECT_GE(found, 90) << "found in " << found << " of 100 runs";
   });
@@ -208,12 +239,17 @@ TEST(TunerDecisionTest, ATenPercentFasterCapIsFound) {
 TEST(TunerDecisionTest, APlanThatDegradesAfterTheDecisionIsDropped) {
   OnOneRank([](comm::Communicator& comm) {
     SyntheticRun run(comm);
-    // check_every 5, 8 pairs: a window is 8 * 6 = 48 iterations; a
-    // degradation may start mid-window, so two windows at most.
-    const int window = 2 * 8 * 6;
+    // A 20% gain: a check every CheckEvery(0.2, 1%) = 20 iterations (21
+    // with the control), each pair judged at once; the kept plan turns 20%
+    // slower than the baseline, caught within 3x the stated delay plus one
+    // check interval (a degradation may start just after a check).
+    const int interval = std::max(5, CheckEvery(0.2, 0.01)) + 1;
+    const int window = static_cast<int>(
+        3 * ExpectedDetectionPairs(RegressionOptions(), 0.03 * std::sqrt(2.0), 0.2) * interval +
+        interval);
     for (uint64_t seed = 1; seed <= 20; ++seed) {
       const SyntheticRun::Outcome o =
-          run.Run(seed, {{"ddp-cap1mb", 0.8}}, 0.03, /*extra=*/150, /*degrade_at=*/10, 1.5);
+          run.Run(seed, {{"ddp-cap1mb", 0.8}}, 0.03, /*extra=*/400, /*degrade_at=*/10, 1.5);
       ASSERT_EQ(o.chosen, "ddp-cap1mb") << "seed " << seed;
       EXPECT_EQ(o.fallbacks, 1) << "seed " << seed;
       EXPECT_GE(o.after_degrade, 0);
@@ -221,8 +257,192 @@ TEST(TunerDecisionTest, APlanThatDegradesAfterTheDecisionIsDropped) {
     }
     // Without the degradation, no fallback.
     for (uint64_t seed = 1; seed <= 20; ++seed) {
-      EXPECT_EQ(run.Run(seed, {{"ddp-cap1mb", 0.8}}, 0.03, 150).fallbacks, 0) << "seed " << seed;
+      EXPECT_EQ(run.Run(seed, {{"ddp-cap1mb", 0.8}}, 0.03, 400).fallbacks, 0) << "seed " << seed;
     }
+  });
+}
+
+
+// Verification keeps the better of two winners: screening ranks the leader
+// by one noisy sample each (screening_blocks 1), so it often puts the
+// slower of two good plans first; the interleaved rounds of the baseline,
+// the leader and the runner-up then keep the faster of the two.
+TEST(TunerDecisionTest, TheBetterOfTwoWinnersIsKept) {
+  OnOneRank([](comm::Communicator& comm) {
+    SyntheticRun run(comm);
+    int better = 0, worse = 0;
+    for (uint64_t seed = 1; seed <= 100; ++seed) {
+      const SyntheticRun::Outcome o =
+          run.Run(seed, {{"ddp-cap1mb", 0.90}, {"ddp-cap5mb", 0.85}}, 0.03, 0, -1, 1.0,
+                  [](TunerOptions& t) { t.screening_blocks = 1; });
+      better += o.chosen == "ddp-cap5mb";
+      worse += o.chosen == "ddp-cap1mb";
+    }
+    EXPECT_GE(better, 97) << "the faster winner kept in " << better << " of 100 runs, the "
+                          << "slower in " << worse;
+  });
+}
+
+// The baseline is the user's DDP: with bucket_cap_mb = 5 and no faster
+// plan, the run keeps the user's 5 MiB buckets, never DDP's (slower)
+// default, and says so.
+TEST(TunerDecisionTest, TheUsersOwnBucketsAreTheBaseline) {
+  OnOneRank([](comm::Communicator& comm) {
+    SyntheticRun run(comm);
+    int kept = 0;
+    for (uint64_t seed = 1; seed <= 50; ++seed) {
+      const SyntheticRun::Outcome o =
+          run.Run(seed, {{"ddp", 1.15}}, 0.03, 0, -1, 1.0, [](TunerOptions& t) {
+            t.baseline_cap_bytes = int64_t{5} << 20;
+          });
+      EXPECT_EQ(o.baseline, "ddp-cap5mb") << "seed " << seed;
+      EXPECT_NE(o.chosen, "ddp") << "seed " << seed;
+      kept += o.chosen == "ddp-cap5mb";
+      if (o.chosen == "ddp-cap5mb") {
+        EXPECT_THAT(o.decision, ::testing::HasSubstr("kept your DDP buckets (5 MiB)"));
+      }
+    }
+    EXPECT_GE(kept, 47) << "kept the user's buckets in " << kept << " of 50 runs";
+  });
+}
+
+// Note [Timing without stalling the device]: after the decision only the
+// boundaries around a check are timed (at most 3 per check interval), none
+// where the kept plan is the baseline or checks are off.
+TEST(TunerDecisionTest, NoBoundaryIsTimedAfterTheDecisionOutsideChecks) {
+  OnOneRank([](comm::Communicator& comm) {
+    SyntheticRun run(comm);
+    const SyntheticRun::Outcome o = run.Run(3, {{"ddp-cap1mb", 0.8}}, 0.01, 300, -1, 1.0,
+                                            [](TunerOptions& t) { t.check_every = 25; });
+    ASSERT_EQ(o.chosen, "ddp-cap1mb");
+    // A 20% gain makes CheckEvery(0.2, 1%) = 20 < 25: a check every 25 steps.
+    const int checks = o.steps_after / 26 + 1;
+    EXPECT_GT(o.timed_after, 0);
+    EXPECT_LE(o.timed_after, 3 * checks) << o.steps_after << " steps";
+    const SyntheticRun::Outcome off = run.Run(3, {{"ddp-cap1mb", 0.8}}, 0.01, 300, -1, 1.0,
+                                              [](TunerOptions& t) { t.check_every = 0; });
+    EXPECT_EQ(off.timed_after, 0);
+    const SyntheticRun::Outcome same = run.Run(3, {}, 0.01, 300);
+    ASSERT_EQ(same.chosen, "ddp");
+    EXPECT_EQ(same.timed_after, 0);
+  });
+}
+
+// A kept plan that becomes 4% slower than the baseline (from 20% faster)
+// is rolled back, within the regression test's stated delay, and a plan
+// that stays faster is not.
+TEST(TunerDecisionTest, ASmallRegressionAgainstTheBaselineIsRolledBack) {
+  OnOneRank([](comm::Communicator& comm) {
+    SyntheticRun run(comm);
+    RegressionOptions ro;
+    const int check_every = std::max(5, CheckEvery(0.2, 0.01));
+    const double stated =
+        ExpectedDetectionPairs(ro, /*sigma=*/0.03 * std::sqrt(2.0), 0.04) * (check_every + 1);
+    int caught = 0;
+    for (uint64_t seed = 1; seed <= 20; ++seed) {
+      const SyntheticRun::Outcome o = run.Run(seed, {{"ddp-cap1mb", 0.8}}, 0.03, 1200,
+                                              /*degrade_at=*/20, 1.04 / 0.8);
+      ASSERT_EQ(o.chosen, "ddp-cap1mb") << "seed " << seed;
+      if (o.fallbacks == 1 && o.after_degrade <= 3 * stated + 8 * (check_every + 1)) ++caught;
+    }
+    EXPECT_GE(caught, 18) << "rolled back within 3x the stated delay (" << stated
+                          << " steps) in " << caught << " of 20 runs";
+    for (uint64_t seed = 1; seed <= 20; ++seed) {
+      EXPECT_EQ(run.Run(seed, {{"ddp-cap1mb", 0.8}}, 0.03, 600).fallbacks, 0) << "seed " << seed;
+    }
+  });
+}
+
+// A policy cache in a fresh temporary directory, removed at the end.
+struct ScratchCache {
+  ScratchCache() : dir(MakeDir()), cache(Options(dir)) {}
+  ~ScratchCache() { std::filesystem::remove_all(dir); }
+  static std::string MakeDir() {
+    std::string d = ::testing::TempDir() + "/fusebox_decision_XXXXXX";
+    EXPECT_NE(mkdtemp(d.data()), nullptr);
+    return d;
+  }
+  static PolicyCacheOptions Options(const std::string& d) {
+    PolicyCacheOptions o;
+    o.dir = d;
+    return o;
+  }
+  std::string dir;
+  PolicyCache cache;
+};
+
+// A cache hit is checked against the baseline before it is trusted: a
+// cached plan that is slower (as an entry made for another link would be)
+// is dropped and the run tunes afresh; one that holds is kept with zero
+// tuning iterations.
+TEST(TunerDecisionTest, ACacheHitIsCheckedBeforeItIsTrusted) {
+  OnOneRank([](comm::Communicator& comm) {
+    ScratchCache scratch;
+    PolicyCache& cache = scratch.cache;
+    SyntheticRun run(comm);
+    auto with_cache = [&](TunerOptions& t) { t.cache = &cache; };
+    // First run: tunes, keeps the 20% faster cap, stores it.
+    SyntheticRun::Outcome first =
+        run.Run(1, {{"ddp-cap1mb", 0.8}}, 0.02, 0, -1, 1.0, with_cache);
+    ASSERT_EQ(first.chosen, "ddp-cap1mb");
+    // Same speeds: the hit holds, after the check's iterations.
+    SyntheticRun::Outcome held = run.Run(2, {{"cached", 0.8}}, 0.02, 0, -1, 1.0, with_cache);
+    EXPECT_TRUE(held.cache_hit);
+    EXPECT_EQ(held.tuning_iterations, 0);
+    EXPECT_EQ(held.hit_check_iterations, 2 * (TunerOptions().hit_check_pairs + 1));
+    EXPECT_THAT(held.decision, ::testing::HasSubstr("checked"));
+    // The cached plan now 15% slower than the baseline: tuned afresh.
+    SyntheticRun::Outcome lost = run.Run(3, {{"cached", 1.15}}, 0.02, 0, -1, 1.0, with_cache);
+    EXPECT_FALSE(lost.cache_hit);
+    EXPECT_GT(lost.tuning_iterations, 0);
+  });
+}
+
+// A fallback removes the cache entry, so that the next run tunes again
+// instead of being pinned to the baseline by an entry of the loss.
+TEST(TunerDecisionTest, AFallbackDoesNotPinTheKey) {
+  OnOneRank([](comm::Communicator& comm) {
+    ScratchCache scratch;
+    PolicyCache& cache = scratch.cache;
+    SyntheticRun run(comm);
+    auto with_cache = [&](TunerOptions& t) { t.cache = &cache; };
+    SyntheticRun::Outcome first =
+        run.Run(1, {{"ddp-cap1mb", 0.8}}, 0.02, 400, 10, 1.3 / 0.8, with_cache);
+    ASSERT_EQ(first.chosen, "ddp-cap1mb");
+    ASSERT_EQ(first.fallbacks, 1);
+    EXPECT_TRUE(cache.List().empty()) << "the entry of the plan that lost is still there";
+    SyntheticRun::Outcome next = run.Run(2, {{"ddp-cap1mb", 0.8}}, 0.02, 0, -1, 1.0, with_cache);
+    EXPECT_FALSE(next.cache_hit);
+    EXPECT_EQ(next.chosen, "ddp-cap1mb");
+  });
+}
+
+// A fresh seed per run (options.seed 0), the same on every rank, and a
+// run replayed from its seed makes the same decisions.
+TEST(TunerDecisionTest, AFreshSeedIsDrawnAndARunReplaysFromIt) {
+  OnOneRank([](comm::Communicator& comm) {
+    SyntheticRun run(comm);
+    uint64_t drawn = 0;
+    const SyntheticRun::Outcome a = run.Run(5, {{"ddp-cap1mb", 0.9}}, 0.03, 0, -1, 1.0,
+                                            [&](TunerOptions& t) { t.seed = 0; });
+    (void)a;
+    auto t = OnlineTuner::Create(comm, bucketing::GradientLayout::Create(
+                                           {{"x", 1000, comm::DataType::kFloat32}})
+                                           .value(),
+                                 TunerOptions(), absl::Seconds(5));
+    ASSERT_TRUE(t.ok());
+    drawn = (*t)->seed();
+    EXPECT_NE(drawn, 0u);
+    auto t2 = OnlineTuner::Create(comm, bucketing::GradientLayout::Create(
+                                            {{"x", 1000, comm::DataType::kFloat32}})
+                                            .value(),
+                                  TunerOptions(), absl::Seconds(5));
+    ASSERT_TRUE(t2.ok());
+    EXPECT_NE((*t2)->seed(), drawn) << "two runs drew the same seed";
+    const SyntheticRun::Outcome r1 = run.Run(77, {{"ddp-cap1mb", 0.97}}, 0.03);
+    const SyntheticRun::Outcome r2 = run.Run(77, {{"ddp-cap1mb", 0.97}}, 0.03);
+    EXPECT_EQ(r1.chosen, r2.chosen);
+    EXPECT_EQ(r1.decision, r2.decision);
   });
 }
 

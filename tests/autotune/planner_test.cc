@@ -860,7 +860,12 @@ TEST(PlannerTest, FasterNetworkNeverExposesMore) {
   }
 }
 
-TEST(PlannerTest, TunedPlansAreValidAndNeverBehindABaseline) {
+// The DP optimum alone (OptimalPartitionPlan, whose search never sees the
+// baselines) against every baseline plan, each simulated independently: on
+// every shipped profile, preset and a range of world sizes, no baseline is
+// faster. OfflineTune's own "tuned" could not show this: it minimises over
+// a set that contains the baselines.
+TEST(PlannerTest, TheOptimumIsNeverBehindABaselineItDidNotSee) {
   for (const std::string& model : ModelNames()) {
     auto profile = GenerateModelProfile(model);
     ASSERT_TRUE(profile.ok());
@@ -872,13 +877,19 @@ TEST(PlannerTest, TunedPlansAreValidAndNeverBehindABaseline) {
       for (int world : {2, 3, 4, 8, 16, 64, 100, 512, 1000, 4096}) {
         PlannerOptions o;
         o.sim.world_size = world;
-        auto r = OfflineTune(*profile, *c, o);
-        ASSERT_TRUE(r.ok()) << model << " " << preset << " " << world << ": " << r.status();
-        ASSERT_TRUE(bucketing::ValidatePlan(*layout, r->tuned.plan).ok());
-        EXPECT_GE(r->tuned.sim.iteration_us, r->lower_bound_us * (1 - 1e-9));
-        for (const PlanPrediction& b : r->baselines) {
-          EXPECT_LE(r->tuned.sim.iteration_us, b.sim.iteration_us * (1 + 1e-12))
-              << model << " " << preset << " " << world << " vs " << b.name;
+        const std::string where = absl::StrCat(model, " ", preset, " ", world);
+        auto optimum = OptimalPartitionPlan(*profile, *c, o);
+        ASSERT_TRUE(optimum.ok()) << where << ": " << optimum.status();
+        ASSERT_TRUE(bucketing::ValidatePlan(*layout, *optimum).ok()) << where;
+        auto best = Simulate(*profile, *optimum, *c, o.sim);
+        ASSERT_TRUE(best.ok()) << where;
+        EXPECT_GE(best->iteration_us, LowerBoundUs(*profile, *c, o.sim) * (1 - 1e-9)) << where;
+        for (const std::string& name : BaselineNames()) {
+          auto plan = BaselinePlan(name, *profile, *c, o.sim);
+          ASSERT_TRUE(plan.ok()) << where << " " << name;
+          auto sim = Simulate(*profile, *plan, *c, o.sim);
+          ASSERT_TRUE(sim.ok()) << where << " " << name;
+          EXPECT_LE(best->iteration_us, sim->iteration_us * (1 + 1e-9)) << where << " vs " << name;
         }
       }
     }
@@ -1106,10 +1117,14 @@ TEST(PlannerTest, ModelErrorOutsideItsRangeIsRefused) {
 }
 
 // On every shipped profile and preset at 64 ranks: the plan chosen at a
-// 25% model error is never behind any baseline by more than that error of
-// its own exposed communication, never has more buckets than the plan
-// chosen without error, says why, and somewhere has fewer (the choice is
-// not the exact optimum).
+// 25% model error never has more buckets than the plan chosen without
+// error, says why, and somewhere has fewer (the choice is not the exact
+// optimum). And the online tuner's "tuned" candidate, chosen at that error
+// among the DP optima only (RankCandidates: no baseline in the set it
+// chooses from), is never behind a baseline by more than that error of its
+// own exposed communication plus the choice's margin: a property of the DP
+// and of the choice rule, not of the set (OfflineTune's own choice includes
+// the baselines, so it would hold by construction there).
 TEST(PlannerTest, OfflineChoiceStaysWithinTheModelsError) {
   int fewer = 0;
   for (const std::string& model : ModelNames()) {
@@ -1130,9 +1145,14 @@ TEST(PlannerTest, OfflineChoiceStaysWithinTheModelsError) {
         EXPECT_LE(r->tuned.plan.buckets.size(), e->tuned.plan.buckets.size()) << where;
         EXPECT_GE(r->tuned.sim.iteration_us, e->tuned.sim.iteration_us * (1 - 1e-12)) << where;
         EXPECT_FALSE(r->tuned.why.empty()) << where;
+        auto ranked = RankCandidates(*profile, *c, robust, 1);
+        ASSERT_TRUE(ranked.ok() && ranked->size() == 1) << where;
+        const PlanPrediction& chosen = (*ranked)[0];
+        ASSERT_EQ(chosen.name, "tuned") << where;
         for (const PlanPrediction& b : r->baselines) {
-          EXPECT_LE(r->tuned.sim.iteration_us,
-                    b.sim.iteration_us + 0.25 * r->tuned.sim.exposed_us + 1e-6)
+          EXPECT_LE(chosen.sim.iteration_us,
+                    b.sim.iteration_us + 0.25 * chosen.sim.exposed_us +
+                        0.005 * b.sim.iteration_us + 1e-6)
               << where << " vs " << b.name;
         }
         if (r->tuned.plan.buckets.size() < e->tuned.plan.buckets.size()) ++fewer;

@@ -350,7 +350,7 @@ class Sleepy(torch.nn.Module):
         return self.b(torch.relu(self.a(x)))
 model = DDP(Sleepy())
 handle = fusebox.torch.register(model, cache_dir=False, candidates=0, screening_blocks=1,
-                                verify_pairs=5, check_every=2, check_pairs=5, timeout_s=60)
+                                verify_pairs=5, check_every=2, check_pairs=1, timeout_s=60)
 opt = torch.optim.SGD(model.parameters(), lr=0.01)
 forced_at, rolled_back_at = None, None
 for step in range(100):
@@ -379,8 +379,10 @@ def test_steps_are_timed_whole_and_a_bad_plan_is_rolled_back():
     sleeps 30 ms and an optimizer step after 20 ms of sleep: every step
     measures >= 50 ms), and a plan forced in after tuning that makes steps
     60 ms slower is detected by the checks and replaced by DDP's default
-    within two windows of checks ((check_every + 1) x check_pairs steps
-    each, plus the step that installs it)."""
+    (the user's buckets here) within 10 check pairs: a check every 5 steps
+    (check_every 2 is raised to the minimum, 5) plus its control step; the
+    regression test without a noise estimate waits for 4 pairs and needs
+    a few more to cross its threshold (Note [Catching small regressions])."""
     outs = run_script_on_two_ranks(TIMING)
     for out in outs:
         res = json.loads(out.split("RESULT ", 1)[1].splitlines()[0])
@@ -388,9 +390,7 @@ def test_steps_are_timed_whole_and_a_bad_plan_is_rolled_back():
         assert min(res["iteration_ms"]) >= 50.0, res["iteration_ms"]
         assert res["forced_at"] is not None, res
         assert res["rolled_back_at"] is not None, res
-        # One window of checks is (check_every + 1) x check_pairs steps; on a
-        # loaded machine the next window may be needed.
-        assert res["rolled_back_at"] - res["forced_at"] <= 2 * (2 + 1) * 5 + 2, res
+        assert res["rolled_back_at"] - res["forced_at"] <= 10 * (5 + 1) + 2, res
         assert "fell back to DDP's default" in res["decision"], res["decision"]
         assert res["final_plan"] == "ddp", res
 

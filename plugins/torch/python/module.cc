@@ -148,6 +148,9 @@ py::dict SnapshotToDict(const HookSnapshot& s) {
   d["checks"] = s.checks;
   d["fallbacks"] = s.fallbacks;
   d["decision"] = s.decision;
+  d["summary"] = s.summary;
+  d["hit_check_iterations"] = s.hit_check_iterations;
+  d["seed"] = s.seed;
   d["plan_installs"] = s.plan_installs;
   d["iterations"] = s.iterations;
   d["passthrough_iterations"] = s.passthrough_iterations;
@@ -159,7 +162,12 @@ py::dict SnapshotToDict(const HookSnapshot& s) {
     py::dict e;
     e["name"] = m.name;
     e["measured_ms"] = m.measured_us / 1e3;
+    // A 95% interval of the median where the samples allow one, else their
+    // range (say which: "interval" names it).
     e["ci95_ms"] = py::make_tuple(m.ci_low_us / 1e3, m.ci_high_us / 1e3);
+    e["interval"] = m.interval_exact ? "95% CI" : "range";
+    e["samples"] = m.samples;
+    e["verified"] = m.verified;
     e["buckets"] = m.buckets;
     e["predicted_ms"] = m.predicted_us / 1e3;
     measured.append(e);
@@ -237,6 +245,12 @@ std::unique_ptr<Hook> Register(py::object reducer_obj, py::object group_obj, py:
   options.tuner.check_every = o["check_every"].cast<int>();
   options.tuner.check_pairs = o["check_pairs"].cast<int>();
   options.tuner.rule.min_effect = o["min_effect"].cast<double>();
+  // The user's own DDP: the baseline and the fallback.
+  if (o.contains("baseline_cap_bytes")) {
+    options.tuner.baseline_cap_bytes = o["baseline_cap_bytes"].cast<int64_t>();
+    options.tuner.baseline_first_bucket_bytes = o["baseline_first_bucket_bytes"].cast<int64_t>();
+  }
+  if (o.contains("seed")) options.tuner.seed = o["seed"].cast<uint64_t>();
   options.tuner.wall_clock_s = [] { return absl::ToUnixSeconds(absl::Now()); };
   options.engine.max_in_flight = o["max_in_flight"].cast<int>();
   options.engine.timeout = absl::Seconds(o["timeout_s"].cast<double>());
@@ -284,6 +298,7 @@ PYBIND11_MODULE(_C, m) {
            })
       .def("on_grad_ready", [](Hook& h, int param) { h.state().OnGradReady(param); })
       .def("grad_hooks", [](Hook& h) { return h.state().GradHooks(); })
+      .def("times_next_boundary", [](Hook& h) { return h.state().TimesNextBoundary(); })
       .def("_force_plan",
            [](Hook& h, const std::string& spec) {
              absl::Status s = h.state().ForcePlan(spec);

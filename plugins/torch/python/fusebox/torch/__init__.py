@@ -6,10 +6,13 @@
     print(handle.state, handle.plan["bucket_elements"], handle.stats()[-1])
 
 The hook learns the order in which gradients become ready from DDP's first two
-iterations, then chooses DDP's buckets: it measures DDP's default (25 MiB), the
-caps users set by hand (1, 5, 100 MiB) and the planner's best plans in whole
-iterations, interleaved, and replaces the default only when a candidate is
-faster with 95% confidence (or applies the plan the policy cache remembers).
+iterations, then chooses DDP's buckets. The baseline is the DDP the user built
+(its bucket_cap_mb): it measures that, DDP's default (25 MiB), the caps users set
+by hand (1, 5, 100 MiB) and the planner's best plans in whole iterations,
+interleaved, and replaces the user's buckets only when a candidate is faster
+with 95% confidence (or applies the plan the policy cache remembers, after a
+short interleaved check against the user's buckets). FUSEBOX_DISABLE=1 in the
+environment makes register() do nothing: the script runs as plain DDP.
 The chosen plan is installed as DDP's own bucket assignment. By default
 (communicator="ddp") DDP then reduces its buckets itself, exactly as it does
 without fusebox: no communication hook, nothing per bucket, so results are
@@ -17,6 +20,7 @@ plain DDP's bit for bit and a plan costs what DDP with those buckets costs.
 communicator="ucx" (or "process_group") reduces each DDP bucket in place
 through a fusebox communicator from a communication hook instead.
 """
+import atexit
 import logging
 import os
 
@@ -36,6 +40,11 @@ logger = logging.getLogger("fusebox")
 
 _LEVELS = {"error": logging.ERROR, "warning": logging.WARNING, "info": logging.INFO,
            "debug": logging.DEBUG}
+# The two lines a user sees by default (what tuning cost, what the kept plan
+# saves: at the end of tuning and at exit), between INFO and WARNING.
+SUMMARY = logging.INFO + 5
+if logging.getLevelName(SUMMARY) == "Level %d" % SUMMARY:
+    logging.addLevelName(SUMMARY, "SUMMARY")
 
 
 def _configure_logger(verbose):
@@ -43,9 +52,7 @@ def _configure_logger(verbose):
     if env and env not in _LEVELS:
         raise ValueError("FUSEBOX_LOG_LEVEL must be one of %s, got %r"
                          % (", ".join(_LEVELS), env))
-    level = _LEVELS[env] if env else (logging.INFO if verbose else None)
-    if level is None:
-        return
+    level = _LEVELS[env] if env else (logging.INFO if verbose else SUMMARY)
     if logger.level == logging.NOTSET or logger.level > level:
         logger.setLevel(level)
     if not logger.hasHandlers():
@@ -125,8 +132,16 @@ class Handle:
     @property
     def decision(self):
         """Why the plan in use was kept (the tuner's verdict, with its
-        confidence bound), or '' while tuning."""
+        confidence bound, naming the baseline: "kept your DDP buckets
+        (5 MiB)"), or '' while tuning."""
         return self.snapshot()["decision"]
+
+    @property
+    def summary(self):
+        """'tuning took X s; the kept plan saves Y ms a step (Z s so far)'
+        once a plan other than the user's own buckets is kept, else ''. Logged
+        at the end of tuning and at exit (rank 0)."""
+        return self.snapshot()["summary"]
 
     def write_timeline(self, path):
         """Writes this rank's timeline (chrome://tracing JSON); needs
@@ -155,7 +170,9 @@ def _check_devices(communicator, device_types):
 
 def _device_sync(params):
     """What makes host time stamps at a step's start device times: a CUDA
-    synchronise of the model's device (None for a CPU model)."""
+    synchronise of the model's device (None for a CPU model). Called only at
+    the step boundaries the tuner measures (Note [Timing without stalling
+    the device] in autotune/tuner.h)."""
     for p in params:
         if p.is_cuda:
             device = p.device
@@ -163,14 +180,62 @@ def _device_sync(params):
     return None
 
 
+class _DisabledHandle:
+    """What ``register`` returns with FUSEBOX_DISABLE set: nothing registered,
+    the model is plain DDP."""
+
+    state = "disabled"
+    plan = None
+    layout = []
+    cache_hit = False
+    tuning_iterations = 0
+    last_allreduce_counts = []
+    decision = "fusebox is disabled (FUSEBOX_DISABLE): plain DDP"
+    summary = ""
+    process_group = None
+
+    def snapshot(self):
+        return {"phase": self.state, "decision": self.decision}
+
+    def stats(self):
+        return []
+
+    def write_timeline(self, path):
+        raise RuntimeError("fusebox is disabled (FUSEBOX_DISABLE): no timeline")
+
+
+def _disabled():
+    value = os.environ.get("FUSEBOX_DISABLE", "").strip().lower()
+    if value in ("", "0", "false", "no", "off"):
+        return False
+    if value in ("1", "true", "yes", "on"):
+        return True
+    raise ValueError("FUSEBOX_DISABLE must be 1/true/yes/on or 0/false/no/off, got %r" % value)
+
+
+def _ddp_buckets(ddp_model):
+    """The bucket cap and first bucket size (bytes) this DDP was built with:
+    the user's own buckets, fusebox's baseline and fallback."""
+    cap = int(getattr(ddp_model, "bucket_bytes_cap", 25 * 1024 * 1024))
+    first = int(getattr(dist, "_DEFAULT_FIRST_BUCKET_BYTES", 1024 * 1024))
+    return max(cap, 1), max(min(first, cap), 1)
+
+
 def register(ddp_model, *, cache_dir=None, plan=None, communicator="ddp",
              process_group=None, network="local",
              ranks_per_node=None, candidates=2, screening_blocks=2, verify_pairs=8,
-             min_effect=0.02, check_every=25, check_pairs=8, max_in_flight=4, timeout_s=300.0,
-             timeline=False, verbose=False):
+             min_effect=0.02, check_every=5, check_pairs=1, max_in_flight=4, timeout_s=300.0,
+             timeline=False, verbose=False, seed=None):
     """Registers the fusebox communication hook on a DistributedDataParallel model.
 
     Call it on every rank, after constructing DDP and before the first backward.
+    With FUSEBOX_DISABLE=1 in the environment it registers nothing and returns
+    a handle whose state is 'disabled': the script runs as plain DDP.
+
+    The baseline is the DDP you built: its bucket_cap_mb (and DDP's first
+    bucket). fusebox keeps another plan only when it is faster than yours with
+    95% confidence, falls back to yours when checks find the kept plan 3%
+    slower, and names yours in handle.decision.
 
     cache_dir: the policy cache (default: $FUSEBOX_CACHE_DIR, else
         $XDG_CACHE_HOME/fusebox, else ~/.cache/fusebox, as for every fusebox
@@ -196,29 +261,36 @@ def register(ddp_model, *, cache_dir=None, plan=None, communicator="ddp",
 
     GPUs: with communicator="ddp" the model may live on a GPU (DDP over
     NCCL): DDP reduces its own buckets and fusebox chooses them. fusebox
-    then synchronises the model's device at each step's start, so that the
-    step times it measures are the device's (a step no longer overlaps the
-    host's launches of the next one). The other communicators take CPU
-    models only and refuse others here.
+    synchronises the model's device only at the step boundaries it measures
+    (while tuning, and around each check step after the decision), so that
+    those step times are the device's; every other step runs ahead as it
+    would without fusebox. The other communicators take CPU models only and
+    refuse others here.
     network: names the network in the cache key (e.g. "ib-400g", "25gbe").
     ranks_per_node: default $LOCAL_WORLD_SIZE, else all ranks on one node.
-    candidates: the planner's plans measured besides DDP's default and its
-        hand-set caps (1, 5, 100 MiB).
+    candidates: the planner's plans measured besides your buckets, DDP's
+        default (25 MiB) and the hand-set caps (1, 5, 100 MiB).
     screening_blocks: randomised blocks that run every candidate once (after
         one unmeasured warm-up visit of each).
-    verify_pairs: interleaved pairs of the default and the best candidate
-        (at least 5): the default is replaced only when the candidate is
-        faster with 95% confidence and by more than min_effect (a fraction of
-        the iteration time).
-    check_every, check_pairs: after the decision, one iteration of DDP's
-        default every check_every iterations (0: never); a window of
-        check_pairs pairs that proves the kept plan slower makes the hook
-        fall back to the default by itself.
+    verify_pairs: interleaved rounds of your buckets, the best candidate and
+        the runner-up of screening (at least 5): your buckets are replaced
+        only by a candidate faster with 95% confidence and by more than
+        min_effect (a fraction of the iteration time), and of two such the
+        faster in the same rounds is kept.
+    check_every, check_pairs: after the decision, one iteration of your
+        buckets every check_every iterations or more (as many as keep the
+        checks under 1% of the run's time; 0: never check), paired with the
+        next iteration of the kept plan; the ranks share the pairs every
+        check_pairs pairs, and a sequential test on them falls back to your
+        buckets once the kept plan is 3% slower than them (Note [Catching
+        small regressions] in autotune/regression.h).
     max_in_flight: fused allreduces in flight at once.
     timeout_s: the longest wait for any one iteration's communication, for the rendezvous, and
         for each collective (a stuck one fails naming the rank it waited for).
     timeline: record a timeline (see Handle.write_timeline; not with
         communicator="ddp", where DDP reduces).
+    seed: the tuner's random order; None draws a fresh one per run, logged at
+        INFO (and in handle.snapshot()["seed"]) so that a run can be replayed.
     verbose: log the tuner's progress at INFO on the "fusebox" logger (and
         print it on stderr when the application configured no logging).
         FUSEBOX_LOG_LEVEL=info does the same without changing the script.
@@ -228,6 +300,13 @@ def register(ddp_model, *, cache_dir=None, plan=None, communicator="ddp",
     if not isinstance(ddp_model, DistributedDataParallel):
         raise TypeError("fusebox.torch.register expects a torch.nn.parallel."
                         "DistributedDataParallel model, got %s" % type(ddp_model).__name__)
+    if _disabled():
+        _configure_logger(verbose)
+        logger.info("FUSEBOX_DISABLE is set: not registering; the model runs as plain DDP")
+        return _DisabledHandle()
+    if seed is not None and (not isinstance(seed, int) or isinstance(seed, bool)
+                             or not 0 < seed < 2 ** 64):
+        raise ValueError("seed must be None or an integer in [1, 2**64), got %r" % (seed,))
     if getattr(ddp_model, "_fusebox_handle", None) is not None:
         raise RuntimeError("fusebox.torch.register: this DistributedDataParallel model already "
                            "has the fusebox hook (register once per model)")
@@ -238,7 +317,7 @@ def register(ddp_model, *, cache_dir=None, plan=None, communicator="ddp",
     for name, value, low in (("candidates", candidates, 0),
                              ("screening_blocks", screening_blocks, 1),
                              ("verify_pairs", verify_pairs, 5), ("check_every", check_every, 0),
-                             ("check_pairs", check_pairs, 5), ("max_in_flight", max_in_flight, 1)):
+                             ("check_pairs", check_pairs, 1), ("max_in_flight", max_in_flight, 1)):
         if not isinstance(value, int) or isinstance(value, bool) or value < low:
             raise ValueError("%s must be an integer >= %d, got %r" % (name, low, value))
     if not (isinstance(min_effect, (int, float)) and 0 <= min_effect < 1):
@@ -303,6 +382,10 @@ def register(ddp_model, *, cache_dir=None, plan=None, communicator="ddp",
         "local_rank": int(os.environ.get("LOCAL_RANK", "0")),
         "backend": backend,
     }
+    options["baseline_cap_bytes"], options["baseline_first_bucket_bytes"] = _ddp_buckets(
+        ddp_model)
+    if seed is not None:
+        options["seed"] = seed
     _configure_logger(verbose)
     device_sync = _device_sync(params)
     rank = dist.get_rank(group) if group is not None else dist.get_rank()
@@ -312,14 +395,28 @@ def register(ddp_model, *, cache_dir=None, plan=None, communicator="ddp",
 
     def forward_start(module, inputs):
         # The training step starts here: the hook closes the last one and may
-        # install another plan in DDP before DDP's forward runs.
+        # install another plan in DDP before DDP's forward runs. The device
+        # is synchronised only where the tuner measures this boundary.
         if torch.is_grad_enabled() and module.require_backward_grad_sync:
-            if device_sync is not None:
+            if device_sync is not None and hook.times_next_boundary():
                 device_sync()
-            _drain_log(hook, rank)
             hook.on_forward_start()
+            _drain_log(hook, rank)
+            if not handle._summary_logged and rank == 0:
+                line = hook.snapshot()["summary"]
+                if line:
+                    handle._summary_logged = True
+                    logger.log(SUMMARY, "rank %d: %s", rank, line)
             if handle._grad_hooks is not None:
                 handle._grad_hooks.update()
+
+    def at_exit():
+        line = hook.snapshot()["summary"]
+        if line and rank == 0:
+            logger.log(SUMMARY, "rank %d: at exit: %s", rank, line)
+
+    handle._summary_logged = False
+    atexit.register(at_exit)
 
     handle._pre_hook = ddp_model.register_forward_pre_hook(forward_start)
     if communicator == "ddp":
