@@ -444,7 +444,8 @@ if rank == 0:
     write_profile(prof, os.path.join(tmp, "mlp.json"))
     p = subprocess.run([tune, "--profile", os.path.join(tmp, "mlp.json"), "--preset", "25gbe",
                         "--world", "2", "--ranks_per_node", "2", "--backend", "gloo",
-                        "--network", "lab", "--cache_dir", cache], capture_output=True, text=True)
+                        "--network", "lab+cpu+torch" + torch.__version__.split(".")[0],
+                        "--cache_dir", cache], capture_output=True, text=True)
     out["tune"] = p.returncode, p.stdout[-2000:] + p.stderr[-2000:]
 dist.barrier()
 m = DDP(make())
@@ -474,6 +475,55 @@ def test_logging_exceptions_and_an_entry_tuned_offline():
         if rank == 0:
             assert res["tune"][0] == 0, res["tune"][1]
         assert res["offline_hit"] == [True, 0, "tuned"], res["offline_hit"]
+
+
+DECLINES = r'''
+import json, os, torch, torch.distributed as dist
+import fusebox.torch
+from torch.nn.parallel import DistributedDataParallel as DDP
+dist.init_process_group("gloo")
+torch.manual_seed(0)
+out = {}
+def train(m, n):
+    opt = torch.optim.SGD(m.parameters(), lr=0.01)
+    for _ in range(n):
+        opt.zero_grad()
+        m(torch.ones(4, 16)).sum().backward()
+        opt.step()
+    return [p.detach().clone() for p in m.parameters()]
+# static_graph=True: declined at register, named, and the model trains as plain DDP.
+m = DDP(torch.nn.Linear(16, 4), static_graph=True)
+h = fusebox.torch.register(m)
+out["static"] = h.state, h.decision
+torch.manual_seed(0)
+plain = DDP(torch.nn.Linear(16, 4))
+out["same_as_plain"] = all(torch.equal(a, b) for a, b in zip(train(m, 3), train(plain, 3)))
+# FUSEBOX_DISABLE=1: nothing registered.
+os.environ["FUSEBOX_DISABLE"] = "1"
+h = fusebox.torch.register(DDP(torch.nn.Linear(16, 4)))
+out["disabled"] = h.state, h.decision
+os.environ["FUSEBOX_DISABLE"] = "maybe"
+try:
+    fusebox.torch.register(DDP(torch.nn.Linear(16, 4)))
+except ValueError as e:
+    out["bad_disable"] = str(e)
+print("RESULT", json.dumps(out))
+'''
+
+
+def test_a_ddp_it_cannot_handle_is_declined_and_fusebox_can_be_turned_off():
+    """static_graph=True is declined at register, with a message naming the
+    option, and the model trains as plain DDP (same parameters as a plain
+    DDP model after 3 steps); FUSEBOX_DISABLE=1 registers nothing; any
+    other value of it is a ValueError naming the variable."""
+    outs = run_script_on_two_ranks(DECLINES)
+    for out in outs:
+        res = json.loads(out.split("RESULT ", 1)[1].splitlines()[0])
+        assert res["static"][0] == "disabled", res
+        assert "static_graph=True" in res["static"][1], res
+        assert res["same_as_plain"], res
+        assert res["disabled"][0] == "disabled" and "FUSEBOX_DISABLE" in res["disabled"][1], res
+        assert "FUSEBOX_DISABLE" in res["bad_disable"], res
 
 
 DEVICES = r"""

@@ -181,8 +181,9 @@ def _device_sync(params):
 
 
 class _DisabledHandle:
-    """What ``register`` returns with FUSEBOX_DISABLE set: nothing registered,
-    the model is plain DDP."""
+    """What ``register`` returns where it registers nothing (FUSEBOX_DISABLE
+    set, or a DDP fusebox declines): the model is plain DDP. `decision` says
+    why."""
 
     state = "disabled"
     plan = None
@@ -190,9 +191,11 @@ class _DisabledHandle:
     cache_hit = False
     tuning_iterations = 0
     last_allreduce_counts = []
-    decision = "fusebox is disabled (FUSEBOX_DISABLE): plain DDP"
     summary = ""
     process_group = None
+
+    def __init__(self, why):
+        self.decision = why
 
     def snapshot(self):
         return {"phase": self.state, "decision": self.decision}
@@ -201,7 +204,30 @@ class _DisabledHandle:
         return []
 
     def write_timeline(self, path):
-        raise RuntimeError("fusebox is disabled (FUSEBOX_DISABLE): no timeline")
+        raise RuntimeError("fusebox registered nothing (%s): no timeline" % self.decision)
+
+
+def _declined(ddp_model):
+    """Why fusebox leaves this DDP alone (it then runs as plain DDP), or None."""
+    if getattr(ddp_model, "static_graph", False):
+        return ("DDP was built with static_graph=True, which fixes its buckets after the first "
+                "iteration; fusebox chooses buckets by changing them, so it declines")
+    return None
+
+
+def _key_network(network, params):
+    """The cache key's network label: the user's, with what else changes the
+    answer appended: the device kind the steps run on and torch's major
+    version ("local+cpu+torch1", "ib-400g+cuda-h100+torch2")."""
+    kind = "cpu"
+    for p in params:
+        if p.is_cuda:
+            name = torch.cuda.get_device_name(p.device).lower()
+            model = "".join(c if c.isalnum() else "-" for c in name.split()[-1])[:24]
+            kind = "cuda-" + model if model else "cuda"
+            break
+    major = torch.__version__.split(".", 1)[0]
+    return "%s+%s+torch%s" % (network, kind, major)
 
 
 def _disabled():
@@ -266,7 +292,10 @@ def register(ddp_model, *, cache_dir=None, plan=None, communicator="ddp",
     those step times are the device's; every other step runs ahead as it
     would without fusebox. The other communicators take CPU models only and
     refuse others here.
-    network: names the network in the cache key (e.g. "ib-400g", "25gbe").
+    network: names the network in the cache key (e.g. "ib-400g", "25gbe"); the
+        key's label adds the device kind and torch's major version
+        ("ib-400g+cuda-h100+torch2"), which change the answer too. An entry
+        stored by fusebox-tune --cache is found under the same full label.
     ranks_per_node: default $LOCAL_WORLD_SIZE, else all ranks on one node.
     candidates: the planner's plans measured besides your buckets, DDP's
         default (25 MiB) and the hand-set caps (1, 5, 100 MiB).
@@ -303,7 +332,12 @@ def register(ddp_model, *, cache_dir=None, plan=None, communicator="ddp",
     if _disabled():
         _configure_logger(verbose)
         logger.info("FUSEBOX_DISABLE is set: not registering; the model runs as plain DDP")
-        return _DisabledHandle()
+        return _DisabledHandle("fusebox is disabled (FUSEBOX_DISABLE): plain DDP")
+    why = _declined(ddp_model)
+    if why is not None:
+        _configure_logger(verbose)
+        logger.warning("fusebox.torch.register: %s; the model runs as plain DDP", why)
+        return _DisabledHandle(why + "; plain DDP")
     if seed is not None and (not isinstance(seed, int) or isinstance(seed, bool)
                              or not 0 < seed < 2 ** 64):
         raise ValueError("seed must be None or an integer in [1, 2**64), got %r" % (seed,))
@@ -365,7 +399,7 @@ def register(ddp_model, *, cache_dir=None, plan=None, communicator="ddp",
     options = {
         "plan": os.fspath(plan) if plan is not None else "",
         "cache_dir": os.fspath(cache_dir),
-        "network": str(network),
+        "network": _key_network(str(network), params),
         "ranks_per_node": int(ranks_per_node),
         "model_label": type(ddp_model.module).__name__,
         "candidates": candidates,

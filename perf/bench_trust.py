@@ -1,0 +1,569 @@
+#!/usr/bin/env python3
+"""Never slower than what the user had: whole runs of plain DDP against DDP + fusebox.
+
+    COMPUTE IS EMULATED DEVICE TIME (perf/devtime.py: the host sleeps, as a
+    GPU's host would while its kernels run); COMMUNICATION IS REAL (DDP's gloo
+    allreduce between 2 ranks). With a shaped link the ranks are 2 network
+    namespaces joined by a veth pair with a tbf qdisc; both share this machine's
+    cores. Label every number from it as such.
+
+The question: a user who adds fusebox.torch.register(model) to the DDP they
+built (their bucket_cap_mb) pays for fusebox's tuning (its first ~50 steps:
+profiling, screening, verification) and for its later checks. Is the WHOLE run,
+tuning included, ever slower than the same run without fusebox?
+
+For every user cap in --caps (DDP's bucket_cap_mb, MiB) and each of --runs
+runs, two separate launches of 2 ranks (perf/trust_worker.py) train the
+device-time model (--profile) for --steps steps from the same weights on the
+same batches:
+
+    plain    DistributedDataParallel(model, bucket_cap_mb=cap)
+    fusebox  the same + fusebox.torch.register(ddp, cache_dir=False, seed=SEED)
+             (no policy cache: every run tunes from scratch; SEED is drawn
+             from --seed, logged and stored so a run can be replayed)
+
+The order of the two launches alternates from run to run and from cap to cap
+(plain first, then fusebox first, ...: ABBA in sequence), so a slow drift of
+the machine favours neither. Runs go run by run over all caps (run 1 of every
+cap, then run 2, ...), so a slow spell of the machine is spread over the caps.
+Each rank stamps time.perf_counter() at every step's start and after the last
+step; the slowest rank counts (per step, and for the run's total, from the
+first step's start to the last step's end; process start, process group and
+DDP construction are outside it).
+
+Report, per cap, one row per run: the whole-run ratio fusebox / plain (tuning
+included), the steady-state ratio (median step over the last third of the
+steps), what fusebox decided ("kept yours", "replaced with <plan>", "fell back
+to yours"), its tuning iterations and fallbacks. Then per cap: the median
+whole-run ratio with a distribution-free 95% interval over runs (order
+statistics; the coverage reached is stated: with 5 runs it is [min, max] at
+93.8%, 95% needs 6 runs or more), how many runs are within the target
+(whole-run ratio <= 1.02), and the steady-state median ratio. Last, the
+target: "whole run <= 1.02x plain DDP", PASS only if every run is within.
+A check: plain and fusebox runs see the same losses step for step (fusebox
+changes when gradients are reduced, not what; on 2 ranks bit for bit).
+
+Scales (defaults): --compute-scale makes the profile's forward + backward
+device time about 80 ms (resnet50: x1.984, forward 26.7 ms, backward 53.3 ms);
+--param-scale makes one allreduce of all gradients take about as long as
+backward over the link (2 ranks: each sends about the gradient bytes each way;
+payload about 95% of the tc rate): at 1gbit, about 6.0 MiB of gradients for
+resnet50 (x0.0619; so caps of 25 and 100 MiB both give one bucket after DDP's
+first, 1 MiB one). For --link loopback the 1gbit figure is used (loopback is
+not shaped: its communication is bounded by the CPU). The chosen figures are
+printed at the start.
+
+How long it takes: runs x caps x 2 launches x (steps x step time + about 6 s
+to start a launch). A step takes between forward + max(backward, allreduce) and
+forward + backward + allreduce (about 80 to 133 ms with the defaults; a smoke
+run measured 129 ms for plain DDP at 25 MiB over 1gbit), so the default
+5 runs x 4 caps x 2 x (300 x 0.08-0.133 s + ~6 s) is about 20 to 31 minutes.
+--dry-run prints the figures and the estimate for given settings; a run prints
+them at its start.
+
+Output, in --out (default build/bench-out/trust/<timestamp>/): raw/*.json
+(each run's two launches, written as soon as the run is done: step times of
+both ranks, losses, fusebox's snapshot fields, seed, order), logs/ (each rank's
+stdout and stderr), report.md (the printed report) and result.json (the
+compact summary for a results page, perf/results.py). Shaped links need root
+(ip netns, tc); the namespaces (fbbenchA, fbbenchB, shared with
+perf/bench_ddp_hook.py, so not both at once) are deleted on exit, on failure
+and on SIGINT/SIGTERM/SIGHUP; only the rank processes it started are killed.
+
+    sudo /usr/bin/python3 perf/bench_trust.py                     # the full run
+    /usr/bin/python3 perf/bench_trust.py --link loopback --caps 5 --runs 1 --steps 60 \\
+        --compute-scale 0.5                                       # a quick look
+"""
+import argparse
+import json
+import os
+import random
+import re
+import shlex
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import time
+
+import bench_ddp_hook as netns  # perf/: namespaces, shaping, ports, order statistics
+import results as result_summary  # perf/results.py: the results convention
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+WORKER = os.path.join(REPO, "perf", "trust_worker.py")
+TARGET = 1.02                # whole run, fusebox / plain
+COMPUTE_TARGET_MS = 80.0     # forward + backward device time the default compute scale gives
+PAYLOAD = 0.95               # TCP payload per byte of the tc rate (headers)
+LOOPBACK_NOMINAL = "1gbit"   # the rate the default param scale assumes on loopback
+LAUNCH_OVERHEAD_S = 6.0      # starting a launch: interpreters, torch, process group, DDP
+PLAN_NAME = re.compile(r"^replaced .*? with (.+?): ")
+
+
+def rate_bits(rate):
+    """A tc rate ("300mbit", "1gbit", "500kbit", "2.5gbit") in bits per second
+    (tc's units here are decimal)."""
+    m = re.fullmatch(r"([0-9]+(?:\.[0-9]+)?)([kmg]?)bit", rate)
+    return float(m.group(1)) * {"": 1, "k": 1e3, "m": 1e6, "g": 1e9}[m.group(2)]
+
+
+# ---------------------------------------------------------------- scales
+
+def choose_scales(args):
+    """Fills args.compute_scale and args.param_scale where left to the default;
+    returns the figures to print (and to store)."""
+    import devtime  # imports torch: only here, after the argument checks
+    profile = devtime.load_profile(args.profile)
+    fwd_us, bwd_us = float(profile["forward_us"]), float(profile["backward_us"])
+    auto_compute = args.compute_scale is None
+    if auto_compute:
+        args.compute_scale = round(COMPUTE_TARGET_MS * 1e3 / (fwd_us + bwd_us), 3)
+    fwd_s, bwd_s = fwd_us * args.compute_scale * 1e-6, bwd_us * args.compute_scale * 1e-6
+    nominal = LOOPBACK_NOMINAL if args.link == "loopback" else args.link
+    payload_bps = rate_bits(nominal) / 8 * PAYLOAD
+    full = devtime.DeviceTimeModel(profile, compute_scale=0.0, param_scale=1.0).profile_summary()
+    auto_param = args.param_scale is None
+    if auto_param:
+        # 2 ranks: a ring allreduce sends (2 (n-1) / n) x bytes = bytes each way.
+        args.param_scale = float("%.3g" % (bwd_s * payload_bps / full["param_bytes"]))
+    model = devtime.DeviceTimeModel(profile, compute_scale=args.compute_scale,
+                                    param_scale=args.param_scale)
+    s = model.profile_summary()
+    comm_s = s["scaled_param_bytes"] / payload_bps
+    step_low = fwd_s + max(bwd_s, comm_s)
+    step_high = fwd_s + bwd_s + comm_s
+    launches = 2 * args.runs * len(args.caps)
+    est = [launches * (args.steps * t + LAUNCH_OVERHEAD_S) for t in (step_low, step_high)]
+    return {
+        "profile": s["model"], "tensors": s["tensors"],
+        "compute_scale": args.compute_scale, "compute_scale_auto": auto_compute,
+        "param_scale": args.param_scale, "param_scale_auto": auto_param,
+        "forward_ms": fwd_s * 1e3, "backward_ms": bwd_s * 1e3,
+        "gradient_bytes": s["scaled_param_bytes"], "profile_gradient_bytes": s["param_bytes"],
+        "rate": nominal, "rate_nominal_only": args.link == "loopback",
+        "payload_bytes_per_s": payload_bps, "allreduce_ms": comm_s * 1e3,
+        "step_ms_range": [step_low * 1e3, step_high * 1e3],
+        "launches": launches, "estimate_s": est,
+    }
+
+
+def duration(low_s, high_s):
+    if high_s < 120:
+        return "%.0f-%.0f s" % (low_s, high_s)
+    return "%.0f-%.0f minutes" % (low_s / 60, high_s / 60)
+
+
+def describe_scales(f, args):
+    mib = 2.0 ** 20
+    link = ("loopback (127.0.0.1, NOT shaped; the scales assume %s)" % f["rate"]
+            if f["rate_nominal_only"] else
+            "%s (tbf on a veth pair between 2 network namespaces)" % f["rate"])
+    return [
+        "model: %s profile, %d tensors; EMULATED device time (the host sleeps)"
+        % (f["profile"], f["tensors"]),
+        "compute scale x%g%s: forward %.1f ms, backward %.1f ms of device time per step"
+        % (f["compute_scale"], " (default: forward + backward ~%g ms)" % COMPUTE_TARGET_MS
+           if f["compute_scale_auto"] else "", f["forward_ms"], f["backward_ms"]),
+        "param scale x%g%s: %.2f MiB of gradients (profile: %.1f MiB)"
+        % (f["param_scale"], " (default: one allreduce ~ backward)" if f["param_scale_auto"]
+           else "", f["gradient_bytes"] / mib, f["profile_gradient_bytes"] / mib),
+        "link: %s; one allreduce of every gradient ~%.1f ms at %.1f MB/s of payload "
+        "(%.0f%% of the rate), %.2fx backward"
+        % (link, f["allreduce_ms"], f["payload_bytes_per_s"] / 1e6, PAYLOAD * 100,
+           f["allreduce_ms"] / f["backward_ms"] if f["backward_ms"] else float("inf")),
+        "estimated step %.0f-%.0f ms; %d launches of %d steps (+ ~%g s each to start): "
+        "about %s" % (f["step_ms_range"][0], f["step_ms_range"][1], f["launches"], args.steps,
+                      LAUNCH_OVERHEAD_S, duration(*f["estimate_s"])),
+    ]
+
+
+# ---------------------------------------------------------------- launches
+
+class Launcher:
+    """Starts the 2 ranks of each launch and keeps track of them, so that only
+    they are killed when anything goes wrong."""
+
+    def __init__(self, args, outdir):
+        self.args = args
+        self.outdir = outdir
+        self.procs = []
+        self.count = 0
+
+    def kill(self):
+        for p in self.procs:
+            if p.poll() is None:
+                os.killpg(p.pid, signal.SIGKILL)
+                p.wait()
+        self.procs = []
+
+    def run(self, tag, mode, cap, seed):
+        """One launch; returns rank 0's JSON line, parsed."""
+        args = self.args
+        self.count += 1
+        env = dict(os.environ, WORLD_SIZE="2", OMP_NUM_THREADS="1",
+                   PYTHONPATH=os.path.join(os.path.abspath(args.build), "python"))
+        env.pop("FUSEBOX_DISABLE", None)
+        if args.link == "loopback":
+            env.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(netns.free_port()),
+                       GLOO_SOCKET_IFNAME="lo", LOCAL_WORLD_SIZE="2")
+        else:  # one "host" per namespace; a fresh port per launch (no TIME_WAIT clash)
+            env.update(MASTER_ADDR=netns.ADDR[0],
+                       MASTER_PORT=str(netns.NS_PORT + self.count % 1000),
+                       LOCAL_WORLD_SIZE="1", LOCAL_RANK="0")
+        cmd = [args.python, WORKER, "--mode", mode, "--cap", "%g" % cap,
+               "--steps", str(args.steps), "--profile", args.profile,
+               "--compute-scale", repr(args.compute_scale),
+               "--param-scale", repr(args.param_scale)]
+        if mode == "fusebox":
+            cmd += ["--seed", str(seed)]
+        outs, logs = [], []
+        try:
+            for rank in range(2):
+                rank_env = dict(env, RANK=str(rank))
+                rank_cmd = cmd
+                if args.link == "loopback":
+                    rank_env["LOCAL_RANK"] = str(rank)
+                else:
+                    rank_env["GLOO_SOCKET_IFNAME"] = netns.DEV[rank]
+                    rank_cmd = ["ip", "netns", "exec", netns.NS[rank]] + cmd
+                base = os.path.join(self.outdir, "logs", "%s-%s-rank%d" % (tag, mode, rank))
+                outs.append(base + ".out")
+                logs.append(base + ".log")
+                with open(outs[-1], "w") as out, open(logs[-1], "w") as err:
+                    err.write("# %s\n" % shlex.join(rank_cmd))
+                    err.flush()
+                    self.procs.append(subprocess.Popen(rank_cmd, env=rank_env, stdout=out,
+                                                       stderr=err, start_new_session=True))
+            self.wait("%s %s" % (tag, mode), logs)
+        finally:
+            self.kill()
+        with open(outs[0]) as f:
+            lines = [line for line in f if line.startswith("{")]
+        if not lines:
+            raise RuntimeError("%s %s: rank 0 printed no JSON line\n%s"
+                               % (tag, mode, netns.log_tails(logs + outs)))
+        return json.loads(lines[-1])
+
+    def wait(self, what, logs):
+        deadline = time.monotonic() + self.args.timeout
+        while True:
+            codes = [p.poll() for p in self.procs]
+            failed = [(r, c) for r, c in enumerate(codes) if c not in (None, 0)]
+            if failed or time.monotonic() > deadline:
+                why = ("rank %d exited with %d" % failed[0] if failed
+                       else "timed out after %d s" % self.args.timeout)
+                raise RuntimeError("%s: %s\n%s" % (what, why, netns.log_tails(logs)))
+            if all(c == 0 for c in codes):
+                return
+            time.sleep(0.2)
+
+
+# ---------------------------------------------------------------- analysis
+
+def short_decision(fb):
+    """fusebox's decision in a few words."""
+    d = fb.get("decision") or ""
+    if d.startswith("kept "):
+        return "kept yours"
+    m = PLAN_NAME.match(d)
+    if m:
+        return "replaced with %s" % m.group(1)
+    if d.startswith("fell back"):
+        return "fell back to yours"
+    if not d:
+        return "still tuning (%s)" % fb.get("phase")
+    return d[:60]
+
+
+def steady_ms(step_ms):
+    """The median step over the last third of the steps."""
+    tail = step_ms[len(step_ms) - max(1, len(step_ms) // 3):]
+    return statistics.median(tail)
+
+
+def analyze_run(plain, fused):
+    p_total, f_total = plain["total_s"], fused["total_s"]
+    diff = max((abs(a - b) for a, b in zip(plain["losses"], fused["losses"])), default=0.0)
+    fb = fused["fusebox"] or {}
+    return {
+        "plain_total_s": p_total, "fusebox_total_s": f_total,
+        "ratio": f_total / p_total,
+        "plain_steady_ms": steady_ms(plain["step_ms"]),
+        "fusebox_steady_ms": steady_ms(fused["step_ms"]),
+        "steady_ratio": steady_ms(fused["step_ms"]) / steady_ms(plain["step_ms"]),
+        "decision": short_decision(fb), "decision_full": fb.get("decision"),
+        "tuning_iterations": fb.get("tuning_iterations"), "fallbacks": fb.get("fallbacks"),
+        "tuning_cost_ms": fb.get("tuning_cost_ms"), "phase": fb.get("phase"),
+        "seed": fb.get("seed"), "plan": fb.get("plan"), "buckets": fb.get("buckets"),
+        "loss_max_abs_diff": diff,
+    }
+
+
+def ci_text(values):
+    low, high, cov = netns.median_ci(values)
+    if len(values) < 2:
+        return "- (1 run)", cov
+    return "[%.3f, %.3f]" % (low, high), cov
+
+
+def caption(args, what):
+    cores = os.cpu_count() or 0
+    where = ("2 ranks on loopback (127.0.0.1, not shaped)" if args.link == "loopback" else
+             "2 ranks in network namespaces on a %s tbf-shaped veth link" % args.link)
+    return ("%s. Compute is EMULATED device time (host sleeps: %s profile, compute x%g, params "
+            "x%g); %s, sharing a %d-core machine." % (what, args.profile, args.compute_scale,
+                                                      args.param_scale, where, cores))
+
+
+def format_report(args, runs_by_cap):
+    """The report's tables (markdown) from {cap: [run analysis...]}."""
+    lines = []
+    all_runs = []
+    summary_rows = []
+    for cap in args.caps:
+        runs = runs_by_cap.get(cap, [])
+        if not runs:
+            continue
+        all_runs += runs
+        lines += [
+            "## cap %g MiB" % cap, "",
+            caption(args, "Whole runs of %d steps, bucket_cap_mb=%g: plain DDP vs the same DDP "
+                          "+ fusebox (tuning included); ratio = fusebox / plain, lower is faster; "
+                          "steady = median step over the last %d steps"
+                    % (args.steps, cap, max(1, args.steps // 3))),
+            "",
+            "| cap MiB | run | order | plain total s | fusebox total s | ratio | steady ratio "
+            "| fusebox decision | tuning iterations | fallbacks |",
+            "|---|---|---|---|---|---|---|---|---|---|",
+        ]
+        for r in runs:
+            lines.append("| %g | %d | %s | %.2f | %.2f | %.3f | %.3f | %s | %s | %s |" % (
+                cap, r["run"], r["order"], r["plain_total_s"], r["fusebox_total_s"], r["ratio"],
+                r["steady_ratio"], r["decision"], r["tuning_iterations"], r["fallbacks"]))
+        lines.append("")
+        ratios = [r["ratio"] for r in runs]
+        ci, cov = ci_text(ratios)
+        summary_rows.append("| %g | %d | %.3f | %s | %.1f%% | %d of %d | %.3f |" % (
+            cap, len(runs), statistics.median(ratios), ci, 100 * cov,
+            sum(x <= TARGET for x in ratios), len(runs),
+            statistics.median(r["steady_ratio"] for r in runs)))
+    n = len(all_runs)
+    lines += [
+        "## summary per cap", "",
+        caption(args, "Median over runs of the whole-run ratio fusebox / plain, with a "
+                      "distribution-free interval for the median (order statistics "
+                      "[x(k), x(n+1-k)], the widest k whose coverage is at least 95%%; with "
+                      "fewer than 6 runs that is [min, max], whose coverage is below 95%%: "
+                      "5 runs 93.8%%, 4 runs 87.5%%, 3 runs 75%%); within = runs with ratio "
+                      "<= %.2f" % TARGET),
+        "",
+        "| cap MiB | runs | median ratio | interval | coverage | within %.2f | steady median "
+        "ratio |" % TARGET,
+        "|---|---|---|---|---|---|---|",
+    ] + summary_rows + [""]
+    within = sum(r["ratio"] <= TARGET for r in all_runs)
+    lines += [
+        "## targets", "",
+        caption(args, "Targets over every run of every cap (caps %s MiB, %d runs each)"
+                % (", ".join("%g" % c for c in args.caps), args.runs)),
+        "",
+        "| target | runs | within | result |",
+        "|---|---|---|---|",
+        "| whole run <= %.2fx plain DDP | %d | %d | %s |" % (
+            TARGET, n, within, "PASS" if n and within == n else "FAIL"),
+        "",
+    ]
+    if all_runs:
+        worst = max(all_runs, key=lambda r: r["ratio"])
+        lines += [
+            "worst whole-run ratio: %.3f (cap %g MiB, run %d, %s)"
+            % (worst["ratio"], worst["cap"], worst["run"], worst["decision"]),
+            "check: largest |loss(fusebox) - loss(plain)| over every step of every run: %g "
+            "(fusebox changes when gradients are reduced, not what; 0 = bit for bit)"
+            % max(r["loss_max_abs_diff"] for r in all_runs),
+            "fusebox seeds (cap/run: seed): %s" % ", ".join(
+                "%g/%d: %s" % (r["cap"], r["run"], r["seed"]) for r in all_runs),
+        ]
+    return "\n".join(lines) + "\n"
+
+
+# ---------------------------------------------------------------- command line
+
+def parse_caps(text):
+    caps = []
+    for part in text.split(","):
+        try:
+            cap = float(part)
+        except ValueError:
+            raise ValueError("%r is not a number of MiB" % part) from None
+        if not (cap > 0 and cap <= 4096) or cap != cap:
+            raise ValueError("%r: a cap must be more than 0 and at most 4096 MiB" % part)
+        if cap in caps:
+            raise ValueError("%r appears twice" % part)
+        caps.append(cap)
+    return caps
+
+
+def parse_args(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--caps", default="1,5,25,100",
+                    help="the users' DDP bucket_cap_mb values, MiB, comma separated (default: "
+                         "%(default)s)")
+    ap.add_argument("--runs", type=int, default=5,
+                    help="runs per cap, each one plain and one fusebox launch (default: "
+                         "%(default)s)")
+    ap.add_argument("--steps", type=int, default=300,
+                    help="training steps per launch; fusebox tunes in about the first 50, so "
+                         "fewer than ~60 leave it tuning (default: %(default)s)")
+    ap.add_argument("--link", default="1gbit",
+                    help="a tc rate such as 1gbit or 300mbit (2 network namespaces, needs "
+                         "root), or loopback (default: %(default)s)")
+    ap.add_argument("--profile", default="resnet50",
+                    help="a profile name in autotune/profiles/ or a profile file (default: "
+                         "%(default)s)")
+    ap.add_argument("--compute-scale", type=float, default=None,
+                    help="device-time scale; default: forward + backward about %g ms"
+                         % COMPUTE_TARGET_MS)
+    ap.add_argument("--param-scale", type=float, default=None,
+                    help="parameter-size scale; default: one allreduce of every gradient about "
+                         "as long as backward over --link (loopback: over %s)" % LOOPBACK_NOMINAL)
+    ap.add_argument("--seed", type=int, default=None,
+                    help="draws fusebox's per-run tuner seeds (default: a fresh one, printed "
+                         "and stored)")
+    ap.add_argument("--out", default=None,
+                    help="output directory (default: build/bench-out/trust/<timestamp>/)")
+    ap.add_argument("--build", default=os.path.join(REPO, "build"),
+                    help="the build directory; its python/ holds fusebox.torch (default: the "
+                         "repository's build/)")
+    ap.add_argument("--python", default=netns.PYTHON,
+                    help="the Python with torch that runs the ranks (default: %(default)s)")
+    ap.add_argument("--dry-run", action="store_true",
+                    help="print the chosen scales and the time estimate, then stop (no root "
+                         "needed, nothing launched)")
+    ap.add_argument("--timeout", type=int, default=900,
+                    help="seconds one launch may take before the run fails (default: "
+                         "%(default)s)")
+    args = ap.parse_args(argv)
+    try:
+        args.caps = parse_caps(args.caps)
+    except ValueError as e:
+        ap.error("--caps: %s (expected e.g. 1,5,25,100)" % e)
+    if args.link != "loopback" and not netns.RATE.match(args.link):
+        ap.error("--link %r is neither 'loopback' nor a tc rate like 300mbit or 1gbit"
+                 % args.link)
+    if args.runs < 1:
+        ap.error("--runs must be at least 1")
+    if args.steps < 6:
+        ap.error("--steps must be at least 6 (the steady state is the last third)")
+    for name in ("compute_scale", "param_scale"):
+        v = getattr(args, name)
+        if v is not None and not (v > 0 and v < 1e6):
+            ap.error("--%s must be a positive number" % name.replace("_", "-"))
+    if args.seed is None:
+        args.seed = random.SystemRandom().randrange(1, 2 ** 31)
+    return args
+
+
+def preflight(args):
+    """Fails at once, with what to do, when the run could not finish."""
+    if args.link != "loopback":
+        if os.geteuid() != 0:
+            sys.exit("bench_trust: --link %s needs root (ip netns, tc): run it with sudo, or "
+                     "use --link loopback" % args.link)
+        present = netns.namespaces_present()
+        if present:
+            sys.exit("bench_trust: network namespace(s) %s exist already (another run of this "
+                     "or perf/bench_ddp_hook.py, or one that was killed): delete them with "
+                     "'ip netns del NAME' if they are not in use" % ", ".join(present))
+    pydir = os.path.join(os.path.abspath(args.build), "python")
+    if not os.path.isdir(pydir):
+        sys.exit("bench_trust: %s does not exist: build fusebox first (bash scripts/build.sh) "
+                 "or name the build directory with --build" % pydir)
+    check = subprocess.run([args.python, "-c", "import fusebox.torch"], capture_output=True,
+                           text=True, env=dict(os.environ, PYTHONPATH=pydir))
+    if check.returncode != 0:
+        sys.exit("bench_trust: %s cannot import fusebox.torch from %s (build it: bash "
+                 "scripts/build.sh):\n%s" % (args.python, pydir, check.stderr.strip()))
+
+
+def exit_on_signal(signum, frame):
+    """SIGTERM/SIGHUP: unwind, so that the ranks are killed and the namespaces deleted."""
+    print("bench_trust: %s: stopping (finished runs are kept)" % signal.Signals(signum).name,
+          file=sys.stderr, flush=True)
+    raise SystemExit(128 + signum)
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    if not args.dry_run:
+        preflight(args)
+    try:
+        figures = choose_scales(args)
+    except ValueError as e:
+        sys.exit("bench_trust: --profile: %s" % e)
+    if args.dry_run:
+        print("\n".join(describe_scales(figures, args)))
+        return
+    command = shlex.join([sys.executable] + (sys.argv if argv is None else
+                                             [sys.argv[0]] + list(argv)))
+    outdir = args.out or os.path.join(REPO, "build", "bench-out", "trust",
+                                      time.strftime("%Y%m%d-%H%M%S"))
+    for sub in ("raw", "logs"):
+        os.makedirs(os.path.join(outdir, sub), exist_ok=True)
+    head = ["# %s" % command,
+            "# started %s on %s (%d CPUs); ranks: %s %s; seed %d" % (
+                time.strftime("%Y-%m-%d %H:%M:%S"), socket.gethostname(), os.cpu_count() or 0,
+                args.python, os.path.relpath(WORKER, REPO), args.seed)]
+    head += ["# " + line for line in describe_scales(figures, args)]
+    print("\n".join(head), flush=True)
+    for signum in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(signum, exit_on_signal)
+    seeds = random.Random(args.seed)
+    launcher = Launcher(args, outdir)
+    runs_by_cap = {cap: [] for cap in args.caps}
+    shaped = args.link != "loopback"
+    try:
+        if shaped:
+            netns.setup(args.link)
+        for run in range(1, args.runs + 1):
+            for index, cap in enumerate(args.caps):
+                seed = seeds.randrange(1, 2 ** 63)
+                order = (("plain", "fusebox") if (run + index) % 2 == 1
+                         else ("fusebox", "plain"))
+                tag = "cap%g-run%d" % (cap, run)
+                launches = {}
+                for mode in order:
+                    launches[mode] = launcher.run(tag, mode, cap, seed)
+                result = analyze_run(launches["plain"], launches["fusebox"])
+                result.update(cap=cap, run=run, order=", ".join(order),
+                              requested_seed=seed)
+                with open(os.path.join(outdir, "raw", tag + ".json"), "w") as f:
+                    json.dump({"cap_mb": cap, "run": run, "order": list(order),
+                               "seed": seed, "link": args.link, "scales": figures,
+                               "analysis": result, "launches": launches}, f)
+                runs_by_cap[cap].append(result)
+                print("# cap %g MiB run %d (%s): plain %.2f s, fusebox %.2f s, ratio %.3f, "
+                      "steady %.3f; %s" % (cap, run, ", ".join(order), result["plain_total_s"],
+                                           result["fusebox_total_s"], result["ratio"],
+                                           result["steady_ratio"], result["decision"]),
+                      flush=True)
+    except RuntimeError as e:
+        sys.exit("bench_trust: %s" % e)
+    except KeyboardInterrupt:
+        sys.exit("bench_trust: interrupted (finished runs are in %s)" % outdir)
+    finally:
+        launcher.kill()
+        if shaped:
+            netns.teardown()
+    report = "\n".join(head) + "\n\n" + format_report(args, runs_by_cap)
+    print("\n" + format_report(args, runs_by_cap), end="", flush=True)
+    with open(os.path.join(outdir, "report.md"), "w") as f:
+        f.write(report)
+    result_summary.write_run_summary(outdir, report, "bench_trust",
+                                     command, "whole runs: plain DDP vs DDP + fusebox")
+    print("# written to %s" % outdir)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,146 @@
+#!/usr/bin/env python3
+"""One rank of perf/bench_trust.py: one whole training run, plain DDP or DDP + fusebox.
+
+    COMPUTE IS EMULATED DEVICE TIME (perf/devtime.py: the host sleeps);
+    COMMUNICATION IS REAL (DDP's allreduce over gloo).
+
+Started by the driver (inside a network namespace for a shaped link) with RANK,
+WORLD_SIZE, MASTER_ADDR, MASTER_PORT and GLOO_SOCKET_IFNAME set. It builds
+DeviceTimeModel.from_profile(--profile, --compute-scale, --param-scale, seed 0)
+(the same weights in every run), wraps it in
+DistributedDataParallel(model, bucket_cap_mb=--cap), and with --mode fusebox
+adds fusebox.torch.register(ddp, cache_dir=False, seed=--seed), as a user would
+(no policy cache: every run tunes from scratch). Then it trains --steps steps
+of SGD on make_batch(rank, step) after a barrier, so both ranks start together.
+
+Timing: time.perf_counter() at the start of every step (before zero_grad) and
+once after the last optimizer step. After the run (outside the timed span) the
+ranks exchange their stamps; rank 0 prints ONE JSON line on stdout:
+
+    {"mode", "cap_mb", "steps", "world_size",
+     "step_ms": per step, the slowest rank's time (maximum over ranks),
+     "total_s": the slowest rank's first step start -> last step end,
+     "rank_step_ms": [[...] per rank], "rank_total_s": [...],
+     "setup_s": DDP construction (+ register) on rank 0, outside the total,
+     "losses": rank 0's loss at every step (fusebox changes when gradients are
+               reduced, not what: plain and fusebox runs must agree),
+     "model": DeviceTimeModel.profile_summary(),
+     "fusebox": null for plain DDP, else the hook's snapshot fields: phase,
+               decision, summary, tuning_iterations, tuning_cost_ms, seed,
+               fallbacks, checks, chosen, chosen_name, plan, buckets,
+               plan_installs, iterations, passthrough_iterations, cache_hit,
+               measured}
+
+Logs (fusebox's, torch's) go to stderr.
+"""
+import argparse
+import gc
+import json
+import os
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+
+import torch  # noqa: E402
+import torch.distributed as dist  # noqa: E402
+from torch.nn.parallel import DistributedDataParallel as DDP  # noqa: E402
+
+from devtime import DeviceTimeModel  # noqa: E402
+
+SNAPSHOT_FIELDS = ("phase", "decision", "summary", "tuning_iterations", "tuning_cost_ms", "seed",
+                   "fallbacks", "checks", "chosen", "plan_installs", "iterations",
+                   "passthrough_iterations", "cache_hit", "measured")
+
+
+def parse_args(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--mode", choices=("plain", "fusebox"), required=True)
+    ap.add_argument("--cap", type=float, required=True, help="DDP's bucket_cap_mb (MiB)")
+    ap.add_argument("--steps", type=int, required=True)
+    ap.add_argument("--profile", default="resnet50")
+    ap.add_argument("--compute-scale", type=float, required=True)
+    ap.add_argument("--param-scale", type=float, required=True)
+    ap.add_argument("--seed", type=int, default=None,
+                    help="fusebox's tuner seed (--mode fusebox; logged by the driver)")
+    ap.add_argument("--threads", type=int, default=1, help="torch intra-op threads")
+    ap.add_argument("--lr", type=float, default=1e-3, help="SGD learning rate")
+    args = ap.parse_args(argv)
+    if args.steps < 1 or args.cap <= 0:
+        ap.error("need --steps >= 1 and --cap > 0")
+    if args.mode == "fusebox" and args.seed is None:
+        ap.error("--mode fusebox needs --seed")
+    return args
+
+
+def shorten_plan(plan):
+    return (plan["name"], len(plan["bucket_elements"])) if plan else (None, None)
+
+
+def main():
+    args = parse_args()
+    if args.mode == "fusebox":
+        import fusebox.torch  # noqa: F401  (fail before joining the group)
+    torch.set_num_threads(args.threads)
+    rank = int(os.environ["RANK"])
+    dist.init_process_group("gloo")
+    model = DeviceTimeModel.from_profile(args.profile, compute_scale=args.compute_scale,
+                                         param_scale=args.param_scale, seed=0)
+    t_setup = time.perf_counter()
+    ddp = DDP(model, bucket_cap_mb=args.cap)
+    handle = None
+    if args.mode == "fusebox":
+        import fusebox.torch
+        handle = fusebox.torch.register(ddp, cache_dir=False, seed=args.seed)
+    setup_s = time.perf_counter() - t_setup
+    opt = torch.optim.SGD(ddp.parameters(), lr=args.lr)
+
+    dist.barrier()
+    starts, losses = [], []
+    for step in range(args.steps):
+        starts.append(time.perf_counter())
+        opt.zero_grad(set_to_none=True)
+        loss = model.loss(ddp(model.make_batch(rank, step)))
+        loss.backward()  # DDP waits here for its buckets' allreduces
+        opt.step()
+        losses.append(loss.item())
+    end = time.perf_counter()
+
+    # Outside the timed span: every rank's stamps to every rank.
+    stamps = [None] * dist.get_world_size()
+    dist.all_gather_object(stamps, {"starts": starts, "end": end})
+    rank_step_ms = [[(b - a) * 1e3 for a, b in zip(s["starts"], s["starts"][1:] + [s["end"]])]
+                    for s in stamps]
+    rank_total_s = [s["end"] - s["starts"][0] for s in stamps]
+    fb = None
+    if handle is not None:
+        snap = handle.snapshot()
+        fb = {k: snap.get(k) for k in SNAPSHOT_FIELDS}
+        fb["plan"], fb["buckets"] = shorten_plan(snap.get("plan"))
+        chosen, measured = snap.get("chosen"), snap.get("measured") or []
+        fb["chosen_name"] = (measured[chosen]["name"]
+                             if isinstance(chosen, int) and 0 <= chosen < len(measured) else None)
+    if rank == 0:
+        out = {
+            "mode": args.mode, "cap_mb": args.cap, "steps": args.steps,
+            "world_size": dist.get_world_size(),
+            "step_ms": [max(col) for col in zip(*rank_step_ms)],
+            "total_s": max(rank_total_s),
+            "rank_step_ms": rank_step_ms, "rank_total_s": rank_total_s,
+            "setup_s": setup_s, "losses": losses,
+            "model": model.profile_summary(), "fusebox": fb,
+            "torch": torch.__version__, "threads": args.threads,
+        }
+        print(json.dumps(out), flush=True)
+    dist.barrier()
+    # Free the model (and the hook's group and threads) while the process
+    # group still exists, not at interpreter exit.
+    del ddp, handle, opt
+    gc.collect()
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
