@@ -62,7 +62,10 @@
 // s_n the same estimate over the last `window` (64) check pairs (n of
 // them, from 4 on), p the weight `prior_pairs` (8, the verification
 // pairs), never below `sigma_floor` (0.005). A regression moves
-// the log-ratios' median, not their spread, so it does not inflate sigma.
+// the log-ratios' median, not their spread; but while the window holds
+// pairs from both sides of the change (up to `window` pairs) their spread
+// reads wider, by about the shift over the noise, which slows the
+// detection of a plan that had gained much somewhat beyond the table below.
 // Each pair is standardised with the sigma of the pairs before it; without
 // sigma0 the statistic waits for 4 pairs.
 //

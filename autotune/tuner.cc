@@ -289,6 +289,7 @@ absl::StatusOr<std::unique_ptr<OnlineTuner>> OnlineTuner::Create(
       t->phase_ = TunerPhase::kTuned;
       t->decision_ = same ? absl::StrCat("from the policy cache: ", t->baseline_label_)
                           : "from the policy cache (unchecked: hit_check_pairs is 0)";
+      if (!same) t->StartChecks(0, 0);  // the checks after a decision still run
       t->Log(absl::StrCat("fusebox tuner: cache hit ", t->key_.FileName(), ": ", t->decision_,
                           "; 0 tuning iterations"));
       return t;
@@ -296,7 +297,7 @@ absl::StatusOr<std::unique_ptr<OnlineTuner>> OnlineTuner::Create(
     // Checked before trusted: the baseline and the cached plan in
     // interleaved rounds, the first of them a warm-up of each (below).
     t->initial_ = entry->plan;
-    t->hit_plan_ = entry->plan;
+    t->hit_simulated_ = !measured;
     t->plans_ = {t->default_, entry->plan};
     t->measured_.assign(2, MeasuredPlan{});
     t->measured_[0].name = t->default_.name;
@@ -384,12 +385,15 @@ void OnlineTuner::StartBlock() {
 
 int OnlineTuner::NextArm() {
   if (round_.empty()) {
-    // Rounds alternate forward and reversed from a rotation drawn from the
-    // seed: for two arms A B, B A, A B, ...; for three A B C, C B A, ...
+    // Every measured visit follows a switch (a repeated plan would skip the
+    // re-bucketing every other visit pays), and each arm takes each place in
+    // a round equally often: for three arms the rounds rotate (A B C, B C A,
+    // C A B, ...: a round never starts with the arm that ended the last);
+    // for two they alternate (A B A B ...), from a start drawn from the seed.
     const int k = static_cast<int>(arms_.size());
     const int start = static_cast<int>((seed_ * 2654435761u + 17) % static_cast<uint64_t>(k));
-    for (int i = 0; i < k; ++i) round_.push_back((start + i) % k);
-    if (rounds_ % 2 == 1) std::reverse(round_.begin(), round_.end());
+    const int shift = k > 2 ? rounds_ : 0;
+    for (int i = 0; i < k; ++i) round_.push_back((start + shift + i) % k);
   }
   const int arm = round_.front();
   return arm;
@@ -492,9 +496,12 @@ absl::StatusOr<std::optional<Plan>> OnlineTuner::CheckHit(double sample) {
   const std::vector<double> g = RelativeGains(base, cached);
   const double gain = g.empty() ? 0 : Median(g);
   // Lost: slower than the baseline by more than the minimum effect at the
-  // rule's confidence (with fewer pairs than that needs: in every pair).
+  // rule's confidence (with fewer pairs than that needs: in every pair). An
+  // entry that was only simulated must beat the baseline as a candidate does.
   const bool lost =
-      !g.empty() && MedianUpperBound(g, options_.rule.confidence) < -options_.rule.min_effect;
+      hit_simulated_
+          ? !DecideReplace(base, cached, options_.rule).replace
+          : !g.empty() && MedianUpperBound(g, options_.rule.confidence) < -options_.rule.min_effect;
   if (!lost) {
     phase_ = TunerPhase::kTuned;
     chosen_ = 1;
@@ -506,16 +513,22 @@ absl::StatusOr<std::optional<Plan>> OnlineTuner::CheckHit(double sample) {
     Log(absl::StrCat("fusebox tuner: ", decision_, "; 0 tuning iterations, ",
                      hit_check_iterations_, " check iterations"));
     StartChecks(gain, NoiseFromPairs(base, cached));
+    // An entry that was only simulated is now measured: store its figures.
+    if (hit_simulated_) {
+      if (absl::Status s = StoreEntry(); !s.ok()) return s;
+    }
     return *chosen_plan_;
   }
-  // The hit lost: tune afresh, from the profiling plan.
+  // The hit lost: forget it (a run that stops before tuning ends must not
+  // leave it for the next) and tune afresh, from the profiling plan.
   cache_hit_ = false;
+  ForgetEntry();
   Log(absl::StrFormat(
-      "fusebox tuner: the cached plan measured slower than %s beyond the minimum effect %.1f%% "
-      "(median gain %+.1f%%, upper bound %+.1f%% over %d pairs): not trusted; tuning afresh",
-      baseline_label_, options_.rule.min_effect * 100, gain * 100,
+      "fusebox tuner: the cached plan (%s) %s %s (median gain %+.1f%%, upper bound %+.1f%% over "
+      "%d pairs): not trusted; tuning afresh",
+      hit_simulated_ ? "simulated only" : "measured when tuned",
+      hit_simulated_ ? "did not beat" : "measured slower than", baseline_label_, gain * 100,
       MedianUpperBound(g, options_.rule.confidence) * 100, static_cast<int>(g.size())));
-  hit_plan_.reset();
   chosen_plan_.reset();
   plans_.clear();
   measured_.clear();
@@ -555,19 +568,22 @@ absl::StatusOr<std::optional<Plan>> OnlineTuner::EndScreening() {
   // slower than the baseline's slowest: a median of two samples on a noisy
   // machine once hid a plan 12% faster, and then tuning kept the baseline
   // without ever comparing them properly.
-  if (measured_[pick_].ci_low_us > measured_[0].ci_high_us) {
+  if (options_.screening_blocks >= 2 && measured_[pick_].ci_low_us > measured_[0].ci_high_us) {
     chosen_ = 0;
     chosen_plan_ = default_;
     phase_ = TunerPhase::kTuned;
     decision_ = absl::StrFormat(
-        "kept %s: every candidate was slower in screening, beyond the spread of both (best: %s "
-        "%.3f ms %s vs %.3f ms %s)",
+        "kept %s: the fastest candidate in screening was slower in every sample than the "
+        "baseline in any (%s %.3f ms %s vs %.3f ms %s)",
         baseline_label_, measured_[pick_].name, measured_[pick_].measured_us / 1e3,
         Interval(measured_[pick_]), measured_[0].measured_us / 1e3, Interval(measured_[0]));
     Log(absl::StrCat("fusebox tuner: ", decision_, "; after ", tuning_iterations_,
                      " tuning iterations"));
     tuning_cost_us_ = 0;
-    for (double t : tuning_samples_) tuning_wall_us_ += t;
+    for (double t : tuning_samples_) {
+      tuning_wall_us_ += t;
+      tuning_cost_us_ += std::max(0.0, t - measured_[0].measured_us);
+    }
     if (absl::Status s = StoreEntry(); !s.ok()) return s;
     return Visit(0);
   }
@@ -600,18 +616,20 @@ absl::Status OnlineTuner::Decide() {
     measured_[arms_[a]].verified = true;
   }
   // Each candidate against the baseline, then the two against each other.
+  // Only the leader's verdict can replace the baseline: the runner-up is
+  // kept instead where the leader's does and the runner-up, beating the
+  // baseline by the same rule, is also faster than the leader in the same
+  // rounds. So equal plans replace the baseline no more often than with
+  // one candidate (the rule's error rate), and of two winners the faster
+  // is kept.
   std::vector<Verdict> verdicts;
   for (size_t a = 1; a < arms_.size(); ++a) {
     verdicts.push_back(DecideReplace(base, (*slow)[a], options_.rule));
   }
   int kept = 0;  // index into arms_
-  if (verdicts[0].replace) kept = 1;
-  if (verdicts.size() > 1 && verdicts[1].replace) {
-    if (kept == 0) {
-      kept = 2;
-    } else {
-      // Both beat the baseline: the one faster than the other in the same
-      // rounds is kept (the runner-up's median paired gain over the leader).
+  if (verdicts[0].replace) {
+    kept = 1;
+    if (verdicts.size() > 1 && verdicts[1].replace) {
       const std::vector<double> g = RelativeGains((*slow)[1], (*slow)[2]);
       if (!g.empty() && Median(g) > 0) kept = 2;
     }
@@ -709,8 +727,10 @@ TuningSummary OnlineTuner::Summary() const {
   s.tuning_cost_s = tuning_cost_us_ / 1e6;
   if (chosen_ > 0 && baseline_us_ > 0) s.saved_ms_per_step = kept_gain_ * baseline_us_ / 1e3;
   s.steps_since_decision = steps_since_decision_;
-  s.saved_s_so_far =
-      s.saved_ms_per_step / 1e3 * static_cast<double>(steps_since_decision_) - s.tuning_cost_s;
+  // The check steps ran the baseline: they saved nothing.
+  s.saved_s_so_far = s.saved_ms_per_step / 1e3 *
+                         static_cast<double>(std::max<int64_t>(0, steps_since_decision_ - controls_)) -
+                     s.tuning_cost_s;
   return s;
 }
 
@@ -742,7 +762,9 @@ absl::StatusOr<std::optional<Plan>> OnlineTuner::Check(double sample) {
         decision_ = absl::StrFormat(
             "fell back to %s: plan \"%s\" became slower than it (%s)", baseline_label_,
             chosen_plan_->name, regression_->Describe());
-        Log(absl::StrCat("fusebox tuner: ", decision_));
+        // A warning: shown by default, so that a user told what the plan
+        // saves also learns that it stopped.
+        Log(absl::StrCat("fusebox tuner: warning: ", decision_));
         chosen_plan_ = default_;
         chosen_ = 0;
         kept_gain_ = 0;
@@ -757,6 +779,7 @@ absl::StatusOr<std::optional<Plan>> OnlineTuner::Check(double sample) {
   if (++since_check_ >= check_interval_) {
     since_check_ = 0;
     control_ = true;
+    ++controls_;
     return default_;
   }
   return std::nullopt;

@@ -45,13 +45,15 @@
 // 4. Verification (skipped only when even the leader's fastest screening
 //    iteration was slower than the baseline's slowest): `verify_pairs`
 //    rounds, each running the baseline, the leader and the runner-up of
-//    screening once, in an order that alternates forward and reversed (A B C,
-//    C B A, ...; A B, B A for two) from a random start, so that a drift
-//    linear in time favours none. A candidate may replace the baseline only
-//    when it is faster with the rule's confidence and by more than its
-//    minimum effect; where both do, the one faster than the other in the
-//    same rounds (median paired gain) is kept, so a plan that beats the
-//    baseline but loses to the runner-up is not. Otherwise the baseline
+//    screening once, in rotating order (A B C, B C A, C A B, ...; for two
+//    arms A B A B ...) from a start drawn from the seed, so that every
+//    measured visit follows a switch and each arm takes each place equally
+//    often. The baseline is replaced only when the leader is faster by more
+//    than the minimum effect with the rule's confidence (so equal plans
+//    replace it no more often than with one candidate); then the runner-up
+//    is kept instead where it beats the baseline by the same rule and is
+//    faster than the leader in the same rounds (median paired gain), so a
+//    plan that beats the baseline but loses to the runner-up is not kept. Otherwise the baseline
 //    stays, and the log says why. Every figure logged for a verified plan
 //    (median and interval) comes from these rounds. Rank 0 stores the
 //    entry.
@@ -66,7 +68,8 @@
 //    being pinned to a plan that lost.
 // Every decision uses values all ranks share (broadcast or max-reduced), so
 // ranks always agree on the plan and on when it changes. The extra
-// collectives run between iterations: one small max-allreduce per block.
+// collectives run between iterations: one small max-allreduce per screening
+// block, per verification and per batch of check pairs.
 //
 // Note [The user's DDP is the baseline]
 // A tuner that compares against DDP's 25 MiB default can "win" and still
@@ -209,8 +212,9 @@ struct TuningSummary {
 class OnlineTuner final : public bucketing::PlanPolicy {
  public:
   // Collective. Validates the options, checks that every rank has the same
-  // layout, looks the cache up (rank 0) and picks the first plan: the cached
-  // one, or DDP's default. `owned_cache`, when given, is used (and kept
+  // layout, draws the seed and looks the cache up (rank 0) and picks the
+  // first plan: a cached one (then checked, Note [Closed-loop tuning]), or
+  // the profiling plan (the baseline, or profile_cap_bytes buckets). `owned_cache`, when given, is used (and kept
   // alive) instead of options.cache.
   static absl::StatusOr<std::unique_ptr<OnlineTuner>> Create(
       comm::Communicator& comm, bucketing::GradientLayout layout, TunerOptions options,
@@ -225,7 +229,7 @@ class OnlineTuner final : public bucketing::PlanPolicy {
   bool cache_hit() const { return cache_hit_; }
   bool derived_from_cache() const { return derived_; }
   // Iterations spent before the decision (0 on a cache hit) and the time
-  // they took beyond DDP's default median (the cost of tuning, us).
+  // they took beyond the baseline's median (the cost of tuning, us).
   int tuning_iterations() const { return tuning_iterations_; }
   double tuning_cost_us() const { return tuning_cost_us_; }
   // Iterations of the check of a cache hit (not tuning: the plan was not
@@ -247,8 +251,9 @@ class OnlineTuner final : public bucketing::PlanPolicy {
   // words a decision uses for it ("DDP's default", "your DDP buckets (5 MiB)").
   const std::string& baseline_label() const { return baseline_label_; }
   TuningSummary Summary() const;
-  // The plans measured (the default first), and the index of the chosen
-  // one (-1 until decided, or after a cache hit).
+  // The plans measured (the baseline first; after a checked cache hit: the
+  // baseline and the cached plan), and the index of the kept one (-1 until
+  // decided, and after a hit taken unchecked).
   const std::vector<MeasuredPlan>& measured() const { return measured_; }
   int chosen() const { return chosen_; }
   const Verdict& verdict() const { return verdict_; }
@@ -272,7 +277,7 @@ class OnlineTuner final : public bucketing::PlanPolicy {
   absl::StatusOr<std::optional<bucketing::Plan>> CheckHit(double sample);
   void StartChecks(double gain, double noise);
   // The next arm of an interleaved comparison of `arms` (indices into
-  // arm plans), rounds alternating forward and reversed.
+  // arm plans), rounds rotating (three arms) or alternating (two).
   int NextArm();
   std::optional<bucketing::Plan> Visit(int candidate);
   void Log(const std::string& line) const;
@@ -317,8 +322,8 @@ class OnlineTuner final : public bucketing::PlanPolicy {
   int rounds_ = 0;
   int rounds_wanted_ = 0;
   std::vector<std::vector<double>> arm_samples_;
-  // The cache hit under check, and whether its entry was only simulated.
-  std::optional<bucketing::Plan> hit_plan_;
+  // Whether the cache hit under check was only simulated (never measured).
+  bool hit_simulated_ = false;
   int hit_check_iterations_ = 0;
   int chosen_ = -1;
   std::optional<bucketing::Plan> chosen_plan_;
@@ -332,6 +337,7 @@ class OnlineTuner final : public bucketing::PlanPolicy {
   double baseline_us_ = 0;       // the baseline's verified median
   double tuning_wall_us_ = 0;
   int64_t steps_since_decision_ = 0;
+  int64_t controls_ = 0;         // check steps run (the baseline's)
   int since_check_ = 0;
   bool control_ = false;         // the default runs this iteration as a control
   std::optional<double> control_sample_;

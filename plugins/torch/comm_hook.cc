@@ -554,6 +554,15 @@ bool HookState::TimesNextBoundary() const {
   return tuner_ == nullptr || tuner_->TimesNextBoundary();
 }
 
+std::string HookState::SummaryLine() const {
+  std::lock_guard<std::mutex> step(step_mu_);
+  if (tuner_ == nullptr || tuner_->phase() != autotune::TunerPhase::kTuned ||
+      tuner_->chosen() <= 0) {
+    return "";
+  }
+  return tuner_->Summary().Line();
+}
+
 HookSnapshot HookState::Snapshot() const {
   HookSnapshot snap;
   // The engine and the tuner change only under step_mu_ (their accessors

@@ -167,6 +167,9 @@ class HookState {
   // TimesNextBoundary; true before the tuner exists): where a model runs on
   // a device, the caller synchronises it there and nowhere else.
   bool TimesNextBoundary() const;
+  // TuningSummary::Line() once a plan other than the baseline is kept, else
+  // empty; cheap (no snapshot), for a per-step check.
+  std::string SummaryLine() const;
 
  private:
   absl::Status OnForwardStartNative();

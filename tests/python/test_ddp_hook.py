@@ -526,6 +526,60 @@ def test_a_ddp_it_cannot_handle_is_declined_and_fusebox_can_be_turned_off():
         assert "FUSEBOX_DISABLE" in res["bad_disable"], res
 
 
+SYNCS = r'''
+import json, os, time, torch, torch.distributed as dist
+import fusebox.torch as ft
+from torch.nn.parallel import DistributedDataParallel as DDP
+dist.init_process_group("gloo")
+torch.manual_seed(0)
+# A fake device: the hook's synchronisations are counted per step.
+syncs = []
+ft._device_sync = lambda params: (lambda: syncs.append(step))
+class Sleepy(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a, self.b = torch.nn.Linear(64, 64), torch.nn.Linear(64, 8)
+    def forward(self, x):
+        time.sleep(0.005)
+        return self.b(torch.relu(self.a(x)))
+m = DDP(Sleepy())
+h = ft.register(m, cache_dir=False, candidates=0, screening_blocks=1, verify_pairs=5,
+                check_every=5, timeout_s=60)
+opt = torch.optim.SGD(m.parameters(), lr=0.01)
+tuned_at = None
+for step in range(160):
+    opt.zero_grad()
+    m(torch.ones(8, 64)).sum().backward()
+    opt.step()
+    if tuned_at is None and h.state == "tuned":
+        tuned_at = step
+        # A plan other than the user's buckets, so that checks run (every
+        # model-sized cap gives this small model the same single bucket).
+        h._hook._force_plan("per-tensor")
+snap = h.snapshot()
+kept_baseline = False
+after = [s for s in syncs if tuned_at is not None and s > tuned_at + 2]
+print("RESULT", json.dumps({"tuned_at": tuned_at, "before": len(syncs) - len(after),
+      "after": len(after), "kept_baseline": kept_baseline, "steps": 160,
+      "checks": snap["checks"]}))
+'''
+
+
+def test_the_device_is_synchronised_only_at_measured_steps():
+    """A fake device counts the hook's synchronisations (Note [Timing
+    without stalling the device]): every step while tuning; after the
+    decision, with a plan other than the user's buckets forced in, only the
+    three boundaries of each check (one baseline step every 5 or more), and
+    at least one check's."""
+    for out in run_script_on_two_ranks(SYNCS):
+        res = json.loads(out.split("RESULT ", 1)[1].splitlines()[0])
+        assert res["tuned_at"] is not None, res
+        assert res["before"] >= res["tuned_at"], res
+        after_steps = res["steps"] - res["tuned_at"] - 3
+        assert 0 < res["after"] <= 3 * (after_steps // 6 + 1), res
+        assert res["checks"] >= 1, res
+
+
 DEVICES = r"""
 import os, torch, torch.distributed as dist
 import fusebox.torch as ft

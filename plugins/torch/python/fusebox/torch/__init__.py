@@ -23,6 +23,8 @@ through a fusebox communicator from a communication hook instead.
 import atexit
 import logging
 import os
+import re
+import weakref
 
 import torch  # loads libtorch before the extension
 import torch.distributed as dist
@@ -53,6 +55,8 @@ def _configure_logger(verbose):
         raise ValueError("FUSEBOX_LOG_LEVEL must be one of %s, got %r"
                          % (", ".join(_LEVELS), env))
     level = _LEVELS[env] if env else (logging.INFO if verbose else SUMMARY)
+    if not env and not verbose and logger.getEffectiveLevel() <= level:
+        return  # the application already shows these lines: leave its setting
     if logger.level == logging.NOTSET or logger.level > level:
         logger.setLevel(level)
     if not logger.hasHandlers():
@@ -215,19 +219,33 @@ def _declined(ddp_model):
     return None
 
 
+_KEY_LABEL = re.compile(r"[A-Za-z0-9._:+-]{1,128}")
+
+
+def _device_kind(params):
+    """"cpu", or the accelerator's type and model: "cuda-h100-80gb-hbm3"."""
+    for p in params:
+        if p.device.type == "cpu":
+            continue
+        kind = p.device.type
+        if p.is_cuda:
+            name = re.sub(r"[^a-z0-9.]+", "-", torch.cuda.get_device_name(p.device).lower())
+            name = re.sub(r"^(nvidia|tesla)-", "", name.strip("-"))[:40].strip("-")
+            kind = "cuda-" + name if name else "cuda"
+        return kind
+    return "cpu"
+
+
 def _key_network(network, params):
     """The cache key's network label: the user's, with what else changes the
     answer appended: the device kind the steps run on and torch's major
-    version ("local+cpu+torch1", "ib-400g+cuda-h100+torch2")."""
-    kind = "cpu"
-    for p in params:
-        if p.is_cuda:
-            name = torch.cuda.get_device_name(p.device).lower()
-            model = "".join(c if c.isalnum() else "-" for c in name.split()[-1])[:24]
-            kind = "cuda-" + model if model else "cuda"
-            break
-    major = torch.__version__.split(".", 1)[0]
-    return "%s+%s+torch%s" % (network, kind, major)
+    version ("local+cpu+torch1", "ib-400g+cuda-h100-80gb-hbm3+torch2")."""
+    major = re.sub(r"[^0-9]", "", torch.__version__.split(".", 1)[0]) or "0"
+    label = "%s+%s+torch%s" % (network, _device_kind(params), major)
+    if not _KEY_LABEL.fullmatch(label):
+        raise ValueError("network=%r makes the cache key label %r, which must be 1-128 of "
+                         "[A-Za-z0-9._:+-]" % (network, label))
+    return label
 
 
 def _disabled():
@@ -241,9 +259,13 @@ def _disabled():
 
 def _ddp_buckets(ddp_model):
     """The bucket cap and first bucket size (bytes) this DDP was built with:
-    the user's own buckets, fusebox's baseline and fallback."""
+    the user's own buckets, fusebox's baseline and fallback. Torch 1.x always
+    makes the first bucket 1 MiB; newer torch makes it the cap when the user
+    set bucket_cap_mb (bucket_bytes_cap_default False)."""
     cap = int(getattr(ddp_model, "bucket_bytes_cap", 25 * 1024 * 1024))
     first = int(getattr(dist, "_DEFAULT_FIRST_BUCKET_BYTES", 1024 * 1024))
+    if getattr(ddp_model, "bucket_bytes_cap_default", True) is False:
+        first = cap
     return max(cap, 1), max(min(first, cap), 1)
 
 
@@ -437,20 +459,27 @@ def register(ddp_model, *, cache_dir=None, plan=None, communicator="ddp",
             hook.on_forward_start()
             _drain_log(hook, rank)
             if not handle._summary_logged and rank == 0:
-                line = hook.snapshot()["summary"]
+                line = hook.summary_line()
                 if line:
                     handle._summary_logged = True
                     logger.log(SUMMARY, "rank %d: %s", rank, line)
             if handle._grad_hooks is not None:
                 handle._grad_hooks.update()
 
+    handle._summary_logged = False
+    # At exit, the line again (with the time saved by then), without keeping
+    # the hook alive: the handler holds the handle weakly and is dropped
+    # with it.
+    ref = weakref.ref(handle)
+
     def at_exit():
-        line = hook.snapshot()["summary"]
+        h = ref()
+        line = h._hook.summary_line() if h is not None else ""
         if line and rank == 0:
             logger.log(SUMMARY, "rank %d: at exit: %s", rank, line)
 
-    handle._summary_logged = False
     atexit.register(at_exit)
+    weakref.finalize(handle, atexit.unregister, at_exit)
 
     handle._pre_hook = ddp_model.register_forward_pre_hook(forward_start)
     if communicator == "ddp":
