@@ -13,7 +13,8 @@ Every variant runs `<build>/tools/fusebox-run -n RANKS -- <build>/perf/fusebox-p
 time over the rounds [order-statistic 95% CI], and its speed-up over the baseline: the median
 over rounds of baseline time / variant time in the same round [95% CI] (> 1: faster than the
 baseline). With fewer than 6 rounds no order-statistic interval reaches 95%; the one printed is
-then min..max. Raw outputs go to <out>/<variant>-<round>.txt, the table to <out>/report.txt.
+then min..max. Raw outputs go to <out>/<variant>-<round>.txt, the table to <out>/report.txt,
+and its compact summary for a results page to <out>/result.json (perf/results.py).
 Exit status: 0 when every run succeeded and checked its results (#wrong 0). Standard library
 only.
 """
@@ -27,6 +28,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from bench_gap import median, median_ci  # noqa: E402
+import results as result_summary  # noqa: E402  perf/results.py: the results convention
 
 
 def parse_rows(text):
@@ -158,6 +160,9 @@ def main(argv=None):
     print(report, end="")
     with open(os.path.join(out, "report.txt"), "w") as f:
         f.write(report)
+    result_summary.write_run_summary(out, report, "bench_ab",
+                                     " ".join(["python3"] + sys.argv),
+                                     "fusebox against itself under different flags, interleaved")
     return 0 if ok else 1
 
 

@@ -20,8 +20,9 @@ with 95% CIs, and within/exact: the paired ratio over rounds, median [order-stat
 (< 1: the plan chosen within the error is faster). A setting where both choices are the same
 plan is reported as such and not measured.
 
-Writes OUT/report.txt (what is printed, the command line first), the sweep, the cost model,
-the scaled profiles, the plans and each run's JSON and log. Exit status: 0 when every run
+Writes OUT/report.txt (what is printed, the command line first), OUT/result.json (its compact
+summary for a results page, perf/results.py), the sweep, the cost model, the scaled profiles,
+the plans and each run's JSON and log. Exit status: 0 when every run
 succeeded. Standard library only.
 """
 
@@ -37,6 +38,7 @@ import sys
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(REPO, "perf"))
 from bench_gap import median, median_ci  # noqa: E402  (the same statistics as bench_gap)
+import results as result_summary  # noqa: E402  perf/results.py: the results convention
 
 TUNE_HEADER = re.compile(r"^# forward ([0-9.]+) ms, backward ([0-9.]+) ms; "
                          r"t\(all gradients\) = ([0-9.]+) ms")
@@ -172,6 +174,9 @@ def main():
         "within the model's error measured faster")
     with open(os.path.join(out, "report.txt"), "w") as f:
         f.write("\n".join(report) + "\n")
+    result_summary.write_run_summary(out, "\n".join(report) + "\n", "bench_choice",
+                                     " ".join(["python3"] + sys.argv),
+                                     "the plans chosen with and without the model's error")
     print("# written to %s" % out)
     return 1 if failed else 0
 
