@@ -464,7 +464,8 @@ def check(repo=REPO):
     # Code cites Notes and result pages, never dated run folders.
     for d in CODE_DIRS:
         for root, _, files in os.walk(os.path.join(repo, d)):
-            if os.path.relpath(root, repo).startswith(PROVENANCE_DIRS):
+            if (os.path.relpath(root, repo).startswith(PROVENANCE_DIRS)
+                    or os.path.basename(root) == "__pycache__"):
                 continue
             for f in files:
                 path = os.path.join(root, f)
