@@ -329,14 +329,44 @@ def free_port():
 
 # ------------------------------------------------------------------ rounds
 
-class Rounds:
-    """Starts the ranks of each round and keeps track of them, so that only
-    they are killed when anything goes wrong."""
+def launch_env(build, link, world, ns_port):
+    """The environment every rank of one launch shares: torchrun's variables
+    for `world` ranks, fusebox.torch from `build`, one thread; on a shaped
+    link one "host" per namespace, rank 0's on `ns_port`."""
+    env = dict(os.environ, WORLD_SIZE=str(world), OMP_NUM_THREADS="1",
+               PYTHONPATH=os.path.join(os.path.abspath(build), "python"))
+    if link == "loopback":
+        env.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()),
+                   GLOO_SOCKET_IFNAME="lo", LOCAL_WORLD_SIZE=str(world))
+    else:
+        env.update(MASTER_ADDR=ADDR[0], MASTER_PORT=str(ns_port),
+                   LOCAL_WORLD_SIZE="1", LOCAL_RANK="0")
+    return env
 
-    def __init__(self, args, outdir):
-        self.args = args
-        self.outdir = outdir
+
+def place_rank(env, cmd, link, rank):
+    """One rank's environment and command: its RANK, and on a shaped link its
+    namespace and interface."""
+    rank_env = dict(env, RANK=str(rank))
+    if link == "loopback":
+        rank_env["LOCAL_RANK"] = str(rank)
+        return rank_env, cmd
+    rank_env["GLOO_SOCKET_IFNAME"] = DEV[rank]
+    return rank_env, ["ip", "netns", "exec", NS[rank]] + cmd
+
+
+class RankProcesses:
+    """The ranks of one launch at a time, kept track of so that only they are
+    killed when anything goes wrong (each in a session of its own)."""
+
+    def __init__(self, timeout_s, poll_s):
+        self.timeout_s = timeout_s
+        self.poll_s = poll_s
         self.procs = []
+
+    def start(self, cmd, env, stdout, stderr):
+        self.procs.append(subprocess.Popen(cmd, env=env, stdout=stdout, stderr=stderr,
+                                           start_new_session=True))
 
     def kill(self):
         for p in self.procs:
@@ -344,6 +374,30 @@ class Rounds:
                 os.killpg(p.pid, signal.SIGKILL)
                 p.wait()
         self.procs = []
+
+    def wait(self, what, logs):
+        """Waits for every rank; fails at once when one fails or the launch
+        takes longer than the timeout, with the tails of `logs`."""
+        deadline = time.monotonic() + self.timeout_s
+        while True:
+            codes = [p.poll() for p in self.procs]
+            failed = [(r, c) for r, c in enumerate(codes) if c not in (None, 0)]
+            if failed or time.monotonic() > deadline:
+                why = ("rank %d exited with %d" % failed[0] if failed
+                       else "timed out after %d s" % self.timeout_s)
+                raise RuntimeError("%s: %s\n%s" % (what, why, log_tails(logs)))
+            if all(c == 0 for c in codes):
+                return
+            time.sleep(self.poll_s)
+
+
+class Rounds(RankProcesses):
+    """Starts the ranks of each round (RankProcesses)."""
+
+    def __init__(self, args, outdir):
+        super().__init__(args.timeout, 0.5)
+        self.args = args
+        self.outdir = outdir
 
     def run(self, model, link, number, order):
         """Runs one round; returns the worker's JSON with the round's metadata."""
@@ -353,35 +407,21 @@ class Rounds:
         batch = args.batch_transformer if model in LMS else args.batch_cnn
         cache = tempfile.mkdtemp(prefix="fusebox-ddp-cache.")  # fresh: tuning from scratch
         partial = out + ".partial"
-        env = dict(os.environ, WORLD_SIZE=str(args.ranks), OMP_NUM_THREADS="1",
-                   PYTHONPATH=os.path.join(os.path.abspath(args.build), "python"))
-        if link == "loopback":
-            env.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()),
-                       GLOO_SOCKET_IFNAME="lo", LOCAL_WORLD_SIZE=str(args.ranks))
-        else:  # one "host" per namespace
-            env.update(MASTER_ADDR=ADDR[0], MASTER_PORT=str(NS_PORT + number),
-                       LOCAL_WORLD_SIZE="1", LOCAL_RANK="0")
+        env = launch_env(args.build, link, args.ranks, NS_PORT + number)
+        cmd = [args.python, WORKER, "--out", partial, "--model", model,
+               "--order", ",".join(order),
+               "--steps", str(args.steps), "--tune_steps", str(args.tune_steps),
+               "--measure", str(args.measure), "--batch", str(batch),
+               "--cache", cache, "--threads", "1", "--device", args.device,
+               "--image", str(args.image)]
         logs = []
         try:
             for rank in range(args.ranks):
-                rank_env = dict(env, RANK=str(rank))
-                cmd = [args.python, WORKER, "--out", partial, "--model", model,
-                       "--order", ",".join(order),
-                       "--steps", str(args.steps), "--tune_steps", str(args.tune_steps),
-                       "--measure", str(args.measure), "--batch", str(batch),
-                       "--cache", cache, "--threads", "1", "--device", args.device,
-                       "--image", str(args.image)]
-                if link == "loopback":
-                    rank_env["LOCAL_RANK"] = str(rank)
-                else:
-                    rank_env["GLOO_SOCKET_IFNAME"] = DEV[rank]
-                    cmd = ["ip", "netns", "exec", NS[rank]] + cmd
+                rank_env, rank_cmd = place_rank(env, cmd, link, rank)
                 log = os.path.join(self.outdir, "logs", "%s-rank%d.log" % (tag, rank))
                 logs.append(log)
                 with open(log, "w") as f:
-                    self.procs.append(subprocess.Popen(cmd, env=rank_env, stdout=f,
-                                                       stderr=subprocess.STDOUT,
-                                                       start_new_session=True))
+                    self.start(rank_cmd, rank_env, f, subprocess.STDOUT)
             self.wait(tag, logs)
         finally:
             self.kill()
@@ -395,20 +435,6 @@ class Rounds:
         os.remove(partial)
         return result
 
-    def wait(self, tag, logs):
-        """Waits for both ranks; fails at once when one fails or the round
-        takes longer than --timeout."""
-        deadline = time.monotonic() + self.args.timeout
-        while True:
-            codes = [p.poll() for p in self.procs]
-            failed = [(r, c) for r, c in enumerate(codes) if c not in (None, 0)]
-            if failed or time.monotonic() > deadline:
-                why = ("rank %d exited with %d" % failed[0] if failed
-                       else "timed out after %d s" % self.args.timeout)
-                raise RuntimeError("%s: %s\n%s" % (tag, why, log_tails(logs)))
-            if all(c == 0 for c in codes):
-                return
-            time.sleep(0.5)
 
 
 def log_tails(logs, lines=15):

@@ -179,37 +179,22 @@ def describe_scales(f, args):
 
 # ---------------------------------------------------------------- launches
 
-class Launcher:
-    """Starts the 2 ranks of each launch and keeps track of them, so that only
-    they are killed when anything goes wrong."""
+class Launcher(netns.RankProcesses):
+    """Starts the 2 ranks of each launch (bench_ddp_hook.RankProcesses)."""
 
     def __init__(self, args, outdir):
+        super().__init__(args.timeout, 0.2)
         self.args = args
         self.outdir = outdir
-        self.procs = []
         self.count = 0
-
-    def kill(self):
-        for p in self.procs:
-            if p.poll() is None:
-                os.killpg(p.pid, signal.SIGKILL)
-                p.wait()
-        self.procs = []
 
     def run(self, tag, mode, cap, seed):
         """One launch; returns rank 0's JSON line, parsed."""
         args = self.args
         self.count += 1
-        env = dict(os.environ, WORLD_SIZE="2", OMP_NUM_THREADS="1",
-                   PYTHONPATH=os.path.join(os.path.abspath(args.build), "python"))
+        # A fresh port per launch on a shaped link (no TIME_WAIT clash).
+        env = netns.launch_env(args.build, args.link, 2, netns.NS_PORT + self.count % 1000)
         env.pop("FUSEBOX_DISABLE", None)
-        if args.link == "loopback":
-            env.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(netns.free_port()),
-                       GLOO_SOCKET_IFNAME="lo", LOCAL_WORLD_SIZE="2")
-        else:  # one "host" per namespace; a fresh port per launch (no TIME_WAIT clash)
-            env.update(MASTER_ADDR=netns.ADDR[0],
-                       MASTER_PORT=str(netns.NS_PORT + self.count % 1000),
-                       LOCAL_WORLD_SIZE="1", LOCAL_RANK="0")
         cmd = [args.python, WORKER, "--mode", mode, "--cap", "%g" % cap,
                "--steps", str(args.steps), "--profile", args.profile,
                "--compute-scale", repr(args.compute_scale),
@@ -219,21 +204,14 @@ class Launcher:
         outs, logs = [], []
         try:
             for rank in range(2):
-                rank_env = dict(env, RANK=str(rank))
-                rank_cmd = cmd
-                if args.link == "loopback":
-                    rank_env["LOCAL_RANK"] = str(rank)
-                else:
-                    rank_env["GLOO_SOCKET_IFNAME"] = netns.DEV[rank]
-                    rank_cmd = ["ip", "netns", "exec", netns.NS[rank]] + cmd
+                rank_env, rank_cmd = netns.place_rank(env, cmd, args.link, rank)
                 base = os.path.join(self.outdir, "logs", "%s-%s-rank%d" % (tag, mode, rank))
                 outs.append(base + ".out")
                 logs.append(base + ".log")
                 with open(outs[-1], "w") as out, open(logs[-1], "w") as err:
                     err.write("# %s\n" % shlex.join(rank_cmd))
                     err.flush()
-                    self.procs.append(subprocess.Popen(rank_cmd, env=rank_env, stdout=out,
-                                                       stderr=err, start_new_session=True))
+                    self.start(rank_cmd, rank_env, out, err)
             self.wait("%s %s" % (tag, mode), logs)
         finally:
             self.kill()
@@ -244,18 +222,6 @@ class Launcher:
                                % (tag, mode, netns.log_tails(logs + outs)))
         return json.loads(lines[-1])
 
-    def wait(self, what, logs):
-        deadline = time.monotonic() + self.args.timeout
-        while True:
-            codes = [p.poll() for p in self.procs]
-            failed = [(r, c) for r, c in enumerate(codes) if c not in (None, 0)]
-            if failed or time.monotonic() > deadline:
-                why = ("rank %d exited with %d" % failed[0] if failed
-                       else "timed out after %d s" % self.args.timeout)
-                raise RuntimeError("%s: %s\n%s" % (what, why, netns.log_tails(logs)))
-            if all(c == 0 for c in codes):
-                return
-            time.sleep(0.2)
 
 
 # ---------------------------------------------------------------- analysis

@@ -446,6 +446,22 @@ class DeviceTimeModel(nn.Module):
     def device_backward_s(self):
         return self._backward_us * self.compute_scale * 1e-6
 
+    def timed_step(self, rank, step):
+        """One forward and backward on make_batch(rank, step), gradients
+        zeroed first; returns (forward_s, backward_s, backward_start, loss)
+        by the host's clock (backward_start: time.perf_counter() at the
+        start of backward, the origin of its gradients' ready times)."""
+        self.zero_grad(set_to_none=True)
+        x = self.make_batch(rank, step)
+        t0 = time.perf_counter()
+        out = self(x)
+        t1 = time.perf_counter()
+        loss = self.loss(out)
+        t2 = time.perf_counter()
+        loss.backward()
+        t3 = time.perf_counter()
+        return t1 - t0, t3 - t2, t2, loss
+
     def make_batch(self, rank, step):
         """A small deterministic input (BATCH x WIDTH float32) for `rank` at
         `step`: different ranks and steps get different batches."""
@@ -538,17 +554,9 @@ def main(argv=None):
     dev_f, dev_b = s["device_forward_us"] / 1e3, s["device_backward_us"] / 1e3
     print("step  forward_ms (device)  backward_ms (device)  loss")
     for step in range(args.steps):
-        model.zero_grad(set_to_none=True)
-        x = model.make_batch(0, step)
-        t0 = time.perf_counter()
-        out = model(x)
-        t1 = time.perf_counter()
-        loss = model.loss(out)
-        t2 = time.perf_counter()
-        loss.backward()
-        t3 = time.perf_counter()
+        forward_s, backward_s, _, loss = model.timed_step(0, step)
         print("%4d  %9.3f (%8.3f)  %10.3f (%8.3f)  %.6g"
-              % (step, (t1 - t0) * 1e3, dev_f, (t3 - t2) * 1e3, dev_b, loss.item()))
+              % (step, forward_s * 1e3, dev_f, backward_s * 1e3, dev_b, loss.item()))
     return 0
 
 
