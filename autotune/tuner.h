@@ -261,6 +261,9 @@ class OnlineTuner final : public bucketing::PlanPolicy {
   const CacheKey& key() const { return key_; }
   // The cost model the last search used (empty name before one).
   const CostModel& cost_model() const { return cost_; }
+  // Iterations between two checks of the kept plan (0: no checks); it
+  // depends on the kept plan's gain (CheckEvery in autotune/regression.h).
+  int check_interval() const { return check_interval_; }
   // Test hook: adopt `plan` as if it had been chosen (checks then judge it).
   void ForceChosen(bucketing::Plan plan);
 
