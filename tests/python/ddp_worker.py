@@ -90,9 +90,16 @@ def train(sc, rank, hooked):
     opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
     loss_fn = nn.CrossEntropyLoss()
     counts = []
+    micro = sc.get("accumulate", 1)
     for step in range(sc["steps"]):
-        x, y = batch(sc, rank, step)
         opt.zero_grad(set_to_none=False)
+        # Gradient accumulation: micro-batches under no_sync() (DDP reduces
+        # nothing), then one that reduces the accumulated gradients.
+        for m in range(micro - 1):
+            x, y = batch(sc, rank, step * micro + m)
+            with model.no_sync():
+                loss_fn(model(x), y).backward()
+        x, y = batch(sc, rank, step * micro + micro - 1)
         loss_fn(model(x), y).backward()
         opt.step()
         if handle is not None:

@@ -1,7 +1,8 @@
 """The fusebox DDP hook in real multi-process DDP (gloo, CPU): parameters
 after training equal plain DDP's (bit for bit on 2 ranks, 1e-6 relative on
 3), in tuning and cached mode, with tiny and default buckets, gradients as
-bucket views or not, unused parameters; the tuned plan is what the process
+bucket views or not, unused parameters, gradient accumulation under
+no_sync(); the tuned plan is what the process
 group actually carries; bad use fails clearly on every rank, never hangs.
 
 Each launch starts WORLD processes of ddp_worker.py; its scenarios run one
@@ -121,6 +122,11 @@ def two_rank_scenarios(tmp):
         scenario("block_tiny", "block", c("block")),
         scenario("block_default_view", "block", c("block_default"), bucket_cap_mb=25, view=True),
         scenario("mlp_unused", "mlp", c("mlp_unused"), unused=True),
+        # Gradient accumulation under no_sync(): a step is one optimizer
+        # step (3 backward passes, 1 reduced).
+        scenario("cnn_tiny_no_sync", "cnn", c("cnn_no_sync"), accumulate=3),
+        scenario("mlp_tiny_no_sync_hook", "mlp", c("mlp_no_sync_hook"), accumulate=3,
+                 communicator="process_group"),
     ]
 
 
@@ -157,7 +163,8 @@ def test_two_ranks_match_plain_ddp_bit_for_bit_while_tuning(first_run, name):
     assert len({json.dumps(r["plan"]) for r in per_rank}) == 1
 
 
-@pytest.mark.parametrize("name", ["mlp_tiny", "cnn_tiny_view", "block_tiny", "mlp_tiny_hook"])
+@pytest.mark.parametrize("name", ["mlp_tiny", "cnn_tiny_view", "block_tiny", "mlp_tiny_hook",
+                                  "cnn_tiny_no_sync"])
 def test_tuned_plan_is_what_the_process_group_carries(first_run, name):
     results, _, logs = first_run
     for res in check_ok(results, name, logs):
@@ -498,6 +505,30 @@ out["static"] = h.state, h.decision
 torch.manual_seed(0)
 plain = DDP(torch.nn.Linear(16, 4))
 out["same_as_plain"] = all(torch.equal(a, b) for a, b in zip(train(m, 3), train(plain, 3)))
+# torch.compile, around DDP or under it: declined, named. This torch may
+# have no torch.compile: a stand-in with its wrapper's name and attribute.
+class OptimizedModule(torch.nn.Module):
+    def __init__(self, mod):
+        super().__init__()
+        self._orig_mod = mod
+    def forward(self, *a):
+        return self._orig_mod(*a)
+m = DDP(OptimizedModule(torch.nn.Linear(16, 4)))
+h = fusebox.torch.register(m)
+out["compiled_under"] = h.state, h.decision
+out["compiled_under_trains"] = len(train(m, 2)) == 2
+h = fusebox.torch.register(OptimizedModule(DDP(torch.nn.Linear(16, 4))))
+out["compiled_around"] = h.state, h.decision
+# A module merely named so (no _orig_mod) is not taken for a compiled one.
+class Plain(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.l = torch.nn.Linear(16, 4)
+    def forward(self, x):
+        return self.l(x)
+Plain.__name__ = "OptimizedModule"
+h = fusebox.torch.register(DDP(Plain()), cache_dir=False)
+out["named_only"] = h.state
 # FUSEBOX_DISABLE=1: nothing registered.
 os.environ["FUSEBOX_DISABLE"] = "1"
 h = fusebox.torch.register(DDP(torch.nn.Linear(16, 4)))
@@ -512,8 +543,9 @@ print("RESULT", json.dumps(out))
 
 
 def test_a_ddp_it_cannot_handle_is_declined_and_fusebox_can_be_turned_off():
-    """static_graph=True is declined at register, with a message naming the
-    option, and the model trains as plain DDP (same parameters as a plain
+    """static_graph=True and torch.compile (around DDP or under it) are
+    declined at register, with a message naming the option, and the model
+    trains as plain DDP (same parameters as a plain
     DDP model after 3 steps); FUSEBOX_DISABLE=1 registers nothing; any
     other value of it is a ValueError naming the variable."""
     outs = run_script_on_two_ranks(DECLINES)
@@ -522,6 +554,12 @@ def test_a_ddp_it_cannot_handle_is_declined_and_fusebox_can_be_turned_off():
         assert res["static"][0] == "disabled", res
         assert "static_graph=True" in res["static"][1], res
         assert res["same_as_plain"], res
+        for where in ("compiled_under", "compiled_around"):
+            assert res[where][0] == "disabled", res
+            assert "torch.compile" in res[where][1], res
+        assert "module under DDP" in res["compiled_under"][1], res
+        assert res["compiled_under_trains"], res
+        assert res["named_only"] != "disabled", res
         assert res["disabled"][0] == "disabled" and "FUSEBOX_DISABLE" in res["disabled"][1], res
         assert "FUSEBOX_DISABLE" in res["bad_disable"], res
 

@@ -211,11 +211,32 @@ class _DisabledHandle:
         raise RuntimeError("fusebox registered nothing (%s): no timeline" % self.decision)
 
 
+def _compiled(module):
+    """Whether `module` is torch.compile's wrapper (torch 2.x's
+    OptimizedModule; matched by name and its `_orig_mod` where torch has no
+    torch._dynamo)."""
+    try:
+        from torch._dynamo.eval_frame import OptimizedModule
+        if isinstance(module, OptimizedModule):
+            return True
+    except ImportError:
+        pass
+    return type(module).__name__ == "OptimizedModule" and hasattr(module, "_orig_mod")
+
+
+_COMPILED = ("is compiled with torch.compile, whose DDP optimizer splits the graph at DDP's "
+             "bucket boundaries as DDP was built; fusebox changes those boundaries, so it "
+             "declines")
+
+
 def _declined(ddp_model):
-    """Why fusebox leaves this DDP alone (it then runs as plain DDP), or None."""
+    """Why fusebox leaves this DDP alone (it then runs as plain DDP), or None.
+    (A model compiled around DDP, torch.compile(ddp), is declined in register.)"""
     if getattr(ddp_model, "static_graph", False):
         return ("DDP was built with static_graph=True, which fixes its buckets after the first "
                 "iteration; fusebox chooses buckets by changing them, so it declines")
+    if _compiled(ddp_model.module):
+        return "the module under DDP " + _COMPILED
     return None
 
 
@@ -348,6 +369,12 @@ def register(ddp_model, *, cache_dir=None, plan=None, communicator="ddp",
         Warnings (an unusable cache directory, a plan rolled back) are
         logged at WARNING either way.
     """
+    if _compiled(ddp_model) and isinstance(getattr(ddp_model, "_orig_mod", None),
+                                           DistributedDataParallel):
+        _configure_logger(verbose)
+        why = "the DDP model " + _COMPILED
+        logger.warning("fusebox.torch.register: %s; the model runs as plain DDP", why)
+        return _DisabledHandle(why + "; plain DDP")
     if not isinstance(ddp_model, DistributedDataParallel):
         raise TypeError("fusebox.torch.register expects a torch.nn.parallel."
                         "DistributedDataParallel model, got %s" % type(ddp_model).__name__)
