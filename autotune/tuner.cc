@@ -22,9 +22,14 @@ using bucketing::Plan;
 using json = nlohmann::json;
 
 constexpr size_t kMaxBroadcastBytes = size_t{256} << 20;
-// Calibration runs inside a training step: sizes up to 32 MiB fix the
-// alpha-beta fit; larger ones would only make that step longer.
-constexpr int64_t kMaxCalibrationBytes = int64_t{32} << 20;
+// Calibration runs inside a training step, and a user pays for it in every
+// run that tunes: sizes up to 8 MiB fix the alpha-beta fit (at 8 MiB the
+// bandwidth term is several times the latency even at 400 Gbit/s); larger
+// ones only make that step longer. With sizes up to 32 MiB that step was
+// the largest single tuning cost in the trust benchmark's runs
+// (perf/bench_trust.py: about 0.8 s at 4 Gbit/s); at 8 MiB it moves a fifth
+// of the bytes.
+constexpr int64_t kMaxCalibrationBytes = int64_t{8} << 20;
 constexpr int64_t kMinCalibrationBytes = int64_t{1} << 20;
 // Every calibration call walks a buffer as large as the model's gradients,
 // up to this (Note [Timing on data out of cache] in measure.cc): memory
@@ -806,12 +811,16 @@ absl::Status OnlineTuner::Search(double backward_us, const std::vector<double>& 
     absl::StatusOr<std::vector<AllReduceSample>> samples;
     absl::StatusOr<CostModel> fitted;
     for (int reps : {3, 7, 15}) {
-      samples = MeasureAllReduce(comm_, CalibrationSizes(cap), reps,
-                                 std::min(layout_.total_bytes(), kMaxCalibrationWorkingSet));
+      samples = options_.measure_allreduce
+                    ? options_.measure_allreduce(CalibrationSizes(cap), reps)
+                    : MeasureAllReduce(comm_, CalibrationSizes(cap), reps,
+                                       std::min(layout_.total_bytes(), kMaxCalibrationWorkingSet));
       if (!samples.ok()) return samples.status();
-      fitted = FitCostModel(*samples, options_.ranks_per_node,
-                            absl::StrCat("measured on ", options_.backend, ", ", comm_.size(),
-                                         " ranks, by the online tuner"));
+      fitted = FitCostModel(
+          *samples, options_.ranks_per_node,
+          absl::StrCat("measured on ",
+                       options_.measured_on.empty() ? options_.backend : options_.measured_on,
+                       ", ", comm_.size(), " ranks, by the online tuner"));
       if (fitted.ok()) break;
       Log(absl::StrCat("fusebox tuner: calibration with ", reps,
                        " repetitions per size fits no cost model (", fitted.status().message(),

@@ -162,9 +162,20 @@ struct TunerOptions {
   uint64_t seed = 0;
   // The cost model; when absent it is fitted to allreduces measured on the
   // communicator (sizes up to calibration_max_bytes; 0: the gradients'
-  // total, at most 32 MiB).
+  // total, at most 8 MiB).
   std::optional<CostModel> cost_model;
   int64_t calibration_max_bytes = 0;
+  // What the allreduce times for that fit come from. Empty: MeasureAllReduce
+  // on the tuner's communicator. Else a collective with MeasureAllReduce's
+  // contract (every rank, same arguments; per size the median over `reps`
+  // of the slowest rank's time, the same on every rank): the DDP hook
+  // measures through the process group DDP reduces its buckets on (NCCL on
+  // GPUs), where the plans the model ranks will run, rather than through
+  // the side group its agreements use. `measured_on` names it in the model.
+  std::function<absl::StatusOr<std::vector<AllReduceSample>>(const std::vector<int64_t>& sizes,
+                                                             int reps)>
+      measure_allreduce;
+  std::string measured_on;
   // The cache (not owned; may be null) and the key's fields besides the
   // model signature and world size.
   PolicyCache* cache = nullptr;

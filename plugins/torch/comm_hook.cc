@@ -594,6 +594,8 @@ HookSnapshot HookState::Snapshot() const {
     snap.checks = tuner_->checks();
     snap.fallbacks = tuner_->fallbacks();
     snap.decision = tuner_->decision();
+    const autotune::CostModel& model = tuner_->cost_model();
+    if (!model.name.empty()) snap.cost_model = absl::StrCat(model.Describe(), "; ", model.source);
     if (tuner_->phase() == autotune::TunerPhase::kTuned && tuner_->chosen() > 0) {
       snap.summary = tuner_->Summary().Line();
     }

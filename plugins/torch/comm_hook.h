@@ -113,6 +113,7 @@ struct HookSnapshot {
   std::string summary;
   int hit_check_iterations = 0;
   uint64_t seed = 0;                    // the tuner's (replays its order)
+  std::string cost_model;               // the last search's model, described (empty before)
   int64_t iterations = 0;               // backward passes seen
   int64_t passthrough_iterations = 0;
   int64_t plan_installs = 0;            // times a plan was installed in DDP

@@ -659,3 +659,45 @@ def test_models_off_the_cpu_are_refused_at_register_except_on_the_native_path():
     assert "ACCEPTED" not in out, out
     assert "SYNC None" in out, out
     assert "GROUPS ['gloo'] torch-gloo" in out, out
+
+
+CALIBRATION = r'''
+import json, torch, torch.distributed as dist
+import fusebox.torch
+from torch.nn.parallel import DistributedDataParallel as DDP
+dist.init_process_group("gloo")
+torch.manual_seed(0)
+model = torch.nn.Sequential(*[torch.nn.Linear(128, 128) for _ in range(4)])
+m = DDP(model, bucket_cap_mb=0.1)
+h = fusebox.torch.register(m, cache_dir=False, candidates=1, screening_blocks=1,
+                           verify_pairs=5, check_every=0, timeout_s=60)
+opt = torch.optim.SGD(m.parameters(), lr=0.01)
+for step in range(30):
+    opt.zero_grad()
+    m(torch.ones(8, 128)).sum().backward()
+    opt.step()
+snap = h.snapshot()
+print("RESULT", json.dumps({"calls": h._calibration, "cost_model": snap["cost_model"],
+      "phase": snap["phase"],
+      "grad_bytes": sum(p.numel() * 4 for p in m.parameters())}))
+'''
+
+
+def test_the_cost_model_is_fitted_through_ddps_own_process_group():
+    """With DDP reducing (the default), the tuner's calibration allreduces
+    run through the process group DDP reduces its buckets on, not through
+    fusebox's side group: the timer on DDP's group is called with the
+    calibration sizes (4 KiB x8 up to the gradients' bytes, at least 1 MiB),
+    its figures are the slowest rank's (the same on both ranks), and the
+    fitted model names DDP's group."""
+    outs = run_script_on_two_ranks(CALIBRATION)
+    res = [json.loads(out.split("RESULT ", 1)[1].splitlines()[0]) for out in outs]
+    for r in res:
+        assert r["phase"] == "tuned", r
+        assert len(r["calls"]) >= 1, r
+        sizes, reps, times = r["calls"][0]
+        cap = max(r["grad_bytes"], 1 << 20)
+        assert sizes == [4096, 32768, 262144, cap], r
+        assert reps >= 3 and all(t > 0 for t in times), r
+        assert "DDP's process group (torch-gloo)" in r["cost_model"], r
+    assert res[0]["calls"] == res[1]["calls"]

@@ -5,8 +5,10 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -151,6 +153,7 @@ py::dict SnapshotToDict(const HookSnapshot& s) {
   d["summary"] = s.summary;
   d["hit_check_iterations"] = s.hit_check_iterations;
   d["seed"] = s.seed;
+  d["cost_model"] = s.cost_model;
   d["plan_installs"] = s.plan_installs;
   d["iterations"] = s.iterations;
   d["passthrough_iterations"] = s.passthrough_iterations;
@@ -222,6 +225,49 @@ MakeCommunicator(py::object group_obj, py::object store_obj, const py::dict& o) 
   return std::make_pair(*std::move(comm), static_cast<ProcessGroupCommunicator*>(nullptr));
 }
 
+// TunerOptions::measure_allreduce from a Python callable (sizes, reps) ->
+// one time in microseconds per size. The tuner calls it with the GIL
+// released (from on_forward_start): it takes the GIL to call, and the
+// callable is released under the GIL too (never at interpreter exit).
+std::function<absl::StatusOr<std::vector<autotune::AllReduceSample>>(const std::vector<int64_t>&,
+                                                                     int)>
+MeasureThroughPython(py::object callable) {
+  std::shared_ptr<py::object> fn(new py::object(std::move(callable)), [](py::object* p) {
+    if (!Py_IsInitialized()) return;  // leaked at exit: no interpreter to release it
+    py::gil_scoped_acquire gil;
+    delete p;
+  });
+  return [fn](const std::vector<int64_t>& sizes,
+              int reps) -> absl::StatusOr<std::vector<autotune::AllReduceSample>> {
+    py::gil_scoped_acquire gil;
+    std::vector<double> times;
+    int world = 0;
+    try {
+      py::tuple r = (*fn)(sizes, reps).cast<py::tuple>();
+      world = r[0].cast<int>();
+      times = r[1].cast<std::vector<double>>();
+    } catch (const std::exception& e) {  // py::error_already_set, py::cast_error
+      return absl::InternalError(absl::StrCat("measuring the allreduce through DDP's group: ",
+                                              e.what()));
+    }
+    if (times.size() != sizes.size()) {
+      return absl::InternalError(absl::StrCat("measuring the allreduce through DDP's group: ",
+                                              times.size(), " times for ", sizes.size(),
+                                              " sizes"));
+    }
+    std::vector<autotune::AllReduceSample> samples;
+    for (size_t i = 0; i < sizes.size(); ++i) {
+      if (!(std::isfinite(times[i]) && times[i] > 0)) {
+        return absl::InternalError(absl::StrCat("measuring the allreduce through DDP's group: ",
+                                                "time ", times[i], " us at ", sizes[i],
+                                                " bytes is not a positive number"));
+      }
+      samples.push_back({world, sizes[i], times[i]});
+    }
+    return samples;
+  };
+}
+
 std::unique_ptr<Hook> Register(py::object reducer_obj, py::object group_obj, py::dict o,
                                py::object store_obj, std::vector<at::Tensor> params,
                                std::vector<std::string> names) {
@@ -251,6 +297,10 @@ std::unique_ptr<Hook> Register(py::object reducer_obj, py::object group_obj, py:
     options.tuner.baseline_first_bucket_bytes = o["baseline_first_bucket_bytes"].cast<int64_t>();
   }
   if (o.contains("seed")) options.tuner.seed = o["seed"].cast<uint64_t>();
+  if (o.contains("measure_allreduce") && !o["measure_allreduce"].is_none()) {
+    options.tuner.measure_allreduce = MeasureThroughPython(o["measure_allreduce"]);
+    options.tuner.measured_on = o["measured_on"].cast<std::string>();
+  }
   options.tuner.wall_clock_s = [] { return absl::ToUnixSeconds(absl::Now()); };
   options.engine.max_in_flight = o["max_in_flight"].cast<int>();
   options.engine.timeout = absl::Seconds(o["timeout_s"].cast<double>());

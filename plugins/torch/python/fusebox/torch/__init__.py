@@ -184,6 +184,60 @@ def _device_sync(params):
     return None
 
 
+_CALIBRATION_WORKING_SET = 64 << 20
+
+
+def _allreduce_timer(group, params, record=None):
+    """The tuner's calibration through `group`, the process group DDP reduces
+    its buckets on (TunerOptions::measure_allreduce in autotune/tuner.h), on
+    the model's device: (sizes in bytes, reps) -> (world, [microseconds per
+    size]). Per size one warm-up and `reps` timed fp32 averaging allreduces,
+    each after a one-element allreduce that lines the ranks up; a
+    repetition is the slowest rank's time, a size's time the median of its
+    repetitions: the same figures on every rank. The calls walk a buffer as
+    large as the gradients (up to 64 MiB), so that their data is out of
+    cache as a bucket's is. It runs at a step boundary on the training
+    thread, where DDP has no collective of its own in flight on the group.
+    `record`: a list that gets (sizes, reps, times) per call (tests)."""
+    device = next((p.device for p in params), torch.device("cpu"))
+    grad_bytes = sum(p.numel() * p.element_size() for p in params)
+    sync = (lambda: torch.cuda.synchronize(device)) if device.type == "cuda" else (lambda: None)
+
+    def measure(sizes, reps):
+        import time
+        largest = max(sizes)
+        working = max(largest, min(grad_bytes, _CALIBRATION_WORKING_SET))
+        buf = torch.zeros((working + 3) // 4, dtype=torch.float32, device=device)
+        line_up = torch.zeros(1, device=device)
+        world = dist.get_world_size(group)
+        times = torch.zeros(len(sizes), max(reps, 1), dtype=torch.float64, device=device)
+        offset = 0
+        for i, size in enumerate(sizes):
+            n = size // 4
+            for rep in range(reps + 1):
+                if offset + n > buf.numel():
+                    offset = 0
+                chunk = buf[offset:offset + n]
+                offset += (n + 1023) // 1024 * 1024  # the next page-aligned part
+                dist.all_reduce(line_up, group=group)
+                sync()
+                t0 = time.perf_counter()
+                dist.all_reduce(chunk, group=group)
+                chunk.div_(world)
+                sync()
+                if rep > 0:
+                    times[i, rep - 1] = (time.perf_counter() - t0) * 1e6
+        dist.all_reduce(times, op=dist.ReduceOp.MAX, group=group)
+        # The median of an even count is the mean of the middle two, as the
+        # C++ measurement's is (torch.median would take the lower).
+        medians = [float(v) for v in times[:, :reps].quantile(0.5, dim=1).cpu()]
+        if record is not None:
+            record.append((list(sizes), reps, medians))
+        return world, medians
+
+    return measure
+
+
 class _DisabledHandle:
     """What ``register`` returns where it registers nothing (FUSEBOX_DISABLE
     set, or a DDP fusebox declines): the model is plain DDP. `decision` says
@@ -469,11 +523,19 @@ def register(ddp_model, *, cache_dir=None, plan=None, communicator="ddp",
         ddp_model)
     if seed is not None:
         options["seed"] = seed
+    calibration = []
+    if communicator == "ddp":
+        # The cost model is fitted on the group DDP reduces through (NCCL on
+        # GPUs), not on the gloo side group fusebox agrees over.
+        options["measure_allreduce"] = _allreduce_timer(ddp_model.process_group, params,
+                                                        calibration)
+        options["measured_on"] = "DDP's process group (%s)" % backend
     _configure_logger(verbose)
     device_sync = _device_sync(params)
     rank = dist.get_rank(group) if group is not None else dist.get_rank()
     hook = _C._register(ddp_model.reducer, group, options, store, params, names)
     handle = Handle(hook, group, rank)
+    handle._calibration = calibration  # what the tuner measured through DDP's group (tests)
     _drain_log(hook, rank)
 
     def forward_start(module, inputs):
