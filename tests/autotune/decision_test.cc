@@ -122,6 +122,7 @@ class SyntheticRun {
     int after_degrade = -1;  // iterations from the degradation to the fallback
     int timed_after = 0;     // boundaries timed after the decision
     int steps_after = 0;     // iterations run after the decision
+    std::vector<std::string> visits;  // the plan of every iteration until the decision
   };
 
   // Runs until tuned, then `extra` iterations; from `degrade_at` (counted
@@ -165,6 +166,7 @@ class SyntheticRun {
       }
       const int after = tuned ? it - tuned_at : -1;
       if (tuned && after > extra) break;
+      if (!tuned) out.visits.push_back(current.name);
       if (tuned) {
         out.timed_after += (*tuner)->TimesNextBoundary();
         ++out.steps_after;
@@ -423,9 +425,6 @@ TEST(TunerDecisionTest, AFreshSeedIsDrawnAndARunReplaysFromIt) {
   OnOneRank([](comm::Communicator& comm) {
     SyntheticRun run(comm);
     uint64_t drawn = 0;
-    const SyntheticRun::Outcome a = run.Run(5, {{"ddp-cap1mb", 0.9}}, 0.03, 0, -1, 1.0,
-                                            [&](TunerOptions& t) { t.seed = 0; });
-    (void)a;
     auto t = OnlineTuner::Create(comm, bucketing::GradientLayout::Create(
                                            {{"x", 1000, comm::DataType::kFloat32}})
                                            .value(),
@@ -439,10 +438,18 @@ TEST(TunerDecisionTest, AFreshSeedIsDrawnAndARunReplaysFromIt) {
                                   TunerOptions(), absl::Seconds(5));
     ASSERT_TRUE(t2.ok());
     EXPECT_NE((*t2)->seed(), drawn) << "two runs drew the same seed";
+    // Replaying: the same seed visits the plans in the same order (and so,
+    // on the same times, decides alike); another seed with the same times
+    // visits them in another order.
     const SyntheticRun::Outcome r1 = run.Run(77, {{"ddp-cap1mb", 0.97}}, 0.03);
     const SyntheticRun::Outcome r2 = run.Run(77, {{"ddp-cap1mb", 0.97}}, 0.03);
+    ASSERT_GT(r1.visits.size(), 10u);
+    EXPECT_EQ(r1.visits, r2.visits);
     EXPECT_EQ(r1.chosen, r2.chosen);
     EXPECT_EQ(r1.decision, r2.decision);
+    const SyntheticRun::Outcome other = run.Run(77, {{"ddp-cap1mb", 0.97}}, 0.03, 0, -1, 1.0,
+                                                [](TunerOptions& t) { t.seed = 78; });
+    EXPECT_NE(other.visits, r1.visits) << "the tuner's order does not follow its seed";
   });
 }
 
