@@ -188,8 +188,9 @@ class Launcher(netns.RankProcesses):
         self.outdir = outdir
         self.count = 0
 
-    def run(self, tag, mode, cap, seed):
-        """One launch; returns rank 0's JSON line, parsed."""
+    def run(self, tag, mode, cap, seed, extra=()):
+        """One launch (`extra`: more worker arguments); returns rank 0's JSON
+        line, parsed."""
         args = self.args
         self.count += 1
         # A fresh port per launch on a shaped link (no TIME_WAIT clash).
@@ -201,6 +202,7 @@ class Launcher(netns.RankProcesses):
                "--param-scale", repr(args.param_scale)]
         if mode == "fusebox":
             cmd += ["--seed", str(seed)]
+        cmd += list(extra)
         outs, logs = [], []
         try:
             for rank in range(2):

@@ -29,7 +29,8 @@ ranks exchange their stamps; rank 0 prints ONE JSON line on stdout:
                decision, summary, tuning_iterations, tuning_cost_ms, seed,
                fallbacks, checks, chosen, chosen_name, plan, buckets,
                plan_installs, iterations, passthrough_iterations, cache_hit,
-               measured}
+               measured; with --inject-regression also "injection":
+               Injector.report())}
 
 Logs (fusebox's, torch's) go to stderr.
 """
@@ -67,9 +68,20 @@ def parse_args(argv=None):
                     help="fusebox's tuner seed (--mode fusebox; logged by the driver)")
     ap.add_argument("--threads", type=int, default=1, help="torch intra-op threads")
     ap.add_argument("--lr", type=float, default=1e-3, help="SGD learning rate")
+    ap.add_argument("--inject-regression", type=float, default=0.0, metavar="F",
+                    help="--mode fusebox: --inject-after steps after fusebox keeps a plan other "
+                         "than the user's buckets, that plan's steps take (1 + F) times the "
+                         "baseline's verified median (extra device time, slept before backward): "
+                         "a regression of F against the user's DDP, for the checks to catch")
+    ap.add_argument("--inject-after", type=int, default=50,
+                    help="steps between the decision and the injection (default: %(default)s)")
     args = ap.parse_args(argv)
     if args.steps < 1 or args.cap <= 0:
         ap.error("need --steps >= 1 and --cap > 0")
+    if not 0 <= args.inject_regression < 1 or args.inject_after < 0:
+        ap.error("need --inject-regression in [0, 1) and --inject-after >= 0")
+    if args.inject_regression and args.mode != "fusebox":
+        ap.error("--inject-regression needs --mode fusebox")
     if args.mode == "fusebox" and args.seed is None:
         ap.error("--mode fusebox needs --seed")
     return args
@@ -77,6 +89,49 @@ def parse_args(argv=None):
 
 def shorten_plan(plan):
     return (plan["name"], len(plan["bucket_elements"])) if plan else (None, None)
+
+
+class Injector:
+    """--inject-regression: finds the step fusebox keeps a plan other than the
+    user's buckets (the hook's summary line appears), then from --inject-after
+    steps later makes every step of that plan (1 + F) x the baseline's
+    verified median by sleeping the difference, and notes the step the hook
+    falls back (its summary line goes: the kept plan is the baseline again)."""
+
+    def __init__(self, handle, fraction, after):
+        self.hook, self.handle = handle._hook, handle
+        self.fraction, self.after = fraction, after
+        self.decided_at = self.inject_at = self.fallback_at = None
+        self.kept_hash, self.extra_s, self.injected_steps = None, 0.0, 0
+        self.base_ms = self.kept_ms = None
+
+    def before_backward(self, step):
+        """Called after the forward (the step's plan is installed)."""
+        if self.fallback_at is not None:
+            return
+        kept = bool(self.hook.summary_line())
+        if self.decided_at is None:
+            if kept:
+                snap = self.handle.snapshot()
+                measured, chosen = snap["measured"], snap["chosen"]
+                self.decided_at, self.inject_at = step, step + self.after
+                self.kept_hash = self.hook.plan_hash()
+                self.base_ms = measured[0]["measured_ms"]
+                self.kept_ms = measured[chosen]["measured_ms"]
+                self.extra_s = max(0.0, (1 + self.fraction) * self.base_ms - self.kept_ms) / 1e3
+            return
+        if not kept:
+            self.fallback_at = step
+            return
+        if step >= self.inject_at and self.hook.plan_hash() == self.kept_hash:
+            self.injected_steps += 1
+            time.sleep(self.extra_s)
+
+    def report(self):
+        return {"fraction": self.fraction, "after": self.after, "decided_at": self.decided_at,
+                "inject_at": self.inject_at, "fallback_at": self.fallback_at,
+                "extra_ms": self.extra_s * 1e3, "injected_steps": self.injected_steps,
+                "baseline_ms": self.base_ms, "kept_ms": self.kept_ms}
 
 
 def main():
@@ -96,6 +151,8 @@ def main():
         handle = fusebox.torch.register(ddp, cache_dir=False, seed=args.seed)
     setup_s = time.perf_counter() - t_setup
     opt = torch.optim.SGD(ddp.parameters(), lr=args.lr)
+    injector = (Injector(handle, args.inject_regression, args.inject_after)
+                if args.inject_regression else None)
 
     dist.barrier()
     starts, losses = [], []
@@ -103,6 +160,8 @@ def main():
         starts.append(time.perf_counter())
         opt.zero_grad(set_to_none=True)
         loss = model.loss(ddp(model.make_batch(rank, step)))
+        if injector is not None:
+            injector.before_backward(step)
         loss.backward()  # DDP waits here for its buckets' allreduces
         opt.step()
         losses.append(loss.item())
@@ -122,6 +181,8 @@ def main():
         chosen, measured = snap.get("chosen"), snap.get("measured") or []
         fb["chosen_name"] = (measured[chosen]["name"]
                              if isinstance(chosen, int) and 0 <= chosen < len(measured) else None)
+        if injector is not None:
+            fb["injection"] = injector.report()
     if rank == 0:
         out = {
             "mode": args.mode, "cap_mb": args.cap, "steps": args.steps,

@@ -563,6 +563,13 @@ std::string HookState::SummaryLine() const {
   return tuner_->Summary().Line();
 }
 
+uint64_t HookState::PlanHash() const {
+  std::lock_guard<std::mutex> step(step_mu_);
+  if (engine_ != nullptr) return bucketing::PlanHash(engine_->plan());
+  if (layout_ != std::nullopt) return bucketing::PlanHash(plan_);
+  return 0;
+}
+
 HookSnapshot HookState::Snapshot() const {
   HookSnapshot snap;
   // The engine and the tuner change only under step_mu_ (their accessors

@@ -171,6 +171,9 @@ class HookState {
   // TuningSummary::Line() once a plan other than the baseline is kept, else
   // empty; cheap (no snapshot), for a per-step check.
   std::string SummaryLine() const;
+  // The hash of the plan DDP runs (bucketing::PlanHash; 0 while there is
+  // none); cheap (no snapshot), for a per-step check.
+  uint64_t PlanHash() const;
 
  private:
   absl::Status OnForwardStartNative();

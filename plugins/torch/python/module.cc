@@ -350,6 +350,7 @@ PYBIND11_MODULE(_C, m) {
       .def("grad_hooks", [](Hook& h) { return h.state().GradHooks(); })
       .def("times_next_boundary", [](Hook& h) { return h.state().TimesNextBoundary(); })
       .def("summary_line", [](Hook& h) { return h.state().SummaryLine(); })
+      .def("plan_hash", [](Hook& h) { return h.state().PlanHash(); })
       .def("_force_plan",
            [](Hook& h, const std::string& spec) {
              absl::Status s = h.state().ForcePlan(spec);

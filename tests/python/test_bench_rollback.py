@@ -1,0 +1,62 @@
+"""perf/bench_rollback.py's analysis: each run's outcome from what the worker
+reported, and the verdict over runs (no launch: the driver's launches need
+root and minutes; perf/trust_worker.py's injector runs in those)."""
+import os
+import sys
+import types
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "..", "perf"))
+
+import bench_rollback as rb  # noqa: E402
+
+STEPS = 500
+
+
+def launch(decided_at=None, inject_at=None, fallback_at=None, base=100.0, kept=80.0):
+    inj = {"fraction": 0.03, "after": 30, "decided_at": decided_at, "inject_at": inject_at,
+           "fallback_at": fallback_at, "extra_ms": 23.0, "injected_steps": 10,
+           "baseline_ms": base if decided_at is not None else None,
+           "kept_ms": kept if decided_at is not None else None}
+    decision = ("replaced your DDP buckets (100 MiB) with ddp-cap1mb: ..." if decided_at
+                is not None else "kept your DDP buckets (100 MiB): ...")
+    return {"fusebox": {"seed": 7, "decision": decision, "buckets": 5, "checks": 12,
+                        "fallbacks": int(fallback_at is not None), "injection": inj}}
+
+
+def test_each_run_gets_the_outcome_its_steps_say():
+    r = rb.analyze(launch(40, 70, 250), STEPS)
+    assert r["outcome"] == "rolled back" and r["delay_steps"] == 180
+    assert abs(r["gain"] - 0.2) < 1e-12
+    assert r["decision"] == "replaced with ddp-cap1mb"
+    assert rb.analyze(launch(40, 70, None), STEPS)["outcome"] == "not rolled back in 430 steps"
+    assert rb.analyze(launch(40, 70, 60), STEPS)["outcome"] == "fell back before the injection"
+    assert rb.analyze(launch(480, 510, None), STEPS)["outcome"] == "kept late: no step injected"
+    assert rb.analyze(launch(), STEPS)["outcome"] == "kept yours: nothing to regress"
+
+
+def args(runs):
+    return types.SimpleNamespace(inject=0.03, cap=100.0, steps=STEPS, inject_after=30,
+                                 link="1gbit", profile="resnet50", compute_scale=1.0,
+                                 param_scale=0.1, runs=runs)
+
+
+def verdict_row(report):
+    return report.strip().splitlines()[-1]
+
+
+def test_the_verdict_counts_only_runs_that_kept_a_plan_and_needs_nine_in_ten():
+    rolled = [rb.analyze(launch(40, 70, 200 + i), STEPS) for i in range(9)]
+    missed = rb.analyze(launch(40, 70, None), STEPS)
+    nothing = rb.analyze(launch(), STEPS)
+    report = rb.format_report(args(11), rolled + [missed, nothing])
+    row = verdict_row(report)
+    assert row.startswith("| 11 | 10 | 9 |"), row
+    assert ">= 9 of 10" in row and row.endswith("PASS |"), row
+    # Two misses in ten: below 90%.
+    report = rb.format_report(args(10), rolled[:8] + [missed, missed])
+    assert verdict_row(report).endswith("FAIL |")
+    # No run kept a plan: nothing was shown.
+    assert verdict_row(rb.format_report(args(2), [nothing, nothing])).endswith("FAIL |")
+    # The per-run table lists every run, the delay where it rolled back.
+    assert sum(line.endswith("| rolled back |") for line in report.splitlines()) == 8
