@@ -86,6 +86,11 @@
 //   0.10   24.9    155       774 /   1549 /   3872
 //   0.20   41.6    492      2460 /   4919 /  12298
 // A 6% regression takes about a third of those pairs (0.10: 58).
+// The tuner checks a plan that gains g every CheckEvery(g) steps while it
+// gains, and every kMinCheckEvery once the last check pairs show the gain
+// gone (Note [Checking more often once the gain is gone] in tuner.cc): after
+// a regression the steps are about 3 pairs at the first interval plus the
+// pairs above at kMinCheckEvery + 1 steps each.
 // The recorded runs of tests/autotune/data/step_traces.json have sigma
 // 0.06-0.29 (PyTorch DDP on CPUs, one thread per rank, 2 ranks; a steadier
 // machine is checked faster, as the table says). On 1000-step runs resampled
