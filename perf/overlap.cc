@@ -439,17 +439,72 @@ absl::StatusOr<GapTerms> GapOfSlowestRank(comm::Communicator& comm, const GapTer
   return g;
 }
 
-}  // namespace
+// RunOverlap's stages, in the order it calls them: (1) fit
+// (MeasureAndFit, MakePlans, PrintHeader), (2) calibrate (CalibrateStage)
+// and tune (TuneStage), (3) replay (ReplayRounds), (4) report
+// (ReportStage). Every stage is collective where the run is: each rank
+// calls them in this order, and each issues its collectives in the same
+// order on every rank.
 
-double LowerBoundUs(double forward_us, double backward_us, double first_ready_us,
-                    double last_ready_us, double t_last_us, double t_total_us) {
-  return forward_us +
-         std::max({backward_us, last_ready_us + t_last_us, first_ready_us + t_total_us});
-}
+// What the fit hands on to the later stages.
+struct FitOutput {
+  autotune::Profile profile;  // the given profile, its compute scaled
+  // The simulator's view of this run; its overlap terms are set by
+  // CalibrateStage.
+  autotune::SimOptions sim;
+  // Fitted to the sizes timed before the rounds (CommModel::samples); none
+  // with one rank or where they fit none.
+  std::optional<autotune::CostModel> cost;
+};
 
-absl::StatusOr<OverlapReport> RunOverlap(comm::Communicator& comm,
-                                         const autotune::Profile& base_profile,
-                                         const OverlapOptions& options, std::FILE* out) {
+// Every plan of OverlapOptions::plans, in order, and the tuner's figures.
+struct PlanSet {
+  // Empty at "tuned" until TuneStage fills it.
+  std::vector<std::optional<Plan>> plans;
+  // The tuner's figures for the "tuned" row (tuning_iterations -1: none).
+  OverlapResult tuned;
+};
+
+// What every stage after the fit reads: fixed for the rest of the run.
+struct OverlapRun {
+  comm::Communicator& comm;
+  const OverlapOptions& options;
+  const GradientLayout& layout;
+  const autotune::Profile& profile;  // scaled (FitOutput::profile)
+  std::FILE* out;                    // rank 0's table; nullptr elsewhere
+  Replay& replay;
+  bucketing::EngineOptions eopts;
+  // t(m) alone on this communicator (IsolatedUs).
+  std::function<double(int64_t)> isolated_us;
+};
+
+// What the plans' rounds measured (ReplayRounds), per plan where a vector
+// is indexed by plan.
+struct RoundsOutput {
+  // The lower bound before the rounds, and the last one, from the least
+  // times over the rounds (Note [A bound measured beside the plans]).
+  double first_bound_us = 0;
+  double bound_us = 0;
+  std::vector<GapTerms> gaps;  // per plan: this rank's sum over measured iterations
+  std::vector<std::vector<std::vector<double>>> samples;  // per plan: iterations x 4
+  std::vector<std::vector<double>> delays;  // per plan: this rank's launch-to-start, us
+  std::vector<std::vector<double>> reactions;  // the same less queueing
+  // Note [The cost model beside the plans]: per sample size, its time in
+  // every round.
+  std::vector<std::vector<double>> beside;
+  std::unique_ptr<Engine> engine;  // the plans' engine, after the last round
+};
+
+// The cost models fitted to the sizes timed beside the plans.
+struct BesideCosts {
+  // Note [The cost model beside the plans]: the medians over the rounds.
+  std::optional<autotune::CostModel> median;
+  // Each round's own sizes as a cost model, for the per-round predictions
+  // (OverlapResult::predicted_rounds_exposed_us).
+  std::vector<autotune::CostModel> rounds;
+};
+
+absl::Status ValidateOptions(const OverlapOptions& options, const autotune::Profile& base_profile) {
   if (options.iters < 1 || options.warmup < 0) {
     return absl::InvalidArgumentError("overlap: iterations must be >= 1 and warm-up >= 0");
   }
@@ -460,35 +515,41 @@ absl::StatusOr<OverlapReport> RunOverlap(comm::Communicator& comm,
   if (base_profile.tensors.empty()) {
     return absl::InvalidArgumentError("overlap: the profile has no gradients");
   }
-  auto base_layout = autotune::LayoutFromProfile(base_profile);
-  if (!base_layout.ok()) return base_layout.status();
-  const GradientLayout& layout = *base_layout;
+  return absl::OkStatus();
+}
 
-  OverlapReport report;
-  report.model = base_profile.model;
-  report.ranks = comm.size();
-  report.total_bytes = layout.total_bytes();
+// Stage 1, fit: times allreduces on the communicator (MeasureComm) and
+// memcpy (every rank), scales the profile's compute and fits the cost
+// model; fills the report's description of the run.
+absl::StatusOr<FitOutput> MeasureAndFit(comm::Communicator& comm,
+                                        const autotune::Profile& base_profile,
+                                        const GradientLayout& layout, const OverlapOptions& options,
+                                        OverlapReport* report) {
+  report->model = base_profile.model;
+  report->ranks = comm.size();
+  report->total_bytes = layout.total_bytes();
   const int64_t last_bytes = layout.bytes(layout.size() - 1);
-  auto model = MeasureComm(comm, last_bytes, report.total_bytes);
+  auto model = MeasureComm(comm, last_bytes, report->total_bytes);
   if (!model.ok()) return model.status();
-  report.comm = *model;
+  report->comm = *model;
   if (options.compute_scale <= 0 && !(options.comm_ratio > 0 && options.comm_ratio <= 1e6)) {
     return absl::InvalidArgumentError("overlap: the communication ratio must be in (0, 1e6]");
   }
-  report.compute_scale =
+  report->compute_scale =
       options.compute_scale > 0
           ? options.compute_scale
-          : report.comm.t_total_us / (options.comm_ratio * base_profile.backward_us);
-  const autotune::Profile profile = autotune::ScaleCompute(base_profile, report.compute_scale);
-  if (absl::Status s = autotune::ValidateProfile(profile); !s.ok()) {
+          : report->comm.t_total_us / (options.comm_ratio * base_profile.backward_us);
+  FitOutput fit;
+  fit.profile = autotune::ScaleCompute(base_profile, report->compute_scale);
+  if (absl::Status s = autotune::ValidateProfile(fit.profile); !s.ok()) {
     return absl::InvalidArgumentError(absl::StrCat("overlap: scaled profile: ", s.message()));
   }
-  report.forward_us = profile.forward_us;
-  report.backward_us = profile.backward_us;
+  report->forward_us = fit.profile.forward_us;
+  report->backward_us = fit.profile.backward_us;
 
   // The simulator's view of this run: the cost model fitted to the sizes
   // just measured (the same samples on every rank), the engine's settings.
-  autotune::SimOptions sim;
+  autotune::SimOptions& sim = fit.sim;
   sim.world_size = comm.size();
   sim.ranks_per_node = options.ranks_per_node > 0 ? std::min(options.ranks_per_node, comm.size())
                                                  : comm.size();
@@ -500,21 +561,25 @@ absl::StatusOr<OverlapReport> RunOverlap(comm::Communicator& comm,
   auto copy_gbps = autotune::MeasureCopyGbps(comm, int64_t{64} << 20);
   if (!copy_gbps.ok()) return copy_gbps.status();
   sim.copy_gbps = *copy_gbps;
-  report.copy_gbps = *copy_gbps;
-  std::optional<autotune::CostModel> cost;
+  report->copy_gbps = *copy_gbps;
   if (comm.size() > 1) {
-    auto fitted = FitAndAttach(report.comm.samples, comm.size(),
+    auto fitted = FitAndAttach(report->comm.samples, comm.size(),
                                absl::StrCat("fusebox-perf overlap on ", comm.backend()));
     if (fitted.ok()) {
-      cost = *std::move(fitted);
-      report.cost_model = cost->Describe();
+      fit.cost = *std::move(fitted);
+      report->cost_model = fit.cost->Describe();
     }
   }
 
   if (options.predict_with.has_value()) {
-    report.cost_model = absl::StrCat("given: ", options.predict_with->Describe());
+    report->cost_model = absl::StrCat("given: ", options.predict_with->Describe());
   }
+  return fit;
+}
 
+// Creates the directories the run writes to, then makes the plans.
+absl::StatusOr<PlanSet> MakePlans(const OverlapOptions& options, const GradientLayout& layout,
+                                  const FitOutput& fit) {
   for (const std::string* dir : {&options.save_plans_dir, &options.timeline_dir}) {
     std::error_code ec;
     if (!dir->empty()) std::filesystem::create_directories(*dir, ec);
@@ -525,65 +590,74 @@ absl::StatusOr<OverlapReport> RunOverlap(comm::Communicator& comm,
   }
   // Plans made up front (so that a bad name fails before anything runs);
   // "tuned" is found by the tuner when its turn comes.
-  std::vector<std::optional<Plan>> plans;
+  PlanSet set;
   for (const std::string& spec : options.plans) {
     if (spec == "tuned") {
-      plans.emplace_back();
+      set.plans.emplace_back();
       continue;
     }
-    auto p = MakePlan(spec, layout, profile, cost ? &*cost : nullptr, sim);
+    auto p = MakePlan(spec, layout, fit.profile, fit.cost ? &*fit.cost : nullptr, fit.sim);
     if (!p.ok()) return p.status();
-    plans.push_back(*std::move(p));
+    set.plans.push_back(*std::move(p));
   }
+  return set;
+}
 
-  if (out != nullptr) {
+// The table's header: the run, the communicator's times, the columns.
+void PrintHeader(const OverlapRun& run, const OverlapReport& report) {
+  std::FILE* const out = run.out;
+  if (out == nullptr) return;
+  const OverlapOptions& options = run.options;
+  const autotune::Profile& profile = run.profile;
+  const int64_t last_bytes = run.layout.bytes(run.layout.size() - 1);
+  std::fprintf(out,
+               "# fusebox-perf overlap: model %s, %d gradients, %.1f MiB; backend %s, %d "
+               "ranks; iters %d, warmup %d; %s; max in flight %d, %s schedule\n",
+               profile.model.c_str(), run.layout.size(), report.total_bytes / 1048576.0,
+               run.comm.backend().c_str(), run.comm.size(), options.iters, options.warmup,
+               options.views ? "gradients in place in fusion buffers (views)"
+                             : "gradients copied in and out",
+               options.max_in_flight,
+               options.schedule == bucketing::Schedule::kPlanOrder ? "plan-order"
+                                                                   : "forward-priority");
+  std::fprintf(out,
+               "# compute scale %.4g: forward %.2f ms, backward %.2f ms, first gradient at "
+               "%.2f ms, last (%.2f MiB) at %.2f ms\n",
+               report.compute_scale, profile.forward_us / 1e3, profile.backward_us / 1e3,
+               profile.tensors.front().ready_us / 1e3, last_bytes / 1048576.0,
+               profile.tensors.back().ready_us / 1e3);
+  std::fprintf(out,
+               "# allreduce on this communicator: t(m) = %.1f us + m * %.4f ns/B; t(all %.1f "
+               "MiB) = %.2f ms (%s), t(last) = %.3f ms, each call on the next part of %.1f "
+               "MiB (data out of cache); memcpy %.2f GB/s per rank, all copying\n",
+               report.comm.alpha_us, report.comm.beta_us_per_byte * 1e3,
+               report.total_bytes / 1048576.0, report.comm.t_total_us / 1e3,
+               report.comm.total_measured ? "measured" : "fitted", report.comm.t_last_us / 1e3,
+               report.comm.working_set_bytes / 1048576.0, report.copy_gbps);
+  std::fprintf(out, "# lower bound = forward + max(T_b, T_last + t(last), T_first + t(all)) "
+                    "(docs/design.md); times are medians over iterations of the slowest rank;\n");
+  if (options.predict_with.has_value()) {
+    std::fprintf(out, "# pred = autotune::Simulate under the given cost model: %s\n",
+                 options.predict_with->Describe().c_str());
+  } else {
     std::fprintf(out,
-                 "# fusebox-perf overlap: model %s, %d gradients, %.1f MiB; backend %s, %d "
-                 "ranks; iters %d, warmup %d; %s; max in flight %d, %s schedule\n",
-                 profile.model.c_str(), layout.size(), report.total_bytes / 1048576.0,
-                 comm.backend().c_str(), comm.size(), options.iters, options.warmup,
-                 options.views ? "gradients in place in fusion buffers (views)"
-                               : "gradients copied in and out",
-                 options.max_in_flight,
-                 options.schedule == bucketing::Schedule::kPlanOrder ? "plan-order"
-                                                                     : "forward-priority");
-    std::fprintf(out,
-                 "# compute scale %.4g: forward %.2f ms, backward %.2f ms, first gradient at "
-                 "%.2f ms, last (%.2f MiB) at %.2f ms\n",
-                 report.compute_scale, profile.forward_us / 1e3, profile.backward_us / 1e3,
-                 profile.tensors.front().ready_us / 1e3, last_bytes / 1048576.0,
-                 profile.tensors.back().ready_us / 1e3);
-    std::fprintf(out,
-                 "# allreduce on this communicator: t(m) = %.1f us + m * %.4f ns/B; t(all %.1f "
-                 "MiB) = %.2f ms (%s), t(last) = %.3f ms, each call on the next part of %.1f "
-                 "MiB (data out of cache); memcpy %.2f GB/s per rank, all copying\n",
-                 report.comm.alpha_us, report.comm.beta_us_per_byte * 1e3,
-                 report.total_bytes / 1048576.0, report.comm.t_total_us / 1e3,
-                 report.comm.total_measured ? "measured" : "fitted", report.comm.t_last_us / 1e3,
-                 report.comm.working_set_bytes / 1048576.0, report.copy_gbps);
-    std::fprintf(out, "# lower bound = forward + max(T_b, T_last + t(last), T_first + t(all)) "
-                      "(docs/design.md); times are medians over iterations of the slowest rank;\n");
-    if (options.predict_with.has_value()) {
-      std::fprintf(out, "# pred = autotune::Simulate under the given cost model: %s\n",
-                   options.predict_with->Describe().c_str());
-    } else {
-      std::fprintf(out,
-                   "# pred = autotune::Simulate under the cost model fitted to the sizes above, "
-                   "timed again in every round (their medians are printed after the rounds)\n");
-    }
-    std::fprintf(out,
-                 "# plans measured in %d randomised blocks (each visit: %d warm-up iterations "
-                 "after the switch, then one measured); iter = median [95%% CI]\n",
-                 options.iters, options.warmup);
-    std::fprintf(out,
-                 "# start p50/p99 = launch-to-start of every bucket (us), less the time it "
-                 "queued behind the previous bucket's allreduce: the executor's reaction\n");
-    std::fprintf(out, "#\n# %-14s %7s %10s %17s %10s %10s %9s %10s %10s %8s %10s %9s %17s\n",
-                 "plan", "buckets", "iter(ms)", "95% CI", "bwd(ms)", "exposed", "copy(ms)",
-                 "bound(ms)", "iter/bound", "iter/cmp", "pred(ms)", "pred/iter",
-                 "start p50/p99(us)");
+                 "# pred = autotune::Simulate under the cost model fitted to the sizes above, "
+                 "timed again in every round (their medians are printed after the rounds)\n");
   }
+  std::fprintf(out,
+               "# plans measured in %d randomised blocks (each visit: %d warm-up iterations "
+               "after the switch, then one measured); iter = median [95%% CI]\n",
+               options.iters, options.warmup);
+  std::fprintf(out,
+               "# start p50/p99 = launch-to-start of every bucket (us), less the time it "
+               "queued behind the previous bucket's allreduce: the executor's reaction\n");
+  std::fprintf(out, "#\n# %-14s %7s %10s %17s %10s %10s %9s %10s %10s %8s %10s %9s %17s\n",
+               "plan", "buckets", "iter(ms)", "95% CI", "bwd(ms)", "exposed", "copy(ms)",
+               "bound(ms)", "iter/bound", "iter/cmp", "pred(ms)", "pred/iter",
+               "start p50/p99(us)");
+}
 
+bucketing::EngineOptions EngineOptionsFor(const OverlapOptions& options) {
   bucketing::EngineOptions eopts;
   eopts.max_in_flight = options.max_in_flight;
   eopts.worker_nice = options.worker_nice;
@@ -591,63 +665,84 @@ absl::StatusOr<OverlapReport> RunOverlap(comm::Communicator& comm,
   eopts.worker_slice = options.worker_slice;
   eopts.schedule = options.schedule;
   eopts.record_timeline = !options.timeline_dir.empty();
-  std::unique_ptr<Engine> engine;
-  Replay replay(comm, layout, profile, options.views);
-  prctl(PR_SET_TIMERSLACK, 1000UL);  // 1 us wake-up precision for the replay
+  return eopts;
+}
 
-  // t(m) alone on this communicator: the measured sizes where there are
-  // some (interpolated), else the fitted line.
-  std::function<double(int64_t)> isolated_us = [&report](int64_t m) {
-    return report.comm.alpha_us + report.comm.beta_us_per_byte * static_cast<double>(m);
+// t(m) alone on this communicator: the measured sizes where there are
+// some (interpolated), else the fitted line (`model`'s a and b, which
+// nothing changes after MeasureComm).
+std::function<double(int64_t)> IsolatedUs(const CommModel& model, const FitOutput& fit, int world) {
+  std::function<double(int64_t)> isolated_us = [alpha_us = model.alpha_us,
+                                                beta = model.beta_us_per_byte](int64_t m) {
+    return alpha_us + beta * static_cast<double>(m);
   };
-  if (cost.has_value()) {
-    isolated_us = [curve = cost->Curve(comm.size(), sim.ranks_per_node)](int64_t m) {
+  if (fit.cost.has_value()) {
+    isolated_us = [curve = fit.cost->Curve(world, fit.sim.ranks_per_node)](int64_t m) {
       return curve(m);
     };
   }
+  return isolated_us;
+}
 
+// A line of progress, on rank 0 (OverlapOptions::progress).
+void Progress(const OverlapRun& run, const std::string& line) {
+  if (run.options.progress && run.comm.rank() == 0) run.options.progress(line);
+}
+
+// Stage 2, calibrate: the overlap terms into the report and `sim`, and
+// printed.
+absl::Status CalibrateStage(const OverlapRun& run, autotune::SimOptions* sim,
+                            OverlapReport* report) {
+  const OverlapOptions& options = run.options;
   // How much slower transfers run while backward does, and what each
   // collective started then pays (the simulator's overlap_slowdown and
   // overlap_overhead_us), and the same two after backward: given, or
   // measured on a calibration replay of DDP's default plan and DDP with 2 MiB
   // buckets before anything else runs.
-  auto progress = [&](const std::string& line) {
-    if (options.progress && comm.rank() == 0) options.progress(line);
-  };
-  report.overlap_slowdown = options.overlap_slowdown;
-  report.overlap_overhead_us = options.overlap_overhead_us;  // validated by the simulator
-  report.after_backward_slowdown = options.after_backward_slowdown;
-  report.after_backward_overhead_us = options.after_backward_overhead_us;
-  if (report.overlap_slowdown <= 0) {
-    progress("calibrating the overlap (DDP's default plan and 2 MiB buckets, 4 iterations each)");
-    auto f = CalibrateOverlap(comm, replay, layout, eopts, isolated_us);
+  report->overlap_slowdown = options.overlap_slowdown;
+  report->overlap_overhead_us = options.overlap_overhead_us;  // validated by the simulator
+  report->after_backward_slowdown = options.after_backward_slowdown;
+  report->after_backward_overhead_us = options.after_backward_overhead_us;
+  if (report->overlap_slowdown <= 0) {
+    Progress(run,
+             "calibrating the overlap (DDP's default plan and 2 MiB buckets, 4 iterations each)");
+    auto f = CalibrateOverlap(run.comm, run.replay, run.layout, run.eopts, run.isolated_us);
     if (!f.ok()) return f.status();
-    report.overlap_slowdown = f->during.slowdown;
-    report.overlap_overhead_us = f->during.overhead_us;
-    report.after_backward_slowdown = f->after.slowdown;
-    report.after_backward_overhead_us = f->after.overhead_us;
+    report->overlap_slowdown = f->during.slowdown;
+    report->overlap_overhead_us = f->during.overhead_us;
+    report->after_backward_slowdown = f->after.slowdown;
+    report->after_backward_overhead_us = f->after.overhead_us;
   }
-  sim.overlap_slowdown = report.overlap_slowdown;
-  sim.overlap_overhead_us = report.overlap_overhead_us;
-  sim.after_backward_slowdown = report.after_backward_slowdown;
-  sim.after_backward_overhead_us = report.after_backward_overhead_us;
-  if (out != nullptr) {
-    std::fprintf(out,
+  sim->overlap_slowdown = report->overlap_slowdown;
+  sim->overlap_overhead_us = report->overlap_overhead_us;
+  sim->after_backward_slowdown = report->after_backward_slowdown;
+  sim->after_backward_overhead_us = report->after_backward_overhead_us;
+  if (run.out != nullptr) {
+    std::fprintf(run.out,
                  "# overlap: transfers while backward runs take %.2f times t(m) alone plus %.0f us "
                  "per collective, after backward %.2f times plus %.0f us (%s); pred uses them\n",
-                 report.overlap_slowdown, report.overlap_overhead_us,
-                 report.after_backward_slowdown, report.after_backward_overhead_us,
+                 report->overlap_slowdown, report->overlap_overhead_us,
+                 report->after_backward_slowdown, report->after_backward_overhead_us,
                  options.overlap_slowdown > 0
                      ? "given"
                      : "calibrated on 3 replayed iterations each of DDP's default plan and DDP "
                        "with 2 MiB buckets");
-    std::fflush(out);
+    std::fflush(run.out);
   }
+  return absl::OkStatus();
+}
 
+// The rest of stage 2, tune: runs the online tuner where a plan is "tuned"
+// and puts the plan it keeps in every "tuned" slot of `set`, its figures
+// in set->tuned.
+absl::Status TuneStage(const OverlapRun& run, const FitOutput& fit, PlanSet* set) {
+  const OverlapOptions& options = run.options;
+  std::FILE* const out = run.out;
+  std::vector<std::optional<Plan>>& plans = set->plans;
   // The online tuner first, on its own engine: its iterations and their
   // cost are reported, and the plan it keeps is then measured like every
   // other plan (below), not in a slot of its own after its own warm-up.
-  OverlapResult tuned_info;
+  OverlapResult& tuned_info = set->tuned;
   for (size_t pi = 0; pi < plans.size(); ++pi) {
     if (plans[pi].has_value()) continue;
     autotune::PlanChoice choice;
@@ -656,24 +751,24 @@ absl::StatusOr<OverlapReport> RunOverlap(comm::Communicator& comm,
       if (out != nullptr) std::fprintf(out, "# warning: %s\n", w.c_str());
     };
     autotune::TunerOptions& to = choice.tuner;
-    to.planner.sim = sim;
+    to.planner.sim = fit.sim;
     if (!options.tune_split) to.planner.max_pieces = 1;
     to.candidates = options.tune_candidates;
     to.screening_blocks = options.tune_blocks;
     to.verify_pairs = options.tune_pairs;
-    to.cost_model = cost;
-    to.backend = comm.backend();
+    to.cost_model = fit.cost;
+    to.backend = run.comm.backend();
     to.network = options.network;
-    to.ranks_per_node = sim.ranks_per_node;
-    to.model_label = profile.model;
+    to.ranks_per_node = fit.sim.ranks_per_node;
+    to.model_label = run.profile.model;
     to.check_every = 0;  // a benchmark measures the kept plan below; it does not monitor
     to.log = [out](const std::string& line) {
       if (out != nullptr) std::fprintf(out, "# %s\n", line.c_str());
     };
     to.wall_clock_s = [] { return static_cast<int64_t>(std::time(nullptr)); };
-    bucketing::EngineOptions topts = eopts;
+    bucketing::EngineOptions topts = run.eopts;
     topts.record_timeline = false;
-    auto made = autotune::CreateEngineWithPolicy(comm, layout, topts, std::move(choice));
+    auto made = autotune::CreateEngineWithPolicy(run.comm, run.layout, topts, std::move(choice));
     if (!made.ok()) return made.status();
     autotune::OnlineTuner* tuner = made->tuner;
     constexpr int kMaxTuningIterations = 1000;
@@ -685,13 +780,13 @@ absl::StatusOr<OverlapReport> RunOverlap(comm::Communicator& comm,
       }
       Engine& te = *made->engine;
       if (it % 10 == 0) {
-        progress(absl::StrFormat("tuning: iteration %d (%d plans to measure)", it,
-                                 static_cast<int>(tuner->measured().size())));
+        Progress(run, absl::StrFormat("tuning: iteration %d (%d plans to measure)", it,
+                                      static_cast<int>(tuner->measured().size())));
       }
-      auto v = replay.Iterate(te, [&te] { return te.Finish(); }, it);
+      auto v = run.replay.Iterate(te, [&te] { return te.Finish(); }, it);
       if (!v.ok()) return v.status();
     }
-    auto v = replay.Iterate(*made->engine, [&made] { return made->engine->Finish(); }, 0);
+    auto v = run.replay.Iterate(*made->engine, [&made] { return made->engine->Finish(); }, 0);
     if (!v.ok()) return v.status();
     tuned_info.tuning_iterations = tuner->tuning_iterations();
     tuned_info.tuning_cost_us = tuner->tuning_cost_us();
@@ -711,7 +806,82 @@ absl::StatusOr<OverlapReport> RunOverlap(comm::Communicator& comm,
                          options.plans.begin()];
     }
   }
+  return absl::OkStatus();
+}
 
+// The lower bound under the communicator's times as they stand (Note [A
+// bound measured beside the plans]).
+double BoundNowUs(const OverlapRun& run, const OverlapReport& report) {
+  const GradientLayout& layout = run.layout;
+  const autotune::Profile& profile = run.profile;
+  return LowerBoundUs(
+      profile.forward_us, profile.backward_us, profile.tensors.front().ready_us,
+      profile.tensors.back().ready_us,
+      SplitLowerBoundUs(layout.bytes(layout.size() - 1), report.comm.t_last_us,
+                        report.comm.samples),
+      SplitLowerBoundUs(report.total_bytes, report.comm.t_total_us, report.comm.samples));
+}
+
+// Per bucket of `plan`, the profile's time its last gradient is ready.
+std::vector<double> ProfileReadyUs(const Plan& plan, const autotune::Profile& profile) {
+  std::vector<double> ready_us;
+  for (const bucketing::Bucket& b : plan.buckets) {
+    double ready = 0;
+    for (const bucketing::Slice& sl : b.slices) {
+      ready = std::max(ready, profile.tensors[sl.tensor].ready_us);
+    }
+    ready_us.push_back(ready);
+  }
+  return ready_us;
+}
+
+// Records plan `pi`'s measured iteration `v` (Replay::Iterate's, just
+// run): its times, this rank's launch-to-start of its buckets, and the gap
+// terms of the slowest rank (every rank: GapOfSlowestRank).
+absl::Status RecordVisit(const OverlapRun& run, int pi, const std::vector<double>& v,
+                         const std::vector<double>& profile_ready, RoundsOutput* rounds) {
+  const Replay& replay = run.replay;
+  rounds->samples[pi].push_back(v);
+  const std::vector<double>& d = replay.last_start_delays();
+  rounds->delays[pi].insert(rounds->delays[pi].end(), d.begin(), d.end());
+  const std::vector<double>& a = replay.last_reactions();
+  rounds->reactions[pi].insert(rounds->reactions[pi].end(), a.begin(), a.end());
+  GapInput gi;
+  gi.stats = &replay.last_stats();
+  gi.forward_us = replay.last_forward_us();
+  gi.iteration_us = replay.last_end_us();
+  gi.backward_end_us = replay.last_backward_end_us();
+  gi.backward_us = run.profile.backward_us;
+  gi.bound_us = rounds->bound_us;
+  gi.profile_ready_us = profile_ready;
+  gi.isolated_us = run.isolated_us;
+  gi.max_in_flight = run.options.max_in_flight;
+  auto slowest = GapOfSlowestRank(run.comm, ExplainGap(gi));
+  if (!slowest.ok()) return slowest.status();
+  rounds->gaps[pi] += *slowest;
+  return absl::OkStatus();
+}
+
+// Writes this rank's timeline of the plan labelled `label` and clears it.
+absl::Status WriteTimeline(const OverlapRun& run, Engine* e, const std::string& label) {
+  const int rank = run.comm.rank();
+  const std::string path = absl::StrFormat("%s/%s-%s-rank%d.json", run.options.timeline_dir,
+                                           run.profile.model, FileLabel(label), rank);
+  if (absl::Status s = e->timeline()->WriteChromeTrace(
+          path, rank, absl::StrFormat("rank %d, plan %s", rank, label));
+      !s.ok()) {
+    return s;
+  }
+  e->timeline()->Clear();
+  return absl::OkStatus();
+}
+
+// Stage 3, replay: the plans' rounds on one engine, the cost model's sizes
+// timed again at the start of each (into report->comm).
+absl::StatusOr<RoundsOutput> ReplayRounds(const OverlapRun& run,
+                                          const std::vector<std::optional<Plan>>& plans,
+                                          OverlapReport* report) {
+  const OverlapOptions& options = run.options;
   // Every plan in randomised blocks (Note [Decisions under noise] in
   // autotune/decision.h): each round visits every plan once in a fresh
   // order, each visit runs `warmup` iterations after the switch and then
@@ -727,106 +897,75 @@ absl::StatusOr<OverlapReport> RunOverlap(comm::Communicator& comm,
   // they ran in. Gap terms are computed against the bound known at each
   // iteration; the difference to the final one goes to their plan term.
   // t(last) and t(all) enter as t*: the least any split of them costs.
-  const auto bound_now = [&] {
-    return LowerBoundUs(
-        profile.forward_us, profile.backward_us, profile.tensors.front().ready_us,
-        profile.tensors.back().ready_us,
-        SplitLowerBoundUs(layout.bytes(layout.size() - 1), report.comm.t_last_us,
-                          report.comm.samples),
-        SplitLowerBoundUs(report.total_bytes, report.comm.t_total_us, report.comm.samples));
-  };
-  const double first_bound_us = bound_now();
-  double bound_us = first_bound_us;
-  std::vector<GapTerms> gaps(np);  // per plan: this rank's sum over measured iterations
+  RoundsOutput rounds;
+  rounds.first_bound_us = BoundNowUs(run, *report);
+  rounds.bound_us = rounds.first_bound_us;
+  rounds.gaps.resize(np);
   std::vector<std::vector<double>> profile_ready(np);
-  for (int pi = 0; pi < np; ++pi) {
-    for (const bucketing::Bucket& b : plans[pi]->buckets) {
-      double ready = 0;
-      for (const bucketing::Slice& sl : b.slices) {
-        ready = std::max(ready, profile.tensors[sl.tensor].ready_us);
-      }
-      profile_ready[pi].push_back(ready);
-    }
-  }
-  std::vector<std::vector<std::vector<double>>> samples(np);  // per plan: iterations x 4
-  std::vector<std::vector<double>> delays(np);  // per plan: this rank's launch-to-start, us
-  std::vector<std::vector<double>> reactions(np);  // the same less queueing
-  // Note [The cost model beside the plans]: per sample size, its time in
-  // every round.
-  std::vector<std::vector<double>> beside;
-  auto created = Engine::Create(comm, layout, *plans[0], eopts);
+  for (int pi = 0; pi < np; ++pi) profile_ready[pi] = ProfileReadyUs(*plans[pi], run.profile);
+  rounds.samples.resize(np);
+  rounds.delays.resize(np);
+  rounds.reactions.resize(np);
+  auto created = Engine::Create(run.comm, run.layout, *plans[0], run.eopts);
   if (!created.ok()) return created.status();
-  engine = *std::move(created);
+  rounds.engine = *std::move(created);
   int last = -1;
   for (int round = 0; round < options.iters; ++round) {
-    progress(absl::StrFormat("round %d/%d of %d plans", round + 1, options.iters, np));
-    if (absl::Status s = RetimeBesidePlans(comm, &report.comm, &beside); !s.ok()) return s;
-    bound_us = bound_now();
+    Progress(run, absl::StrFormat("round %d/%d of %d plans", round + 1, options.iters, np));
+    if (absl::Status s = RetimeBesidePlans(run.comm, &report->comm, &rounds.beside); !s.ok()) {
+      return s;
+    }
+    rounds.bound_us = BoundNowUs(run, *report);
     for (int pi : autotune::RandomizedBlock(np, 7919 + round, last)) {
-      if (absl::Status s = engine->SetPlan(*plans[pi]); !s.ok()) return s;
+      if (absl::Status s = rounds.engine->SetPlan(*plans[pi]); !s.ok()) return s;
       last = pi;
-      Engine* e = engine.get();
+      Engine* e = rounds.engine.get();
       const bool timed_visit = round + 1 == options.iters;  // the timeline shows the last visit
       for (int w = 0; w <= options.warmup; ++w) {
         if (timed_visit && w == options.warmup && e->timeline() != nullptr) e->timeline()->Clear();
-        auto v = replay.Iterate(*e, [e] { return e->Finish(); }, round);
+        auto v = run.replay.Iterate(*e, [e] { return e->Finish(); }, round);
         if (!v.ok()) return v.status();
         if (w == options.warmup) {
-          samples[pi].push_back(*v);
-          const std::vector<double>& d = replay.last_start_delays();
-          delays[pi].insert(delays[pi].end(), d.begin(), d.end());
-          const std::vector<double>& a = replay.last_reactions();
-          reactions[pi].insert(reactions[pi].end(), a.begin(), a.end());
-          GapInput gi;
-          gi.stats = &replay.last_stats();
-          gi.forward_us = replay.last_forward_us();
-          gi.iteration_us = replay.last_end_us();
-          gi.backward_end_us = replay.last_backward_end_us();
-          gi.backward_us = profile.backward_us;
-          gi.bound_us = bound_us;
-          gi.profile_ready_us = profile_ready[pi];
-          gi.isolated_us = isolated_us;
-          gi.max_in_flight = options.max_in_flight;
-          auto slowest = GapOfSlowestRank(comm, ExplainGap(gi));
-          if (!slowest.ok()) return slowest.status();
-          gaps[pi] += *slowest;
+          if (absl::Status s = RecordVisit(run, pi, *v, profile_ready[pi], &rounds); !s.ok()) {
+            return s;
+          }
         }
       }
       if (timed_visit && e->timeline() != nullptr) {
-        const std::string label = plans[pi]->name;
-        const std::string path = absl::StrFormat("%s/%s-%s-rank%d.json", options.timeline_dir,
-                                                 profile.model, FileLabel(label), comm.rank());
-        if (absl::Status s = e->timeline()->WriteChromeTrace(
-                path, comm.rank(), absl::StrFormat("rank %d, plan %s", comm.rank(), label));
-            !s.ok()) {
-          return s;
-        }
-        e->timeline()->Clear();
+        if (absl::Status s = WriteTimeline(run, e, plans[pi]->name); !s.ok()) return s;
       }
     }
   }
+  return rounds;
+}
 
+// Note [The cost model beside the plans]: fits the sizes timed beside the
+// plans, their medians into report->comm.
+BesideCosts FitBesideCosts(const OverlapRun& run, const std::vector<std::vector<double>>& beside,
+                           OverlapReport* report) {
+  comm::Communicator& comm = run.comm;
+  BesideCosts costs;
   // Note [The cost model beside the plans].
-  std::optional<autotune::CostModel> beside_cost;
-  if (comm.size() > 1 && beside.size() == report.comm.samples.size() && !beside.empty()) {
-    std::vector<autotune::AllReduceSample> med = report.comm.samples;
+  std::optional<autotune::CostModel>& beside_cost = costs.median;
+  if (comm.size() > 1 && beside.size() == report->comm.samples.size() && !beside.empty()) {
+    std::vector<autotune::AllReduceSample> med = report->comm.samples;
     for (size_t i = 0; i < med.size(); ++i) med[i].time_us = Median(beside[i]);
     auto fitted = FitAndAttach(
         med, comm.size(),
         absl::StrCat("fusebox-perf overlap on ", comm.backend(), ", timed beside the plans"));
     if (fitted.ok()) {
       beside_cost = *std::move(fitted);
-      report.comm.beside_samples = std::move(med);
-      report.comm.beside_rounds_us = beside;
-      if (!options.predict_with.has_value()) report.cost_model = beside_cost->Describe();
+      report->comm.beside_samples = std::move(med);
+      report->comm.beside_rounds_us = beside;
+      if (!run.options.predict_with.has_value()) report->cost_model = beside_cost->Describe();
     }
   }
   // Each round's own sizes as a cost model, for the per-round predictions
   // (OverlapResult::predicted_rounds_exposed_us).
-  std::vector<autotune::CostModel> round_costs;
+  std::vector<autotune::CostModel>& round_costs = costs.rounds;
   if (beside_cost.has_value()) {
-    for (int round = 0; round < options.iters; ++round) {
-      std::vector<autotune::AllReduceSample> at = report.comm.samples;
+    for (int round = 0; round < run.options.iters; ++round) {
+      std::vector<autotune::AllReduceSample> at = report->comm.samples;
       for (size_t i = 0; i < at.size(); ++i) at[i].time_us = beside[i][round];
       auto fitted = FitAndAttach(at, comm.size(), "");
       if (!fitted.ok()) {
@@ -836,136 +975,213 @@ absl::StatusOr<OverlapReport> RunOverlap(comm::Communicator& comm,
       round_costs.push_back(*std::move(fitted));
     }
   }
-  if (out != nullptr) {
-    if (!report.comm.beside_samples.empty()) {
-      std::string sizes;
-      for (size_t i = 0; i < report.comm.beside_samples.size(); ++i) {
-        absl::StrAppendFormat(&sizes, "%s%d B %.3g ms (%.3g before)", i == 0 ? "" : ", ",
-                              report.comm.beside_samples[i].bytes,
-                              report.comm.beside_samples[i].time_us / 1e3,
-                              report.comm.samples[i].time_us / 1e3);
-      }
-      std::fprintf(out, "# allreduce timed beside the plans (median of %d rounds): %s%s\n",
-                   options.iters, sizes.c_str(),
-                   options.predict_with.has_value() ? "" : "; pred uses these");
+  return costs;
+}
+
+// The lines between the header and the table's rows: the sizes timed
+// beside the plans, the bound, the engine's worker.
+void PrintAfterRounds(const OverlapRun& run, const OverlapReport& report,
+                      const RoundsOutput& rounds) {
+  std::FILE* const out = run.out;
+  if (out == nullptr) return;
+  if (!report.comm.beside_samples.empty()) {
+    std::string sizes;
+    for (size_t i = 0; i < report.comm.beside_samples.size(); ++i) {
+      absl::StrAppendFormat(&sizes, "%s%d B %.3g ms (%.3g before)", i == 0 ? "" : ", ",
+                            report.comm.beside_samples[i].bytes,
+                            report.comm.beside_samples[i].time_us / 1e3,
+                            report.comm.samples[i].time_us / 1e3);
     }
-    std::fprintf(out,
-                 "# lower bound %.2f ms: its allreduces timed again in every round, the least kept "
-                 "(%.2f ms before the rounds); t(all) %.2f ms, t(last) %.3f ms\n",
-                 bound_us / 1e3, first_bound_us / 1e3, report.comm.t_total_us / 1e3,
-                 report.comm.t_last_us / 1e3);
-    if (absl::Status s = engine->worker_scheduling(); !s.ok()) {
-      std::fprintf(out, "# warning: the engine's worker %s\n", std::string(s.message()).c_str());
-    }
+    std::fprintf(out, "# allreduce timed beside the plans (median of %d rounds): %s%s\n",
+                 run.options.iters, sizes.c_str(),
+                 run.options.predict_with.has_value() ? "" : "; pred uses these");
   }
-  for (int pi = 0; pi < np; ++pi) {
-    OverlapResult r;
-    const Plan& plan = *plans[pi];
-    const std::string label = options.plans[pi] == "tuned" ? std::string("tuned") : plan.name;
-    if (label == "tuned") r = tuned_info;
-    if (!options.save_plans_dir.empty() && comm.rank() == 0) {
-      const std::string path = absl::StrFormat("%s/%s-%s.json", options.save_plans_dir,
-                                               profile.model, FileLabel(label));
-      if (absl::Status s = bucketing::WritePlanFile(path, plan, &layout); !s.ok()) return s;
-    }
-    std::vector<double> iter, bwd, exposed, copy;
-    for (const std::vector<double>& v : samples[pi]) {
-      iter.push_back(v[0]);
-      bwd.push_back(v[1]);
-      exposed.push_back(v[2]);
-      copy.push_back(v[3]);
-    }
-    const autotune::MedianInterval ci = autotune::MedianCI(iter, 0.95);
-    r.plan = label;
-    r.buckets = static_cast<int>(plan.buckets.size());
-    r.plan_hash = bucketing::PlanHash(plan);
-    r.iteration_us = ci.median;
-    r.iteration_low_us = ci.low;
-    r.iteration_high_us = ci.high;
-    r.iterations_us = iter;
-    r.exposed_rounds_us = exposed;
-    r.backward_us = Median(bwd);
-    r.exposed_us = Median(exposed);
-    r.copy_us = Median(copy);
-    {
-      // Over every bucket of the measured iterations, the worst rank's
-      // median and 99th percentile (-1: the backend does not mark starts).
-      auto quantiles = [](std::vector<double>& d) {
-        std::sort(d.begin(), d.end());
-        if (d.empty()) return std::pair<double, double>(-1, -1);
-        return std::pair<double, double>(
-            d[d.size() / 2], d[std::min(d.size() - 1, static_cast<size_t>(0.99 * d.size()))]);
-      };
-      const auto [d50, d99] = quantiles(delays[pi]);
-      const auto [a50, a99] = quantiles(reactions[pi]);
-      std::vector<double> q = {d50, d99, a50, a99};
-      if (absl::Status s = MaxAcrossRanks(comm, q); !s.ok()) return s;
-      r.start_p50_us = q[0];
-      r.start_p99_us = q[1];
-      r.reaction_p50_us = q[2];
-      r.reaction_p99_us = q[3];
-    }
-    r.compute_us = profile.forward_us + profile.backward_us;
-    r.bound_us = bound_us;
-    r.gap = gaps[pi].Scaled(1.0 / std::max<size_t>(1, samples[pi].size()));
-    // Against the final bound (Note [A bound measured beside the plans]).
-    r.gap.plan_us += r.gap.bound_us - bound_us;
-    r.gap.bound_us = bound_us;
-    // Each model simulated once. `pred` is the given model's, else the one
-    // timed beside the plans, else the one timed before the rounds.
-    const auto simulate = [&](const std::optional<autotune::CostModel>& model, double* iteration_us,
-                              double* exposed_us) {
-      if (!model.has_value()) return;
-      auto p = autotune::Simulate(profile, plan, *model, sim);
-      if (!p.ok()) return;
-      *iteration_us = p->iteration_us;
-      *exposed_us = p->exposed_us;
+  std::fprintf(out,
+               "# lower bound %.2f ms: its allreduces timed again in every round, the least kept "
+               "(%.2f ms before the rounds); t(all) %.2f ms, t(last) %.3f ms\n",
+               rounds.bound_us / 1e3, rounds.first_bound_us / 1e3, report.comm.t_total_us / 1e3,
+               report.comm.t_last_us / 1e3);
+  if (absl::Status s = rounds.engine->worker_scheduling(); !s.ok()) {
+    std::fprintf(out, "# warning: the engine's worker %s\n", std::string(s.message()).c_str());
+  }
+}
+
+// Plan `pi`'s measured figures (collective: the launch-to-start quantiles
+// are the worst rank's), and its plan file, written by rank 0. Sorts
+// rounds->delays[pi] and rounds->reactions[pi].
+absl::StatusOr<OverlapResult> MeasuredResult(const OverlapRun& run, const PlanSet& set, int pi,
+                                             RoundsOutput* rounds) {
+  OverlapResult r;
+  const Plan& plan = *set.plans[pi];
+  const std::string label = run.options.plans[pi] == "tuned" ? std::string("tuned") : plan.name;
+  if (label == "tuned") r = set.tuned;
+  if (!run.options.save_plans_dir.empty() && run.comm.rank() == 0) {
+    const std::string path = absl::StrFormat("%s/%s-%s.json", run.options.save_plans_dir,
+                                             run.profile.model, FileLabel(label));
+    if (absl::Status s = bucketing::WritePlanFile(path, plan, &run.layout); !s.ok()) return s;
+  }
+  std::vector<double> iter, bwd, exposed, copy;
+  for (const std::vector<double>& v : rounds->samples[pi]) {
+    iter.push_back(v[0]);
+    bwd.push_back(v[1]);
+    exposed.push_back(v[2]);
+    copy.push_back(v[3]);
+  }
+  const autotune::MedianInterval ci = autotune::MedianCI(iter, 0.95);
+  r.plan = label;
+  r.buckets = static_cast<int>(plan.buckets.size());
+  r.plan_hash = bucketing::PlanHash(plan);
+  r.iteration_us = ci.median;
+  r.iteration_low_us = ci.low;
+  r.iteration_high_us = ci.high;
+  r.iterations_us = iter;
+  r.exposed_rounds_us = exposed;
+  r.backward_us = Median(bwd);
+  r.exposed_us = Median(exposed);
+  r.copy_us = Median(copy);
+  {
+    // Over every bucket of the measured iterations, the worst rank's
+    // median and 99th percentile (-1: the backend does not mark starts).
+    auto quantiles = [](std::vector<double>& d) {
+      std::sort(d.begin(), d.end());
+      if (d.empty()) return std::pair<double, double>(-1, -1);
+      return std::pair<double, double>(
+          d[d.size() / 2], d[std::min(d.size() - 1, static_cast<size_t>(0.99 * d.size()))]);
     };
-    simulate(cost, &r.predicted_before_us, &r.predicted_before_exposed_us);
-    simulate(beside_cost, &r.predicted_beside_us, &r.predicted_beside_exposed_us);
-    for (const autotune::CostModel& c : round_costs) {
-      auto p = autotune::Simulate(profile, plan, c, sim);
-      if (!p.ok()) {  // all rounds or none: a gap would shift the rounds
-        r.predicted_rounds_exposed_us.clear();
-        break;
-      }
-      r.predicted_rounds_exposed_us.push_back(p->exposed_us);
-    }
-    if (options.predict_with.has_value()) {
-      simulate(options.predict_with, &r.predicted_us, &r.predicted_exposed_us);
-    } else if (beside_cost.has_value()) {
-      r.predicted_us = r.predicted_beside_us;
-      r.predicted_exposed_us = r.predicted_beside_exposed_us;
-    } else if (cost.has_value()) {
-      r.predicted_us = r.predicted_before_us;
-      r.predicted_exposed_us = r.predicted_before_exposed_us;
-    } else if (comm.size() == 1) {
-      r.predicted_us = r.compute_us;
-    }
-    if (out != nullptr) {
-      std::fprintf(out,
-                   "  %-14s %7d %10.2f %17s %10.2f %10.2f %9.2f %10.2f %10.3f %8.3f %10.2f %9.3f "
-                   "%17s\n",
-                   r.plan.c_str(), r.buckets, r.iteration_us / 1e3,
-                   absl::StrFormat("[%.2f, %.2f]", ci.low / 1e3, ci.high / 1e3).c_str(),
-                   r.backward_us / 1e3, r.exposed_us / 1e3, r.copy_us / 1e3, r.bound_us / 1e3,
-                   r.iteration_us / r.bound_us, r.iteration_us / r.compute_us,
-                   r.predicted_us / 1e3, r.predicted_us / r.iteration_us,
-                   r.reaction_p50_us < 0 ? "n/a"
-                                         : absl::StrFormat("%.1f / %.1f", r.reaction_p50_us,
-                                                           r.reaction_p99_us).c_str());
-      if (r.tuning_iterations >= 0) {
-        std::fprintf(out,
-                     "#   tuned: %d tuning iterations (%s, %.1f ms slower than DDP's default in "
-                     "all), kept %s: %s\n",
-                     r.tuning_iterations, r.cache_hit ? "policy-cache hit" : "searched and measured",
-                     r.tuning_cost_us / 1e3, r.chosen.c_str(), r.decision.c_str());
-      }
-      std::fflush(out);
-    }
-    report.results.push_back(std::move(r));
+    const auto [d50, d99] = quantiles(rounds->delays[pi]);
+    const auto [a50, a99] = quantiles(rounds->reactions[pi]);
+    std::vector<double> q = {d50, d99, a50, a99};
+    if (absl::Status s = MaxAcrossRanks(run.comm, q); !s.ok()) return s;
+    r.start_p50_us = q[0];
+    r.start_p99_us = q[1];
+    r.reaction_p50_us = q[2];
+    r.reaction_p99_us = q[3];
   }
-  if (options.explain && out != nullptr) PrintGapTable(report, out);
+  r.compute_us = run.profile.forward_us + run.profile.backward_us;
+  const double bound_us = rounds->bound_us;
+  r.bound_us = bound_us;
+  r.gap = rounds->gaps[pi].Scaled(1.0 / std::max<size_t>(1, rounds->samples[pi].size()));
+  // Against the final bound (Note [A bound measured beside the plans]).
+  r.gap.plan_us += r.gap.bound_us - bound_us;
+  r.gap.bound_us = bound_us;
+  return r;
+}
+
+// `plan`'s predictions under every cost model of the run into `r`.
+void Predict(const OverlapRun& run, const FitOutput& fit, const BesideCosts& costs,
+             const Plan& plan, OverlapResult* r) {
+  const autotune::Profile& profile = run.profile;
+  const autotune::SimOptions& sim = fit.sim;
+  // Each model simulated once. `pred` is the given model's, else the one
+  // timed beside the plans, else the one timed before the rounds.
+  const auto simulate = [&](const std::optional<autotune::CostModel>& model, double* iteration_us,
+                            double* exposed_us) {
+    if (!model.has_value()) return;
+    auto p = autotune::Simulate(profile, plan, *model, sim);
+    if (!p.ok()) return;
+    *iteration_us = p->iteration_us;
+    *exposed_us = p->exposed_us;
+  };
+  simulate(fit.cost, &r->predicted_before_us, &r->predicted_before_exposed_us);
+  simulate(costs.median, &r->predicted_beside_us, &r->predicted_beside_exposed_us);
+  for (const autotune::CostModel& c : costs.rounds) {
+    auto p = autotune::Simulate(profile, plan, c, sim);
+    if (!p.ok()) {  // all rounds or none: a gap would shift the rounds
+      r->predicted_rounds_exposed_us.clear();
+      break;
+    }
+    r->predicted_rounds_exposed_us.push_back(p->exposed_us);
+  }
+  if (run.options.predict_with.has_value()) {
+    simulate(run.options.predict_with, &r->predicted_us, &r->predicted_exposed_us);
+  } else if (costs.median.has_value()) {
+    r->predicted_us = r->predicted_beside_us;
+    r->predicted_exposed_us = r->predicted_beside_exposed_us;
+  } else if (fit.cost.has_value()) {
+    r->predicted_us = r->predicted_before_us;
+    r->predicted_exposed_us = r->predicted_before_exposed_us;
+  } else if (run.comm.size() == 1) {
+    r->predicted_us = r->compute_us;
+  }
+}
+
+// One row of the table (and the tuner's line under the "tuned" row).
+void PrintResult(const OverlapResult& r, std::FILE* out) {
+  std::fprintf(out,
+               "  %-14s %7d %10.2f %17s %10.2f %10.2f %9.2f %10.2f %10.3f %8.3f %10.2f %9.3f "
+               "%17s\n",
+               r.plan.c_str(), r.buckets, r.iteration_us / 1e3,
+               absl::StrFormat("[%.2f, %.2f]", r.iteration_low_us / 1e3,
+                               r.iteration_high_us / 1e3).c_str(),
+               r.backward_us / 1e3, r.exposed_us / 1e3, r.copy_us / 1e3, r.bound_us / 1e3,
+               r.iteration_us / r.bound_us, r.iteration_us / r.compute_us,
+               r.predicted_us / 1e3, r.predicted_us / r.iteration_us,
+               r.reaction_p50_us < 0 ? "n/a"
+                                     : absl::StrFormat("%.1f / %.1f", r.reaction_p50_us,
+                                                       r.reaction_p99_us).c_str());
+  if (r.tuning_iterations >= 0) {
+    std::fprintf(out,
+                 "#   tuned: %d tuning iterations (%s, %.1f ms slower than DDP's default in "
+                 "all), kept %s: %s\n",
+                 r.tuning_iterations, r.cache_hit ? "policy-cache hit" : "searched and measured",
+                 r.tuning_cost_us / 1e3, r.chosen.c_str(), r.decision.c_str());
+  }
+  std::fflush(out);
+}
+
+// Stage 4, report: the cost models timed beside the plans, then every
+// plan's result (collective, in plan order) into the report, printed.
+absl::Status ReportStage(const OverlapRun& run, const FitOutput& fit, const PlanSet& set,
+                         RoundsOutput* rounds, OverlapReport* report) {
+  const BesideCosts costs = FitBesideCosts(run, rounds->beside, report);
+  PrintAfterRounds(run, *report, *rounds);
+  for (int pi = 0; pi < static_cast<int>(set.plans.size()); ++pi) {
+    auto r = MeasuredResult(run, set, pi, rounds);
+    if (!r.ok()) return r.status();
+    Predict(run, fit, costs, *set.plans[pi], &*r);
+    if (run.out != nullptr) PrintResult(*r, run.out);
+    report->results.push_back(*std::move(r));
+  }
+  if (run.options.explain && run.out != nullptr) PrintGapTable(*report, run.out);
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+double LowerBoundUs(double forward_us, double backward_us, double first_ready_us,
+                    double last_ready_us, double t_last_us, double t_total_us) {
+  return forward_us +
+         std::max({backward_us, last_ready_us + t_last_us, first_ready_us + t_total_us});
+}
+
+absl::StatusOr<OverlapReport> RunOverlap(comm::Communicator& comm,
+                                         const autotune::Profile& base_profile,
+                                         const OverlapOptions& options, std::FILE* out) {
+  if (absl::Status s = ValidateOptions(options, base_profile); !s.ok()) return s;
+  auto base_layout = autotune::LayoutFromProfile(base_profile);
+  if (!base_layout.ok()) return base_layout.status();
+  const GradientLayout& layout = *base_layout;
+
+  // (1) fit.
+  OverlapReport report;
+  auto fit = MeasureAndFit(comm, base_profile, layout, options, &report);
+  if (!fit.ok()) return fit.status();
+  auto set = MakePlans(options, layout, *fit);
+  if (!set.ok()) return set.status();
+  Replay replay(comm, layout, fit->profile, options.views);
+  const OverlapRun run{comm, options, layout, fit->profile, out, replay, EngineOptionsFor(options),
+                       IsolatedUs(report.comm, *fit, comm.size())};
+  PrintHeader(run, report);
+  prctl(PR_SET_TIMERSLACK, 1000UL);  // 1 us wake-up precision for the replay
+
+  // (2) calibrate, and tune where a plan is "tuned".
+  if (absl::Status s = CalibrateStage(run, &fit->sim, &report); !s.ok()) return s;
+  if (absl::Status s = TuneStage(run, *fit, &*set); !s.ok()) return s;
+  // (3) replay.
+  auto rounds = ReplayRounds(run, set->plans, &report);
+  if (!rounds.ok()) return rounds.status();
+  // (4) report.
+  if (absl::Status s = ReportStage(run, *fit, *set, &*rounds, &report); !s.ok()) return s;
   return report;
 }
 
