@@ -24,6 +24,11 @@ echo "== pytest summary (run by CTest)"
 grep -hE "^=*[ ]*[0-9]+ (passed|failed).* in [0-9.]+s" "$BUILD_DIR"/Testing/Temporary/LastTest*.log || echo "pytest: not run (no /usr/bin/python3 with torch and pytest)"
 skipped=$(grep -c -- "\*\*\*Skipped" "$BUILD_DIR/ctest.log" || true)
 echo "skipped (GPU-only or not applicable here): $skipped"
+# Function length (scripts/check_function_length.py): 150 lines a C++ or
+# Python function, 500 a Python file under perf/; its allowlist only shrinks.
+echo "== function length (scripts/check_function_length.py)"
+length_rc=0
+python3 scripts/check_function_length.py || length_rc=$?
 
 # sanitizer_stage NAME DIR FUSEBOX_SANITIZE OPT CTEST_EXCLUDE_LABELS CTEST_EXCLUDE_NAMES [VAR=VALUE...]:
 # builds the suite in DIR with the sanitizers at optimisation level OPT (with
@@ -161,8 +166,9 @@ else
 fi
 
 echo
-echo "== summary: main suite exit $rc, ASan+UBSan suite exit $asan_rc, TSan suite exit $tsan_rc, fuzzing exit $fuzz_rc"
+echo "== summary: main suite exit $rc, function length exit $length_rc, ASan+UBSan suite exit $asan_rc, TSan suite exit $tsan_rc, fuzzing exit $fuzz_rc"
 if [[ $rc -ne 0 ]]; then exit "$rc"; fi
+if [[ $length_rc -ne 0 ]]; then exit "$length_rc"; fi
 if [[ $asan_rc -ne 0 ]]; then exit "$asan_rc"; fi
 if [[ $tsan_rc -ne 0 ]]; then exit "$tsan_rc"; fi
 exit "$fuzz_rc"
