@@ -36,6 +36,7 @@ root; the namespaces are those of perf/bench_trust.py and perf/bench_ddp_hook.py
 """
 import argparse
 import json
+import math
 import os
 import random
 import shlex
@@ -81,6 +82,9 @@ def parse_args(argv=None):
     ap.add_argument("--build", default=os.path.join(REPO, "build"))
     ap.add_argument("--python", default=netns.PYTHON)
     ap.add_argument("--timeout", type=int, default=900, help="seconds per launch")
+    ap.add_argument("--from", dest="from_dir", default=None, metavar="DIR",
+                    help="launch nothing: analyse the runs in DIR/raw again (with the run's "
+                         "own settings) and rewrite DIR/report.md and DIR/result.json")
     args = ap.parse_args(argv)
     if args.link != "loopback" and not netns.RATE.match(args.link):
         ap.error("--link %r is neither 'loopback' nor a tc rate like 1gbit" % args.link)
@@ -94,6 +98,19 @@ def parse_args(argv=None):
     return args
 
 
+def step_noise(step_ms, first):
+    """The spread of log(step_{i+1} / step_i) from step `first` on (1.4826 x
+    their median absolute deviation): the size of the noise a check pair's
+    log-ratio carries, which sets the detection delay (the table in Note
+    [Catching small regressions], autotune/regression.h)."""
+    tail = [t for t in step_ms[first:] if t > 0]
+    logs = [math.log(b / a) for a, b in zip(tail, tail[1:])]
+    if len(logs) < 2:
+        return None
+    med = statistics.median(logs)
+    return 1.4826 * statistics.median(abs(v - med) for v in logs)
+
+
 def analyze(launch, steps):
     """One run's row from rank 0's JSON line."""
     fb = launch.get("fusebox") or {}
@@ -101,6 +118,8 @@ def analyze(launch, steps):
     row = {"seed": fb.get("seed"), "decision": trust.short_decision(fb),
            "kept_buckets": fb.get("buckets"), "checks": fb.get("checks"),
            "fallbacks": fb.get("fallbacks"), **inj}
+    if inj.get("decided_at") is not None and launch.get("step_ms"):
+        row["noise"] = step_noise(launch["step_ms"], inj["decided_at"])
     if inj.get("decided_at") is None:
         row["outcome"] = "kept yours: nothing to regress"
     elif inj.get("inject_at") is not None and inj["inject_at"] >= steps:
@@ -126,18 +145,22 @@ def format_report(args, rows):
              % (args.inject * 100, args.cap), "",
              "%s; %d steps per run; the kept plan's steps made (1 + %g) x the baseline's "
              "verified median from %d steps after the decision; delay = steps from the "
-             "injection to the fallback."
+             "injection to the fallback; step noise = 1.4826 x the median absolute deviation "
+             "of log(step i+1 / step i) after the decision, about the noise of a check pair's "
+             "log-ratio (Note [Catching small regressions] in autotune/regression.h gives the "
+             "pairs a 3%% regression takes at each noise)."
              % (trust.caption(args, "One launch per run").rstrip("."), args.steps, args.inject,
                 args.inject_after), "",
              "| run | kept | gain | kept at step | extra ms/step | injected at | fell back at | "
-             "delay steps | checks | outcome |",
-             "| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |"]
+             "delay steps | checks | step noise | outcome |",
+             "| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |"]
     for i, r in enumerate(rows, 1):
-        lines.append("| %d | %s | %s | %s | %s | %s | %s | %s | %s | %s |" % (
+        lines.append("| %d | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |" % (
             i, r["decision"], fmt(None if r.get("gain") is None else 100 * r["gain"], "%.1f%%"),
             fmt(r.get("decided_at"), "%d"), fmt(r.get("extra_ms"), "%.1f"),
             fmt(r.get("inject_at"), "%d"), fmt(r.get("fallback_at"), "%d"),
-            fmt(r.get("delay_steps"), "%d"), fmt(r.get("checks"), "%d"), r["outcome"]))
+            fmt(r.get("delay_steps"), "%d"), fmt(r.get("checks"), "%d"),
+            fmt(r.get("noise"), "%.3f"), r["outcome"]))
     eligible = [r for r in rows if r.get("decided_at") is not None
                 and r.get("inject_at", args.steps) < args.steps]
     rolled = [r for r in eligible if r["outcome"] == "rolled back"]
@@ -154,12 +177,36 @@ def format_report(args, rows):
     return "\n".join(lines) + "\n"
 
 
+def reanalyse(args, command):
+    """--from DIR: the report again from DIR/raw, under the run's own head."""
+    raws = []
+    for name in os.listdir(os.path.join(args.from_dir, "raw")):
+        with open(os.path.join(args.from_dir, "raw", name)) as f:
+            raws.append(json.load(f))
+    raws.sort(key=lambda r: r["run"])
+    with open(os.path.join(args.from_dir, "report.md")) as f:
+        head = [line for line in f.read().splitlines() if line.startswith("# ")]
+    # The run's own settings: its command line (the report's first line),
+    # with the scales the worker reported.
+    run_args = parse_args(shlex.split(head[0][2:])[2:])
+    model = raws[0]["launch"]["model"]
+    run_args.compute_scale, run_args.param_scale = model["compute_scale"], model["param_scale"]
+    run_args.runs = len(raws)
+    head += ["# re-analysed %s: %s" % (time.strftime("%Y-%m-%d %H:%M:%S"), command)]
+    rows = [analyze(r["launch"], run_args.steps) for r in raws]
+    return run_args, head, rows
+
+
 def main(argv=None):
     args = parse_args(argv)
-    trust.preflight(args)
-    figures = trust.choose_scales(args)
     command = shlex.join([sys.executable] + (sys.argv if argv is None else
                                              [sys.argv[0]] + list(argv)))
+    if args.from_dir:
+        run_args, head, rows = reanalyse(args, command)
+        write_report(run_args, head, rows, args.from_dir, head[0][2:])
+        return
+    trust.preflight(args)
+    figures = trust.choose_scales(args)
     outdir = args.out or os.path.join(REPO, "build", "bench-out", "rollback",
                                       time.strftime("%Y%m%d-%H%M%S"))
     for sub in ("raw", "logs"):
@@ -193,6 +240,10 @@ def main(argv=None):
         launcher.kill()
         if shaped:
             netns.teardown()
+    write_report(args, head, rows, outdir, command)
+
+
+def write_report(args, head, rows, outdir, command):
     body = format_report(args, rows)
     print("\n" + body, end="", flush=True)
     report = "\n".join(head) + "\n\n" + body

@@ -60,3 +60,18 @@ def test_the_verdict_counts_only_runs_that_kept_a_plan_and_needs_nine_in_ten():
     assert verdict_row(rb.format_report(args(2), [nothing, nothing])).endswith("FAIL |")
     # The per-run table lists every run, the delay where it rolled back.
     assert sum(line.endswith("| rolled back |") for line in report.splitlines()) == 8
+
+
+def test_step_noise_is_the_robust_spread_of_step_to_step_log_ratios():
+    # Constant steps have no noise; a known cycle of three step times gives
+    # 1.4826 x the median absolute deviation of its log-ratios.
+    import math
+    assert rb.step_noise([100.0] * 50, 0) == 0.0
+    steps = [100.0, 110.0, 121.0] * 20
+    ratios = [math.log(b / a) for a, b in zip(steps, steps[1:])]
+    med = sorted(ratios)[len(ratios) // 2]
+    want = 1.4826 * sorted(abs(v - med) for v in ratios)[len(ratios) // 2]
+    assert abs(rb.step_noise(steps, 0) - want) < 1e-12
+    # Only the steps from `first` on count.
+    assert rb.step_noise([1000.0, 1.0] + [100.0] * 10, 2) == 0.0
+    assert rb.step_noise([100.0], 0) is None
