@@ -1,0 +1,221 @@
+"""Tests for perf/bench_ddp_scaling.py: its analysis (ring transfer and lower bound,
+PyTorch's pre-bucketing rule, DDP's bucket assignment, the statistics and the held-out
+choice of the best cap, the report and its summary), pure Python; and a smoke run
+(2 emulated hosts, a few steps, every cell) that needs root and `ip netns`, and prints
+SKIPPED (and passes) without them.
+
+    /usr/bin/python3 -m pytest -q tests/python/test_bench_ddp_scaling.py
+"""
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import types
+
+import pytest
+
+sys.dont_write_bytecode = True
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.normpath(os.path.join(HERE, "..", ".."))
+sys.path.insert(0, os.path.join(ROOT, "perf"))
+
+import bench_ddp_scaling as bs  # noqa: E402
+import results  # noqa: E402
+
+MIB = 1 << 20
+
+
+# ------------------------------------------------------------ bound and rule
+
+def test_ring_transfer_is_two_p_minus_one_over_p():
+    # 1 MB at 8 Mbit/s is 1 s on the wire; a ring sends 2 (p-1)/p of it.
+    assert bs.ring_transfer_s(1e6, 2, 8e6) == pytest.approx(1.0)
+    assert bs.ring_transfer_s(1e6, 4, 8e6) == pytest.approx(1.5)
+    assert bs.ring_transfer_s(1e6, 8, 8e6) == pytest.approx(1.75)
+    assert bs.ring_transfer_s(1e6, 1, 8e6) == 0.0
+
+
+def test_lower_bound_takes_the_larger_path():
+    # Transfer of everything from the first ready gradient dominates ...
+    assert bs.lower_bound_s(0.01, 0.02, 0.001, 1e3, 1e6, 2, 8e6) == pytest.approx(
+        0.01 + 0.001 + 1.0)
+    # ... or backward's end plus the last gradient's transfer does.
+    assert bs.lower_bound_s(0.01, 2.0, 0.0, 1e6, 1e6, 2, 8e6) == pytest.approx(0.01 + 2.0 + 1.0)
+    # More hosts, more ring steps: the bound grows toward 2x the bytes.
+    b2 = bs.lower_bound_s(0.0, 0.0, 0.0, 0.0, 1e6, 2, 8e6)
+    b8 = bs.lower_bound_s(0.0, 0.0, 0.0, 0.0, 1e6, 8, 8e6)
+    assert b8 == pytest.approx(1.75 * b2)
+
+
+def test_pytorch_rule_formula_and_clamp():
+    # 9 x (base + (p-1) hops) x bandwidth: p=8, 1 ms each, 100 MB/s -> 7.2 MB.
+    cap, raw = bs.pytorch_prebucket_cap_mb(8, 100e6, 1e-3)
+    assert raw == pytest.approx(9 * 8e-3 * 100e6 / MIB)
+    assert cap == 50.0                      # the floor
+    cap, raw = bs.pytorch_prebucket_cap_mb(2, 10e9, 5e-3, base_latency_s=0.0)
+    assert raw == pytest.approx(9 * 5e-3 * 10e9 / MIB)
+    assert cap == pytest.approx(raw)        # inside [50, 2000]
+    assert bs.pytorch_prebucket_cap_mb(64, 100e9, 1e-3)[0] == 2000.0   # the ceiling
+    assert bs.pytorch_prebucket_cap_mb(1, 100e9, 1e-3) == (50.0, 0.0)
+    # Grows with the world size: (p - 1) latency steps.
+    assert (bs.pytorch_prebucket_cap_mb(8, 1e9, 1e-3)[1] >
+            bs.pytorch_prebucket_cap_mb(2, 1e9, 1e-3)[1])
+
+
+def test_ddp_bucket_assignment_first_bucket_then_cap():
+    sizes = [600_000] * 5
+    assert bs.ddp_bucket_bytes(sizes, ["f"] * 5, MIB) == [1_200_000, 1_200_000, 600_000]
+    # A cap under 1 MiB also caps the first bucket.
+    assert bs.ddp_bucket_bytes(sizes, ["f"] * 5, 500_000) == [600_000] * 5
+    # A large cap: the 1 MiB first bucket, then everything else.
+    assert bs.ddp_bucket_bytes(sizes, ["f"] * 5, 100 * MIB) == [1_200_000, 1_800_000]
+    # Dtypes never share a bucket; each has its own first bucket.
+    assert sorted(bs.ddp_bucket_bytes([10, 20, 30], ["a", "b", "a"], MIB)) == [20, 40]
+    assert sum(bs.ddp_bucket_bytes(sizes, ["f"] * 5, 5 * MIB)) == sum(sizes)
+
+
+# ------------------------------------------------------------------ statistics
+
+def _cell(ms, fusebox=False, finished=True, excluded=None):
+    c = {"step_ms": ms, "tuning_step_ms": [50.0] * 7 if fusebox else [],
+         "tuning_finished": finished, "cpu_busy": 0.5, "rank_cpu_cores": 1.0,
+         "fusebox": {"phase": "tuned"} if fusebox else None}
+    if excluded:
+        c["excluded"] = excluded
+    return c
+
+
+def _launch(repeat, caps, fb, fbw, fb_done=True, warm_excluded=None):
+    cells = {c: _cell([v - 1, v, v + 1]) for c, v in caps.items()}
+    cells["noallreduce"] = _cell([80.0, 80.0, 80.0])
+    cells["fusebox"] = _cell([fb] * 3, fusebox=True, finished=fb_done)
+    cells["fusebox_warm"] = _cell([fbw] * 3, fusebox=True, excluded=warm_excluded)
+    return {"cells": cells, "repeat": repeat, "launch_s": 30.0 + repeat}
+
+
+def _caps(ddp25, cap1, cap5, cap100, pytorch):
+    return dict(ddp25=ddp25, cap1=cap1, cap5=cap5, cap100=cap100, pytorch=pytorch)
+
+
+def test_best_cap_is_chosen_on_odd_repeats_and_reported_on_even_ones():
+    # cap1 wins repeats 1 and 3 (selection); cap5 wins repeats 2 and 4 (held out).
+    ls = [_launch(1, _caps(150, 100, 120, 150, 150), 110, 105),
+          _launch(2, _caps(150, 130, 90, 150, 150), 99, 90),
+          _launch(3, _caps(150, 101, 121, 150, 150), 110, 105),
+          _launch(4, _caps(150, 140, 95, 150, 150), 95, 100)]
+    a = bs.analyze_hosts(ls)
+    assert a["best_cap"] == "cap1"          # not cap5: chosen without the held-out half
+    assert a["held_out"] == 2 and a["repeats"] == 4
+    assert a["best_held_ms"]["median"] == pytest.approx(135.0)   # cap1 on repeats 2, 4
+    r = a["ratio_fusebox"]
+    assert r["n"] == 2 and r["median"] == pytest.approx((99 / 130 + 95 / 140) / 2)
+    assert a["cells"]["cap5"]["median"] == pytest.approx((95 + 120) / 2)   # of 90, 95, 120, 121
+    assert a["tuning_steps"] == [7, 7, 7, 7] and a["not_tuned"] == 0
+    assert a["launch_s"] == [31.0, 32.0, 33.0, 34.0]
+
+
+def test_untuned_and_excluded_fusebox_cells_are_not_compared():
+    ls = [_launch(1, _caps(150, 100, 120, 150, 150), 110, 105, warm_excluded="none cached"),
+          _launch(2, _caps(150, 100, 120, 150, 150), 500, 90, fb_done=False)]
+    a = bs.analyze_hosts(ls)
+    assert a["not_tuned"] == 1
+    assert a["cells"]["fusebox"]["n"] == 1 and a["cells"]["fusebox"]["median"] == 110
+    assert a["ratio_fusebox"]["n"] == 0     # the held-out repeat's fusebox did not tune
+    assert a["ratio_fusebox_warm"]["median"] == pytest.approx(0.9)
+    assert a["cells"]["fusebox_warm"]["n"] == 1
+
+
+def test_single_repeat_is_reported_in_sample():
+    a = bs.analyze_hosts([_launch(1, _caps(150, 100, 120, 150, 150), 110, 105)])
+    assert a["held_out"] == 0 and a["best_cap"] == "cap1"
+    assert a["ratio_fusebox"]["median"] == pytest.approx(1.1)
+
+
+def test_nearest_world_follows_the_policy_cache():
+    assert bs.nearest_world([2, 8], 4) == 8     # equal ratio: the larger
+    assert bs.nearest_world([2, 16], 4) == 2
+    assert bs.nearest_world([], 4) is None
+
+
+def test_warm_cache_leaves_out_the_own_world_size():
+    root = tempfile.mkdtemp()
+    try:
+        shared = os.path.join(root, "cache", "s")
+        os.makedirs(shared)
+        for w in (2, 4, 8):
+            with open(os.path.join(shared, "sig-w%d-r1-x.json" % w), "w") as f:
+                json.dump({"key": {"world_size": w}}, f)
+        cold, warm, worlds = bs.prepare_caches(root, "s", "t", 4)
+        assert worlds == [2, 8] and os.listdir(cold) == []
+        assert sorted(os.listdir(warm)) == ["sig-w2-r1-x.json", "sig-w8-r1-x.json"]
+    finally:
+        shutil.rmtree(root)
+
+
+# ---------------------------------------------------------------------- report
+
+def test_report_tables_become_a_valid_summary():
+    ls = [_launch(r, _caps(150, 100 + r, 120, 150, 150), 110, 105) for r in (1, 2, 3)]
+    for i, l in enumerate(ls):
+        l.update(setting="s", hosts=2, tag="s-h2-r%d" % (i + 1), order=list(bs.CELLS), seed=i,
+                 launch_cpu_busy=0.5, warm_from=None)
+    fig = {"label": "EMULATED", "buckets": "ddp25 2", "forward_s": 0.01, "backward_s": 0.02,
+           "first_ready_s": 0.0, "last_bytes": 10, "total_bytes": 1e6, "rate_bps": 8e6,
+           "pt": {2: (50.0, 0.1)}}
+    args = types.SimpleNamespace(hosts=[2])
+    text = bs.build_report(args, {"s": fig}, ls, ["# cmd"])
+    tables, _ = results.parse_report(text)
+    assert [t["name"] for t in tables] == ["s", "s-2"]
+    main, side = tables
+    assert main["columns"][:3] == ["hosts", "bound", "noallreduce"]
+    assert main["rows"][0][0] == "2" and main["rows"][0][1] == "1010.0"   # 10 + 1000 ms
+    assert main["rows"][0][main["columns"].index("cap1")] == "102.0 [101.0, 103.0]"
+    assert side["rows"][0][side["columns"].index("best cap")] == "cap1"
+    summary = results.make_summary(text, "bench_ddp_scaling", "cmd", "t", "abc", "2026-01-01",
+                                   "vm")
+    results.validate_summary(summary, "test")
+
+
+# ------------------------------------------------------------------------ smoke
+
+def _skip_reason():
+    if os.geteuid() != 0:
+        return "not root"
+    if shutil.which("ip") is None or subprocess.run(
+            ["ip", "netns", "list"], capture_output=True).returncode != 0:
+        return "ip netns unavailable"
+    py = os.environ.get("FUSEBOX_PYTHON_DIR") or os.path.join(ROOT, "build", "python")
+    if subprocess.run(["/usr/bin/python3", "-c", "import fusebox.torch"], capture_output=True,
+                      env=dict(os.environ, PYTHONPATH=py)).returncode != 0:
+        return "fusebox.torch not built in %s" % py
+    return None
+
+
+def test_smoke_two_hosts_every_cell():
+    why = _skip_reason()
+    if why:
+        print("SKIPPED: %s" % why)
+        return
+    py = os.environ.get("FUSEBOX_PYTHON_DIR") or os.path.join(ROOT, "build", "python")
+    out = tempfile.mkdtemp(prefix="fusebox-scaling-smoke.")
+    try:
+        cmd = ["/usr/bin/python3", os.path.join(ROOT, "perf", "bench_ddp_scaling.py"),
+               "--hosts", "2", "--repeats", "1", "--steps", "3", "--warmup", "1",
+               "--tune-steps", "4", "--compute-scale", "0.1", "--prefix", "fbst",
+               "--subnet", "99", "--port", "29700", "--seed", "5", "--out", out,
+               "--build", os.path.dirname(py), "--timeout", "120"]
+        p = subprocess.run(cmd, capture_output=True, text=True, timeout=180)
+        assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+        raw = json.load(open(os.path.join(out, "raw", "resnet50-comm1.5x-h2-r1.json")))
+        assert sorted(raw["cells"]) == sorted(bs.CELLS)
+        assert all(len(c["step_ms"]) == 3 for c in raw["cells"].values())
+        assert raw["cells"]["fusebox"]["fusebox"]["phase"]   # the hook's snapshot came back
+        assert raw["cells"]["fusebox_warm"]["excluded"] == "no other size cached"
+        summary = json.load(open(os.path.join(out, "result.json")))
+        results.validate_summary(summary, "smoke")
+        assert "fbsth0" not in subprocess.run(["ip", "netns", "list"], capture_output=True,
+                                              text=True).stdout   # torn down
+    finally:
+        shutil.rmtree(out, ignore_errors=True)
