@@ -137,6 +137,22 @@ int CheckEvery(double gain, double max_cost_fraction) {
   return std::max(kMinCheckEvery, static_cast<int>(every));
 }
 
+CheckInterval::CheckInterval(double gain, int min_every, double max_cost_fraction)
+    : gain_(std::max(0.0, gain)),
+      min_every_(min_every),
+      max_cost_(max_cost_fraction),
+      every_(std::max(min_every, CheckEvery(gain_, max_cost_fraction))) {}
+
+void CheckInterval::Add(double baseline, double kept) {
+  if (!Positive(baseline) || !Positive(kept)) return;
+  recent_.push_back(std::log(kept / baseline));
+  if (recent_.size() > kRecentPairs) recent_.erase(recent_.begin());
+  if (recent_.size() < kRecentPairs) return;
+  std::vector<double> work = recent_;
+  const double recent_gain = 1 - std::exp(Median(work));
+  every_ = std::max(min_every_, CheckEvery(std::min(gain_, std::max(0.0, recent_gain)), max_cost_));
+}
+
 double NoiseFromPairs(const std::vector<double>& baseline, const std::vector<double>& kept,
                       double clip) {
   if (baseline.size() != kept.size()) return 0;

@@ -88,7 +88,7 @@
 // A 6% regression takes about a third of those pairs (0.10: 58).
 // The tuner checks a plan that gains g every CheckEvery(g) steps while it
 // gains, and every kMinCheckEvery once the last check pairs show the gain
-// gone (Note [Checking more often once the gain is gone] in tuner.cc): after
+// gone (Note [Checking more often once the gain is gone] below): after
 // a regression the steps are about 3 pairs at the first interval plus the
 // pairs above at kMinCheckEvery + 1 steps each.
 // The recorded runs of tests/autotune/data/step_traces.json have sigma
@@ -219,6 +219,46 @@ double ExpectedDetectionPairs(const RegressionOptions& options, double sigma,
 inline constexpr int kMinCheckEvery = 5;
 inline constexpr int kMaxCheckEvery = 200;
 int CheckEvery(double gain, double max_cost_fraction);
+
+// Note [Checking more often once the gain is gone]
+// A check step runs the baseline, so it costs the kept plan's gain g (a
+// fraction of a step); one every CheckEvery(g) = g / 1% steps keeps the
+// checks under 1% of the run. That makes a plan that gained much checked
+// rarely: at g = 30%, one pair every 31 steps, and a 3% regression, which
+// needs tens of pairs at a few percent of noise (Note [Catching small
+// regressions] above), would wait well over a thousand steps. But once the
+// kept plan has lost its gain, a check step costs nothing (the baseline is
+// no slower than the kept plan), so the budget allows the minimum interval.
+// The interval therefore follows the gain the last kRecentPairs check pairs
+// show, 1 - exp(median log-ratio), when that is below the verified gain
+// (never above: a lucky spell never thins the checks). With a plan that
+// still gains g, the median of 3 pairs stays near g at the noise of a few
+// percent, and the checks stay as rare as before; after a regression the
+// interval drops to its minimum within about 2 pairs, and the delay in
+// steps becomes about 2 pairs at the first interval plus the detector's
+// pairs at min_every + 1 steps each.
+class CheckInterval {
+ public:
+  static constexpr int kRecentPairs = 3;
+
+  // `gain`: the kept plan's verified gain; `min_every`: the least interval
+  // (the user's check_every, at least kMinCheckEvery by CheckEvery);
+  // `max_cost_fraction` as for CheckEvery.
+  CheckInterval(double gain, int min_every, double max_cost_fraction);
+
+  // Steps between two check steps now.
+  int every() const { return every_; }
+  // One check pair (times of the baseline and of the kept plan; a pair
+  // that is not two positive finite numbers is ignored).
+  void Add(double baseline, double kept);
+
+ private:
+  double gain_;
+  int min_every_;
+  double max_cost_;
+  int every_;
+  std::vector<double> recent_;  // the last kRecentPairs log-ratios, oldest first
+};
 
 }  // namespace fusebox::autotune
 

@@ -675,42 +675,12 @@ absl::Status OnlineTuner::Decide() {
 
 void OnlineTuner::StartChecks(double gain, double noise) {
   kept_gain_ = std::max(0.0, gain);
-  recent_log_ratios_.clear();
-  check_interval_ = options_.check_every > 0
-                        ? std::max(options_.check_every,
-                                   CheckEvery(kept_gain_, options_.max_check_cost))
-                        : 0;
+  interval_.reset();
+  if (options_.check_every > 0) {
+    interval_.emplace(kept_gain_, options_.check_every, options_.max_check_cost);
+  }
   regression_.emplace(options_.regression, noise);
   since_check_ = 0;
-}
-
-// Note [Checking more often once the gain is gone]
-// A check step runs the baseline, so it costs the kept plan's gain g (a
-// fraction of a step); one every CheckEvery(g) = g / 1% steps keeps the
-// checks under 1% of the run. That makes a plan that gained much checked
-// rarely: at g = 30%, one pair every 31 steps, and a 3% regression, which
-// needs tens of pairs at a few percent of noise (Note [Catching small
-// regressions] in regression.h), would wait well over a thousand steps.
-// But once the kept plan has lost its gain, a check step costs nothing (the
-// baseline is no slower than the kept plan), so the budget allows the
-// minimum interval. The interval therefore follows the gain the last
-// kRecentPairs check pairs show, 1 - exp(median log-ratio), when that is
-// below the verified gain (never above: a lucky spell never thins the
-// checks). With a plan that still gains g, the median of 3 pairs stays near
-// g at the noise of a few percent, and the checks stay as rare as before;
-// after a regression the interval drops to its minimum within about 2
-// pairs, and the delay in steps becomes pairs x (kMinCheckEvery + 1).
-constexpr size_t kRecentPairs = 3;
-
-void OnlineTuner::NoteCheckPair(double baseline, double kept) {
-  if (!(baseline > 0 && kept > 0 && std::isfinite(baseline) && std::isfinite(kept))) return;
-  recent_log_ratios_.push_back(std::log(kept / baseline));
-  if (recent_log_ratios_.size() > kRecentPairs) recent_log_ratios_.erase(recent_log_ratios_.begin());
-  if (options_.check_every <= 0 || recent_log_ratios_.size() < kRecentPairs) return;
-  const double recent_gain = 1 - std::exp(Median(recent_log_ratios_));
-  check_interval_ = std::max(
-      options_.check_every,
-      CheckEvery(std::min(kept_gain_, std::max(0.0, recent_gain)), options_.max_check_cost));
 }
 
 absl::Status OnlineTuner::StoreEntry() {
@@ -748,13 +718,13 @@ void OnlineTuner::ForgetEntry() {
 bool OnlineTuner::TimesNextBoundary() const {
   if (phase_ != TunerPhase::kTuned) return true;
   if (forced_) return true;
-  if (!chosen_plan_.has_value() || check_interval_ <= 0 ||
+  if (!chosen_plan_.has_value() || check_interval() <= 0 ||
       bucketing::PlanHash(*chosen_plan_) == bucketing::PlanHash(default_)) {
     return false;
   }
   // The step ending is a control (the baseline), or the kept plan's step
   // after one; or the step starting is a control.
-  return control_ || control_sample_.has_value() || since_check_ + 1 >= check_interval_;
+  return control_ || control_sample_.has_value() || since_check_ + 1 >= check_interval();
 }
 
 TuningSummary OnlineTuner::Summary() const {
@@ -791,7 +761,7 @@ absl::StatusOr<std::optional<Plan>> OnlineTuner::Check(double sample) {
       bool caught = false;
       for (size_t i = 0; i < (*slow)[0].size() && !caught; ++i) {
         caught = regression_->Add((*slow)[0][i], (*slow)[1][i]);
-        NoteCheckPair((*slow)[0][i], (*slow)[1][i]);
+        if (interval_.has_value()) interval_->Add((*slow)[0][i], (*slow)[1][i]);
       }
 
       if (caught) {
@@ -810,10 +780,10 @@ absl::StatusOr<std::optional<Plan>> OnlineTuner::Check(double sample) {
       }
     }
   }
-  if (check_interval_ <= 0 || bucketing::PlanHash(*chosen_plan_) == bucketing::PlanHash(default_)) {
+  if (check_interval() <= 0 || bucketing::PlanHash(*chosen_plan_) == bucketing::PlanHash(default_)) {
     return std::nullopt;
   }
-  if (++since_check_ >= check_interval_) {
+  if (++since_check_ >= check_interval()) {
     since_check_ = 0;
     control_ = true;
     ++controls_;

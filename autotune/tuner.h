@@ -274,7 +274,7 @@ class OnlineTuner final : public bucketing::PlanPolicy {
   const CostModel& cost_model() const { return cost_; }
   // Iterations between two checks of the kept plan (0: no checks); it
   // depends on the kept plan's gain (CheckEvery in autotune/regression.h).
-  int check_interval() const { return check_interval_; }
+  int check_interval() const { return interval_.has_value() ? interval_->every() : 0; }
   // Test hook: adopt `plan` as if it had been chosen (checks then judge it).
   void ForceChosen(bucketing::Plan plan);
 
@@ -290,9 +290,6 @@ class OnlineTuner final : public bucketing::PlanPolicy {
   absl::StatusOr<std::optional<bucketing::Plan>> Check(double sample);
   absl::StatusOr<std::optional<bucketing::Plan>> CheckHit(double sample);
   void StartChecks(double gain, double noise);
-  // One check pair (slowest rank's times): the interval follows the gain the
-  // last pairs show (Note [Checking more often once the gain is gone]).
-  void NoteCheckPair(double baseline, double kept);
   // The next arm of an interleaved comparison of `arms` (indices into
   // arm plans), rounds rotating (three arms) or alternating (two).
   int NextArm();
@@ -348,11 +345,9 @@ class OnlineTuner final : public bucketing::PlanPolicy {
   std::string decision_;
   CostModel cost_;
   // Checking after the decision.
-  int check_interval_ = 0;       // iterations between checks, from CheckEvery
-  // The last kRecentPairs check log-ratios (slowest rank's), oldest first:
-  // the gain they show sets the interval when it is below kept_gain_ (Note
-  // [Checking more often once the gain is gone] in tuner.cc).
-  std::vector<double> recent_log_ratios_;
+  // Iterations between checks (0: none; Note [Checking more often once the
+  // gain is gone] in regression.h).
+  std::optional<CheckInterval> interval_;
   std::optional<RegressionCheck> regression_;
   double kept_gain_ = 0;         // verified median paired gain of the kept plan
   double baseline_us_ = 0;       // the baseline's verified median

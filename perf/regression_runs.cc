@@ -166,7 +166,11 @@ RunOutcome SimulateRun(const StepTrace& trace, double gain, bool regression, uin
   Rng rng(seed);
   Stream stream(trace, o, rng);
   RunOutcome r;
-  r.check_every = autotune::CheckEvery(gain, o.max_cost);
+  // The tuner's interval (Note [Checking more often once the gain is
+  // gone]): CheckEvery(gain) while the pairs show the gain, the least once
+  // they do not.
+  autotune::CheckInterval interval(gain, autotune::kMinCheckEvery, o.max_cost);
+  r.check_every = interval.every();
   const double kept_ratio = 1 - gain;
   const double regressed_ratio = 1 + o.injected;
 
@@ -190,7 +194,11 @@ RunOutcome SimulateRun(const StepTrace& trace, double gain, bool regression, uin
     if (t != change) return;
     r.sigma_at_change = check.sigma();
     r.expected_pairs = autotune::ExpectedDetectionPairs(o.detector, r.sigma_at_change, o.injected);
-    r.expected_steps = r.expected_pairs * r.check_every;
+    // About 2 pairs at the first interval show the gain gone; the rest come
+    // at the least one.
+    const double slow_pairs = std::min(r.expected_pairs, 2.0);
+    r.expected_steps = slow_pairs * r.check_every +
+                       (r.expected_pairs - slow_pairs) * autotune::kMinCheckEvery;
     r.allowed_steps = o.stated_factor * r.expected_steps;
     end = std::max<double>(o.steps, change + r.allowed_steps);
   };
@@ -201,10 +209,11 @@ RunOutcome SimulateRun(const StepTrace& trace, double gain, bool regression, uin
     const double base = stream.Next();
     if (t != next_check) continue;
     // The check: the baseline runs step t, the kept plan step t + 1.
-    next_check = t + r.check_every;
     enter(++t);
     const bool regressed = regression && t >= change;
     const double kept = stream.Next() * (regressed ? regressed_ratio : kept_ratio);
+    interval.Add(base, kept);
+    next_check = t - 1 + interval.every();
     ++r.pairs;
     post_change_pairs += regressed;
     const bool was = check.detected();
@@ -304,10 +313,12 @@ std::string MarkdownReport(const SimResult& r, const std::string& traces_path) {
   out << absl::StrFormat(
       "Setup: a run resamples one trace in blocks of %d steps; 1 step in %.0f is a non-training "
       "step %g-%gx slower (either plan); sigma0 from %d verification pairs; a check pair (baseline "
-      "step, next kept step) every CheckEvery(gain, %g) steps. Null runs: %d steps, the kept plan "
+      "step, next kept step) every CheckEvery(gain, %g) steps while the last 3 pairs show the "
+      "gain, every 5 once they do not. Null runs: %d steps, the kept plan "
       "(1 - gain) x the baseline. Power runs: from step %d the kept plan is %g%% slower than the "
       "baseline; detected = alarm after the change within %gx the expected delay that the "
-      "detector states (ExpectedDetectionPairs at its sigma then, x check every); an alarm before "
+      "detector states (ExpectedDetectionPairs at its sigma then: 2 pairs at the gain's "
+      "interval, the rest every 5 steps); an alarm before "
       "the change is a miss. Delays count from the change. Detector: CUSUM of winsorised "
       "log-ratios, regression %g%%, clip %g "
       "sigma, false_alarm_pairs %g, sigma_floor %g, window %d, prior_pairs %g.\n\n",

@@ -10,15 +10,16 @@
 // r_t, the kept plan r_t * (1 - gain); a step is a non-training step (2-5x
 // slower) with probability `outlier_rate`, on whichever plan runs it. Before
 // the run, `verify_pairs` adjacent (baseline, kept) pairs give sigma0 (the
-// tuner's verification); then every CheckEvery(gain, max_cost) steps (from a
-// random phase) the baseline runs step t and the kept plan step t + 1: that
-// pair goes to RegressionCheck.
+// tuner's verification); then every CheckInterval::every() steps (from a
+// random phase; CheckEvery(gain, max_cost) while the pairs show the gain,
+// kMinCheckEvery once they do not, as the tuner checks) the baseline runs
+// step t and the kept plan step t + 1: that pair goes to RegressionCheck.
 // Null runs: `steps` steps, no regression: any alarm is a false alarm.
 // Power runs: from step steps / 2 the kept plan takes r_t * (1 + injected)
 // (a 3% regression from a plan that gained `gain`); the run goes on until
 // `stated_factor` x the expected delay (ExpectedDetectionPairs for the
-// detector's sigma at the change, x check_every: the delay the detector
-// states) has passed. A detection within it counts; one before the change
+// detector's sigma at the change; 2 of them at the gain's interval, the rest
+// at kMinCheckEvery: the delay the detector states) has passed. A detection within it counts; one before the change
 // counts as a miss.
 // The same pairs also go, in windows of 8, to the rule the checks used
 // before (ProvenSlower of decision.h: slower by more than 2% with 95%
@@ -73,7 +74,7 @@ struct RunOutcome {
   int change_step = -1;
   double sigma_at_change = 0;  // the detector's sigma when the regression starts
   double expected_pairs = 0;   // ExpectedDetectionPairs at that sigma
-  double expected_steps = 0;   // expected_pairs x check_every (the stated delay)
+  double expected_steps = 0;   // the stated delay: 2 pairs at check_every, the rest at the least
   double allowed_steps = 0;    // stated_factor x expected_steps
   bool early = false;          // alarm before the change (counts as a miss)
   bool in_time = false;        // detected after the change within allowed_steps

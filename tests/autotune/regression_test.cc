@@ -343,5 +343,40 @@ TEST(RegressionCheckTest, SyntheticRunsAreDeterministic) {
   }
 }
 
+// Note [Checking more often once the gain is gone].
+TEST(CheckIntervalTest, FollowsTheGainThePairsShowButNeverExceedsTheVerifiedOne) {
+  CheckInterval i(0.2, kMinCheckEvery, 0.01);
+  EXPECT_EQ(i.every(), 20);
+  // Two pairs are not enough to move it; three that show the gain keep it.
+  i.Add(100, 104);
+  i.Add(100, 104);
+  EXPECT_EQ(i.every(), 20);
+  for (int k = 0; k < 3; ++k) i.Add(100, 80);
+  EXPECT_EQ(i.every(), 20);
+  // A lucky spell (40%) never thins the checks beyond the verified gain.
+  for (int k = 0; k < 3; ++k) i.Add(100, 60);
+  EXPECT_EQ(i.every(), 20);
+  // The gain gone (3% slower): the least interval, once the median of the
+  // last three pairs shows it (two of three here).
+  i.Add(100, 103);
+  EXPECT_EQ(i.every(), 20);
+  i.Add(100, 103);
+  EXPECT_EQ(i.every(), kMinCheckEvery);
+  // A part of the gain back (10%): the interval that gain pays for.
+  for (int k = 0; k < 3; ++k) i.Add(100, 90);
+  EXPECT_EQ(i.every(), 10);
+  // Pairs that are not two positive times are ignored.
+  i.Add(0, 103);
+  i.Add(100, std::nan(""));
+  i.Add(-1, 5);
+  EXPECT_EQ(i.every(), 10);
+  // The user's check_every is the floor.
+  CheckInterval floor(0.2, 12, 0.01);
+  for (int k = 0; k < 3; ++k) floor.Add(100, 110);
+  EXPECT_EQ(floor.every(), 12);
+  // No gain verified: the least interval from the start.
+  EXPECT_EQ(CheckInterval(0.0, kMinCheckEvery, 0.01).every(), kMinCheckEvery);
+}
+
 }  // namespace
 }  // namespace fusebox::autotune
