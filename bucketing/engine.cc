@@ -3,7 +3,6 @@
 #include <pthread.h>
 
 #include <algorithm>
-#include <cstdlib>
 #include <cstring>
 #include <optional>
 #include <utility>
@@ -18,36 +17,10 @@ namespace fusebox::bucketing {
 
 namespace {
 
-constexpr size_t kBufferAlignment = 64;
-
 // Gives back one wait slice to check for shutdown while waiting on a Work.
 constexpr absl::Duration kWaitSlice = absl::Milliseconds(20);
 
 }  // namespace
-
-// Fusion buffers. Shared with the completion callbacks of in-flight
-// collectives so that memory a backend may still write to outlives the
-// engine if a collective never completes before it is destroyed.
-struct Engine::Buffers {
-  std::vector<char*> data;  // per bucket; nullptr for empty buckets
-  int vote_slots = 0;       // per bucket, after its data
-  // Staging buffers for device gradients come from the device
-  // (AllocateHost), and with a device communicator the buffers are device
-  // memory (Allocate).
-  comm::Device* device = nullptr;
-  bool on_device = false;
-  ~Buffers() {
-    for (char* p : data) {
-      if (device == nullptr) {
-        std::free(p);
-      } else if (on_device) {
-        device->Free(p);
-      } else {
-        device->FreeHost(p);
-      }
-    }
-  }
-};
 
 Engine::Engine(comm::Communicator& comm, GradientLayout layout, EngineOptions options)
     : comm_(comm),
@@ -202,9 +175,7 @@ absl::Status Engine::Install(Plan plan) {
           kMaxPriorityBuckets, plan.name, nb));
     }
     for (const Bucket& b : plan.buckets) {
-      const int limit = b.dtype == comm::DataType::kBFloat16  ? 256
-                        : b.dtype == comm::DataType::kFloat16 ? 2048
-                                                              : (1 << 24);
+      const int limit = MaxVotingRanks(b.dtype);
       if (comm_.size() > limit) {
         return absl::InvalidArgumentError(absl::StrFormat(
             "engine: the forward-priority schedule's votes are exact in %s up to %d ranks, not "
@@ -230,7 +201,7 @@ absl::Status Engine::Install(Plan plan) {
       return s;
     }
   }
-  std::shared_ptr<Buffers> reuse;
+  std::shared_ptr<FusionBuffers> reuse;
   if (buffers_ != nullptr) {
     if (options_.retain_plans > 0) {
       retained_.emplace_front(plan_hash_, buffers_);
@@ -240,68 +211,37 @@ absl::Status Engine::Install(Plan plan) {
     buffers_.reset();
   }
   for (auto it = retained_.begin(); it != retained_.end(); ++it) {
-    if (it->first == hash && it->second->vote_slots == vote_slots) {
+    if (it->first == hash && it->second->vote_slots() == vote_slots) {
       reuse = it->second;
       retained_.erase(it);
       break;
     }
   }
   while (static_cast<int>(retained_.size()) > options_.retain_plans) retained_.pop_back();
-  auto buffers = reuse != nullptr ? reuse : std::make_shared<Buffers>();
-  if (reuse == nullptr) {
-    buffers->vote_slots = vote_slots;
-    buffers->data.assign(nb, nullptr);
-    buffers->device = device_;
-    buffers->on_device = direct_;
+  std::shared_ptr<FusionBuffers> buffers = reuse;
+  if (buffers == nullptr) {
+    absl::StatusOr<std::shared_ptr<FusionBuffers>> made = FusionBuffers::Allocate(
+        plan, vote_slots, device_, direct_, /*allocate=*/!options_.external_buffers);
+    if (!made.ok()) {
+      if (buffers_ == nullptr) FailLocked(made.status());  // no plan left to run
+      return made.status();
+    }
+    buffers = *std::move(made);
   }
-  std::vector<std::vector<Placement>> placements(layout_.size());
+  std::vector<std::vector<Placement>> placements = PlaceSlices(plan, layout_.size());
   std::vector<int> slices_per_bucket(nb, 0);
   for (int b = 0; b < nb; ++b) {
-    const Bucket& bucket = plan.buckets[b];
-    const int64_t bytes =
-        (bucket.count() + vote_slots) * static_cast<int64_t>(comm::DataTypeSize(bucket.dtype));
-    if (bytes > 0 && !options_.external_buffers && reuse == nullptr) {
-      const size_t rounded = (static_cast<size_t>(bytes) + kBufferAlignment - 1) /
-                             kBufferAlignment * kBufferAlignment;
-      if (device_ != nullptr) {
-        absl::StatusOr<void*> made =
-            direct_ ? device_->Allocate(rounded) : device_->AllocateHost(rounded);
-        buffers->data[b] = made.ok() ? static_cast<char*>(*made) : nullptr;
-      } else {
-        buffers->data[b] = static_cast<char*>(std::aligned_alloc(kBufferAlignment, rounded));
-      }
-      if (buffers->data[b] == nullptr) {
-        absl::Status s = absl::ResourceExhaustedError(
-            absl::StrFormat("engine: cannot allocate %d bytes for bucket %d", bytes, b));
-        if (buffers_ == nullptr) FailLocked(s);  // no plan left to run
-        return s;
-      }
-    }
-    int64_t offset = 0;
-    for (const Slice& s : bucket.slices) {
-      placements[s.tensor].push_back(Placement{b, offset, s.offset, s.count});
-      offset += s.count;
-    }
-    slices_per_bucket[b] = static_cast<int>(bucket.slices.size());
+    slices_per_bucket[b] = static_cast<int>(plan.buckets[b].slices.size());
   }
-  std::vector<int> priority(nb, -1);
-  for (int b = 0; b < nb; ++b) {
-    for (const Slice& s : plan.buckets[b].slices) priority[b] = std::max(priority[b], s.tensor);
-  }
-  std::vector<void*> storage(layout_.size(), nullptr);
-  for (int id = 0; id < layout_.size(); ++id) {
-    const auto& p = placements[id];
-    if (layout_.tensor(id).numel > 0 && p.size() == 1 && buffers->data[p[0].bucket] != nullptr &&
-        (device_ == nullptr || direct_)) {  // staging buffers are no place for a device gradient
-      storage[id] = buffers->data[p[0].bucket] +
-                    p[0].buffer_offset * comm::DataTypeSize(layout_.tensor(id).dtype);
-    }
-  }
+  LaunchOrder order(options_.schedule, options_.max_in_flight, ForwardPriorities(plan));
+  // Staging buffers are no place for a device gradient.
+  std::vector<void*> storage =
+      TensorViews(layout_, placements, *buffers, /*views=*/device_ == nullptr || direct_);
   plan_hash_ = hash;
   plan_ = std::move(plan);
   placements_ = std::move(placements);
   slices_per_bucket_ = std::move(slices_per_bucket);
-  priority_ = std::move(priority);
+  order_ = std::move(order);
   vote_slots_ = vote_slots;
   buffers_ = std::move(buffers);
   storage_ = std::move(storage);
@@ -309,7 +249,7 @@ absl::Status Engine::Install(Plan plan) {
   grads_.assign(layout_.size(), nullptr);
   external_.assign(nb, nullptr);
   pending_slices_.assign(nb, 0);
-  state_.assign(nb, BucketState::kFilling);
+  done_.assign(nb, 0);
   launch_us_.assign(nb, 0);
   ready_at_us_.assign(nb, 0);
   freed_at_us_.assign(nb, 0);
@@ -384,7 +324,8 @@ void Engine::ResetIterationLocked() {
   for (int id = 0; id < layout_.size(); ++id) {
     pending_tensor_slices_[id] = static_cast<int>(placements_[id].size());
   }
-  std::fill(state_.begin(), state_.end(), BucketState::kFilling);
+  order_.Reset();
+  std::fill(done_.begin(), done_.end(), 0);
   marked_count_ = 0;
   std::fill(external_.begin(), external_.end(), nullptr);
   if (options_.external_buffers) {
@@ -396,14 +337,10 @@ void Engine::ResetIterationLocked() {
       }
     }
   }
-  next_launch_ = 0;
-  launched_count_ = 0;
   last_issued_index_ = -1;
-  freed_count_ = 0;
   std::fill(freed_at_us_.begin(), freed_at_us_.end(), 0.0);
   std::fill(on_completion_.begin(), on_completion_.end(), 0);
   ++generation_;
-  votes_.assign(plan_.buckets.size(), {});
   done_count_ = 0;
   started_ = false;
   current_ = IterationStats{};
@@ -507,7 +444,7 @@ absl::Status Engine::MarkBucketReady(int bucket, void* data, int64_t numel) {
     }
   }
   pending_slices_[bucket] = 0;
-  state_[bucket] = BucketState::kReady;
+  order_.Complete(bucket);
   ready_at_us_[bucket] = now;
   if (marked_count_ == layout_.size()) {
     current_.backward_end_us = now;
@@ -580,7 +517,7 @@ absl::Status Engine::MarkReady(int id, void* grad, int64_t numel) {
   if (!view) {
     for (const Placement& p : placements_[id]) {
       if (p.count == 0) continue;  // (a zero-size bucket has no buffer)
-      std::memcpy(buffers_->data[p.bucket] + p.buffer_offset * esize,
+      std::memcpy(buffers_->data(p.bucket) + p.buffer_offset * esize,
                   static_cast<const char*>(grad) + p.tensor_offset * esize, p.count * esize);
     }
   }
@@ -606,7 +543,7 @@ absl::Status Engine::MarkReady(int id, void* grad, int64_t numel) {
 void Engine::SlicesInLocked(int id, double at_us) {
   for (const Placement& p : placements_[id]) {
     if (--pending_slices_[p.bucket] == 0) {
-      state_[p.bucket] = BucketState::kReady;
+      order_.Complete(p.bucket);
       ready_at_us_[p.bucket] = at_us;
     }
   }
@@ -654,7 +591,7 @@ absl::Status Engine::MarkReadyOnDevice(int id, void* grad, int64_t numel,
     for (const Placement& p : placements_[id]) {
       if (!s.ok() || view) break;
       if (p.count == 0) continue;
-      s = device->CopyAsync(buffers_->data[p.bucket] + p.buffer_offset * esize,
+      s = device->CopyAsync(buffers_->data(p.bucket) + p.buffer_offset * esize,
                             static_cast<const char*>(grad) + p.tensor_offset * esize,
                             p.count * esize, *copy_in_);
     }
@@ -688,91 +625,19 @@ std::shared_ptr<comm::DeviceEvent> Engine::finished_event() const {
   return finished_;
 }
 
-int Engine::ChooseNextLocked() const {
-  const int nb = static_cast<int>(plan_.buckets.size());
-  const int k = launched_count_;
-  if (options_.schedule == Schedule::kForwardPriority && k >= options_.max_in_flight) {
-    // Launch k - W has completed (window_ < W, and slots free in launch
-    // order, each with its votes read), so its votes are known on every
-    // rank.
-    const std::vector<uint8_t>& everywhere = votes_[k - options_.max_in_flight];
-    int best = -1;
-    for (int b = 0; b < nb; ++b) {
-      if (everywhere[b] && state_[b] != BucketState::kLaunched &&
-          state_[b] != BucketState::kDone && (best < 0 || priority_[b] > priority_[best])) {
-        best = b;
-      }
-    }
-    if (best >= 0) return best;  // complete everywhere, so complete here too
-  }
-  return next_launch_;
-}
-
 void Engine::LaunchReadyLocked() {
-  const int nb = static_cast<int>(plan_.buckets.size());
   bool launched = false;
-  while (failed_.ok() && launched_count_ < nb && window_ < options_.max_in_flight) {
-    const int b = ChooseNextLocked();
-    if (state_[b] != BucketState::kReady) break;  // wait until it is complete here
+  while (failed_.ok()) {
+    const int b = order_.Next();  // Note [Launch order]
+    if (b < 0) break;             // all launched, the window full, or wait for b
     Launch(b);
     launched = true;
   }
   if (launched) cv_.notify_all();
 }
 
-namespace {
-
-// One vote element of `type` (Note [Launch order]).
-void StoreVote(char* p, comm::DataType type, double v) {
-  switch (type) {
-    case comm::DataType::kFloat32: {
-      const float f = static_cast<float>(v);
-      std::memcpy(p, &f, 4);
-      return;
-    }
-    case comm::DataType::kFloat64:
-      std::memcpy(p, &v, 8);
-      return;
-    case comm::DataType::kFloat16: {
-      const uint16_t h = comm::FloatToHalf(static_cast<float>(v));
-      std::memcpy(p, &h, 2);
-      return;
-    }
-    default: {
-      const uint16_t h = comm::FloatToBFloat16(static_cast<float>(v));
-      std::memcpy(p, &h, 2);
-      return;
-    }
-  }
-}
-
-}  // namespace
-
-void Engine::WriteVotesLocked(int b) {
-  const Bucket& bucket = plan_.buckets[b];
-  const size_t esize = comm::DataTypeSize(bucket.dtype);
-  char* votes = buffers_->data[b] + bucket.count() * esize;
-  for (int c = 0; c < vote_slots_; ++c) {
-    StoreVote(votes + c * esize, bucket.dtype, state_[c] == BucketState::kFilling ? 0.0 : 1.0);
-  }
-}
-
-std::vector<uint8_t> Engine::ReadVotes(int b) const {
-  const Bucket& bucket = plan_.buckets[b];
-  const size_t esize = comm::DataTypeSize(bucket.dtype);
-  const char* votes = buffers_->data[b] + bucket.count() * esize;
-  // What every rank voting 1 adds up to, bit for bit.
-  std::vector<char> all(esize);
-  StoreVote(all.data(), bucket.dtype, options_.average ? 1.0 : comm_.size());
-  std::vector<uint8_t> out(vote_slots_);
-  for (int c = 0; c < vote_slots_; ++c) {
-    out[c] = std::memcmp(votes + c * esize, all.data(), esize) == 0;
-  }
-  return out;
-}
-
 void Engine::Launch(int b) {
-  const int nb = static_cast<int>(plan_.buckets.size());
+  const int index = order_.launches();  // k: this iteration's k-th launch
   const Bucket& bucket = plan_.buckets[b];
   const int64_t count = bucket.count() + vote_slots_;
   // Stamped before the collective is prepared (votes, a device event) and
@@ -790,9 +655,11 @@ void Engine::Launch(int b) {
       options_.on_bucket_reduced(b, absl::OkStatus());
     }
   } else {
-    last_issued_index_ = launched_count_;
-    if (vote_slots_ > 0) WriteVotesLocked(b);
-    char* data = options_.external_buffers ? external_[b] : buffers_->data[b];
+    last_issued_index_ = index;
+    if (vote_slots_ > 0) {
+      WriteVotes(order_, bucket.dtype, buffers_->votes(b, bucket));
+    }
+    char* data = options_.external_buffers ? external_[b] : buffers_->data(b);
     // Issued in launch order under mu_, so concurrent MarkReady calls cannot
     // reorder them (Note [Launch order]). Averaging rides in the backend's
     // last pass over the data (kAvg: the exact sum divided once by the
@@ -832,7 +699,7 @@ void Engine::Launch(int b) {
       // Note [Freeing a slot where the collective completes]. Both locks
       // are tried, never waited for: the worker frees the slot otherwise.
       auto armed = std::make_shared<std::atomic<bool>>(false);
-      work->OnComplete([gate = gate_, armed, generation = generation_, index = launched_count_,
+      work->OnComplete([gate = gate_, armed, generation = generation_, index,
                         b](const absl::Status& s) {
         if (!s.ok() || !armed->load(std::memory_order_acquire)) return;
         std::unique_lock<std::mutex> lock(gate->mu, std::try_to_lock);
@@ -843,24 +710,22 @@ void Engine::Launch(int b) {
       armed->store(true, std::memory_order_release);
     }
   }
-  state_[b] = BucketState::kLaunched;
-  while (next_launch_ < nb && (state_[next_launch_] == BucketState::kLaunched ||
-                               state_[next_launch_] == BucketState::kDone)) {
-    ++next_launch_;
-  }
+  order_.Launched(b);
   launch_us_[b] = launch_us;
   current_.launch_order.push_back(b);
-  launched_.push_back(Launched{b, launched_count_++, std::move(work), std::move(reported)});
+  launched_.push_back(Launched{b, index, std::move(work), std::move(reported)});
   ++in_flight_;
-  ++window_;
 }
 
 bool Engine::FreeSlotLocked(int index, int bucket, bool read_votes) {
-  if (index != freed_count_) return false;
-  ++freed_count_;
-  --window_;
+  if (!order_.Free(index)) return false;
   freed_at_us_[bucket] = NowUs();
-  if (read_votes && vote_slots_ > 0) votes_[index] = ReadVotes(bucket);
+  if (read_votes && vote_slots_ > 0) {
+    // Launch index + W is chosen by these (Note [Launch order]).
+    const Bucket& b = plan_.buckets[bucket];
+    order_.Agreed(index, ReadVotes(buffers_->votes(bucket, b), vote_slots_, b.dtype,
+                                   options_.average ? 1.0 : comm_.size()));
+  }
   return true;
 }
 
@@ -874,10 +739,10 @@ void Engine::OnLaunchComplete(int64_t generation, int index, int bucket) {
   // callback returns, and the worker launches meanwhile (Note [Freeing a
   // slot where the collective completes]).
   if (last_issued_index_ > index) return;
-  const int before = launched_count_;
+  const int before = order_.launches();
   LaunchReadyLocked();
-  current_.launches_on_completion += launched_count_ - before;
-  for (int k = before; k < launched_count_; ++k) {
+  current_.launches_on_completion += order_.launches() - before;
+  for (int k = before; k < order_.launches(); ++k) {
     on_completion_[current_.launch_order[k]] = 1;
   }
 }
@@ -886,7 +751,7 @@ absl::Status Engine::CopyBack(int b) {
   if (options_.external_buffers) return absl::OkStatus();  // reduced in the caller's memory
   const Bucket& bucket = plan_.buckets[b];
   const size_t esize = comm::DataTypeSize(bucket.dtype);
-  char* buffer = buffers_->data[b];
+  char* buffer = buffers_->data(b);
   int64_t offset = 0;
   for (const Slice& s : bucket.slices) {
     if (s.count > 0) {
@@ -1043,7 +908,7 @@ void Engine::WorkerLoop() {
                         next.bucket, -1, bytes);
       }
     }
-    state_[next.bucket] = BucketState::kDone;
+    done_[next.bucket] = 1;
     ++done_count_;
     LaunchReadyLocked();
     cv_.notify_all();
@@ -1064,8 +929,8 @@ std::string Engine::DescribeMissingLocked() const {
         missing > 8 ? absl::StrFormat(" and %d more", missing - 8) : "");
   }
   std::vector<std::string> buckets;
-  for (size_t b = 0; b < state_.size(); ++b) {
-    if (state_[b] != BucketState::kDone) buckets.push_back(absl::StrCat(b));
+  for (size_t b = 0; b < done_.size(); ++b) {
+    if (!done_[b]) buckets.push_back(absl::StrCat(b));
     if (buckets.size() == 16) break;
   }
   return absl::StrFormat("every gradient was marked ready but buckets [%s] were not reduced "

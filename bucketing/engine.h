@@ -8,35 +8,9 @@
 //     engine->MarkReady(id, grad, numel);       // any thread, once per tensor
 //     engine->Finish();                         // grads now hold the average
 //
-// Note [Launch order]
-// Ranks must issue collectives in the same order (comm Note [Collective
-// ordering]), but gradients become ready in different orders and at
-// different times on different ranks and threads. So the engine never picks
-// among buckets by local readiness alone. At most `max_in_flight` (W)
-// buckets are launched and not yet complete (a slot frees when the
-// allreduce finishes, on the thread that completed it or when the worker
-// sees it, before the bucket is copied back, so no launch waits behind that
-// copy: Note [Freeing a slot where the collective completes]); the k-th
-// launch of an iteration is chosen by the
-// schedule:
-// * kPlanOrder: bucket k, once it is complete on this rank. The plan's
-//   bucket order is the launch order (and is covered by its hash).
-// * kForwardPriority (ByteScheduler's idea, made deterministic): every
-//   bucket's allreduce carries one vote per bucket of the plan: 1 if that
-//   bucket was complete on this rank when it launched, else 0, averaged
-//   like the data. A vote that comes back exactly 1 means "complete on every
-//   rank". Launch k (k >= W) may start only after launch k-W has completed
-//   (the window), so every rank knows the same votes of launch k-W: among
-//   the buckets they show complete everywhere and not yet launched, it takes
-//   the one the next forward pass needs first (the one holding the
-//   latest-ready tensor: the earliest layers); when there is none, the next
-//   bucket in plan order, once it is complete here. The first W launches go
-//   in plan order. Every input to the choice is identical on every rank, so
-//   the sequence is too. Cost: one vote element per bucket in each bucket's
-//   allreduce (limited to 8192 buckets, and to world sizes where a vote
-//   average is exact: 256 ranks in bfloat16, 2048 in half).
-// Whatever order gradients arrive in, every rank issues the same sequence,
-// and results do not depend on timing.
+// Note [Launch order] (in bucketing/launch_order.h, with the code that
+// decides it): every rank launches the same sequence of buckets within a
+// window of max_in_flight, in plan order or by forward priority with votes.
 //
 // Note [Freeing a slot where the collective completes]
 // A launched bucket's window slot frees when its allreduce completes, and
@@ -84,20 +58,10 @@
 // cells above (3 rounds) the launch-to-start term stayed at -0.3 to 3.3 ms
 // per iteration where turning launches on completion off gives 0.2-12.7.
 //
-// Note [Fusion buffers and views]
-// Each bucket owns a fusion buffer holding its slices back to back. A
-// tensor that lies whole in one bucket has a stable address there
-// (TensorStorage); a caller that computes the gradient in place there
-// ("gradient as bucket view") passes that address to MarkReady and nothing
-// is copied in or out: the average is computed in place. Otherwise
-// MarkReady copies the gradient in, and completion writes the average back
-// to the caller's buffer, which must stay valid and untouched until
-// Finish() returns.
-// With EngineOptions::external_buffers the engine allocates no fusion
-// buffers: the caller owns each bucket's memory, already packed in the
-// plan's slice order (a DDP bucket that the plan maps 1:1), and hands it
-// over whole with MarkBucketReady. The collective runs in place on it, so
-// nothing is copied in or out; such plans must not split tensors.
+// Note [Fusion buffers and views] (in bucketing/fusion_buffers.h): each
+// bucket's buffer holds its slices back to back; a tensor whole in one
+// bucket can be computed in place there (TensorStorage); with external
+// buffers the caller owns each bucket's memory.
 //
 // Note [Device gradients over a host communicator]
 // With EngineOptions::device, gradients live in that device's memory and
@@ -161,6 +125,8 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "bucketing/fusion_buffers.h"
+#include "bucketing/launch_order.h"
 #include "bucketing/layout.h"
 #include "bucketing/plan.h"
 #include "bucketing/policy.h"
@@ -170,9 +136,6 @@
 #include "comm/work.h"
 
 namespace fusebox::bucketing {
-
-enum class Schedule : uint8_t { kPlanOrder, kForwardPriority };
-inline constexpr int kMaxPriorityBuckets = 8192;
 
 struct EngineOptions {
   // Buckets launched whose allreduce has not yet completed (copies back do
@@ -191,7 +154,8 @@ struct EngineOptions {
   // queued (Note [Freeing a slot where the collective completes]); false:
   // only the worker does.
   bool launch_on_completion = true;
-  // How the next bucket to launch is chosen (Note [Launch order]).
+  // How the next bucket to launch is chosen (Note [Launch order] in
+  // launch_order.h).
   Schedule schedule = Schedule::kPlanOrder;
   // Average across ranks (ReduceOp::kAvg: the exact sum divided once by the
   // world size in the element type), else sum.
@@ -397,13 +361,6 @@ class Engine {
   Timeline* timeline() { return timeline_.get(); }
 
  private:
-  struct Placement {  // one slice of a tensor: where it sits in a bucket
-    int bucket;
-    int64_t buffer_offset;  // elements into the bucket's buffer
-    int64_t tensor_offset;
-    int64_t count;
-  };
-  enum class BucketState : uint8_t { kFilling, kReady, kLaunched, kDone };
   struct Launched {
     int bucket;
     int index;  // k: this iteration's k-th launch
@@ -411,7 +368,6 @@ class Engine {
     // Set once on_bucket_reduced has returned for it (external buffers).
     std::shared_ptr<std::atomic<bool>> reported;
   };
-  struct Buffers;  // fusion buffers, shared with in-flight collectives
 
   Engine(comm::Communicator& comm, GradientLayout layout, EngineOptions options);
   absl::Status Install(Plan plan);
@@ -421,10 +377,7 @@ class Engine {
   absl::Status GatherHashes(const int64_t (&mine)[2], std::vector<int64_t>& all);
   void ResetIterationLocked();
   void LaunchReadyLocked();
-  int ChooseNextLocked() const;  // bucket to launch next, or -1 to wait
-  void Launch(int bucket);       // under mu_
-  void WriteVotesLocked(int bucket);
-  std::vector<uint8_t> ReadVotes(int bucket) const;
+  void Launch(int bucket);  // under mu_: order_.Next()
   void WorkerLoop();
   absl::Status CopyBack(int bucket);
   // Shared by MarkReady and MarkReadyOnDevice: the id, size and pointer.
@@ -461,10 +414,9 @@ class Engine {
   uint64_t plan_hash_ = 0;
   std::vector<std::vector<Placement>> placements_;  // per tensor
   std::vector<int> slices_per_bucket_;
-  std::vector<int> priority_;   // per bucket: its latest-ready tensor id
   int vote_slots_ = 0;          // vote elements after each bucket's data
-  std::shared_ptr<Buffers> buffers_;
-  std::deque<std::pair<uint64_t, std::shared_ptr<Buffers>>> retained_;  // by plan hash
+  std::shared_ptr<FusionBuffers> buffers_;  // shared with in-flight collectives
+  std::deque<std::pair<uint64_t, std::shared_ptr<FusionBuffers>>> retained_;  // by plan hash
   std::vector<void*> storage_;  // per tensor, see TensorStorage
   std::unique_ptr<PlanPolicy> policy_;
 
@@ -479,22 +431,22 @@ class Engine {
   // Per tensor: slices not yet copied back. Written only by the worker
   // during an iteration (reset under mu_ once every bucket is done).
   std::vector<int> pending_tensor_slices_;
-  std::vector<BucketState> state_;    // per bucket
+  // Which bucket launches next (Note [Launch order]): made per plan, reset
+  // per iteration; told of every bucket complete here, launch, freed slot
+  // and votes.
+  LaunchOrder order_;
+  std::vector<char> done_;            // per bucket: reduced and copied back
   std::vector<double> launch_us_;     // per bucket
   std::vector<double> ready_at_us_;   // per bucket: when its last slice was marked
   std::vector<double> freed_at_us_;   // per bucket: when its window slot freed (0: not yet)
   std::vector<char> on_completion_;   // per bucket: launched by a completion callback
   int last_issued_index_ = -1;        // the last launch handed to the communicator
   int marked_count_ = 0;
-  int next_launch_ = 0;               // lowest bucket not yet launched
-  int launched_count_ = 0;            // k of the next launch
-  std::vector<std::vector<uint8_t>> votes_;  // per launch index, once processed
-  int in_flight_ = 0;                        // launched and not yet copied back
-  int window_ = 0;  // launched and not yet seen complete (<= max_in_flight)
-  // Note [Freeing a slot where the collective completes]: launches whose
-  // slot is free, a prefix of the launch order; and the iteration's number,
-  // which a late completion of an earlier iteration does not match.
-  int freed_count_ = 0;
+  int in_flight_ = 0;                 // launched and not yet copied back
+  // Note [Freeing a slot where the collective completes]: the iteration's
+  // number, which a late completion of an earlier iteration does not match.
+  // (Which launches' slots are free, a prefix of the launch order, and the
+  // window they make, order_ keeps.)
   int64_t generation_ = 0;
   int done_count_ = 0;
   bool started_ = false;

@@ -34,8 +34,8 @@ struct Bucket {
 };
 
 // Buckets in launch order: every rank issues bucket k's allreduce before
-// bucket k+1's (see Note [Launch order] in engine.h). `name` is a label for
-// reports and takes no part in the hash or in equality.
+// bucket k+1's (see Note [Launch order] in launch_order.h). `name` is a
+// label for reports and takes no part in the hash or in equality.
 struct Plan {
   std::string name;
   std::vector<Bucket> buckets;
