@@ -27,7 +27,7 @@ import subprocess
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_gap import median, median_ci  # noqa: E402
+from toolkit import median, median_ci  # noqa: E402  perf/toolkit.py: the shared helpers
 import results as result_summary  # noqa: E402  perf/results.py: the results convention
 
 
@@ -143,7 +143,7 @@ def main(argv=None):
             if not xs:
                 cells.append("-")
                 continue
-            lo, hi = median_ci(xs)
+            lo, hi, _ = median_ci(xs)
             cells.append(f"{median(xs):.1f} [{lo:.1f}, {hi:.1f}] {max(xs):.1f}")
         b = dict(times[base].get(size, []))
         for n in names:
@@ -153,7 +153,7 @@ def main(argv=None):
             if not ratios:
                 cells.append("-")
                 continue
-            lo, hi = median_ci(ratios)
+            lo, hi, _ = median_ci(ratios)
             cells.append(f"{median(ratios):.2f} [{lo:.2f}, {hi:.2f}]")
         lines.append("| " + " | ".join(cells) + " |")
     report = "\n".join(lines) + "\n"

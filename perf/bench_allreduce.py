@@ -109,6 +109,7 @@ import sys
 import time
 
 import results as result_summary  # perf/results.py: the results convention
+from toolkit import median, parse_size  # perf/toolkit.py: the shared helpers
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -156,23 +157,6 @@ def algo_label(tool):
 
 
 # ----------------------------------------------------------------------------- sizes
-
-def parse_size(text):
-    t = str(text).strip()
-    if len(t) > 1 and t[-1] in "bB" and t[-2].isalpha():
-        t = t[:-1]
-    mult = 1
-    if t and t[-1].upper() in "KMG":
-        mult = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}[t[-1].upper()]
-        t = t[:-1]
-    try:
-        v = float(t)
-    except ValueError:
-        raise argparse.ArgumentTypeError("bad size: %r" % text)
-    if v < 0:
-        raise argparse.ArgumentTypeError("negative size: %r" % text)
-    return int(v * mult)
-
 
 def fmt_size(b):
     for unit, m in (("G", 1 << 30), ("M", 1 << 20), ("K", 1 << 10)):
@@ -390,14 +374,6 @@ def load_json(path):
 
 
 # ----------------------------------------------------------------------------- statistics
-
-def median(xs):
-    xs = sorted(xs)
-    n = len(xs)
-    if n == 0:
-        return None
-    return xs[n // 2] if n % 2 else 0.5 * (xs[n // 2 - 1] + xs[n // 2])
-
 
 def bw_from_time(nbytes, time_us, nranks):
     if not time_us or time_us <= 0:

@@ -32,12 +32,12 @@ import json
 import os
 import re
 import shlex
-import subprocess
 import sys
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(REPO, "perf"))
-from bench_gap import median, median_ci  # noqa: E402  (the same statistics as bench_gap)
+import toolkit  # noqa: E402  perf/toolkit.py: the shared helpers
+from toolkit import median, median_ci  # noqa: E402  (the same statistics as bench_gap)
 import results as result_summary  # noqa: E402  perf/results.py: the results convention
 
 TUNE_HEADER = re.compile(r"^# forward ([0-9.]+) ms, backward ([0-9.]+) ms; "
@@ -45,13 +45,10 @@ TUNE_HEADER = re.compile(r"^# forward ([0-9.]+) ms, backward ([0-9.]+) ms; "
 
 
 def run(cmd, log, timeout):
-    proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                          timeout=timeout)
-    with open(log, "w") as f:
-        f.write("$ " + shlex.join(cmd) + "\n" + proc.stdout)
-    if proc.returncode != 0:
-        sys.exit("bench_choice: %s failed (exit %d); see %s" % (cmd[0], proc.returncode, log))
-    return proc.stdout
+    code, output = toolkit.run(cmd, timeout, log)
+    if code != 0:
+        sys.exit("bench_choice: %s failed (exit %d); see %s" % (cmd[0], code, log))
+    return output
 
 
 def tuned_row(text):
@@ -148,13 +145,10 @@ def main():
             cmd = [tool_run, "-n", "2", "--", perf, "overlap", "--profile", stem + "-profile.json",
                    "--compute_scale", "1", "--plans", plans, "-n", str(a.rounds), "-w", "2",
                    "--json", stem + ".json"]
-            proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                  text=True, timeout=a.timeout)
-            with open(stem + ".log", "w") as f:
-                f.write("$ " + shlex.join(cmd) + "\n" + proc.stdout)
-            if proc.returncode != 0:
+            code, _ = toolkit.run(cmd, a.timeout, stem + ".log")
+            if code != 0:
                 failed += 1
-                say(head + " FAILED (exit %d; see %s.log) | | | |" % (proc.returncode, stem))
+                say(head + " FAILED (exit %d; see %s.log) | | | |" % (code, stem))
                 continue
             with open(stem + ".json") as f:
                 results = json.load(f)["results"]
@@ -166,7 +160,7 @@ def main():
                 cells.append("%.2f [%.2f, %.2f]" % (r["iteration_us"] / 1e3, lo / 1e3, hi / 1e3))
             pairs = [w / e for w, e in zip(by["within"]["iterations_us"],
                                            by["exact"]["iterations_us"])]
-            lo, hi = median_ci(pairs)
+            lo, hi, _ = median_ci(pairs)
             say(head + " %s | %s | %s | %.3f [%.3f, %.3f] |" % (*cells, median(pairs), lo, hi))
     say()
     say("# within/exact: per round, the 'within' plan's iteration over the 'exact' plan's in the "

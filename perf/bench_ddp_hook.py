@@ -72,7 +72,6 @@ only the rank processes it started.
 """
 import argparse
 import json
-import math
 import os
 import random
 import re
@@ -88,6 +87,7 @@ import time
 import zlib
 
 import results as result_summary  # perf/results.py: the results convention
+from toolkit import median_ci  # perf/toolkit.py (bench_trust, bench_ddp_scaling: via here)
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 WORKER = os.path.join(REPO, "perf", "ddp_hook_worker.py")
@@ -109,22 +109,6 @@ NOISE_RULE = ("fusebox's median > ddp25's median and fusebox's first quartile > 
 
 
 # ---------------------------------------------------------------- statistics
-
-def median_ci(values, level=0.95):
-    """A distribution-free confidence interval for the median of `values`:
-    [x_(k), x_(n+1-k)] for the largest k whose coverage is at least `level`
-    (with too few values for that: [min, max]). Returns (low, high, coverage)."""
-    xs = sorted(values)
-    n = len(xs)
-
-    def coverage(k):  # P(x_(k) <= median <= x_(n+1-k)) = 1 - 2 P(Binomial(n, 1/2) < k)
-        return 1 - 2 * sum(math.comb(n, i) for i in range(k)) / 2 ** n
-
-    k = 1
-    while k + 1 <= (n + 1) // 2 and coverage(k + 1) >= level:
-        k += 1
-    return xs[k - 1], xs[n - k], coverage(k)
-
 
 PHASES = ("forward", "backward", "optimizer")
 

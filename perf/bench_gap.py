@@ -62,33 +62,12 @@ import sys
 import tempfile
 
 import results as result_summary  # perf/results.py: the results convention
+import toolkit  # perf/toolkit.py: the shared helpers (median_ci, run)
+from toolkit import median
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TERMS = ["late_gradients", "window", "launch_to_start", "transfer_excess", "copy_back", "plan",
          "tail"]
-
-
-def median(xs):
-    s = sorted(xs)
-    n = len(s)
-    return s[n // 2] if n % 2 else 0.5 * (s[n // 2 - 1] + s[n // 2])
-
-
-def median_ci(xs, level=0.95):
-    """Distribution-free CI of the median from order statistics (binomial)."""
-    s = sorted(xs)
-    n = len(s)
-    if n < 2:
-        return (s[0], s[0]) if s else (math.nan, math.nan)
-    best = (0, n - 1)
-    for lo in range(0, n // 2 + 1):
-        hi = n - 1 - lo
-        cover = sum(math.comb(n, k) for k in range(lo + 1, hi + 1)) / 2.0 ** n
-        if cover >= level:
-            best = (lo, hi)
-        else:
-            break
-    return s[best[0]], s[best[1]]
 
 
 def quantile(sorted_xs, q):
@@ -177,12 +156,9 @@ def main():
                    "--explain", "-n", str(a.rounds), "-w", "1", "--cache_dir", cache,
                    "--json", stem + ".json"] + shlex.split(a.perf_flags)
             try:
-                proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                      text=True, timeout=a.timeout)
-                output, code = proc.stdout, proc.returncode
+                code, output = toolkit.run(cmd, a.timeout)
             except subprocess.TimeoutExpired as e:
-                output = e.stdout if isinstance(e.stdout, str) else (e.stdout or b"").decode()
-                code = "timeout after %d s" % a.timeout
+                output, code = toolkit.partial_output(e), "timeout after %d s" % a.timeout
         with open(stem + ".log", "w") as f:
             f.write("$ " + " ".join(shlex.quote(c) for c in cmd) + "\n" + output)
         if code != 0:
@@ -238,7 +214,7 @@ def main():
             t = res["tuned"]
             # Paired by round: the tuned plan against the best non-tuned plan of the run.
             pairs = [x / y for x, y in zip(t["iterations_us"], best["iterations_us"])]
-            lo, hi = median_ci(pairs)
+            lo, hi, _ = toolkit.median_ci(pairs)
             line += "; tuned kept %s; tuned/best %.3f [%.3f, %.3f] over %d rounds" % (
                 t.get("chosen", "?"), median(pairs), lo, hi, len(pairs))
             summary.append((model, ratio if a.repeats == 1 else "%s (%d)" % (ratio, repeat + 1),

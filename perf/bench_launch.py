@@ -29,30 +29,25 @@ import datetime
 import json
 import os
 import shlex
-import statistics
-import subprocess
 import sys
 
 import results as result_summary  # perf/results.py: the results convention
+import toolkit  # perf/toolkit.py: the shared helpers
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def run(argv, log_path, timeout):
-    with open(log_path, "w") as log:
-        log.write("# %s\n" % " ".join(argv))
-        log.flush()
-        p = subprocess.run(argv, stdout=log, stderr=subprocess.STDOUT, timeout=timeout)
-    if p.returncode != 0:
+    code, _ = toolkit.run(argv, timeout, log_path, header="# %s" % " ".join(argv))
+    if code != 0:
         with open(log_path) as f:
             tail = f.read()[-2000:]
-        raise RuntimeError("%s failed (exit %d); log %s:\n%s" % (argv[0], p.returncode, log_path,
-                                                                  tail))
+        raise RuntimeError("%s failed (exit %d); log %s:\n%s" % (argv[0], code, log_path, tail))
 
 
 def median(xs):
-    xs = [x for x in xs if x is not None]
-    return statistics.median(xs) if xs else None
+    """The median of the values present (None: not measured), or None."""
+    return toolkit.median([x for x in xs if x is not None])
 
 
 def main(argv=None):

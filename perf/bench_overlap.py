@@ -23,10 +23,10 @@ Exit status: 0 when every run succeeded, 1 otherwise. Standard library only.
 import argparse
 import json
 import os
-import shlex
-import subprocess
 import sys
 import time
+
+import toolkit  # perf/toolkit.py: the shared helpers (run)
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MODELS = ["resnet50", "bert_large", "gpt2_small", "gpt2_xl", "vit_b16"]
@@ -46,14 +46,10 @@ def mem_available():
 
 
 def run(cmd, log_path, timeout):
+    """(exit code, merged output, seconds) of cmd, logged to log_path (toolkit.run)."""
     start = time.time()
-    with open(log_path, "w") as log:
-        log.write("$ " + " ".join(shlex.quote(c) for c in cmd) + "\n")
-        log.flush()
-        proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                              timeout=timeout)
-        log.write(proc.stdout)
-    return proc.returncode, proc.stdout, time.time() - start
+    code, output = toolkit.run(cmd, timeout, log_path)
+    return code, output, time.time() - start
 
 
 def main():
