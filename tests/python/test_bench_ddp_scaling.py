@@ -219,3 +219,23 @@ def test_smoke_two_hosts_every_cell():
                                               text=True).stdout   # torn down
     finally:
         shutil.rmtree(out, ignore_errors=True)
+
+
+def test_the_global_cap_is_the_lowest_mean_ratio_to_each_settings_best():
+    """perf/ddp_scaling_global.py: the cap closest to each setting's best on
+    average, read from the summaries' median tables (first number of a cell)."""
+    import ddp_scaling_global as g
+    summary = {"tables": [
+        {"name": "a", "columns": ["hosts", "bound", "ddp25", "cap1", "cap5", "cap100",
+                                  "pytorch", "fusebox"],
+         "rows": [["2", "1", "100 [99, 101]", "110", "100", "100", "100", "98"],
+                  ["8", "1", "200", "300", "200", "200", "200", "210"]]},
+        {"name": "a-2", "columns": ["hosts", "repeats"], "rows": [["2", "6"]]}]}
+    medians = g.medians_of(summary)
+    assert medians[("a", 2)]["ddp25"] == 100.0 and ("a-2", 2) not in medians
+    best, means = g.global_cap(medians)
+    # cap1 is 1.10 and 1.50 of the best: mean 1.30; the others 1.0 in both (a
+    # tie goes to the first listed, ddp25).
+    assert abs(means["cap1"] - 1.3) < 1e-12 and best == "ddp25"
+    text = g.report(medians, ["x.json"])
+    assert "| a | 8 | 200.0 | ddp25 | 200.0 | 210.0 | 1.050 | 1.050 |" in text

@@ -1,0 +1,102 @@
+#!/usr/bin/env python3
+"""The single best global bucket cap of perf/bench_ddp_scaling.py's runs, and fusebox beside it.
+
+A user who cannot tune per cluster size picks one bucket_cap_mb for every setting. The best such
+choice, in hindsight, is the fixed cap whose step is closest to each setting's best fixed cap on
+average: the cap with the lowest mean over settings (profile, communication ratio, host count)
+of its median step / the best fixed cap's median step. This script reads the medians that
+bench_ddp_scaling's summaries hold (docs/results/data/ddp-scaling/*.json: the first table of
+each setting, median step per cell over all repeats, as printed), names that cap, and prints
+fusebox's median beside it per setting, with no new measurement. It writes its own compact
+summary with --out (perf/results.py's format).
+
+    python3 perf/ddp_scaling_global.py docs/results/data/ddp-scaling/*.json \\
+        --out docs/results/data/ddp-scaling/global-cap.json
+"""
+import argparse
+import os
+import shlex
+import statistics
+import sys
+
+import results as result_summary
+
+CAPS = ("ddp25", "cap1", "cap5", "cap100", "pytorch")
+
+
+def medians_of(summary):
+    """{(setting, hosts): {cell: median ms}} from one bench_ddp_scaling summary: its tables
+    whose columns start with hosts and bound (the per-cell medians)."""
+    out = {}
+    for table in summary["tables"]:
+        cols = table["columns"]
+        if cols[:2] != ["hosts", "bound"]:
+            continue
+        for row in table["rows"]:
+            cells = {c: float(v.split()[0]) for c, v in zip(cols[2:], row[2:]) if v not in ("", "-")}
+            out[(table["name"], int(row[0]))] = cells
+    return out
+
+
+def global_cap(medians):
+    """The cap with the lowest mean ratio to each setting's best fixed cap, and those means."""
+    means = {}
+    for cap in CAPS:
+        ratios = [m[cap] / min(m[c] for c in CAPS) for m in medians.values()]
+        means[cap] = statistics.mean(ratios)
+    return min(CAPS, key=lambda c: (means[c], CAPS.index(c))), means
+
+
+def report(medians, paths):
+    best, means = global_cap(medians)
+    lines = ["## the single best global cap", "",
+             "Mean over %d settings of each fixed cap's median step / that setting's best fixed "
+             "cap (medians over all repeats, from %s); lower is better."
+             % (len(medians), ", ".join(os.path.basename(p) for p in paths)), "",
+             "| cap | mean ratio to the setting's best |", "| --- | ---: |"]
+    lines += ["| %s | %.3f |" % (c, means[c]) for c in CAPS]
+    lines += ["", "## fusebox beside the global cap (%s)" % best, "",
+              "Per setting: median step ms over all repeats; ratios lower is faster.", "",
+              "| setting | hosts | %s ms | best fixed cap | best ms | fusebox ms | "
+              "fusebox / %s | fusebox / best |" % (best, best),
+              "| --- | ---: | ---: | --- | ---: | ---: | ---: | ---: |"]
+    for (setting, hosts), m in sorted(medians.items()):
+        top = min(CAPS, key=lambda c: m[c])
+        lines.append("| %s | %d | %.1f | %s | %.1f | %.1f | %.3f | %.3f |" % (
+            setting, hosts, m[best], top, m[top], m["fusebox"], m["fusebox"] / m[best],
+            m["fusebox"] / m[top]))
+    return "\n".join(lines) + "\n"
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("summaries", nargs="+", help="bench_ddp_scaling result.json files")
+    ap.add_argument("--out", help="write this report's compact summary here")
+    args = ap.parse_args(argv)
+    medians = {}
+    for path in args.summaries:
+        try:
+            medians.update(medians_of(result_summary.load_summary(path)))
+        except (OSError, ValueError, KeyError) as e:
+            sys.exit("ddp_scaling_global: %s: %s" % (path, e))
+    missing = [k for k, m in medians.items() if any(c not in m for c in CAPS + ("fusebox",))]
+    if not medians or missing:
+        sys.exit("ddp_scaling_global: no settings, or settings without every cap and fusebox: %s"
+                 % missing)
+    text = report(medians, args.summaries)
+    print(text, end="")
+    if args.out:
+        command = shlex.join(["python3", "perf/ddp_scaling_global.py"] +
+                             [os.path.relpath(p) for p in args.summaries] +
+                             ["--out", os.path.relpath(args.out)])
+        summary = result_summary.make_summary(
+            text, "ddp_scaling_global", command,
+            "the single best global cap of the DDP scaling runs, and fusebox beside it",
+            result_summary.git_commit(), result_summary.datetime.date.today().isoformat(),
+            result_summary.this_machine())
+        result_summary.write_summary(args.out, summary)
+
+
+if __name__ == "__main__":
+    main()
