@@ -84,6 +84,19 @@ def _blank(text):
     return re.sub(r"[^\n]", " ", text)
 
 
+def _logical_line_end(src, i):
+    """The index of the first line break at or after `i` that a backslash does not
+    continue (len(src) when there is none)."""
+    j = i
+    while True:
+        k = src.find("\n", j)
+        if k == -1:
+            return len(src)
+        if not src[j:k].rstrip("\r").endswith("\\"):
+            return k
+        j = k + 1
+
+
 _PREFIX_RE = re.compile(r"(?:u8|u|U|L)?R?$")
 _IDENT_TAIL_RE = re.compile(r"[A-Za-z0-9_]+$")
 
@@ -115,33 +128,15 @@ def mask_cxx(src):
             i += 1
             continue
         if line_start and c == "#":
-            j = i
-            while j < n:  # a directive runs to a line break not escaped
-                k = src.find("\n", j)
-                if k == -1:
-                    j = n
-                    break
-                # a comment in a directive may hide the continuation; rare
-                if src[j:k].rstrip("\r").endswith("\\"):
-                    j = k + 1
-                    continue
-                j = k
-                break
+            # A directive runs to a line break not escaped (a comment in a
+            # directive may hide the continuation; rare).
+            j = _logical_line_end(src, i)
             out.append(_blank(src[i:j]))
             i = j
             continue
         line_start = False
         if src.startswith("//", i):
-            j = i
-            while True:  # a line comment ending in a backslash goes on
-                k = src.find("\n", j)
-                if k == -1:
-                    k = n
-                    break
-                if src[j:k].rstrip("\r").endswith("\\"):
-                    j = k + 1
-                    continue
-                break
+            k = _logical_line_end(src, i)  # a line comment ending in a backslash goes on
             out.append(_blank(src[i:k]))
             i = k
             continue
