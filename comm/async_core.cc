@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <algorithm>
 #include <future>
 #include <tuple>
 #include <utility>
@@ -46,7 +47,11 @@ absl::Duration CoarseClockResolution() {
 }  // namespace
 
 AsyncCore::AsyncCore(AsyncCoreOptions options)
-    : options_(std::move(options)), coarse_resolution_(CoarseClockResolution()) {}
+    : options_(std::move(options)),
+      coarse_resolution_(CoarseClockResolution()),
+      window_ns_(options_.callers_execute
+                     ? std::max<int64_t>(0, absl::ToInt64Nanoseconds(options_.waiter_window))
+                     : 0) {}
 
 AsyncCore::~AsyncCore() { Stop(); }
 
@@ -179,7 +184,7 @@ std::shared_ptr<Work> AsyncCore::NewWork() const {
       // Never a second time on the thread that holds the lock.
       if (exec->HeldHere()) return false;
       ExecLock lock(*exec, std::try_to_lock);
-      return lock.owns_lock() && exec->self != nullptr && exec->self->Step();
+      return lock.owns_lock() && exec->self != nullptr && exec->self->Step(/*waiter=*/true);
     });
   }
   return work;
@@ -212,13 +217,10 @@ std::shared_ptr<Work> AsyncCore::TryBegin(CollectiveCall& call) {
     std::lock_guard<std::mutex> lock(mu_);
     if (closed_ || stopping_ || !queue_.empty()) return nullptr;
     call.work = w;
-    call.seq = next_seq_++;
-    queue_.push_back(std::move(call));
+    wake = PushLocked(std::move(call));
     // Only a holder of the executor lock pops the queue, and issuers only
     // push behind: the element stays where it is until this thread lets go.
     mine = &queue_.back();
-    queued_.store(queue_.size(), std::memory_order_release);
-    wake = sleeping_;
   }
   // Stamped as the first step starts, kept only if there was one.
   const int64_t began = Work::SteadyNowNs();
@@ -238,14 +240,73 @@ std::shared_ptr<Work> AsyncCore::Enqueue(CollectiveCall call) {
     if (closed_) {
       return Work::Done(NeverRan());
     }
-    call.seq = next_seq_++;
-    queue_.push_back(std::move(call));
-    queued_.store(queue_.size(), std::memory_order_release);
-    wake = sleeping_;
+    wake = PushLocked(std::move(call));
   }
   // Note [Progress without sleeping]: a spinning thread sees queued_ itself.
   if (wake) cv_.notify_one();
   return w;
+}
+
+bool AsyncCore::PushLocked(CollectiveCall call) {
+  const int64_t issued = call.work->issued_ns();
+  const bool left = WaitsAtOnce(issued);
+  if (window_ns_ > 0) last_work_ = call.work;
+  if (left) {
+    call.waiter_until_ns = issued + window_ns_;
+    ++left_to_waiters_;
+  }
+  call.seq = next_seq_++;
+  queue_.push_back(std::move(call));
+  queued_.store(queue_.size(), std::memory_order_release);
+  // Note [Progress without sleeping]: a spinning thread sees queued_ itself.
+  if (!sleeping_) return false;
+  // Note [Waiters first]: a thread asleep with a deadline takes a call left
+  // to its waiter when the window has passed; any other call wakes it.
+  if (!timed_sleep_) return true;
+  if (left) return false;
+  urgent_ = true;
+  return true;
+}
+
+bool AsyncCore::WaitsAtOnce(int64_t now) const {
+  if (window_ns_ == 0 || last_work_ == nullptr) return false;
+  const int64_t waited = last_work_->waited_ns();
+  return waited != 0 && waited - last_work_->issued_ns() < window_ns_ &&
+         now - waited < window_ns_;
+}
+
+bool AsyncCore::LeftToWaiters(int64_t now) const {
+  if (stopping_ || urgent_) return false;
+  for (const CollectiveCall& c : queue_) {
+    if (c.waiter_until_ns <= now) return false;
+  }
+  return true;
+}
+
+void AsyncCore::Sleep(std::unique_lock<std::mutex>& lock) {
+  const auto busy = [&] {
+    return stopping_ || in_flight_count_.load(std::memory_order_acquire) != 0;
+  };
+  // A deadline: the first queued call's window, or, while calls are being
+  // left to waiters (some since the last timed sleep began), one window.
+  int64_t until = 0;
+  if (!queue_.empty()) {
+    until = queue_.front().waiter_until_ns;
+  } else if (left_to_waiters_ != left_seen_) {
+    until = Work::SteadyNowNs() + window_ns_;
+  }
+  sleeping_ = true;
+  if (until != 0) {
+    timed_sleep_ = true;
+    left_seen_ = left_to_waiters_;
+    const auto deadline = std::chrono::steady_clock::time_point(std::chrono::nanoseconds(until));
+    cv_.wait_until(lock, deadline, [&] { return urgent_ || busy(); });
+    timed_sleep_ = false;
+  } else {
+    cv_.wait(lock, [&] { return !queue_.empty() || busy(); });
+  }
+  urgent_ = false;
+  sleeping_ = false;
 }
 
 absl::Status AsyncCore::Run(CollectiveKind kind, const void* send, void* recv, size_t count,
@@ -293,8 +354,18 @@ void AsyncCore::Loop() {
       while (queued_.load(std::memory_order_acquire) == 0 && Work::SteadyNowNs() < until) {
         std::this_thread::yield();
       }
+    }
+    // Nothing in flight, and nothing queued or (Note [Waiters first])
+    // perhaps only calls left to their waiters: sleep, unless stopping.
+    if (in_flight_count_.load(std::memory_order_acquire) == 0 &&
+        (window_ns_ > 0 || queued_.load(std::memory_order_acquire) == 0)) {
       std::unique_lock<std::mutex> lock(mu_);
-      if (queue_.empty() && in_flight_count_.load(std::memory_order_acquire) == 0) {
+      const bool idle = in_flight_count_.load(std::memory_order_acquire) == 0;
+      if (idle && !queue_.empty() && LeftToWaiters(Work::SteadyNowNs())) {
+        Sleep(lock);
+        continue;
+      }
+      if (queue_.empty() && idle) {
         if (stopping_) {
           // Drained, unless a driving caller holds a call between the
           // queue and in_flight_: decided under the executor lock.
@@ -304,27 +375,22 @@ void AsyncCore::Loop() {
           if (queue_.empty() && in_flight_.empty()) return;
           continue;
         }
-        sleeping_ = true;
         // A caller's Step that leaves a call in flight wakes the thread to
         // poll it (WakeToPoll).
-        cv_.wait(lock, [&] {
-          return !queue_.empty() || stopping_ ||
-                 in_flight_count_.load(std::memory_order_acquire) != 0;
-        });
-        sleeping_ = false;
+        Sleep(lock);
         continue;
       }
     }
     bool progressed = false;
     {
       ExecLock exec(*exec_);  // behind a driving caller, if any
-      progressed = Step();
+      progressed = Step(/*waiter=*/false);
     }
     if (!progressed) std::this_thread::yield();
   }
 }
 
-bool AsyncCore::Step() {
+bool AsyncCore::Step(bool waiter) {
   bool progressed = false;
   // 1. Start queued calls in sequence order: those queued when the step
   //    began that go in flight, and at most one that runs to its end inside
@@ -336,6 +402,11 @@ bool AsyncCore::Step() {
     {
       std::lock_guard<std::mutex> lock(mu_);
       if (queue_.empty()) break;
+      // Not a caller's to run, where every queued call is (a call behind
+      // them that is not starts them all, in order).
+      if (!waiter && queue_.front().waiter_until_ns != 0 && LeftToWaiters(Work::SteadyNowNs())) {
+        break;
+      }
       call = std::move(queue_.front());
       queue_.pop_front();
       queued_.store(queue_.size(), std::memory_order_release);

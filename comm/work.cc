@@ -30,6 +30,7 @@ bool PollUntilDone(const std::atomic<bool>& done,
 }  // namespace
 
 absl::Status Work::Wait() {
+  if (driver_) waited_ns_.store(SteadyNowNs(), std::memory_order_relaxed);
   if (!PollUntilDone(done_, driver_ ? &driver_ : nullptr)) {
     std::unique_lock<std::mutex> lock(mu_);
     sleepers_.fetch_add(1, std::memory_order_relaxed);

@@ -75,6 +75,10 @@ class Work {
   // it splits launch-to-start into queueing behind earlier collectives and
   // the executor's own reaction.
   int64_t completed_ns() const { return completed_ns_.load(std::memory_order_acquire); }
+  // When Wait() was last entered on a Work with a driver (0: never), so that
+  // the backend can tell a caller that waits as soon as it issues from one
+  // that overlaps (Note [Waiters first] in comm/async_core.h).
+  int64_t waited_ns() const { return waited_ns_.load(std::memory_order_relaxed); }
   static int64_t SteadyNowNs() {
     return std::chrono::duration_cast<std::chrono::nanoseconds>(
                std::chrono::steady_clock::now().time_since_epoch())
@@ -93,6 +97,7 @@ class Work {
   const int64_t issued_ns_ = SteadyNowNs();
   std::atomic<int64_t> started_ns_{0};
   std::atomic<int64_t> completed_ns_{0};
+  std::atomic<int64_t> waited_ns_{0};
   std::function<bool()> driver_;  // set before sharing; immutable after
   std::atomic<int> sleepers_{0};  // threads blocked on cv_
   mutable std::mutex mu_;

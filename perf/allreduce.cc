@@ -59,7 +59,8 @@ class AllReduceRow {
     // would compare unlike things.
     auto us = o_.blocking && col.run
                   ? ctx_.TimeBlocking(col.run, o_.iters, o_.warmup)
-                  : ctx_.Time(col.issue, o_.iters, o_.warmup, o_.blocking || o_.tensors > 1);
+                  : ctx_.Time(col.issue, o_.iters, o_.warmup,
+                                o_.blocking || o_.wait_each || o_.tensors > 1);
     if (!us.ok()) return us.status();
     auto mean = ctx_.Mean(key + "/time", *us);
     if (!mean.ok()) return mean.status();

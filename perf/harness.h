@@ -32,6 +32,9 @@ struct PerfOptions {
   int warmup = 5;            // -w
   bool check = true;         // -c
   bool blocking = false;     // -z: wait for each collective before the next
+  // --wait_each: non-blocking calls, each waited as soon as it is issued
+  // (launch-to-done per call, to set beside -z 1's blocking call).
+  bool wait_each = false;
   std::vector<comm::DataType> types = {comm::DataType::kFloat32};  // -d
   std::vector<comm::ReduceOp> ops = {comm::ReduceOp::kSum};          // -o
   int tensors = 1;           // --tensors: K tensors per call (multi-tensor mode)

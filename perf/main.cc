@@ -54,6 +54,10 @@ ABSL_FLAG(std::string, o, "sum", "-o: reduction: sum, avg, min, max, prod, or al
 ABSL_FLAG(int, z, 0,
           "-z: 1 = blocking: each collective finishes before the next is issued (the "
           "communicator's blocking call, as MPI_Allreduce is MPI's)");
+ABSL_FLAG(bool, wait_each, false,
+          "with -z 0: each non-blocking call is waited as soon as it is issued, before the next "
+          "(launch-to-done per call, the figure to set beside -z 1's blocking call; default: "
+          "all issued, then waited)");
 ABSL_FLAG(std::string, backend, "ucx", "communication backend: ucx, mpi or nccl");
 ABSL_FLAG(std::string, json, "", "also write the results as JSON to this file (rank 0)");
 ABSL_FLAG(int, tensors, 1,
@@ -66,6 +70,11 @@ ABSL_FLAG(int, launch, 20,
           "launch-to-start samples per size: non-blocking calls issued to an idle "
           "communicator, timed from issue until the backend starts executing them, and until "
           "they complete (the JSON's launch_done_us; 0: off)");
+ABSL_FLAG(double, ucx_waiter_window_us, 200,
+          "ucx backend: a non-blocking call issued right after its issuer waited at once for the "
+          "previous one is left to its waiter's Wait for this long before the progress thread "
+          "takes it (comm/async_core.h, Note [Waiters first]; 0: every call wakes the progress "
+          "thread)");
 ABSL_FLAG(double, ucx_spin_us, 0,
           "ucx backend: microseconds the progress thread keeps looking for work before it "
           "blocks until woken (0: at once, which lets a bucket launched during backward start "
@@ -265,6 +274,10 @@ absl::StatusOr<PerfOptions> OptionsFromFlags(const comm::Logger& log) {
   if (o.iters < 1 || o.warmup < 0) return absl::InvalidArgumentError("-n must be >= 1 and -w >= 0");
   o.check = absl::GetFlag(FLAGS_c) != 0;
   o.blocking = absl::GetFlag(FLAGS_z) != 0;
+  o.wait_each = absl::GetFlag(FLAGS_wait_each);
+  if (o.blocking && o.wait_each) {
+    return absl::InvalidArgumentError("--wait_each times non-blocking calls: it needs -z 0");
+  }
   o.tensors = absl::GetFlag(FLAGS_tensors);
   if (o.tensors < 1 || o.tensors > 4096) return absl::InvalidArgumentError("--tensors must be in [1, 4096]");
   o.offset = absl::GetFlag(FLAGS_offset);
@@ -390,6 +403,12 @@ absl::StatusOr<comm::BackendOptions> BackendOptionsFromFlags() {
       {{"auto", IssuerBegins::kAuto}, {"on", IssuerBegins::kOn}, {"off", IssuerBegins::kOff}});
   if (!begins.ok()) return begins.status();
   b.ucx.issuer_begins = *begins;
+  const double window_us = absl::GetFlag(FLAGS_ucx_waiter_window_us);
+  if (!(window_us >= 0 && window_us <= 1e6)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--ucx_waiter_window_us must be in [0, 1e6] microseconds, got ", window_us));
+  }
+  b.ucx.waiter_window = absl::Microseconds(window_us);
   const double spin_us = absl::GetFlag(FLAGS_ucx_spin_us);
   if (!(spin_us >= 0 && spin_us <= 1e6)) {
     return absl::InvalidArgumentError(
@@ -749,7 +768,9 @@ int Main(int argc, char** argv) {
     if (out != nullptr) {
       std::fprintf(out, "# fusebox-perf %s allreduce: backend %s, %d ranks, iters %d, warmup %d, check %s, %s\n",
                    FUSEBOX_VERSION, backend.c_str(), c.size(), options->iters, options->warmup,
-                   options->check ? "on" : "off", options->blocking ? "blocking" : "non-blocking (issue all, then wait)");
+                   options->check ? "on" : "off", options->blocking    ? "blocking"
+                   : options->wait_each ? "non-blocking (each waited at once)"
+                                        : "non-blocking (issue all, then wait)");
       // The algorithm table, where the backend has one: which algorithm
       // each size runs here, as the user will want to know (and the
       // emulated-cluster tests check).
@@ -782,6 +803,7 @@ int Main(int argc, char** argv) {
                             {"collective", "allreduce"},   {"backend", backend},
                             {"nranks", c.size()},          {"iters", options->iters},
                             {"warmup", options->warmup},   {"blocking", options->blocking},
+                            {"wait_each", options->wait_each},
                             {"tensors", options->tensors}, {"offset", options->offset},
                             {"results", summary->rows},    {"avg_busbw", summary->avg_busbw},
                             {"wrong", summary->wrong}};

@@ -813,5 +813,137 @@ TEST(AsyncCoreTest, BegunCallsKeepTheOrderAndCallbacksThatIssueDoNotBegin) {
   for (std::thread::id id : ex.begin_threads()) EXPECT_EQ(issuers.count(id), 1u);
 }
 
+
+// Note [Waiters first].
+AsyncCoreOptions WindowOptions(absl::Duration window) {
+  AsyncCoreOptions o = Options();
+  o.waiter_window = window;
+  return o;
+}
+
+// Issues one call and waits for it at once, so that the next call issued
+// soon after is left to its waiter.
+void IssueAndWait(AsyncCore& core, float* buf) {
+  std::shared_ptr<Work> w = IssueAllReduce(core, buf);
+  ASSERT_NE(w, nullptr);
+  ASSERT_TRUE(w->Wait().ok());
+}
+
+TEST(AsyncCoreTest, CallsWaitedAtOnceRunOnTheirWaiterWithoutWakingTheProgressThread) {
+  float buf[4] = {};
+  constexpr int kCalls = 40;
+  for (bool window : {false, true}) {
+    SCOPED_TRACE(absl::StrCat("window ", window));
+    FakeExecutor ex;
+    // A window far longer than the test: the progress thread cannot take a
+    // call left to its waiter, so who runs each call is decided, not raced.
+    AsyncCore core(WindowOptions(window ? absl::Seconds(30) : absl::ZeroDuration()));
+    core.Start(&ex);
+    for (int i = 0; i < kCalls; ++i) {
+      std::shared_ptr<Work> w = IssueAllReduce(core, buf);
+      // Time for a woken progress thread to take the call first.
+      absl::SleepFor(absl::Milliseconds(2));
+      ASSERT_TRUE(w->Wait().ok());
+    }
+    const std::vector<std::thread::id> threads = ex.start_threads();
+    ASSERT_EQ(threads.size(), static_cast<size_t>(kCalls));
+    const auto on_caller =
+        std::count(threads.begin() + 1, threads.end(), std::this_thread::get_id());
+    if (window) {
+      // Every call after the first: the first had no earlier wait to go by.
+      EXPECT_EQ(on_caller, kCalls - 1);
+    } else {
+      EXPECT_LT(on_caller, kCalls / 2);
+    }
+    std::vector<uint64_t> want(kCalls);
+    for (int i = 0; i < kCalls; ++i) want[i] = static_cast<uint64_t>(i);
+    EXPECT_EQ(ex.started(), want);
+  }
+}
+
+TEST(AsyncCoreTest, ACallLeftToAWaiterThatNobodyWaitsForRunsOnceTheWindowHasPassed) {
+  float buf[4] = {};
+  const absl::Duration window = absl::Milliseconds(50);
+  FakeExecutor ex;
+  AsyncCore core(WindowOptions(window));
+  core.Start(&ex);
+  IssueAndWait(core, buf);
+  // Issued at once after a wait: left to a waiter, who never comes.
+  std::shared_ptr<Work> w = IssueAllReduce(core, buf);
+  const absl::Time issued = absl::Now();
+  const absl::Time give_up = issued + absl::Seconds(20);
+  while (!w->Test() && absl::Now() < give_up) absl::SleepFor(absl::Microseconds(100));
+  ASSERT_TRUE(w->Test()) << "a call left to a waiter that never came was never run";
+  EXPECT_TRUE(w->status().ok());
+  // Not before the window (it was left), by the progress thread.
+  EXPECT_GE(absl::Nanoseconds(w->started_ns() - w->issued_ns()), window * 0.9);
+  EXPECT_NE(ex.start_threads().back(), std::this_thread::get_id());
+}
+
+// Started well before `window` has passed since its issue, or never.
+bool StartsBeforeTheWindow(const std::shared_ptr<Work>& w, absl::Duration window) {
+  const absl::Time give_up = absl::Now() + absl::Seconds(10);
+  while (!w->Test() && absl::Now() < give_up) absl::SleepFor(absl::Microseconds(50));
+  return w->Test() && absl::Nanoseconds(w->started_ns() - w->issued_ns()) < window / 2;
+}
+
+TEST(AsyncCoreTest, ACallNotWaitedAtOnceWakesTheProgressThreadAtOnce) {
+  float buf[4] = {};
+  const absl::Duration window = absl::Milliseconds(100);
+  FakeExecutor ex;
+  AsyncCore core(WindowOptions(window));
+  core.Start(&ex);
+  // Issued a window after a wait at once: not left to a waiter.
+  IssueAndWait(core, buf);
+  absl::SleepFor(2 * window);
+  EXPECT_TRUE(StartsBeforeTheWindow(IssueAllReduce(core, buf), window));
+  // Issued at once behind a call that nobody waited for (as backward leaves
+  // its buckets): not left either.
+  IssueAndWait(core, buf);
+  std::shared_ptr<Work> unwaited = IssueAllReduce(core, buf);  // left to a waiter...
+  std::shared_ptr<Work> next = IssueAllReduce(core, buf);      // ...and this one is not
+  EXPECT_TRUE(StartsBeforeTheWindow(next, window));
+  EXPECT_TRUE(unwaited->Test());  // it ran ahead of `next`, in order
+}
+
+TEST(AsyncCoreTest, AnUnwaitedCallBehindOneLeftToAWaiterRunsBothAtOnceInOrder) {
+  float buf[4] = {};
+  FakeExecutor ex;
+  AsyncCore core(WindowOptions(absl::Seconds(30)));
+  core.Start(&ex);
+  IssueAndWait(core, buf);
+  // Left to its waiter (issued at once after a wait)...
+  std::shared_ptr<Work> left = IssueAllReduce(core, buf);
+  // ...and, from another thread that will not wait, a call the progress
+  // thread must run now: it runs the one ahead of it first.
+  std::shared_ptr<Work> other;
+  std::thread([&] {
+    absl::SleepFor(absl::Milliseconds(1));
+    other = IssueAllReduce(core, buf);
+  }).join();
+  const absl::Time give_up = absl::Now() + absl::Seconds(10);
+  while (!other->Test() && absl::Now() < give_up) absl::SleepFor(absl::Microseconds(50));
+  ASSERT_TRUE(other->Test());
+  EXPECT_TRUE(left->Test());
+  EXPECT_THAT(ex.started(), ElementsAre(0, 1, 2));
+}
+
+TEST(AsyncCoreTest, StopCancelsACallLeftToAWaiterWithoutWaitingForTheWindow) {
+  float buf[4] = {};
+  FakeExecutor ex;
+  std::shared_ptr<Work> left;
+  const absl::Time t0 = absl::Now();
+  {
+    AsyncCore core(WindowOptions(absl::Seconds(30)));
+    core.Start(&ex);
+    IssueAndWait(core, buf);
+    left = IssueAllReduce(core, buf);
+  }
+  EXPECT_LT(absl::Now() - t0, absl::Seconds(10));
+  ASSERT_TRUE(left->Test());
+  // Begun on this thread or not, it never ran: cancelled.
+  EXPECT_EQ(left->status().code(), absl::StatusCode::kCancelled) << left->status();
+}
+
 }  // namespace
 }  // namespace fusebox::comm
