@@ -2,27 +2,19 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstdlib>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "comm/ucx/algo/registry.h"
+#include "comm/ucx/algo/unit.h"
 
 namespace fusebox::comm::ucx {
 
 const char* AlgorithmName(Algorithm a) {
-  switch (a) {
-    case Algorithm::kNone: return "opening-round";
-    case Algorithm::kOneShot: return "one-shot";
-    case Algorithm::kLocal: return "local";
-    case Algorithm::kShmAllReduce: return "shm-allreduce";
-    case Algorithm::kRingAllReduce: return "ring-allreduce";
-    case Algorithm::kRecursiveDoublingAllReduce: return "recursive-doubling";
-    case Algorithm::kLinearAllReduce:
-      return "linear";
-    case Algorithm::kRabenseifnerAllReduce:
-      return "rabenseifner";
-    case Algorithm::kChainBroadcast: return "chain-broadcast";
-    case Algorithm::kRingAllGather: return "ring-allgather";
+  for (const AlgorithmUnit* u : AlgorithmUnits()) {
+    if (u->algorithm == a) return u->name;
   }
   return "?";
 }
@@ -36,120 +28,107 @@ size_t SmallMessageBytes(const AlgorithmInputs& in) {
   return in.small_message_bytes;
 }
 
-AlgorithmTable BuildAlgorithmTable(const AlgorithmInputs& in) {
-  AlgorithmTable t;
-  t.small_bytes_ = SmallMessageBytes(in);
-  const Kind kinds[] = {Kind::kAllReduce, Kind::kBroadcast, Kind::kAllGather, Kind::kBarrier};
-  const bool messages = in.world > 1 && !in.shm_exchange;  // the descriptor round opens
-  // AllReduce's algorithm for large messages between several ranks, and the
-  // candidate a measured class runs for it.
-  const Algorithm large_allreduce =
-      in.shm_allreduce ? Algorithm::kShmAllReduce : Algorithm::kRingAllReduce;
-  // AllReduce over messages, after the linear round's range where it opens:
-  // recursive doubling up to rd_to, Rabenseifner up to rab_to, recursive
-  // doubling again up to rd_end (where rabenseifner_bytes ends below it),
-  // then the ring.
-  size_t rd_to = 0, rab_to = 0, rd_end = 0;
-  if (messages) {
-    rd_end = std::max(t.small_bytes_, in.recursive_doubling_bytes);
-    t.carried_bytes_ = rd_end;
-    rd_to = rd_end;
-    // Rabenseifner where every rank exchanges (p a power of two) and halving
-    // saves bytes (recursive doubling moves log2(p) copies: 1 at p = 2),
-    // above rabenseifner_from_bytes (Note [Recursive doubling or
-    // Rabenseifner]) up to rabenseifner_bytes.
-    const bool power_of_two = (in.world & (in.world - 1)) == 0;
-    if (power_of_two && in.world >= 4) {
-      const size_t from = std::min(rd_end, in.rabenseifner_from_bytes);
-      if (in.rabenseifner_bytes > from) {
-        rd_to = from;
-        rab_to = in.rabenseifner_bytes;
-        t.carried_bytes_ = std::max(t.carried_bytes_, rab_to);
-      }
+Situation::Situation(const AlgorithmInputs& inputs)
+    : in(inputs),
+      small_bytes(SmallMessageBytes(inputs)),
+      messages(inputs.world > 1 && !inputs.shm_exchange),
+      linear(messages && (inputs.opening == UcxOptions::Opening::kLinear ||
+                          (inputs.opening == UcxOptions::Opening::kAuto &&
+                           inputs.machine_oversubscribed && inputs.world >= kLinearMinRanks))),
+      halving_world((inputs.world & (inputs.world - 1)) == 0 && inputs.world >= 4) {}
+
+namespace {
+
+struct Candidate {
+  Served served;
+  Algorithm algorithm;
+};
+
+// Note [Algorithm units]: for every size, the candidate of the highest
+// score that serves it; neighbours naming the same algorithm merged.
+std::vector<AlgorithmTable::Range> Resolve(const std::vector<Candidate>& candidates) {
+  std::vector<size_t> starts = {0};
+  for (const Candidate& c : candidates) {
+    starts.push_back(c.served.lo);
+    if (c.served.hi < SIZE_MAX) starts.push_back(c.served.hi + 1);
+  }
+  std::sort(starts.begin(), starts.end());
+  starts.erase(std::unique(starts.begin(), starts.end()), starts.end());
+  std::vector<AlgorithmTable::Range> ranges;
+  for (size_t i = 0; i < starts.size(); ++i) {
+    const Candidate* best = nullptr;
+    for (const Candidate& c : candidates) {
+      const bool serves = c.served.lo <= starts[i] && starts[i] <= c.served.hi;
+      if (serves && (best == nullptr || c.served.score > best->served.score)) best = &c;
     }
-    using Opening = UcxOptions::Opening;
-    t.linear_ =
-        in.opening == Opening::kLinear ||
-        (in.opening == Opening::kAuto && in.machine_oversubscribed && in.world >= kLinearMinRanks);
-    if (t.linear_) t.linear_bytes_ = in.linear_bytes;
-    t.linear_watched_ = t.linear_;
-    // The measured classes (Note [Measured choice] in measured_choice.h).
-    const bool linear_candidate = in.world <= kMeasuredLinearMaxRanks &&
-                                  in.opening != Opening::kRecursiveDoubling &&
-                                  (t.linear_ || in.machine_oversubscribed);
-    // Only where the table itself carries AllReduce in a round (recursive
-    // doubling or Rabenseifner): above it the ring alone.
-    const size_t carried_end = t.carried_bytes_;
-    for (size_t lo = kMeasuredFromBytes; in.world >= 3 && lo < in.measured_bytes; lo *= 2) {
-      AlgorithmTable::MeasuredClass c;
-      c.lo = lo;
-      c.hi = std::min(2 * lo, in.measured_bytes);
-      if (c.hi > carried_end) break;
-      // In the order of the bytes they send through a rank's link, fewest
-      // first (Note [Measured choice]: the trial's order).
-      if (power_of_two && in.world >= 4 && in.rabenseifner_bytes >= c.hi) {
-        c.candidates.push_back(Algorithm::kRabenseifnerAllReduce);
-      }
-      if (lo >= kMeasuredRingFromBytes) {
-        c.candidates.push_back(large_allreduce);
-      }
-      c.candidates.push_back(Algorithm::kRecursiveDoublingAllReduce);
-      const bool linear_here = linear_candidate && c.hi <= kMeasuredLinearMaxBytes;
-      if (linear_here) c.candidates.push_back(Algorithm::kLinearAllReduce);
-      if (c.candidates.size() < 2) continue;  // the table's choice, untimed
-      t.carried_bytes_ = std::max(t.carried_bytes_, c.hi);
-      if (linear_here) {
-        t.linear_bytes_ = std::max(t.linear_bytes_, c.hi);
-        t.linear_watched_ = true;
-      }
-      t.measured_.push_back(std::move(c));
+    if (best == nullptr) std::abort();  // a broken invariant: every size is served
+    const size_t end = i + 1 < starts.size() ? starts[i + 1] - 1 : SIZE_MAX;
+    if (!ranges.empty() && ranges.back().algorithm == best->algorithm) {
+      ranges.back().max_bytes = end;
+    } else {
+      ranges.push_back({end, best->algorithm});
     }
   }
-  for (Kind kind : kinds) {
-    std::vector<AlgorithmTable::Range>& r = t.ranges_[static_cast<int>(kind) - 1];
-    if (kind == Kind::kBarrier) {
-      r.push_back({SIZE_MAX, Algorithm::kNone});
-      continue;
+  return ranges;
+}
+
+// Note [Measured choice] in measured_choice.h, a layer over the ranges:
+// AllReduce of kMeasuredFromBytes up to measured_bytes in size classes,
+// each twice the last, with the units that say they may run it, in their
+// trial order. Only over messages, in worlds of at least 3 ranks, and only
+// where the table itself carries AllReduce in a round (up to
+// `carried_end`): above it the ring alone. A class with one candidate is
+// left to the table.
+std::vector<AlgorithmTable::MeasuredClass> MeasuredClasses(const Situation& s,
+                                                           size_t carried_end) {
+  std::vector<AlgorithmTable::MeasuredClass> classes;
+  if (!s.messages) return classes;
+  for (size_t lo = kMeasuredFromBytes; s.in.world >= 3 && lo < s.in.measured_bytes; lo *= 2) {
+    AlgorithmTable::MeasuredClass c;
+    c.lo = lo;
+    c.hi = std::min(2 * lo, s.in.measured_bytes);
+    if (c.hi > carried_end) break;
+    std::vector<const AlgorithmUnit*> units;
+    for (const AlgorithmUnit* u : AlgorithmUnits()) {
+      if (u->measured != nullptr && u->measured(s, c.lo, c.hi)) units.push_back(u);
     }
-    if (messages) {
-      switch (kind) {
-        case Kind::kAllReduce:
-          if (t.linear_) r.push_back({in.linear_bytes, Algorithm::kLinearAllReduce});
-          // Each range only where it ends above the last one.
-          for (const auto& [to, a] : {std::pair{rd_to, Algorithm::kRecursiveDoublingAllReduce},
-                                      std::pair{rab_to, Algorithm::kRabenseifnerAllReduce},
-                                      std::pair{rd_end, Algorithm::kRecursiveDoublingAllReduce}}) {
-            if (r.empty() || to > r.back().max_bytes) r.push_back({to, a});
-          }
-          if (r.back().max_bytes < SIZE_MAX) {
-            r.push_back({SIZE_MAX, large_allreduce});
-          }
-          break;
-        case Kind::kBroadcast:
-          r.push_back({SIZE_MAX, Algorithm::kChainBroadcast});
-          break;
-        case Kind::kAllGather:
-          r.push_back({SIZE_MAX, Algorithm::kRingAllGather});
-          break;
-        case Kind::kBarrier:
-          break;
+    std::stable_sort(units.begin(), units.end(), [](const AlgorithmUnit* a, const AlgorithmUnit* b) {
+      return a->trial_order < b->trial_order;
+    });
+    for (const AlgorithmUnit* u : units) c.candidates.push_back(u->algorithm);
+    if (c.candidates.size() >= 2) classes.push_back(std::move(c));
+  }
+  return classes;
+}
+
+}  // namespace
+
+AlgorithmTable BuildAlgorithmTable(const AlgorithmInputs& in) {
+  const Situation s(in);
+  AlgorithmTable t;
+  t.small_bytes_ = s.small_bytes;
+  t.linear_ = s.linear;
+  if (t.linear_) t.linear_bytes_ = in.linear_bytes;
+  t.linear_watched_ = t.linear_;
+  std::vector<Candidate> by_kind[4];
+  for (const AlgorithmUnit* u : AlgorithmUnits()) {
+    for (const Served& served : u->serves(s)) {
+      by_kind[static_cast<int>(served.kind) - 1].push_back({served, u->algorithm});
+      // What the descriptor round carries: every range of a unit it carries.
+      if (u->carrier == Carrier::kDescriptorRound) {
+        t.carried_bytes_ = std::max(t.carried_bytes_, served.hi);
       }
-      continue;
     }
-    r.push_back({t.small_bytes_, Algorithm::kOneShot});
-    if (t.small_bytes_ == SIZE_MAX) continue;
-    Algorithm large = Algorithm::kLocal;
-    if (in.world > 1) {
-      switch (kind) {
-        case Kind::kAllReduce:
-          large = large_allreduce;
-          break;
-        case Kind::kBroadcast: large = Algorithm::kChainBroadcast; break;
-        case Kind::kAllGather: large = Algorithm::kRingAllGather; break;
-        case Kind::kBarrier: break;
-      }
+  }
+  for (int k = 0; k < 4; ++k) t.ranges_[k] = Resolve(by_kind[k]);
+  t.measured_ = MeasuredClasses(s, t.carried_bytes_);
+  for (const AlgorithmTable::MeasuredClass& c : t.measured_) {
+    t.carried_bytes_ = std::max(t.carried_bytes_, c.hi);
+    for (Algorithm a : c.candidates) {
+      if (UnitOf(a).carrier != Carrier::kLinearRound) continue;
+      t.linear_bytes_ = std::max(t.linear_bytes_, c.hi);
+      t.linear_watched_ = true;
     }
-    r.push_back({SIZE_MAX, large});
   }
   return t;
 }

@@ -14,6 +14,12 @@
 // up, which Init decides collectively), so every rank picks the same
 // algorithm for the same collective and none can wait for a message its
 // peers never send.
+// The rows are not written here: each algorithm is a unit in algo/ that
+// says which bytes of which kind it serves, with what score, and which
+// measured classes it may run (Note [Algorithm units] in algo/unit.h);
+// BuildAlgorithmTable takes, for every size, the unit of the highest score,
+// then adds the measured classes as a layer over the ranges. What follows
+// is what the units' registrations add up to.
 // Where the shared-memory exchange carries the header round (one host), or
 // the world is one rank, the rows, in the order they are tried:
 // * Barrier: the header round alone (kNone).

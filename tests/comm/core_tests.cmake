@@ -74,6 +74,13 @@ if(FUSEBOX_WITH_UCX)
   target_link_libraries(ucx_algorithms_test PRIVATE fusebox::comm_ucx ucx::ucp ucx::ucs GTest::gmock
     GTest::gtest_main)
   gtest_discover_tests(ucx_algorithms_test DISCOVERY_TIMEOUT 60)
+  # Note [Algorithm units]: the units' registration, and the table they
+  # build against the one recorded before them.
+  add_executable(ucx_algorithm_units_test ${CMAKE_CURRENT_SOURCE_DIR}/ucx_algorithm_units_test.cc)
+  target_link_libraries(ucx_algorithm_units_test PRIVATE fusebox::comm_ucx ucx::ucp ucx::ucs
+    GTest::gtest_main)
+  target_include_directories(ucx_algorithm_units_test PRIVATE ${PROJECT_SOURCE_DIR})
+  gtest_discover_tests(ucx_algorithm_units_test DISCOVERY_TIMEOUT 60)
 endif()
 
 # The in-process loopback communicator the tests above the communication
