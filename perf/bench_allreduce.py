@@ -21,6 +21,14 @@ Runs, in one invocation, for every world size in --ranks (float32 sum, -b .. -e 
           recursive_doubling, ring, segmented_ring, rabenseifner; '' runs none); run whenever
           mpi is (with --mpi-cmd, the --mca flags go after its --oversubscribe, or else after
           its first word)
+  ucxw    ucx with --ucx-wait-each's flags (default --wait_each: fusebox-perf's non-blocking
+          calls each waited at once, launch-to-done per call); --ucx-wait-each='' skips it
+  mpi-ucx..., mpi-<comp>, mpinb..., mpiwe...  OpenMPI's other variants, run whenever mpi is:
+          the same over the UCX PML (--mpi-pmls), each coll component with an allreduce forced
+          first (--mpi-components), and MPI_Iallreduce under libnbc and each of its algorithms
+          (--mpi-nb-algorithms), issued -n at a time then waited (mpinb) or each waited at once
+          (mpiwe). perf/mpi_tools.py, Note [Fair MPI peers], has the list and the flags; a
+          variant that needs a PML or component runs only where a probe shows it selected.
   gloo    /usr/bin/python3 perf/baselines/gloo_allreduce.py --nranks N ...   (torch.distributed)
   fbmpi   mpirun -n N --oversubscribe <build>/perf/fusebox-perf allreduce --backend mpi ...
           (only with --with-fusebox-mpi; bound as mpi is)
@@ -40,12 +48,15 @@ latency targets (20 iterations of a ~1 us call are mostly noise); it is the "8 (
 run for ucx (with -z 1: every call waited before the next, as MPI_Allreduce blocks), mpi, every
 mpi-aK and fbmpi; not for Gloo, whose 8 B time is in its sweep.
 
-"mpibest" is not run: per world size and size it is the fastest of mpi and the mpi-aK measured
-(highest busbw; for the 8 B latency run the lowest time), among those with correct results, so
+"mpibest" is not run: per world size and size it is the fastest of mpi and the other MPI_Allreduce
+variants (highest busbw; for the 8 B latency run the lowest time), with correct results, so
 fusebox is compared with OpenMPI at its best and not only at its default; it exists at the sizes
 all of them run (not at the idle 4 MiB extra run of the loaded pass). summary.json names
 the winner per size ("best_of", e.g. "mpi-a4 (ring)" or "mpi (default)") and keeps every
-algorithm's own numbers.
+algorithm's own numbers. "mpinbbest" and "mpiwebest" are the same for the MPI_Iallreduce
+variants of each shape; "Fair comparisons" per world size set ucxz against mpibest, ucx against
+mpinbbest and ucxw against mpiwebest: ratios with intervals from the interleaved repeats, a
+tie where the interval (Bonferroni-corrected for the sizes of the table) contains 1.0.
 
 Loaded pass (--load, the default; --no-load skips it), at 2 ranks only: in each repeat, after
 the idle runs at 2 ranks, ucx and mpi (default decision) are run again for the dedicated 8 B
@@ -108,30 +119,27 @@ import subprocess
 import sys
 import time
 
+from allreduce_report import (  # perf/allreduce_report.py: formatting, targets
+    FORMAT, LAT_KEY, LOAD_NRANKS, LOAD_SIZE, LOAD_SIZE_NAME, MIB, TARGET_LARGE, TARGET_SMALL,
+    evaluate_targets, fmt_bw, fmt_ratio, fmt_size, fmt_time, idle_vs_loaded_section, md_table,
+    ratio)
+import mpi_tools  # perf/mpi_tools.py: OpenMPI's variants, best-of families, ratio intervals
 import results as result_summary  # perf/results.py: the results convention
-from toolkit import median, parse_size  # perf/toolkit.py: the shared helpers
+from toolkit import median, parse_size, run  # perf/toolkit.py: the shared helpers
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
-MIB = 1 << 20
-TARGET_SMALL = 8
-TARGET_LARGE = 64 * MIB
-LOAD_SIZE = 4 * MIB      # busbw size of the loaded pass
-LOAD_SIZE_NAME = "4 MiB"
-LOAD_NRANKS = 2          # world size of the loaded pass
-LAT_KEY = -TARGET_SMALL  # stats key of the dedicated 8 B latency run
-
 # OpenMPI's coll/tuned allreduce algorithms (coll_tuned_allreduce_algorithm; 0 = its fixed
 # decision, which the plain "mpi" tool measures).
-MPI_ALGORITHMS = {1: "basic_linear", 2: "nonoverlapping", 3: "recursive_doubling", 4: "ring",
-                  5: "segmented_ring", 6: "rabenseifner"}
-MPI_ALGO_TOOLS = tuple("mpi-a%d" % k for k in sorted(MPI_ALGORITHMS))
-MPI_CANDIDATES = ("mpi",) + MPI_ALGO_TOOLS  # what "mpibest" picks from
+MPI_ALGORITHMS = mpi_tools.TUNED_ALGORITHMS
 LOAD_TOOLS = ("ucx", "mpi")                 # run again under load
-UCX_TOOLS = ("ucxz", "ucx")                 # fusebox's blocking and non-blocking sweeps
+UCX_TOOLS = ("ucxz", "ucx", "ucxw")         # fusebox's blocking, non-blocking, each-waited
+# MPI families: the best per size of the variants of each shape (mpi_tools.FAMILIES).
+MPI_BEST = tuple(mpi_tools.FAMILIES.values())
 
-# Tools with a dedicated 8 B latency run. Gloo's 8 B time (~0.3-2 ms) is in its sweep already.
-LAT_TOOLS = ("ucx", "fbmpi") + MPI_CANDIDATES
+# Tools with a dedicated 8 B latency run, besides every blocking MPI variant. Gloo's 8 B time
+# (~0.3-2 ms) is in its sweep already.
+LAT_TOOLS = ("ucx", "fbmpi")
 
 MPI_ENV = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"}
 
@@ -139,31 +147,14 @@ TOOL_LABELS = {
     "ucx": "fusebox UCX, non-blocking (issue -n calls, then wait)",
     "ucxz": "fusebox UCX, blocking calls (-z 1, AllReduceBlocking, as MPI_Allreduce)",
     "mpi": "MPI_Allreduce (OpenMPI default decision)",
-    "mpibest": "MPI_Allreduce, best of OpenMPI's default and each tuned algorithm, per size",
+    "ucxw": "fusebox UCX, non-blocking, each call waited at once (--wait_each)",
     "gloo": "PyTorch Gloo",
     "fbmpi": "fusebox MPI backend",
 }
-for _k, _name in MPI_ALGORITHMS.items():
-    TOOL_LABELS["mpi-a%d" % _k] = "MPI_Allreduce, OpenMPI tuned algorithm %d (%s)" % (_k, _name)
-
-
-def algo_label(tool):
-    """'mpi-a4' -> 'mpi-a4 (ring)', 'mpi' -> 'mpi (default)'."""
-    if tool == "mpi":
-        return "mpi (default)"
-    if tool.startswith("mpi-a") and tool[5:].isdigit():
-        return "%s (%s)" % (tool, MPI_ALGORITHMS.get(int(tool[5:]), "?"))
-    return tool
+TOOL_LABELS.update(mpi_tools.FAMILY_LABELS)
 
 
 # ----------------------------------------------------------------------------- sizes
-
-def fmt_size(b):
-    for unit, m in (("G", 1 << 30), ("M", 1 << 20), ("K", 1 << 10)):
-        if b >= m and b % m == 0:
-            return "%d%s" % (b // m, unit)
-    return str(b)
-
 
 def sweep(min_bytes, max_bytes, factor):
     """The sizes fusebox-perf and the baselines visit (nccl-tests -b/-e/-f), floats only."""
@@ -259,24 +250,17 @@ def build_tools(args):
                               template_needs(tmpl, ctx), True)
         else:
             tools[key] = Tool(key, fn, needs, mpi)
-    # "ucxz": the "ucx" command; its runs add -z 1 (blocking calls).
-    tools["ucxz"] = Tool("ucxz", tools["ucx"].prefix_fn, tools["ucx"].needs, tools["ucx"].mpi)
-    # "mpi-aK": the "mpi" command with OpenMPI's allreduce algorithm K forced.
-    for k in MPI_ALGORITHMS:
-        tools["mpi-a%d" % k] = Tool("mpi-a%d" % k,
-                                    (lambda k: lambda n: with_mpi_algorithm(
-                                        tools["mpi"].prefix_fn(n), k))(k),
-                                    tools["mpi"].needs, True)
+    # "ucxz", "ucxw": the "ucx" command; their runs add -z 1 or --ucx-wait-each's flags.
+    for k in ("ucxz", "ucxw"):
+        tools[k] = Tool(k, tools["ucx"].prefix_fn, tools["ucx"].needs, tools["ucx"].mpi)
+    # OpenMPI's variants ("mpi-a4", "mpinb-ucx", ...): the "mpi" command with their --mca
+    # flags after its --oversubscribe (or after its first word, mpirun, in a --mpi-cmd lacking
+    # it); the runs add the shape's flags (mpi_tools.SHAPE_ARGS).
+    for k, v in getattr(args, "mpi_variants", {}).items():
+        if k != "mpi":
+            tools[k] = Tool(k, (lambda v: lambda n: mpi_tools.with_mca(
+                tools["mpi"].prefix_fn(n), v.mca))(v), tools["mpi"].needs, True)
     return tools
-
-
-def with_mpi_algorithm(argv, k):
-    """Inserts the --mca flags forcing allreduce algorithm k after '--oversubscribe' (after
-    the first token, the mpirun program, when a --mpi-cmd template lacks it)."""
-    mca = ["--mca", "coll_tuned_use_dynamic_rules", "1",
-           "--mca", "coll_tuned_allreduce_algorithm", str(k)]
-    at = argv.index("--oversubscribe") + 1 if "--oversubscribe" in argv else 1
-    return argv[:at] + mca + argv[at:]
 
 
 def missing_paths(needs):
@@ -365,6 +349,14 @@ def tail(path, n=15):
         return ""
 
 
+def run_text(cmd, timeout=60):
+    """(exit status, output) of a short command; 127 and "" when it cannot start."""
+    try:
+        return run(cmd, timeout)
+    except (OSError, subprocess.SubprocessError):
+        return 127, ""
+
+
 def load_json(path):
     try:
         with open(path) as f:
@@ -383,11 +375,13 @@ def bw_from_time(nbytes, time_us, nranks):
 
 
 def summarize(samples, nbytes, nranks, prefer):
-    """samples: list of result entries for one (tool, N, size). Returns the chosen mode's median
-    or None. Uses `prefer` ('oop'/'ip') when every sample has it, else the other mode."""
+    """samples: list of result entries for one (tool, N, size), each with its repeat under
+    "_rep" when known. Returns the chosen mode's median or None. Uses `prefer` ('oop'/'ip')
+    when every sample has it, else the other mode."""
     for mode in (prefer, "ip" if prefer == "oop" else "oop"):
-        ms = [s.get(mode) for s in samples]
-        ms = [m for m in ms if isinstance(m, dict) and m.get("time_us") is not None]
+        ms = [dict(s.get(mode), _rep=s.get("_rep", i)) for i, s in enumerate(samples)
+              if isinstance(s.get(mode), dict)]
+        ms = [m for m in ms if m.get("time_us") is not None]
         if not ms:
             continue
         t = median([float(m["time_us"]) for m in ms])
@@ -395,6 +389,7 @@ def summarize(samples, nbytes, nranks, prefer):
         st = {"mode": mode, "time_us": t, "algbw": algbw, "busbw": busbw,
               "wrong": max(int(m.get("wrong", 0) or 0) for m in ms),
               "samples_time_us": [float(m["time_us"]) for m in ms],
+              "samples_rep": [m["_rep"] for m in ms],
               "samples_busbw": [bw_from_time(nbytes, float(m["time_us"]), nranks)[1]
                                 for m in ms]}
         # fusebox-perf's launch-to-start of non-blocking calls (absent for other tools).
@@ -407,38 +402,6 @@ def summarize(samples, nbytes, nranks, prefer):
             st["launch_samples"] = [x.get("samples") for x in ls]
         return st
     return None
-
-
-# ----------------------------------------------------------------------------- formatting
-
-def fmt_time(t):
-    if t is None:
-        return "-"
-    if t >= 1000:
-        return "%.0f" % t
-    if t >= 100:
-        return "%.1f" % t
-    return "%.2f" % t
-
-
-def fmt_bw(x):
-    if x is None:
-        return "-"
-    if x >= 0.1:
-        return "%.2f" % x
-    return "%.3g" % x
-
-
-def fmt_ratio(x):
-    return "-" if x is None else "%.2fx" % x
-
-
-def md_table(header, rows, align):
-    out = ["| " + " | ".join(header) + " |",
-           "|" + "|".join((" ---: " if a == "r" else " --- ") for a in align) + "|"]
-    for r in rows:
-        out.append("| " + " | ".join(r) + " |")
-    return "\n".join(out)
 
 
 # ----------------------------------------------------------------------------- main
@@ -505,6 +468,7 @@ def parse_args(argv):
     p.add_argument("--reuse", action="store_true",
                    help="keep the results of runs whose JSON is already in --out (run the "
                         "others): to rebuild the report of an earlier run with the same flags")
+    mpi_tools.add_arguments(p)
     for key in ("ucx", "mpi", "gloo", "fbmpi", "memcpy"):
         p.add_argument("--%s-cmd" % key, default=None, metavar="TEMPLATE",
                        help=argparse.SUPPRESS if key != "ucx" else
@@ -550,10 +514,12 @@ def parse_args(argv):
         if k not in MPI_ALGORITHMS:
             p.error("--mpi-algorithms: %d is not one of %s (0, OpenMPI's default decision, is "
                     "the 'mpi' tool)" % (k, ",".join(str(a) for a in sorted(MPI_ALGORITHMS))))
-    if "mpi" in args.tools:
-        args.tools += ["mpi-a%d" % k for k in args.mpi_algorithms]
+    mpi_tools.finish_arguments(p, args, lambda cmd: run_text(cmd))
+    args.tools += [k for k in args.mpi_variants if k != "mpi"]
     if "ucx" in args.tools:
         args.tools.insert(args.tools.index("ucx"), "ucxz")
+        if args.ucx_wait_each:
+            args.tools.insert(args.tools.index("ucx") + 1, "ucxw")
     if args.with_fusebox_mpi:
         args.tools.append("fbmpi")
     args.build = os.path.abspath(args.build)
@@ -572,10 +538,74 @@ def git_rev():
         return ""
 
 
+class Bench:
+    """One invocation's state, filled in stage by stage by main()'s helpers (prepare, execute,
+    aggregate, ...): the arguments, tools, sizes, runs and their statistics."""
+
+    def __init__(self, **fields):
+        self.__dict__.update(fields)
+
+    def table_sizes(self, n):
+        """The sizes of world size n's table: the sweep, the extra runs, the loaded pass's."""
+        return sorted(set(self.all_sizes) |
+                      (set(self.load_extra) if n == LOAD_NRANKS else set()))
+
+
+def common_args(args, lo, hi, json_path, iters=None, warmup=None):
+    """The arguments every tool gets (nccl-tests' flags and --json)."""
+    return ["-b", str(lo), "-e", str(hi), "-f", "%g" % args.stepfactor,
+            "-n", str(iters or args.iters),
+            "-w", str(args.warmup_iters if warmup is None else warmup),
+            "-d", "float", "-o", "sum", "--json", json_path]
+
+
+def rotate(ks, rep):
+    return ks[rep % len(ks):] + ks[:rep % len(ks)] if ks else []
+
+
+def table_cols(s):
+    """The side-by-side table's tools: fusebox's, MPI_Allreduce at its best and by default,
+    Gloo and fusebox's MPI backend, those that ran."""
+    has_mpi = any(k[0] == "mpibest" for k in s.best_keys)
+    return [k for k in ("ucxz", "ucx", "ucxw", "mpibest", "mpi", "gloo", "fbmpi")
+            if k in s.coll_tools or (k == "mpibest" and has_mpi)]
+
+
+def tool_label(args, k):
+    """What a tool measures, for the report's tools line."""
+    v = args.mpi_variants.get(k)
+    if k in TOOL_LABELS or not v:
+        return TOOL_LABELS.get(k, k)
+    return "%s, %s" % ({mpi_tools.BLOCKING: "MPI_Allreduce",
+                        mpi_tools.THROUGHPUT: "MPI_Iallreduce x -n, then MPI_Waitall",
+                        mpi_tools.WAIT_EACH: "MPI_Iallreduce + MPI_Wait per call"}[v.shape],
+                       v.label)
+
+
+def is_shape(args, k, shape):
+    """Whether tool k is an OpenMPI variant of that shape (mpi_tools.BLOCKING, ...)."""
+    v = args.mpi_variants.get(k)
+    return v is not None and v.shape == shape
+
+
 def main(argv=None):
     args = parse_args(argv)
-    tools = build_tools(args)
+    s = prepare(args, build_tools(args))
+    if s is None:
+        return 2
+    if not execute(s, make_plan(s)):
+        return 0
+    aggregate(s)
+    lines = report_head(s)
+    rank_tables(s, lines)
+    s.idle_vs_loaded = idle_vs_loaded_section(s, lines)
+    s.targets, s.reference = evaluate_targets(s)
+    return finish(s, lines, argv)
 
+
+def prepare(args, tools):
+    """The tools to run (None when a binary is missing without --allow-missing), the sizes and
+    the loaded pass's set-up, which OpenMPI variants run (a probe each): main()'s state."""
     # Binaries first: fail before spending minutes on the others.
     wanted = list(args.tools) + ([] if args.emulate else ["memcpy"])
     missing = {k: missing_paths(tools[k].needs) for k in wanted}
@@ -589,15 +619,15 @@ def main(argv=None):
         if not args.allow_missing:
             print("bench_allreduce: stopping (use --allow-missing to skip those tools)",
                   file=sys.stderr)
-            return 2
+            return None
         wanted = [k for k in wanted if k not in missing]
         print("bench_allreduce: --allow-missing: skipping %s" % ", ".join(sorted(missing)),
               file=sys.stderr)
     coll_tools = [k for k in wanted if k != "memcpy"]
 
     sizes = sweep(args.minbytes, args.maxbytes, args.stepfactor)
-    extra = [s for s in (TARGET_SMALL, TARGET_LARGE)
-             if args.minbytes <= s <= args.maxbytes and s not in sizes]
+    extra = [x for x in (TARGET_SMALL, TARGET_LARGE)
+             if args.minbytes <= x <= args.maxbytes and x not in sizes]
     all_sizes = sorted(set(sizes) | set(extra))
 
     # The loaded pass: ucx and mpi (default decision) at LOAD_NRANKS, with one busy loop per
@@ -606,9 +636,6 @@ def main(argv=None):
         if args.load and LOAD_NRANKS in args.ranks else []
     load_extra = [LOAD_SIZE] if load_tools and LOAD_SIZE not in all_sizes else []
     nloopers = os.cpu_count() or 1
-
-    def table_sizes(n):
-        return sorted(set(all_sizes) | (set(load_extra) if n == LOAD_NRANKS else set()))
 
     if not args.dry_run:
         os.makedirs(os.path.join(args.out, "json"), exist_ok=True)
@@ -622,15 +649,25 @@ def main(argv=None):
     idle_small = LAT_KEY if lat_run else TARGET_SMALL
     load_small = LAT_KEY if args.latency_iters > 0 else TARGET_SMALL
 
-    def common(lo, hi, json_path, iters=None, warmup=None):
-        return ["-b", str(lo), "-e", str(hi), "-f", "%g" % args.stepfactor,
-                "-n", str(iters or args.iters),
-                "-w", str(args.warmup_iters if warmup is None else warmup),
-                "-d", "float", "-o", "sum", "--json", json_path]
+    def probe_run(argv, name):
+        log = os.path.join(args.out, "logs", name + ".log")
+        return run_cmd(argv, log, 120, env)[0], tail(log, 1 << 20)
 
-    def rotate(ks, rep):
-        return ks[rep % len(ks):] + ks[:rep % len(ks)] if ks else []
+    # OpenMPI variants that need a PML or a component run where a probe shows it selected.
+    skip, probes = mpi_tools.probe(args.mpi_variants, [] if args.dry_run else coll_tools,
+                                   args.ranks, lambda k, n: tools[k].prefix_fn(n), probe_run)
+    for (k, n), why in sorted(skip.items()):
+        print("bench_allreduce: %s not run at %d ranks: %s" % (k, n, why), file=sys.stderr)
+    return Bench(args=args, tools=tools, wanted=wanted, coll_tools=coll_tools, sizes=sizes,
+                 extra=extra, all_sizes=all_sizes, load_tools=load_tools, load_extra=load_extra,
+                 nloopers=nloopers, env=env, lat_run=lat_run, idle_small=idle_small,
+                 load_small=load_small, skip=skip, probes=probes)
 
+
+def make_plan(s):
+    """(rep, tool, n, lo, hi, tag) for every run."""
+    args, wanted, coll_tools, extra, load_extra, load_tools, lat_run = (
+        s.args, s.wanted, s.coll_tools, s.extra, s.load_extra, s.load_tools, s.lat_run)
     # The plan: (rep, tool, n, lo, hi, tag). Repeats interleaved, tool order rotated; the loaded
     # runs of a repeat follow its idle runs at LOAD_NRANKS.
     load_tag = "%s-load" % fmt_size(LOAD_SIZE)
@@ -640,17 +677,26 @@ def main(argv=None):
             plan.append((rep, "memcpy", 1, None, None, "memcpy"))
         for n in args.ranks:
             for k in rotate(coll_tools, rep):
+                if (k, n) in s.skip:
+                    continue
                 plan.append((rep, k, n, args.minbytes, args.maxbytes, "sweep"))
                 more = load_extra if n == LOAD_NRANKS and k in load_tools else []
-                for s in extra + more:
-                    plan.append((rep, k, n, s, s, fmt_size(s)))
-                if lat_run and k in LAT_TOOLS:
+                for x in extra + more:
+                    plan.append((rep, k, n, x, x, fmt_size(x)))
+                if lat_run and (k in LAT_TOOLS or is_shape(args, k, mpi_tools.BLOCKING)):
                     plan.append((rep, k, n, TARGET_SMALL, TARGET_SMALL, "lat"))
             if n == LOAD_NRANKS:
                 for k in rotate(load_tools, rep):
                     plan.append((rep, k, n, TARGET_SMALL, TARGET_SMALL, "lat-load"))
                     plan.append((rep, k, n, LOAD_SIZE, LOAD_SIZE, load_tag))
 
+    return plan
+
+
+def execute(s, plan):
+    """Runs the plan (prints it with --dry-run); fills s.runs, s.commands_seen, s.wall and the
+    load averages. Returns False for a dry run."""
+    args, tools, env, nloopers = s.args, s.tools, s.env, s.nloopers
     commands_seen = {}
     runs = []  # dicts: rep, tool, n, tag, loaded, rc, secs, json, log
     t_start = time.monotonic()
@@ -665,12 +711,16 @@ def main(argv=None):
         else:
             lat = tag == "lat" or (tag == "lat-load" and args.latency_iters > 0)
             argv = tools[k].prefix_fn(n) + (
-                common(lo, hi, json_path, args.latency_iters, args.latency_warmup) if lat
-                else common(lo, hi, json_path))
+                common_args(args, lo, hi, json_path, args.latency_iters, args.latency_warmup) if lat
+                else common_args(args, lo, hi, json_path))
             if k == "ucxz" or (lat and k in ("ucx", "fbmpi")):
                 # Blocking, like MPI_Allreduce: each call is waited before the
                 # next is issued, so the times compare like with like.
                 argv += ["-z", "1"]
+            elif k == "ucxw":
+                argv += shlex.split(args.ucx_wait_each)
+            elif k in args.mpi_variants:
+                argv += mpi_tools.SHAPE_ARGS[args.mpi_variants[k].shape]
         commands_seen.setdefault((k, n, tag), argv)
         note = "  # while %d busy loops run" % nloopers if loaded else ""
         if args.dry_run:
@@ -706,10 +756,18 @@ def main(argv=None):
         runs.append({"rep": rep, "tool": k, "n": n, "tag": tag, "loaded": loaded, "rc": rc,
                      "secs": secs, "json": json_path, "log": log_path, "doc": doc})
     if args.dry_run:
-        return 0
+        return False
     wall = time.monotonic() - t_start
     load_end = os.getloadavg()
 
+    s.runs, s.commands_seen, s.wall = runs, commands_seen, wall
+    s.load_start, s.load_end = load_start, load_end
+    return True
+
+
+def aggregate(s):
+    """Medians per (tool, n, size), the memcpy figure, the problems, and each MPI family's best."""
+    args, runs = s.args, s.runs
     # ------------------------------------------------------------------ aggregate
     memcpy_vals = [r["doc"].get("median_gbps") for r in runs
                    if r["tool"] == "memcpy" and r["doc"] and r["doc"].get("median_gbps")]
@@ -723,7 +781,8 @@ def main(argv=None):
         lat = r["tag"] == "lat" or (r["tag"] == "lat-load" and args.latency_iters > 0)
         for e in r["doc"].get("results", []):
             b = LAT_KEY if lat else int(e["bytes"])
-            samples.setdefault((r["tool"], r["n"], b, r["loaded"]), []).append(e)
+            samples.setdefault((r["tool"], r["n"], b, r["loaded"]), []).append(
+                dict(e, _rep=r["rep"]))
     stats = {}       # idle: (tool, n, bytes) -> summary
     load_stats = {}  # loaded pass: (tool, n, bytes) -> summary
     for (k, n, b, loaded), es in samples.items():
@@ -742,28 +801,31 @@ def main(argv=None):
             if st["wrong"]:
                 problems.append("%s np=%d %s B%s: %d wrong elements" % (
                     k, n, "8 (latency run)" if b == LAT_KEY else b, where, st["wrong"]))
+    for r in runs:  # a build without -z would have run MPI_Allreduce for a non-blocking one
+        v = args.mpi_variants.get(r["tool"])
+        why = v and r["doc"] and mpi_tools.check_doc_shape(r["doc"], v.shape)
+        if why:
+            problems.append("%s np=%d rep %d (%s): %s; log %s" % (
+                r["tool"], r["n"], r["rep"] + 1, r["tag"], why, r["log"]))
+    # Each MPI family's best per (n, size), at the sizes every candidate runs: not at the
+    # idle 4 MiB extra run of the loaded pass.
+    keys = sorted({(n, b) for (k, n, b) in stats
+                   if k in args.mpi_variants and (b in s.all_sizes or b == LAT_KEY)})
+    s.best_keys = mpi_tools.add_best(stats, args.mpi_variants, s.coll_tools, keys)
+    s.memcpy_gbps, s.memcpy_vals, s.problems = memcpy_gbps, memcpy_vals, problems
+    s.stats, s.load_stats = stats, load_stats
 
-    # "mpibest": per (n, size) the fastest of "mpi" and the "mpi-aK" measured (highest busbw,
-    # i.e. lowest time; for the latency key the lowest time), preferring correct results. Only
-    # at the sizes every candidate runs: not at the idle 4 MiB extra run of the loaded pass.
-    best_keys = sorted({(n, b) for (k, n, b) in stats
-                        if k in MPI_CANDIDATES and (b in all_sizes or b == LAT_KEY)})
-    for n, b in best_keys:
-        cands = [(k, stats[(k, n, b)]) for k in MPI_CANDIDATES if (k, n, b) in stats]
-        pool = [c for c in cands if not c[1]["wrong"]] or cands
-        k, st = min(pool, key=lambda c: c[1]["time_us"])
-        # Per repeat, OpenMPI's best in that repeat: for ratios repeat by repeat.
-        reps = min(len(c[1]["samples_time_us"]) for c in pool)
-        per_rep = [min(c[1]["samples_time_us"][i] for c in pool) for i in range(reps)]
-        stats[("mpibest", n, b)] = dict(st, best_of=algo_label(k), best_tool=k,
-                                        candidates={c: s["time_us"] for c, s in cands},
-                                        samples_time_us=per_rep)
 
-    # ------------------------------------------------------------------ tables
-    has_mpi = any(k in coll_tools for k in MPI_CANDIDATES)
-    algo_tools = [k for k in MPI_ALGO_TOOLS if k in coll_tools]
-    cols = [k for k in ("ucxz", "ucx", "mpibest", "mpi", "gloo", "fbmpi")
-            if k in coll_tools or (k == "mpibest" and has_mpi)]
+def report_head(s):
+    """The report's first lines: what ran, where, and the commands."""
+    args, coll_tools, load_tools, load_extra, nloopers, extra = (
+        s.args, s.coll_tools, s.load_tools, s.load_extra, s.nloopers, s.extra)
+    memcpy_gbps, memcpy_vals, wall, load_start, load_end = (
+        s.memcpy_gbps, s.memcpy_vals, s.wall, s.load_start, s.load_end)
+    runs, commands_seen = s.runs, s.commands_seen
+    cols = table_cols(s)
+    variants = [k for k in coll_tools if k in args.mpi_variants and k != "mpi"]
+    families = [k for k in MPI_BEST if any(key[0] == k for key in s.best_keys)]
     lines = []
     lines.append("# Allreduce side by side: float32 sum" + (
         ", emulated hosts (one rank each) on %s links" % args.emulate if args.emulate else ""))
@@ -785,8 +847,23 @@ def main(argv=None):
         lines.append("- memcpy (single thread, %s): %s GB/s (median of %d run(s): %s)" % (
             fmt_size(args.memcpy_size), fmt_bw(memcpy_gbps), len(memcpy_vals),
             ", ".join("%.2f" % v for v in memcpy_vals) or "-"))
-    lines.append("- tools: " + "; ".join("%s = %s" % (k, TOOL_LABELS.get(k, k))
-                                         for k in cols + algo_tools))
+    lines.append("- tools: " + "; ".join("%s = %s" % (k, tool_label(args, k)) for k in
+                                         cols + [f for f in families if f not in cols] +
+                                         [k for k in variants if k not in cols]))
+    if args.mpi_variants:
+        comps = args.ompi_components
+        lines.append("- this OpenMPI (ompi_info): coll %s; pml %s. Probed (one 8 B call with "
+                     "OpenMPI's selection logged): %s" % (
+                         ", ".join(comps.get("coll", ())) or "?",
+                         ", ".join(comps.get("pml", ())) or "?",
+                         "; ".join("%s at %d ranks: %s" % (
+                             " + ".join(r["needs"]), r["nranks"],
+                             "runs" if r["runs"] else "not run, " + r["why_not"])
+                                   for r in s.probes) or "nothing needed a probe"))
+        none = [c for c in comps.get("coll", ()) if mpi_tools.COLL_PROVIDES.get(c) == ()]
+        if none:
+            lines.append("- coll components with neither MPI_Allreduce nor MPI_Iallreduce (not "
+                         "run): %s" % ", ".join(none))
     if load_tools:
         lines.append("- loaded pass (%d ranks): %s again for the 8 B latency and %s busbw, each "
                      "run while %d busy-loop processes (one per CPU) run%s" % (
@@ -824,9 +901,14 @@ def main(argv=None):
             "  # while %d busy loops run" % nloopers if tag.endswith("-load") else ""))
     lines.append("```")
 
-    def ratio(u, o):
-        return (u["busbw"] / o["busbw"]) if u and o and o["busbw"] > 0 else None
+    return lines
 
+
+def rank_tables(s, lines):
+    """Per world size: the side-by-side table, the fair comparisons and the candidate tables."""
+    args, stats, coll_tools, lat_run = s.args, s.stats, s.coll_tools, s.lat_run
+    load_extra, table_sizes, cols = s.load_extra, s.table_sizes, table_cols(s)
+    s.fair = []
     for n in args.ranks:
         rows_b = table_sizes(n) + ([LAT_KEY] if lat_run else [])
         modes = {}
@@ -885,10 +967,13 @@ def main(argv=None):
                          "before the next (fusebox-perf -z 1; MPI_Allreduce blocks anyway); the "
                          "latency targets use it." % (args.latency_iters, args.latency_warmup))
         if "mpibest" in cols:
+            others = [k for k in coll_tools if is_shape(args, k, mpi_tools.BLOCKING)
+                      and k != "mpi" and (k, n) not in s.skip]
             notes.append("mpibest: per size, the fastest of mpi (OpenMPI's default decision)%s; "
                          "'mpibest is' names it.%s" % (
-                             " and " + ", ".join(algo_label(k) for k in algo_tools)
-                             if algo_tools else " (no tuned algorithm run: --mpi-algorithms)",
+                             " and " + ", ".join(mpi_tools.label(args.mpi_variants, k)
+                                                 for k in others)
+                             if others else " (no other variant run)",
                              " Not at %s: only ucx and mpi run that size (for the loaded "
                              "pass's idle figure)." % LOAD_SIZE_NAME
                              if n == LOAD_NRANKS and load_extra else ""))
@@ -904,168 +989,21 @@ def main(argv=None):
             lines.append("")
             lines.append(t)
 
-        # The algorithm sweep: busbw of every OpenMPI algorithm, the best marked.
-        if algo_tools:
-            acols = [k for k in MPI_CANDIDATES if k in coll_tools]
-            arows = []
-            for b in rows_b:
-                best = stats.get(("mpibest", n, b))
-                if not best:
-                    continue
-                row = [fmt_size(b) if b != LAT_KEY else "8 (lat)"]
-                for k in acols:
-                    st = stats.get((k, n, b))
-                    row.append("-" if not st else fmt_bw(st["busbw"]) + (
-                        " !%d wrong" % st["wrong"] if st["wrong"] else "") + (
-                        " *" if k == best["best_tool"] else ""))
-                arows.append(row)
-            lines.append("")
-            lines.append("### OpenMPI allreduce algorithms, %d %s: busbw (GB/s), * = mpibest"
-                         % (n, "hosts" if args.emulate else "ranks"))
-            lines.append("")
-            lines.append(md_table(["size"] + [algo_label(k) for k in acols], arows,
-                                  ["r"] * (1 + len(acols))))
+        # The fair comparisons (Note [Fair MPI peers]), then every candidate per family.
+        fair, summary = mpi_tools.comparison_section(stats, n, table_sizes(n), FORMAT)
+        lines.extend(fair)
+        s.fair += summary
+        lines.extend(mpi_tools.candidates_tables(stats, args.mpi_variants, n, rows_b, FORMAT,
+                                                 "hosts" if args.emulate else "ranks"))
 
-    # Idle vs loaded, LOAD_NRANKS ranks.
-    idle_vs_loaded = {}
-    if load_tools:
-        n = LOAD_NRANKS
-        lines.append("")
-        lines.append("## Idle vs loaded (%d ranks)" % n)
-        lines.append("")
-        header = ["", "ucx idle", "ucx loaded", "mpi idle", "mpi loaded", "ucx/mpi idle",
-                  "ucx/mpi loaded"]
-        trows = []
-        for name, bi, bl, field in (("8 B latency (us)", idle_small, load_small, "time_us"),
-                                    ("%s busbw (GB/s)" % LOAD_SIZE_NAME, LOAD_SIZE,
-                                     LOAD_SIZE, "busbw")):
-            ui, ul = stats.get(("ucx", n, bi)), load_stats.get(("ucx", n, bl))
-            mi, ml = stats.get(("mpi", n, bi)), load_stats.get(("mpi", n, bl))
-            fmt = fmt_time if field == "time_us" else fmt_bw
 
-            def rat(u, m, field=field):
-                return u[field] / m[field] if u and m and m[field] > 0 else None
-
-            vals = {"ucx_idle": ui and ui[field], "ucx_loaded": ul and ul[field],
-                    "mpi_idle": mi and mi[field], "mpi_loaded": ml and ml[field],
-                    "ucx_over_mpi_idle": rat(ui, mi), "ucx_over_mpi_loaded": rat(ul, ml)}
-            idle_vs_loaded["latency_us" if field == "time_us" else "busbw_%s" %
-                           fmt_size(LOAD_SIZE)] = vals
-            trows.append([name, fmt(vals["ucx_idle"]), fmt(vals["ucx_loaded"]),
-                          fmt(vals["mpi_idle"]), fmt(vals["mpi_loaded"]),
-                          fmt_ratio(vals["ucx_over_mpi_idle"]),
-                          fmt_ratio(vals["ucx_over_mpi_loaded"])])
-        lines.append(md_table(header, trows, ["l"] + ["r"] * 6))
-        lines.append("")
-        lines.append("loaded: each run with %d busy-loop processes (one per CPU) running beside "
-                     "it; mpi = OpenMPI's default decision. Latency ratio: time (lower favours "
-                     "ucx); busbw ratio: busbw (higher favours ucx)." % nloopers)
-
-    # ------------------------------------------------------------------ targets
-    def stat(k, n, b):
-        return stats.get((k, n, b))
-
-    targets = []
-
-    def add_target(name, value, ok_fn, detail, involved=()):
-        if value is None:
-            targets.append({"target": name, "status": "N/A", "value": None, "detail": detail})
-            return
-        status = "PASS" if ok_fn(value) else "FAIL"
-        if any(st and st["wrong"] for st in involved):
-            status, detail = "FAIL", detail + "; WRONG RESULTS"
-        targets.append({"target": name, "status": status, "value": value, "detail": detail})
-
-    def best_detail(m):
-        return " (%s)" % m["best_of"] if m and m.get("best_of") else ""
-
-    def spread(u, m, lower_is_better):
-        """The ratio repeat by repeat (repeat i of u against repeat i of m; mpibest's is the best
-        algorithm of that repeat): how far one repeat moves the median ratio."""
-        if not u or not m:
-            return ""
-        rs = [(ut / mt if lower_is_better else mt / ut)
-              for ut, mt in zip(u["samples_time_us"], m["samples_time_us"]) if ut > 0 and mt > 0]
-        if len(rs) < 2:
-            return ""
-        return "; per repeat %.2f-%.2fx" % (min(rs), max(rs))
-
-    # fusebox vs mpibest at every size measured (the sweep and the extra runs; not the latency
-    # run): the blocking calls (ucxz) against MPI_Allreduce, like with like; the non-blocking
-    # sweep (ucx) follows as a line for reference.
-    fb = "ucxz" if "ucxz" in coll_tools else "ucx"
-    reference = []
-    def busbw_ratios(k, n):
-        """(k/mpibest busbw, size, k's stats, mpibest's) at every size both measured."""
-        out = []
-        for b in table_sizes(n):
-            u, m = stat(k, n, b), stat("mpibest", n, b)
-            if u and m and m["busbw"] > 0:
-                out.append((u["busbw"] / m["busbw"], b, u, m))
-        return out
-
-    for n, need in ([(n, 1.0) for n in args.ranks] if args.emulate else ((2, 1.0), (4, 0.8))):
-        pairs = busbw_ratios(fb, n)
-        nb = busbw_ratios("ucx", n) if fb == "ucxz" else []
-        if nb:
-            w = min(nb, key=lambda p: p[0])
-            reference.append("%d %s, non-blocking sweep: ucx/mpibest min %.2fx at %s; %d of "
-                             "%d sizes below %.1fx" % (
-                                 n, "hosts" if args.emulate else "ranks", w[0], fmt_size(w[1]),
-                                 sum(1 for x in nb if x[0] < need), len(nb), need))
-        name = "%d %s: busbw %s/mpibest >= %.1fx at every size" % (
-            n, "hosts at %s" % args.emulate if args.emulate else "ranks", fb, need)
-        if not pairs:
-            add_target(name, None, None, "not measured (needs ucx and mpi at %d ranks)" % n)
-            continue
-        v, b, u, m = min(pairs, key=lambda p: p[0])
-        below = [fmt_size(p[1]) for p in pairs if p[0] < need]
-        add_target(name, v, lambda x, need=need: x >= need,
-                   "min at %s: %s %s vs mpibest %s GB/s%s%s; %s of %d sizes" % (
-                       fmt_size(b), fb, fmt_bw(u["busbw"]), fmt_bw(m["busbw"]), best_detail(m),
-                       spread(u, m, False),
-                       ("%d below (%s)" % (len(below), ", ".join(below))) if below
-                       else "none below", len(pairs)),
-                   [p[2] for p in pairs] + [p[3] for p in pairs])
-
-    # The local targets (2-rank latency and 64 MiB, memcpy, the loaded pass) mean nothing
-    # for emulated hosts.
-    if not args.emulate:
-        u, m = stat("ucx", 2, idle_small), stat("mpibest", 2, idle_small)
-        v = u["time_us"] / m["time_us"] if u and m and m["time_us"] > 0 else None
-        add_target("2 ranks: 8 B latency ucx/mpibest <= 1.0x", v, lambda x: x <= 1.0,
-                   "ucx %s us vs mpibest %s us%s%s%s" % (
-                       fmt_time(u["time_us"]), fmt_time(m["time_us"]), best_detail(m),
-                       " (-n %d run)" % args.latency_iters if lat_run else "",
-                       spread(u, m, True))
-                   if u and m else "not measured", (u, m))
-
-        u, m = stat("ucx", 2, TARGET_LARGE), stat("mpibest", 2, TARGET_LARGE)
-        add_target("2 ranks: 64 MiB busbw ucx/mpibest >= 2.0x", ratio(u, m), lambda x: x >= 2.0,
-                   "ucx %s GB/s vs mpibest %s GB/s%s%s" % (
-                       fmt_bw(u["busbw"]), fmt_bw(m["busbw"]), best_detail(m),
-                       spread(u, m, False))
-                   if u and m else "not measured (needs ucx and mpi at 64 MiB, 2 ranks)", (u, m))
-        v = u["busbw"] / memcpy_gbps if u and memcpy_gbps else None
-        add_target("2 ranks: 64 MiB busbw ucx / memcpy >= 50%", v, lambda x: x >= 0.5,
-                   "ucx %s GB/s vs memcpy %s GB/s" % (fmt_bw(u["busbw"]), fmt_bw(memcpy_gbps))
-                   if u and memcpy_gbps else "not measured", (u,))
-
-        why_no_load = "loaded pass not run" if not load_tools else "not measured"
-        u, m = load_stats.get(("ucx", 2, load_small)), load_stats.get(("mpi", 2, load_small))
-        v = u["time_us"] / m["time_us"] if u and m and m["time_us"] > 0 else None
-        add_target("loaded, 2 ranks: 8 B latency ucx/mpi <= 1.5x", v, lambda x: x <= 1.5,
-                   "ucx %s us vs mpi %s us, %d busy loops%s" % (
-                       fmt_time(u["time_us"]), fmt_time(m["time_us"]), nloopers,
-                       spread(u, m, True))
-                   if u and m else why_no_load, (u, m))
-        u, m = load_stats.get(("ucx", 2, LOAD_SIZE)), load_stats.get(("mpi", 2, LOAD_SIZE))
-        add_target("loaded, 2 ranks: %s busbw ucx/mpi >= 0.67x (ucx >= mpi/1.5)"
-                   % LOAD_SIZE_NAME, ratio(u, m), lambda x: x >= 1 / 1.5 - 1e-9,
-                   "ucx %s GB/s vs mpi %s GB/s, %d busy loops%s" % (
-                       fmt_bw(u["busbw"]), fmt_bw(m["busbw"]), nloopers, spread(u, m, False))
-                   if u and m else why_no_load, (u, m))
-
+def finish(s, lines, argv):
+    """Writes report.md, summary.json and the run summary; returns the exit status."""
+    args, stats, load_stats, problems, runs = s.args, s.stats, s.load_stats, s.problems, s.runs
+    targets, reference, memcpy_gbps, memcpy_vals = s.targets, s.reference, s.memcpy_gbps, \
+        s.memcpy_vals
+    load_tools, nloopers, load_start, load_end, wall = s.load_tools, s.nloopers, \
+        s.load_start, s.load_end, s.wall
     lines.append("")
     lines.append("## Targets")
     lines.append("")
@@ -1096,14 +1034,18 @@ def main(argv=None):
     results += [dict(tool=k, nranks=n, bytes=abs(b), latency_run=(b == LAT_KEY), loaded=True,
                      **st) for (k, n, b), st in sorted(load_stats.items())]
     summary = {
-        "args": {k: v for k, v in vars(args).items()},
+        "args": {k: v for k, v in vars(args).items() if k != "mpi_variants"},
         "memcpy_gbps": memcpy_gbps, "memcpy_samples": memcpy_vals,
-        "mpi_algorithms": {k: algo_label(k) for k in algo_tools},
-        "mpibest": [{"nranks": n, "bytes": abs(b), "latency_run": b == LAT_KEY,
-                     "best_of": stats[("mpibest", n, b)]["best_of"]} for n, b in best_keys],
+        "mpi_variants": {k: mpi_tools.label(args.mpi_variants, k) for k in s.coll_tools
+                         if k in args.mpi_variants},
+        "mpi_probes": s.probes,
+        "mpi_not_run": [{"tool": k, "nranks": n, "why": why} for (k, n), why in s.skip.items()],
+        "mpibest": [{"family": f, "nranks": n, "bytes": abs(b), "latency_run": b == LAT_KEY,
+                     "best_of": stats[(f, n, b)]["best_of"]} for f, n, b in s.best_keys],
+        "fair": s.fair,
         "load": {"enabled": bool(load_tools), "nranks": LOAD_NRANKS, "tools": load_tools,
                  "busy_loops": nloopers if load_tools else 0, "busbw_bytes": LOAD_SIZE},
-        "idle_vs_loaded": idle_vs_loaded,
+        "idle_vs_loaded": s.idle_vs_loaded,
         "results": results,
         "targets": targets, "reference": reference, "problems": problems,
         "loadavg_start": load_start, "loadavg_end": load_end,

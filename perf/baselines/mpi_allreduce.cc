@@ -1,18 +1,40 @@
 // fusebox-mpi-allreduce: the plain-MPI baseline for the allreduce benchmark.
 //
-// Times blocking MPI_Allreduce on MPI_COMM_WORLD (float, MPI_SUM), out of
-// place and in place (MPI_IN_PLACE), over a geometric sweep of sizes, with the
-// flags and the JSON schema of fusebox-perf (nccl-tests conventions):
+// Times MPI_Allreduce (or MPI_Iallreduce, below) on MPI_COMM_WORLD (float,
+// MPI_SUM), out of place and in place (MPI_IN_PLACE), over a geometric sweep
+// of sizes, with the flags and the JSON schema of fusebox-perf (nccl-tests
+// conventions):
 //
 //   mpirun -n 2 fusebox-mpi-allreduce -b 8 -e 64M -f 2 -n 20 -w 5 --json out.json
 //
 // Whatever MPI chooses by default (OpenMPI: ob1 + vader shared memory) is
-// what is measured; this program sets no MCA parameters.
+// what is measured; this program sets no MCA parameters (the caller's mpirun
+// flags pick components and algorithms).
+//
+// Note [Timing shapes]. Three ways to time n calls, each one of fusebox-perf's
+// (perf/harness.h: Context::TimeBlocking, then Context::Time without and with
+// waiting for each call):
+//   -z 1 (default)        n blocking MPI_Allreduce calls (fusebox-perf -z 1:
+//                         the communicator's blocking call).
+//   -z 0                  n MPI_Iallreduce calls issued back to back, then
+//                         MPI_Waitall: throughput of non-blocking calls
+//                         (fusebox-perf -z 0, its default, which issues n
+//                         AllReduce calls and then waits for them).
+//   -z 0 --wait_each 1    each MPI_Iallreduce waited (MPI_Wait) before the
+//                         next is issued: launch-to-done per call
+//                         (fusebox-perf's --wait_each).
+// Non-blocking calls go to whichever component provides iallreduce (OpenMPI
+// 4.1: coll/libnbc; coll/tuned has none). As in fusebox-perf, the n calls in
+// flight at once share one pair of buffers: the timed results are not
+// meaningful, the checked call below is run alone. Warm-up calls are waited
+// one by one in every shape, as in the harness. The default differs from
+// fusebox-perf's (-z 0) so that existing callers keep MPI_Allreduce.
 //
 // Per size: w warm-up calls, MPI_Barrier, n timed calls; the per-call time of
 // each rank is averaged across ranks (MPI_Allreduce). algbw = bytes / time
 // (GB/s, 1e9), busbw = algbw * 2(p-1)/p. Then one checked call on freshly
-// initialised inputs: element i of rank r holds (i + 3r) % 8, so the sum is an
+// initialised inputs (through the timed call: MPI_Iallreduce + MPI_Wait
+// with -z 0): element i of rank r holds (i + 3r) % 8, so the sum is an
 // exact small integer whatever the reduction order; #wrong counts elements
 // that differ, summed over ranks. Exit status 1 if anything was wrong.
 #include <mpi.h>
@@ -38,8 +60,38 @@ struct Options {
   int iters = 20;
   int warmup = 5;
   bool check = true;
+  bool blocking = true;    // -z: MPI_Allreduce (1) or MPI_Iallreduce (0)
+  bool wait_each = false;  // --wait_each: with -z 0, wait for each call at once
   std::string json_path;
 };
+
+// The timing shape of Note [Timing shapes].
+enum class Shape { kBlocking, kIssueAllThenWait, kWaitEach };
+
+Shape ShapeOf(const Options& o) {
+  if (o.blocking) return Shape::kBlocking;
+  return o.wait_each ? Shape::kWaitEach : Shape::kIssueAllThenWait;
+}
+
+// The name written to the table header and the JSON ("shape").
+const char* ShapeName(Shape s) {
+  switch (s) {
+    case Shape::kBlocking: return "blocking";
+    case Shape::kIssueAllThenWait: return "nonblocking";
+    case Shape::kWaitEach: return "wait_each";
+  }
+  return "?";
+}
+
+const char* ShapeDescription(Shape s) {
+  switch (s) {
+    case Shape::kBlocking: return "MPI_Allreduce";
+    case Shape::kIssueAllThenWait:
+      return "MPI_Iallreduce, -n calls issued back to back, then MPI_Waitall";
+    case Shape::kWaitEach: return "MPI_Iallreduce + MPI_Wait, each call waited before the next";
+  }
+  return "?";
+}
 
 void Usage(FILE* f) {
   std::fprintf(
@@ -51,6 +103,10 @@ void Usage(FILE* f) {
       "  -n, --iters N       timed iterations per size (default 20)\n"
       "  -w, --warmup_iters N  warm-up iterations per size (default 5)\n"
       "  -c, --check 0|1     check results (default 1)\n"
+      "  -z, --blocking 0|1  1: MPI_Allreduce (default); 0: MPI_Iallreduce, -n calls\n"
+      "                      issued back to back, then MPI_Waitall (fusebox-perf -z 0)\n"
+      "      --wait_each [0|1]  with -z 0: wait for each MPI_Iallreduce before issuing\n"
+      "                      the next (launch-to-done per call; alone: 1; default 0)\n"
       "  -d, --datatype T    only 'float'\n"
       "  -o, --op OP         only 'sum'\n"
       "  -J, --json PATH     write results as JSON (rank 0)\n"
@@ -72,6 +128,12 @@ int ParseArgs(int argc, char** argv, Options* o, std::string* err) {
       }
     }
     if (a == "-h" || a == "--help") return 1;
+    // --wait_each alone (as fusebox-perf's boolean flag is spelled) means 1.
+    if (a == "--wait_each" && !has_inline &&
+        (i + 1 >= argc || argv[i + 1][0] == '-')) {
+      o->wait_each = true;
+      continue;
+    }
     auto next = [&](std::string* v) {
       if (has_inline) { *v = val; return true; }
       if (i + 1 >= argc) return false;
@@ -102,6 +164,12 @@ int ParseArgs(int argc, char** argv, Options* o, std::string* err) {
       int c = 0;
       if (!fusebox::perf::ParseIntArg(v.c_str(), 1000000000, &c)) { *err = "bad -c: " + v; return 2; }
       o->check = c != 0;
+    } else if (a == "-z" || a == "--blocking") {
+      if (v != "0" && v != "1") { *err = "-z wants 0 or 1, got " + v; return 2; }
+      o->blocking = v == "1";
+    } else if (a == "--wait_each") {
+      if (v != "0" && v != "1") { *err = "--wait_each wants 0 or 1, got " + v; return 2; }
+      o->wait_each = v == "1";
     } else if (a == "-d" || a == "--datatype") {
       if (v != "float") { *err = "only -d float is supported, got " + v; return 2; }
     } else if (a == "-o" || a == "--op") {
@@ -115,6 +183,10 @@ int ParseArgs(int argc, char** argv, Options* o, std::string* err) {
   }
   if (o->min_bytes > o->max_bytes) {
     *err = "-b is larger than -e";
+    return 2;
+  }
+  if (o->blocking && o->wait_each) {
+    *err = "--wait_each 1 needs -z 0 (blocking calls are waited each anyway)";
     return 2;
   }
   if (o->max_bytes < sizeof(float)) {
@@ -166,16 +238,54 @@ long long CountWrong(const float* p, size_t count, const float expected[8]) {
   return wrong;
 }
 
-// Average seconds per call across ranks.
+// Requests in flight, owned: the destructor completes any still active, so
+// that no early return leaves MPI writing into freed buffers. Not copyable.
+class Requests {
+ public:
+  explicit Requests(size_t n) : reqs_(n, MPI_REQUEST_NULL) {}
+  Requests(const Requests&) = delete;
+  Requests& operator=(const Requests&) = delete;
+  ~Requests() { WaitAll(); }
+  MPI_Request* at(size_t i) { return &reqs_[i]; }
+  // Completes every request (inactive ones are MPI_REQUEST_NULL: no-ops).
+  void WaitAll() {
+    if (!reqs_.empty()) {
+      MPI_Waitall(static_cast<int>(reqs_.size()), reqs_.data(), MPI_STATUSES_IGNORE);
+    }
+  }
+
+ private:
+  std::vector<MPI_Request> reqs_;
+};
+
+// One call, finished on return: MPI_Allreduce, or MPI_Iallreduce + MPI_Wait.
+void CallOnce(Shape shape, const void* send, void* recv, int count) {
+  if (shape == Shape::kBlocking) {
+    MPI_Allreduce(send, recv, count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+    return;
+  }
+  Requests r(1);
+  MPI_Iallreduce(send, recv, count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD, r.at(0));
+  r.WaitAll();
+}
+
+// Average seconds per call across ranks, in the shape of Note [Timing shapes].
 double TimeCalls(const void* send, void* recv, int count, const Options& o,
                  int nranks) {
-  for (int i = 0; i < o.warmup; ++i) {
-    MPI_Allreduce(send, recv, count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
-  }
+  const Shape shape = ShapeOf(o);
+  for (int i = 0; i < o.warmup; ++i) CallOnce(shape, send, recv, count);
+  // Allocated before the clock starts, as fusebox-perf reserves its Works.
+  Requests reqs(shape == Shape::kIssueAllThenWait ? static_cast<size_t>(o.iters) : 0);
   MPI_Barrier(MPI_COMM_WORLD);
   double t0 = MPI_Wtime();
-  for (int i = 0; i < o.iters; ++i) {
-    MPI_Allreduce(send, recv, count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+  if (shape == Shape::kIssueAllThenWait) {
+    for (int i = 0; i < o.iters; ++i) {
+      MPI_Iallreduce(send, recv, count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD,
+                     reqs.at(static_cast<size_t>(i)));
+    }
+    reqs.WaitAll();
+  } else {
+    for (int i = 0; i < o.iters; ++i) CallOnce(shape, send, recv, count);
   }
   double per_call = (MPI_Wtime() - t0) / o.iters;
   double sum = 0;
@@ -222,8 +332,11 @@ bool WriteJson(const std::string& path, const Options& o, int nranks,
   std::snprintf(buf, sizeof(buf),
                 "{\"tool\":\"fusebox-mpi-allreduce\",\"collective\":\"allreduce\","
                 "\"backend\":\"mpi-direct\",\"nranks\":%d,\"iters\":%d,"
-                "\"warmup\":%d,",
-                nranks, o.iters, o.warmup);
+                "\"warmup\":%d,\"blocking\":%s,\"wait_each\":%s,\"shape\":\"%s\","
+                "\"call\":\"%s\",",
+                nranks, o.iters, o.warmup, o.blocking ? "true" : "false",
+                o.wait_each ? "true" : "false", ShapeName(ShapeOf(o)),
+                o.blocking ? "MPI_Allreduce" : "MPI_Iallreduce");
   s += buf;
   s += "\"mpi_library\":\"" + JsonEscape(library) + "\",\"results\":[";
   for (size_t i = 0; i < rows.size(); ++i) {
@@ -297,7 +410,8 @@ int main(int argc, char** argv) {
   }
 
   if (rank == 0) {
-    std::printf("# fusebox-mpi-allreduce: MPI_Allreduce, MPI_COMM_WORLD, %d ranks\n", nranks);
+    std::printf("# fusebox-mpi-allreduce: %s, MPI_COMM_WORLD, %d ranks (shape: %s)\n",
+                ShapeDescription(ShapeOf(o)), nranks, ShapeName(ShapeOf(o)));
     std::printf("# %s\n", library.c_str());
     std::printf("# minBytes %zu maxBytes %zu step: %g(factor) warmup iters: %d iters: %d "
                 "validation: %d\n#\n",
@@ -327,7 +441,7 @@ int main(int argc, char** argv) {
     FillBandwidth(&row.oop, t, row.bytes, nranks);
     if (o.check) {
       std::fill(recv.begin(), recv.begin() + row.count, -1.0f);
-      MPI_Allreduce(send.data(), recv.data(), count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+      CallOnce(ShapeOf(o), send.data(), recv.data(), count);
       long long w = CountWrong(recv.data(), row.count, expected);
       MPI_Allreduce(&w, &row.oop.wrong, 1, MPI_LONG_LONG, MPI_SUM, MPI_COMM_WORLD);
     }
@@ -339,7 +453,7 @@ int main(int argc, char** argv) {
     FillBandwidth(&row.ip, t, row.bytes, nranks);
     if (o.check) {
       FillInput(recv.data(), row.count, rank);
-      MPI_Allreduce(MPI_IN_PLACE, recv.data(), count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+      CallOnce(ShapeOf(o), MPI_IN_PLACE, recv.data(), count);
       long long w = CountWrong(recv.data(), row.count, expected);
       MPI_Allreduce(&w, &row.ip.wrong, 1, MPI_LONG_LONG, MPI_SUM, MPI_COMM_WORLD);
     }
