@@ -123,6 +123,16 @@ Verdict DecideReplace(const std::vector<double>& baseline, const std::vector<dou
   return v;
 }
 
+bool ReplacementStillPossible(const std::vector<double>& baseline,
+                              const std::vector<double>& candidate, int total_pairs,
+                              const SwitchRule& rule) {
+  if (total_pairs < MinimumPairs(rule.confidence)) return false;
+  const int k = std::max(LowerRank(total_pairs, 1 - rule.confidence), 1);
+  int against = 0;  // gains at or below the minimum effect so far
+  for (double g : RelativeGains(baseline, candidate)) against += g <= rule.min_effect;
+  return against < k;
+}
+
 bool ProvenSlower(const std::vector<double>& baseline, const std::vector<double>& chosen,
                   const SwitchRule& rule) {
   const std::vector<double> g = RelativeGains(baseline, chosen);

@@ -34,6 +34,16 @@
 //   the upper bound: when the chosen plan is slower than the default by
 //   more than the minimum effect with 95% confidence, the tuner falls back
 //   to the default by itself.
+//
+// Note [Stopping verification early]
+// The bound over n pairs is the k-th smallest gain, so the baseline is
+// replaced only when fewer than k gains are at or below the minimum effect.
+// Once k of the pairs run so far are, no later pair can change the verdict,
+// and verification stops there: exact curtailment, the same decision as the
+// full rounds, with none of their error rates changed. With 8 pairs at 95%
+// k is 2. Where the user's plan is as fast as any candidate, verification
+// then ends after 2-4 of its 8 rounds; those rounds of slower plans were
+// most of what tuning cost a user whose plan was already right.
 #ifndef FUSEBOX_AUTOTUNE_DECISION_H_
 #define FUSEBOX_AUTOTUNE_DECISION_H_
 
@@ -91,6 +101,16 @@ struct Verdict {
 // (adjacent iterations; Note [Decisions under noise]).
 Verdict DecideReplace(const std::vector<double>& baseline, const std::vector<double>& candidate,
                       const SwitchRule& rule);
+
+// Verification stopped early (Note [Stopping verification early]): with
+// the first pairs of `total_pairs` in hand, can DecideReplace over all of
+// them still replace the baseline, whatever the pairs not yet run show?
+// False once it cannot: then the baseline stays, and the rounds left would
+// only cost iterations of slower plans. The stop never changes the
+// decision: the rule's error rates are those of the full rounds.
+bool ReplacementStillPossible(const std::vector<double>& baseline,
+                              const std::vector<double>& candidate, int total_pairs,
+                              const SwitchRule& rule);
 
 // After a decision: is `chosen` slower than `baseline` by more than the
 // minimum effect, with the rule's confidence? (Paired samples.)

@@ -466,11 +466,7 @@ absl::StatusOr<std::optional<Plan>> OnlineTuner::OnIterationEnd(const bucketing:
       tuning_samples_.push_back(sample);
       arm_samples_[round_.front()].push_back(sample);
       round_.erase(round_.begin());
-      if (round_.empty() && ++rounds_ >= rounds_wanted_) {
-        if (absl::Status s = Decide(); !s.ok()) return s;
-        running_ = chosen_;
-        return *chosen_plan_;
-      }
+      if (round_.empty()) return EndRound();
       return Visit(arms_[NextArm()]);
     }
     case TunerPhase::kTuned:
@@ -610,6 +606,27 @@ absl::StatusOr<std::optional<Plan>> OnlineTuner::EndScreening() {
   return Visit(arms_[round_.front()]);
 }
 
+absl::StatusOr<std::optional<Plan>> OnlineTuner::EndRound() {
+  bool done = ++rounds_ >= rounds_wanted_;
+  if (!done) {
+    absl::StatusOr<bool> open = LeaderCanStillWin();
+    if (!open.ok()) return open.status();
+    done = !*open;
+  }
+  if (!done) return Visit(arms_[NextArm()]);
+  if (absl::Status s = Decide(); !s.ok()) return s;
+  running_ = chosen_;
+  return *chosen_plan_;
+}
+
+absl::StatusOr<bool> OnlineTuner::LeaderCanStillWin() {
+  // arms_[0] is the baseline, arms_[1] the leader: only its verdict can
+  // replace the baseline (Decide).
+  auto slow = SlowestRank(comm_, {arm_samples_[0], arm_samples_[1]});
+  if (!slow.ok()) return slow.status();
+  return ReplacementStillPossible((*slow)[0], (*slow)[1], rounds_wanted_, options_.rule);
+}
+
 absl::Status OnlineTuner::Decide() {
   std::vector<std::vector<double>> local = arm_samples_;
   local.push_back(tuning_samples_);
@@ -659,6 +676,10 @@ absl::Status OnlineTuner::Decide() {
   decision_ = kept > 0 ? absl::StrCat("replaced ", baseline_label_, " with ",
                                       measured_[chosen_].name, ": ", against)
                        : absl::StrCat("kept ", baseline_label_, ": ", against);
+  if (rounds_ < rounds_wanted_) {
+    absl::StrAppend(&decision_, " (verification stopped after ", rounds_, " of ", rounds_wanted_,
+                    " rounds: ", measured_[arms_[1]].name, " could no longer win)");
+  }
   Log(absl::StrFormat(
       "fusebox tuner: %s; %s (%d buckets) %.3f ms %s vs %s %.3f ms %s in verification; %d tuning "
       "iterations, %.1f ms slower than the baseline in all",

@@ -53,8 +53,10 @@
 //    replace it no more often than with one candidate); then the runner-up
 //    is kept instead where it beats the baseline by the same rule and is
 //    faster than the leader in the same rounds (median paired gain), so a
-//    plan that beats the baseline but loses to the runner-up is not kept. Otherwise the baseline
-//    stays, and the log says why. Every figure logged for a verified plan
+//    plan that beats the baseline but loses to the runner-up is not kept.
+//    Otherwise the baseline stays, and the log says why. Verification
+//    stops as soon as the leader can no longer win, whatever the rounds
+//    left would show (Note [Stopping verification early] in decision.h). Every figure logged for a verified plan
 //    (median and interval) comes from these rounds. Rank 0 stores the
 //    entry.
 // 5. Checking: after the decision, one iteration of the baseline runs every
@@ -69,7 +71,7 @@
 // Every decision uses values all ranks share (broadcast or max-reduced), so
 // ranks always agree on the plan and on when it changes. The extra
 // collectives run between iterations: one small max-allreduce per screening
-// block, per verification and per batch of check pairs.
+// block, per verification round and per batch of check pairs.
 //
 // Note [The user's DDP is the baseline]
 // A tuner that compares against DDP's 25 MiB default can "win" and still
@@ -285,6 +287,11 @@ class OnlineTuner final : public bucketing::PlanPolicy {
   void StartBlock();
   absl::StatusOr<std::optional<bucketing::Plan>> EndScreening();
   absl::Status Decide();
+  // Note [Stopping verification early] (decision.h): whether the leader can
+  // still replace the baseline after the rounds run so far (one small
+  // collective: the slowest rank's samples).
+  absl::StatusOr<bool> LeaderCanStillWin();
+  absl::StatusOr<std::optional<bucketing::Plan>> EndRound();
   absl::Status StoreEntry();
   void ForgetEntry();
   absl::StatusOr<std::optional<bucketing::Plan>> Check(double sample);
