@@ -330,11 +330,14 @@ class AsyncCore {
   void Stop();
 
   // Issue (any thread). Send, recv, count, type, op and root as in
-  // comm/communicator.h; Broadcast passes its buffer as both.
+  // comm/communicator.h; Broadcast passes its buffer as both. The arguments
+  // are the front door's, already checked (Note [One front door] in
+  // comm/communicator.h); the core adds the executor's limits (CheckLimits)
+  // and refuses calls once the communicator has failed.
   absl::StatusOr<std::shared_ptr<Work>> Issue(CollectiveKind kind, const void* send, void* recv,
                                               size_t count, DataType type, ReduceOp op, int root);
   // The blocking form (Note [Blocking calls]): returns once the collective
-  // has finished, with its status (argument errors as Issue reports them).
+  // has finished, with its status (refusals as Issue reports them).
   absl::Status Run(CollectiveKind kind, const void* send, void* recv, size_t count, DataType type,
                    ReduceOp op, int root);
 

@@ -28,6 +28,19 @@ namespace fusebox::comm {
 
 enum class MemoryKind : uint8_t { kHost, kDevice };
 
+// One collective's arguments, as the front door (Note [One front door])
+// hands them to a backend. Broadcast: send == recv == its buffer; Barrier:
+// no buffers. op and root matter only where the kind has them.
+struct CollectiveArgs {
+  CollectiveKind kind = CollectiveKind::kBarrier;
+  const void* send = nullptr;
+  void* recv = nullptr;
+  size_t count = 0;
+  DataType type = DataType::kUInt8;
+  ReduceOp op = ReduceOp::kSum;
+  int root = 0;
+};
+
 // One buffer of a multi-tensor call.
 struct TensorRef {
   void* data = nullptr;
@@ -57,6 +70,14 @@ class Communicator {
   // Where buffers passed to this communicator must live.
   virtual MemoryKind memory() const = 0;
 
+  // Note [One front door]
+  // The calls below are the same for every backend and not virtual: each
+  // checks its arguments once, here (Validate in communicator.cc), then
+  // hands them to the backend's Do... hook as one CollectiveArgs. So every
+  // backend refuses bad input in the same words, none checks again, and a
+  // backend whose calls all go one way (UCX and MPI: into their AsyncCore)
+  // implements one DoIssue instead of a forwarding override per call.
+  //
   // All calls below return immediately. Bad arguments (null buffer with a
   // non-zero count, unknown type or op, out-of-range root) are reported
   // synchronously as InvalidArgument and nothing is issued; errors found
@@ -67,39 +88,43 @@ class Communicator {
   // [Collective ordering] refers to.
 
   // recv[i] = op over ranks of send[i]. In-place when send == recv.
-  virtual absl::StatusOr<std::shared_ptr<Work>> AllReduce(
-      const void* send, void* recv, size_t count, DataType type,
-      ReduceOp op) = 0;
+  absl::StatusOr<std::shared_ptr<Work>> AllReduce(const void* send, void* recv, size_t count,
+                                                  DataType type, ReduceOp op);
 
   // Reduces each tensor in place. The default issues one AllReduce per
-  // tensor; backends that can group (NCCL) override it.
-  virtual absl::StatusOr<std::shared_ptr<Work>> AllReduceMulti(
-      absl::Span<const TensorRef> tensors, ReduceOp op);
+  // tensor; backends that can group (NCCL) override DoAllReduceMulti.
+  absl::StatusOr<std::shared_ptr<Work>> AllReduceMulti(absl::Span<const TensorRef> tensors,
+                                                       ReduceOp op);
 
   // buf on every rank = buf on `root`.
-  virtual absl::StatusOr<std::shared_ptr<Work>> Broadcast(
-      void* buf, size_t count, DataType type, int root) = 0;
+  absl::StatusOr<std::shared_ptr<Work>> Broadcast(void* buf, size_t count, DataType type,
+                                                  int root);
 
   // recv[r*count .. (r+1)*count) = send of rank r. In-place when
   // send == recv + rank*count*DataTypeSize(type).
-  virtual absl::StatusOr<std::shared_ptr<Work>> AllGather(
-      const void* send, void* recv, size_t count, DataType type) = 0;
+  absl::StatusOr<std::shared_ptr<Work>> AllGather(const void* send, void* recv, size_t count,
+                                                  DataType type);
 
-  virtual absl::StatusOr<std::shared_ptr<Work>> Barrier() = 0;
+  absl::StatusOr<std::shared_ptr<Work>> Barrier();
+
+  // Any of the above from its arguments (args.kind says which).
+  absl::StatusOr<std::shared_ptr<Work>> Issue(const CollectiveArgs& args);
 
   // Blocking forms: return once the collective has finished, with its
-  // status (bad arguments as above). The defaults issue and wait; a backend
-  // whose callers can execute their own collectives (UCX) runs one on the
-  // calling thread when nothing is queued ahead of it, with no Work and no
-  // hand-off to its progress thread. The ordering rules are those of the
-  // calls above. Like Work::Wait, they must not be called from a Work's
-  // completion callback (OnComplete), which runs while the communicator
-  // executes: that deadlocks.
-  virtual absl::Status AllReduceBlocking(const void* send, void* recv, size_t count, DataType type,
-                                         ReduceOp op);
-  virtual absl::Status BroadcastBlocking(void* buf, size_t count, DataType type, int root);
-  virtual absl::Status AllGatherBlocking(const void* send, void* recv, size_t count, DataType type);
-  virtual absl::Status BarrierBlocking();
+  // status (bad arguments as above). The default issues and waits; a
+  // backend whose callers can execute their own collectives (UCX) runs one
+  // on the calling thread when nothing is queued ahead of it, with no Work
+  // and no hand-off to its progress thread (DoRun). The ordering rules are
+  // those of the calls above. Like Work::Wait, they must not be called from
+  // a Work's completion callback (OnComplete), which runs while the
+  // communicator executes: that deadlocks.
+  absl::Status AllReduceBlocking(const void* send, void* recv, size_t count, DataType type,
+                                 ReduceOp op);
+  absl::Status BroadcastBlocking(void* buf, size_t count, DataType type, int root);
+  absl::Status AllGatherBlocking(const void* send, void* recv, size_t count, DataType type);
+  absl::Status BarrierBlocking();
+  // Any of the blocking forms from its arguments.
+  absl::Status RunBlocking(const CollectiveArgs& args);
 
   // Note [Device communicators]
   // A communicator on device memory (memory() == kDevice: NCCL) runs its
@@ -114,28 +139,30 @@ class Communicator {
   // first. Host communicators: device() is null and AllReduceAfter is
   // Unimplemented.
   virtual Device* device() const { return nullptr; }
-  virtual absl::StatusOr<std::shared_ptr<Work>> AllReduceAfter(const DeviceEvent& ready,
-                                                               const void* send, void* recv,
-                                                               size_t count, DataType type,
-                                                               ReduceOp op);
+  absl::StatusOr<std::shared_ptr<Work>> AllReduceAfter(const DeviceEvent& ready, const void* send,
+                                                       void* recv, size_t count, DataType type,
+                                                       ReduceOp op);
 
  protected:
   Communicator() = default;
+
+  // The backend's half of Note [One front door]: called only with
+  // arguments Validate accepted, so a backend adds only its own limits
+  // (MPI's int counts).
+  virtual absl::StatusOr<std::shared_ptr<Work>> DoIssue(const CollectiveArgs& args) = 0;
+  // Default: DoIssue, then wait.
+  virtual absl::Status DoRun(const CollectiveArgs& args);
+  // Default: one DoIssue per tensor (each a valid in-place allreduce).
+  virtual absl::StatusOr<std::shared_ptr<Work>> DoAllReduceMulti(
+      absl::Span<const TensorRef> tensors, ReduceOp op);
+  // Default (host memory): Unimplemented. `args` is a valid allreduce.
+  virtual absl::StatusOr<std::shared_ptr<Work>> DoAllReduceAfter(const DeviceEvent& ready,
+                                                                 const CollectiveArgs& args);
 };
 
-// Shared argument checks for backends; `what` names the call in the error.
-absl::Status ValidateBuffer(const char* what, const void* p, size_t count,
-                            DataType type);
-absl::Status ValidateRoot(int root, int size);
-// The checks every backend makes before issuing a collective (the contract
-// above): InvalidArgument naming the call and what is wrong, in the same
-// words on every backend. Backends add their own limits after these (MPI's
-// int counts).
-absl::Status ValidateAllReduce(const void* send, const void* recv, size_t count, DataType type,
-                               ReduceOp op);
-absl::Status ValidateBroadcast(const void* buf, size_t count, DataType type, int root, int size);
-absl::Status ValidateAllGather(const void* send, const void* recv, size_t count, DataType type,
-                               int size);
+// The front door's checks (Note [One front door]): InvalidArgument naming
+// the call and what is wrong, for a communicator of `size` ranks.
+absl::Status Validate(const CollectiveArgs& args, int size);
 // A collective timeout (UcxOptions::timeout and its twins) must be positive;
 // `backend` ("UCX", "MPI", "NCCL") names it in the error.
 absl::Status ValidateCollectiveTimeout(const char* backend, absl::Duration timeout);

@@ -333,16 +333,11 @@ class MpiCommunicator final : public Communicator, private CollectiveExecutor {
   std::string backend() const override { return "mpi"; }
   MemoryKind memory() const override { return MemoryKind::kHost; }
 
-  absl::StatusOr<std::shared_ptr<Work>> AllReduce(const void* send, void* recv,
-                                                  size_t count, DataType type,
-                                                  ReduceOp op) override;
-  absl::StatusOr<std::shared_ptr<Work>> Broadcast(void* buf, size_t count,
-                                                  DataType type,
-                                                  int root) override;
-  absl::StatusOr<std::shared_ptr<Work>> AllGather(const void* send, void* recv,
-                                                  size_t count,
-                                                  DataType type) override;
-  absl::StatusOr<std::shared_ptr<Work>> Barrier() override;
+ protected:
+  // Note [One front door]: every call goes into the core.
+  absl::StatusOr<std::shared_ptr<Work>> DoIssue(const CollectiveArgs& a) override {
+    return core_.Issue(a.kind, a.send, a.recv, a.count, a.type, a.op, a.root);
+  }
 
  private:
   enum class Phase {
@@ -531,26 +526,6 @@ absl::Status MpiCommunicator::CheckLimits(const CollectiveCall& call) const {
         " exceeds the MPI backend's limit of ", INT_MAX, " elements per call; split the buffer"));
   }
   return absl::OkStatus();
-}
-
-absl::StatusOr<std::shared_ptr<Work>> MpiCommunicator::AllReduce(
-    const void* send, void* recv, size_t count, DataType type, ReduceOp op) {
-  return core_.Issue(CollectiveKind::kAllReduce, send, recv, count, type, op, 0);
-}
-
-absl::StatusOr<std::shared_ptr<Work>> MpiCommunicator::Broadcast(
-    void* buf, size_t count, DataType type, int root) {
-  return core_.Issue(CollectiveKind::kBroadcast, buf, buf, count, type, ReduceOp::kSum, root);
-}
-
-absl::StatusOr<std::shared_ptr<Work>> MpiCommunicator::AllGather(
-    const void* send, void* recv, size_t count, DataType type) {
-  return core_.Issue(CollectiveKind::kAllGather, send, recv, count, type, ReduceOp::kSum, 0);
-}
-
-absl::StatusOr<std::shared_ptr<Work>> MpiCommunicator::Barrier() {
-  return core_.Issue(CollectiveKind::kBarrier, nullptr, nullptr, 0, DataType::kUInt8,
-                     ReduceOp::kSum, 0);
 }
 
 OpKind ToOpKind(CollectiveKind k) {

@@ -175,23 +175,16 @@ class NcclCommunicator final : public Communicator {
   // its streams are what AllReduceAfter waits for.
   Device* device() const override { return cuda_.get(); }
 
-  absl::StatusOr<std::shared_ptr<Work>> AllReduce(const void* send, void* recv,
-                                                  size_t count, DataType type,
-                                                  ReduceOp op) override;
+ protected:
+  // Note [One front door] (comm/communicator.h): the arguments are checked.
+  absl::StatusOr<std::shared_ptr<Work>> DoIssue(const CollectiveArgs& a) override;
   // Note [Device communicators]: cudaStreamWaitEvent on this
   // communicator's stream, then the allreduce, under one lock.
-  absl::StatusOr<std::shared_ptr<Work>> AllReduceAfter(const DeviceEvent& ready, const void* send,
-                                                       void* recv, size_t count, DataType type,
-                                                       ReduceOp op) override;
-  absl::StatusOr<std::shared_ptr<Work>> AllReduceMulti(
-      absl::Span<const TensorRef> tensors, ReduceOp op) override;
-  absl::StatusOr<std::shared_ptr<Work>> Broadcast(void* buf, size_t count,
-                                                  DataType type,
-                                                  int root) override;
-  absl::StatusOr<std::shared_ptr<Work>> AllGather(const void* send, void* recv,
-                                                  size_t count,
-                                                  DataType type) override;
-  absl::StatusOr<std::shared_ptr<Work>> Barrier() override;
+  absl::StatusOr<std::shared_ptr<Work>> DoAllReduceAfter(const DeviceEvent& ready,
+                                                         const CollectiveArgs& a) override;
+  // One group: NCCL fuses the launches and the Work covers all tensors.
+  absl::StatusOr<std::shared_ptr<Work>> DoAllReduceMulti(absl::Span<const TensorRef> tensors,
+                                                         ReduceOp op) override;
 
  private:
   struct InFlight {
@@ -220,6 +213,8 @@ class NcclCommunicator final : public Communicator {
   absl::StatusOr<std::shared_ptr<Work>> LaunchAllReduce(cudaEvent_t wait_for, const void* send,
                                                         void* recv, size_t count, DataType type,
                                                         ReduceOp op);
+  // Barrier: a one-float allreduce of scratch_.
+  absl::StatusOr<std::shared_ptr<Work>> LaunchBarrier();
   // Completion thread (Note [NCCL completion]).
   void Run();
   // Waits for `event`; an error if it or the communicator failed, or
@@ -432,27 +427,41 @@ void NcclCommunicator::Run() {
   }
 }
 
-absl::StatusOr<std::shared_ptr<Work>> NcclCommunicator::AllReduce(
-    const void* send, void* recv, size_t count, DataType type, ReduceOp op) {
-  return LaunchAllReduce(nullptr, send, recv, count, type, op);
+absl::StatusOr<std::shared_ptr<Work>> NcclCommunicator::DoIssue(const CollectiveArgs& a) {
+  switch (a.kind) {
+    case CollectiveKind::kAllReduce:
+      return LaunchAllReduce(nullptr, a.send, a.recv, a.count, a.type, a.op);
+    case CollectiveKind::kBroadcast:
+      return Launch("ncclBroadcast", [&] {
+        return ncclBroadcast(a.recv, a.recv, a.count, NcclType(a.type), a.root, comm_.get(),
+                             stream_.get());
+      });
+    case CollectiveKind::kAllGather:
+      // NCCL treats send == recv + rank*count*size as in place, as we do.
+      return Launch("ncclAllGather", [&] {
+        return ncclAllGather(a.send, a.recv, a.count, NcclType(a.type), comm_.get(),
+                             stream_.get());
+      });
+    case CollectiveKind::kBarrier:
+      return LaunchBarrier();
+  }
+  return absl::InvalidArgumentError("unknown collective kind");
 }
 
-absl::StatusOr<std::shared_ptr<Work>> NcclCommunicator::AllReduceAfter(
-    const DeviceEvent& ready, const void* send, void* recv, size_t count, DataType type,
-    ReduceOp op) {
+absl::StatusOr<std::shared_ptr<Work>> NcclCommunicator::DoAllReduceAfter(
+    const DeviceEvent& ready, const CollectiveArgs& a) {
   cudaEvent_t event = CudaEventOf(ready);
   if (event == nullptr) {
     return absl::InvalidArgumentError(
         "AllReduceAfter: the event is not one of this NCCL communicator's CUDA device "
         "(device())");
   }
-  return LaunchAllReduce(event, send, recv, count, type, op);
+  return LaunchAllReduce(event, a.send, a.recv, a.count, a.type, a.op);
 }
 
 absl::StatusOr<std::shared_ptr<Work>> NcclCommunicator::LaunchAllReduce(
     cudaEvent_t wait_for, const void* send, void* recv, size_t count, DataType type,
     ReduceOp op) {
-  if (absl::Status s = ValidateAllReduce(send, recv, count, type, op); !s.ok()) return s;
   cudaError_t waited = cudaSuccess;
   auto launched = Launch("ncclAllReduce", [&] {
     // Under the launch lock: nothing else is enqueued between the wait and
@@ -468,20 +477,8 @@ absl::StatusOr<std::shared_ptr<Work>> NcclCommunicator::LaunchAllReduce(
   return launched;
 }
 
-absl::StatusOr<std::shared_ptr<Work>> NcclCommunicator::AllReduceMulti(
+absl::StatusOr<std::shared_ptr<Work>> NcclCommunicator::DoAllReduceMulti(
     absl::Span<const TensorRef> tensors, ReduceOp op) {
-  for (size_t i = 0; i < tensors.size(); ++i) {
-    absl::Status s = CheckSupported(tensors[i].type, op);
-    if (s.ok()) {
-      s = ValidateBuffer("AllReduceMulti", tensors[i].data, tensors[i].count,
-                         tensors[i].type);
-    }
-    if (!s.ok()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("tensor ", i, ": ", s.message()));
-    }
-  }
-  // One group: NCCL fuses the launches and the Work covers all tensors.
   return Launch("ncclAllReduce (grouped)", [&] {
     ncclResult_t r = ncclGroupStart();
     if (r != ncclSuccess) return r;
@@ -496,26 +493,7 @@ absl::StatusOr<std::shared_ptr<Work>> NcclCommunicator::AllReduceMulti(
   });
 }
 
-absl::StatusOr<std::shared_ptr<Work>> NcclCommunicator::Broadcast(
-    void* buf, size_t count, DataType type, int root) {
-  if (absl::Status s = ValidateBroadcast(buf, count, type, root, size_); !s.ok()) return s;
-  return Launch("ncclBroadcast", [&] {
-    return ncclBroadcast(buf, buf, count, NcclType(type), root, comm_.get(),
-                         stream_.get());
-  });
-}
-
-absl::StatusOr<std::shared_ptr<Work>> NcclCommunicator::AllGather(
-    const void* send, void* recv, size_t count, DataType type) {
-  // NCCL treats send == recv + rank*count*size as in place, as we do.
-  if (absl::Status s = ValidateAllGather(send, recv, count, type, size_); !s.ok()) return s;
-  return Launch("ncclAllGather", [&] {
-    return ncclAllGather(send, recv, count, NcclType(type), comm_.get(),
-                         stream_.get());
-  });
-}
-
-absl::StatusOr<std::shared_ptr<Work>> NcclCommunicator::Barrier() {
+absl::StatusOr<std::shared_ptr<Work>> NcclCommunicator::LaunchBarrier() {
   return Launch("ncclAllReduce (barrier)", [&] {
     return ncclAllReduce(scratch_.get(), scratch_.get(), 1, ncclFloat32,
                          ncclSum, comm_.get(), stream_.get());

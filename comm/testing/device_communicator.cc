@@ -10,7 +10,7 @@
 namespace fusebox::comm::testing {
 namespace {
 
-using Issue = std::function<absl::StatusOr<std::shared_ptr<Work>>(Communicator&)>;
+using IssueFn = std::function<absl::StatusOr<std::shared_ptr<Work>>(Communicator&)>;
 
 class EmulatedDeviceCommunicator final : public Communicator {
  public:
@@ -27,41 +27,23 @@ class EmulatedDeviceCommunicator final : public Communicator {
   MemoryKind memory() const override { return MemoryKind::kDevice; }
   Device* device() const override { return &device_; }
 
-  absl::StatusOr<std::shared_ptr<Work>> AllReduce(const void* send, void* recv, size_t count,
-                                                  DataType type, ReduceOp op) override {
-    return Reduce(nullptr, send, recv, count, type, op);
+ protected:
+  // The host communicator checks the arguments again: it is a front door
+  // of its own.
+  absl::StatusOr<std::shared_ptr<Work>> DoIssue(const CollectiveArgs& a) override {
+    return Enqueue(nullptr, [a](Communicator& h) { return h.Issue(a); });
   }
-  absl::StatusOr<std::shared_ptr<Work>> AllReduceAfter(const DeviceEvent& ready, const void* send,
-                                                       void* recv, size_t count, DataType type,
-                                                       ReduceOp op) override {
-    return Reduce(&ready, send, recv, count, type, op);
-  }
-  absl::StatusOr<std::shared_ptr<Work>> Broadcast(void* buf, size_t count, DataType type,
-                                                  int root) override {
-    if (absl::Status s = ValidateBroadcast(buf, count, type, root, size()); !s.ok()) return s;
-    return Enqueue(nullptr, [=](Communicator& h) { return h.Broadcast(buf, count, type, root); });
-  }
-  absl::StatusOr<std::shared_ptr<Work>> AllGather(const void* send, void* recv, size_t count,
-                                                  DataType type) override {
-    if (absl::Status s = ValidateAllGather(send, recv, count, type, size()); !s.ok()) return s;
-    return Enqueue(nullptr, [=](Communicator& h) { return h.AllGather(send, recv, count, type); });
-  }
-  absl::StatusOr<std::shared_ptr<Work>> Barrier() override {
-    return Enqueue(nullptr, [](Communicator& h) { return h.Barrier(); });
+  absl::StatusOr<std::shared_ptr<Work>> DoAllReduceAfter(const DeviceEvent& ready,
+                                                         const CollectiveArgs& a) override {
+    return Enqueue(&ready, [a](Communicator& h) { return h.Issue(a); });
   }
 
  private:
-  absl::StatusOr<std::shared_ptr<Work>> Reduce(const DeviceEvent* ready, const void* send,
-                                               void* recv, size_t count, DataType type,
-                                               ReduceOp op) {
-    if (absl::Status s = ValidateAllReduce(send, recv, count, type, op); !s.ok()) return s;
-    return Enqueue(ready, [=](Communicator& h) { return h.AllReduce(send, recv, count, type, op); });
-  }
   // Behind `ready` (if any), a host function on the stream issues the
   // collective through the host communicator, waits for it and completes
   // the Work. Under mu_, so that calls from several threads enter the
   // stream, and so the host communicator, in one order.
-  absl::StatusOr<std::shared_ptr<Work>> Enqueue(const DeviceEvent* ready, Issue issue) {
+  absl::StatusOr<std::shared_ptr<Work>> Enqueue(const DeviceEvent* ready, IssueFn issue) {
     std::lock_guard<std::mutex> lock(mu_);
     if (ready != nullptr) {
       if (absl::Status s = device_.WaitEvent(*stream_, *ready); !s.ok()) {

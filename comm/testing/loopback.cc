@@ -260,43 +260,20 @@ class LoopbackCommunicator final : public Communicator {
   std::string backend() const override { return "loopback"; }
   MemoryKind memory() const override { return MemoryKind::kHost; }
 
-  absl::StatusOr<std::shared_ptr<Work>> AllReduce(const void* send, void* recv, size_t count,
-                                                  DataType type, ReduceOp op) override {
-    if (absl::Status s = ValidateAllReduce(send, recv, count, type, op); !s.ok()) return s;
-    return Issue(Kind::kAllReduce, send, recv, count, type, op, 0);
-  }
-
-  absl::StatusOr<std::shared_ptr<Work>> Broadcast(void* buf, size_t count, DataType type,
-                                                  int root) override {
-    if (absl::Status s = ValidateBroadcast(buf, count, type, root, size()); !s.ok()) return s;
-    return Issue(Kind::kBroadcast, buf, buf, count, type, ReduceOp::kSum, root);
-  }
-
-  absl::StatusOr<std::shared_ptr<Work>> AllGather(const void* send, void* recv, size_t count,
-                                                  DataType type) override {
-    if (absl::Status s = ValidateAllGather(send, recv, count, type, size()); !s.ok()) return s;
-    return Issue(Kind::kAllGather, send, recv, count, type, ReduceOp::kSum, 0);
-  }
-
-  absl::StatusOr<std::shared_ptr<Work>> Barrier() override {
-    return Issue(Kind::kBarrier, nullptr, nullptr, 0, DataType::kUInt8, ReduceOp::kSum, 0);
-  }
-
- private:
-  absl::StatusOr<std::shared_ptr<Work>> Issue(Kind kind, const void* send, void* recv,
-                                              size_t count, DataType type, ReduceOp op,
-                                              int root) {
+ protected:
+  absl::StatusOr<std::shared_ptr<Work>> DoIssue(const CollectiveArgs& a) override {
     Call c;
-    c.kind = kind;
-    c.send = send;
-    c.recv = recv;
-    c.count = count;
-    c.type = type;
-    c.op = op;
-    c.root = root;
+    c.kind = a.kind;
+    c.send = a.send;
+    c.recv = a.recv;
+    c.count = a.count;
+    c.type = a.type;
+    c.op = a.op;
+    c.root = a.root;
     return group_->Issue(rank_, std::move(c));
   }
 
+ private:
   const std::shared_ptr<Group> group_;
   const int rank_;
 };

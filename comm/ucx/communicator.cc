@@ -137,35 +137,14 @@ class UcxCommunicator final : public Communicator, private CollectiveExecutor {
   }
   MemoryKind memory() const override { return MemoryKind::kHost; }
 
-  absl::StatusOr<std::shared_ptr<Work>> AllReduce(const void* send, void* recv, size_t count,
-                                                  DataType type, ReduceOp op) override {
-    return core_.Issue(Kind::kAllReduce, send, recv, count, type, op, 0);
-  }
-  absl::StatusOr<std::shared_ptr<Work>> Broadcast(void* buf, size_t count, DataType type,
-                                                  int root) override {
-    return core_.Issue(Kind::kBroadcast, buf, buf, count, type, ReduceOp::kSum, root);
-  }
-  absl::StatusOr<std::shared_ptr<Work>> AllGather(const void* send, void* recv, size_t count,
-                                                  DataType type) override {
-    return core_.Issue(Kind::kAllGather, send, recv, count, type, ReduceOp::kSum, 0);
-  }
-  absl::StatusOr<std::shared_ptr<Work>> Barrier() override {
-    return core_.Issue(Kind::kBarrier, nullptr, nullptr, 0, DataType::kUInt8, ReduceOp::kSum, 0);
+ protected:
+  // Note [One front door]: every call goes into the core.
+  absl::StatusOr<std::shared_ptr<Work>> DoIssue(const CollectiveArgs& a) override {
+    return core_.Issue(a.kind, a.send, a.recv, a.count, a.type, a.op, a.root);
   }
   // Note [Blocking calls]: on the calling thread when nothing is ahead.
-  absl::Status AllReduceBlocking(const void* send, void* recv, size_t count, DataType type,
-                                 ReduceOp op) override {
-    return core_.Run(Kind::kAllReduce, send, recv, count, type, op, 0);
-  }
-  absl::Status BroadcastBlocking(void* buf, size_t count, DataType type, int root) override {
-    return core_.Run(Kind::kBroadcast, buf, buf, count, type, ReduceOp::kSum, root);
-  }
-  absl::Status AllGatherBlocking(const void* send, void* recv, size_t count,
-                                 DataType type) override {
-    return core_.Run(Kind::kAllGather, send, recv, count, type, ReduceOp::kSum, 0);
-  }
-  absl::Status BarrierBlocking() override {
-    return core_.Run(Kind::kBarrier, nullptr, nullptr, 0, DataType::kUInt8, ReduceOp::kSum, 0);
+  absl::Status DoRun(const CollectiveArgs& a) override {
+    return core_.Run(a.kind, a.send, a.recv, a.count, a.type, a.op, a.root);
   }
 
  private:
@@ -177,6 +156,7 @@ class UcxCommunicator final : public Communicator, private CollectiveExecutor {
     c.timeout = o.timeout;
     c.idle_spin = o.progress_spin;
     c.callers_execute = true;
+    c.waiter_window = o.waiter_window;
     c.on_stop = AsyncCoreOptions::OnStop::kCancel;
     return c;
   }

@@ -69,7 +69,7 @@ ProcessGroupCommunicator::ProcessGroupCommunicator(
       size_(group_->getSize()),
       backend_(absl::StrCat("torch-", group_->getBackendName())) {}
 
-absl::StatusOr<std::shared_ptr<comm::Work>> ProcessGroupCommunicator::Issue(
+absl::StatusOr<std::shared_ptr<comm::Work>> ProcessGroupCommunicator::Submit(
     const char* what, const std::function<c10::intrusive_ptr<compat::Work>()>& issue,
     std::function<void()> after) {
   c10::intrusive_ptr<c10::ivalue::Future> future;
@@ -97,10 +97,24 @@ absl::StatusOr<std::shared_ptr<comm::Work>> ProcessGroupCommunicator::Issue(
   return work;
 }
 
-absl::StatusOr<std::shared_ptr<comm::Work>> ProcessGroupCommunicator::AllReduce(
-    const void* send, void* recv, size_t count, comm::DataType type, comm::ReduceOp op) {
-  if (absl::Status s = comm::ValidateBuffer("AllReduce send", send, count, type); !s.ok()) return s;
-  if (absl::Status s = comm::ValidateBuffer("AllReduce recv", recv, count, type); !s.ok()) return s;
+absl::StatusOr<std::shared_ptr<comm::Work>> ProcessGroupCommunicator::DoIssue(
+    const comm::CollectiveArgs& a) {
+  switch (a.kind) {
+    case comm::CollectiveKind::kAllReduce: return StartAllReduce(a);
+    case comm::CollectiveKind::kBroadcast: return StartBroadcast(a);
+    case comm::CollectiveKind::kAllGather: return StartAllGather(a);
+    case comm::CollectiveKind::kBarrier: return StartBarrier();
+  }
+  return absl::InvalidArgumentError("unknown collective kind");
+}
+
+absl::StatusOr<std::shared_ptr<comm::Work>> ProcessGroupCommunicator::StartAllReduce(
+    const comm::CollectiveArgs& a) {
+  const void* send = a.send;
+  void* recv = a.recv;
+  const size_t count = a.count;
+  const comm::DataType type = a.type;
+  const comm::ReduceOp op = a.op;
   absl::StatusOr<::c10d::ReduceOp> torch_op = ToTorchOp(op);
   if (!torch_op.ok()) return torch_op.status();
   if (count == 0) return comm::Work::Done(absl::OkStatus());  // the same on every rank
@@ -123,7 +137,7 @@ absl::StatusOr<std::shared_ptr<comm::Work>> ProcessGroupCommunicator::AllReduce(
   if (counts_.size() > kCallLogLimit) counts_.pop_front();
   ::c10d::AllreduceOptions options;
   options.reduceOp = *torch_op;
-  return Issue(
+  return Submit(
       "AllReduce",
       [&] {
         std::vector<at::Tensor> tensors{tensor};
@@ -132,14 +146,16 @@ absl::StatusOr<std::shared_ptr<comm::Work>> ProcessGroupCommunicator::AllReduce(
       std::move(after));
 }
 
-absl::StatusOr<std::shared_ptr<comm::Work>> ProcessGroupCommunicator::Broadcast(
-    void* buf, size_t count, comm::DataType type, int root) {
-  if (absl::Status s = comm::ValidateBuffer("Broadcast", buf, count, type); !s.ok()) return s;
-  if (absl::Status s = comm::ValidateRoot(root, size_); !s.ok()) return s;
+absl::StatusOr<std::shared_ptr<comm::Work>> ProcessGroupCommunicator::StartBroadcast(
+    const comm::CollectiveArgs& a) {
+  void* buf = a.recv;
+  const size_t count = a.count;
+  const comm::DataType type = a.type;
+  const int root = a.root;
   std::lock_guard<std::mutex> lock(mu_);
   ::c10d::BroadcastOptions options;
   options.rootRank = root;
-  return Issue(
+  return Submit(
       "Broadcast",
       [&] {
         std::vector<at::Tensor> tensors{Wrap(buf, count, type)};
@@ -148,17 +164,19 @@ absl::StatusOr<std::shared_ptr<comm::Work>> ProcessGroupCommunicator::Broadcast(
       nullptr);
 }
 
-absl::StatusOr<std::shared_ptr<comm::Work>> ProcessGroupCommunicator::AllGather(
-    const void* send, void* recv, size_t count, comm::DataType type) {
-  if (absl::Status s = comm::ValidateBuffer("AllGather send", send, count, type); !s.ok()) return s;
-  if (absl::Status s = comm::ValidateBuffer("AllGather recv", recv, count, type); !s.ok()) return s;
+absl::StatusOr<std::shared_ptr<comm::Work>> ProcessGroupCommunicator::StartAllGather(
+    const comm::CollectiveArgs& a) {
+  const void* send = a.send;
+  void* recv = a.recv;
+  const size_t count = a.count;
+  const comm::DataType type = a.type;
   const size_t bytes = count * comm::DataTypeSize(type);
   // The group may copy the input into its own slot of the output: give it
   // a private copy when the caller's input is that slot.
   at::Tensor input = Wrap(send, count, type);
   if (send == static_cast<char*>(recv) + rank_ * bytes) input = input.clone();
   std::lock_guard<std::mutex> lock(mu_);
-  return Issue(
+  return Submit(
       "AllGather",
       [&] {
         std::vector<std::vector<at::Tensor>> outputs(1);
@@ -171,9 +189,9 @@ absl::StatusOr<std::shared_ptr<comm::Work>> ProcessGroupCommunicator::AllGather(
       [input] {});  // keeps the private copy alive until completion
 }
 
-absl::StatusOr<std::shared_ptr<comm::Work>> ProcessGroupCommunicator::Barrier() {
+absl::StatusOr<std::shared_ptr<comm::Work>> ProcessGroupCommunicator::StartBarrier() {
   std::lock_guard<std::mutex> lock(mu_);
-  return Issue("Barrier", [&] { return group_->barrier(); }, nullptr);
+  return Submit("Barrier", [&] { return group_->barrier(); }, nullptr);
 }
 
 int64_t ProcessGroupCommunicator::allreduce_calls() const {

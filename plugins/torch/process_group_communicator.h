@@ -50,31 +50,30 @@ class ProcessGroupCommunicator final : public comm::Communicator {
   std::string backend() const override { return backend_; }
   comm::MemoryKind memory() const override { return comm::MemoryKind::kHost; }
 
-  // kAvg is a sum through the group, then one division by the world size
-  // in the element type (truncating for integers) before the Work
-  // completes: what every fusebox backend computes.
-  absl::StatusOr<std::shared_ptr<comm::Work>> AllReduce(const void* send, void* recv,
-                                                        size_t count, comm::DataType type,
-                                                        comm::ReduceOp op) override;
-  absl::StatusOr<std::shared_ptr<comm::Work>> Broadcast(void* buf, size_t count,
-                                                        comm::DataType type, int root) override;
-  absl::StatusOr<std::shared_ptr<comm::Work>> AllGather(const void* send, void* recv,
-                                                        size_t count,
-                                                        comm::DataType type) override;
-  absl::StatusOr<std::shared_ptr<comm::Work>> Barrier() override;
-
   // AllReduce calls issued so far, and the element counts of those with
   // index >= `first` that are still in the log (what a test compares with a
   // plan's bucket sizes).
   int64_t allreduce_calls() const;
   std::vector<int64_t> AllReduceCountsSince(int64_t first) const;
 
+ protected:
+  // Note [One front door] (comm/communicator.h): the arguments are checked.
+  absl::StatusOr<std::shared_ptr<comm::Work>> DoIssue(const comm::CollectiveArgs& a) override;
+
  private:
   // Issues `issue()` under the lock and completes the returned Work from
   // the group's future (running `after` first on success).
-  absl::StatusOr<std::shared_ptr<comm::Work>> Issue(
+  absl::StatusOr<std::shared_ptr<comm::Work>> Submit(
       const char* what, const std::function<c10::intrusive_ptr<compat::Work>()>& issue,
       std::function<void()> after);
+
+  // kAvg is a sum through the group, then one division by the world size
+  // in the element type (truncating for integers) before the Work
+  // completes: what every fusebox backend computes.
+  absl::StatusOr<std::shared_ptr<comm::Work>> StartAllReduce(const comm::CollectiveArgs& a);
+  absl::StatusOr<std::shared_ptr<comm::Work>> StartBroadcast(const comm::CollectiveArgs& a);
+  absl::StatusOr<std::shared_ptr<comm::Work>> StartAllGather(const comm::CollectiveArgs& a);
+  absl::StatusOr<std::shared_ptr<comm::Work>> StartBarrier();
 
   const c10::intrusive_ptr<::c10d::ProcessGroup> group_;
   const int rank_;

@@ -47,14 +47,12 @@ class SetCostCommunicator final : public fusebox::testing::ForwardingCommunicato
     cv_.notify_all();
     thread_.join();
   }
-  absl::StatusOr<std::shared_ptr<comm::Work>> AllReduce(const void* send, void* recv,
-                                                        size_t count, comm::DataType type,
-                                                        comm::ReduceOp op) override {
-    auto inner = ForwardingCommunicator::AllReduce(send, recv, count, type, op);
-    if (!inner.ok()) return inner.status();
+  absl::StatusOr<std::shared_ptr<comm::Work>> DoIssue(const comm::CollectiveArgs& a) override {
+    auto inner = ForwardingCommunicator::DoIssue(a);
+    if (a.kind != comm::CollectiveKind::kAllReduce || !inner.ok()) return inner;
     auto outer = std::make_shared<comm::Work>();
     const double cost_us =
-        delay_us_ + static_cast<double>(count * comm::DataTypeSize(type)) / bytes_per_us_;
+        delay_us_ + static_cast<double>(a.count * comm::DataTypeSize(a.type)) / bytes_per_us_;
     {
       std::lock_guard<std::mutex> lock(mu_);
       queue_.push_back({*std::move(inner), outer, Clock::now(), cost_us});
@@ -130,15 +128,14 @@ class AlignmentRecorder final : public fusebox::testing::ForwardingCommunicator 
  public:
   explicit AlignmentRecorder(comm::Communicator& inner)
       : ForwardingCommunicator(inner, "alignment-recorder") {}
-  absl::StatusOr<std::shared_ptr<comm::Work>> AllReduce(const void* send, void* recv, size_t count,
-                                                        comm::DataType type,
-                                                        comm::ReduceOp op) override {
-    if (type == comm::DataType::kFloat32) {  // not MaxAcrossRanks's doubles
-      offsets_.push_back(reinterpret_cast<uintptr_t>(recv) % 4096);
-      calls_.push_back({reinterpret_cast<uintptr_t>(recv), count * 4});
-      in_place_ = in_place_ && send == recv;
+  absl::StatusOr<std::shared_ptr<comm::Work>> DoIssue(const comm::CollectiveArgs& a) override {
+    // Allreduces of fp32 (not MaxAcrossRanks's doubles).
+    if (a.kind == comm::CollectiveKind::kAllReduce && a.type == comm::DataType::kFloat32) {
+      offsets_.push_back(reinterpret_cast<uintptr_t>(a.recv) % 4096);
+      calls_.push_back({reinterpret_cast<uintptr_t>(a.recv), a.count * 4});
+      in_place_ = in_place_ && a.send == a.recv;
     }
-    return ForwardingCommunicator::AllReduce(send, recv, count, type, op);
+    return ForwardingCommunicator::DoIssue(a);
   }
 
   const std::vector<uintptr_t>& offsets() const { return offsets_; }

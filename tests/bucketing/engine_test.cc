@@ -259,11 +259,9 @@ class SlowToReturn final : public fusebox::testing::ForwardingCommunicator {
  public:
   explicit SlowToReturn(comm::Communicator& inner)
       : ForwardingCommunicator(inner, "slow-to-return") {}
-  absl::StatusOr<std::shared_ptr<comm::Work>> AllReduce(const void* send, void* recv, size_t count,
-                                                        comm::DataType type,
-                                                        comm::ReduceOp op) override {
-    auto work = ForwardingCommunicator::AllReduce(send, recv, count, type, op);
-    if (work.ok()) {
+  absl::StatusOr<std::shared_ptr<comm::Work>> DoIssue(const comm::CollectiveArgs& a) override {
+    auto work = ForwardingCommunicator::DoIssue(a);
+    if (a.kind == comm::CollectiveKind::kAllReduce && work.ok()) {
       while ((*work)->started_ns() == 0 && !(*work)->Test()) std::this_thread::yield();
       std::this_thread::sleep_for(std::chrono::milliseconds(3));
     }

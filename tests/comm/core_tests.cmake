@@ -1,5 +1,6 @@
 add_executable(comm_core_test
   ${CMAKE_CURRENT_SOURCE_DIR}/async_core_test.cc
+  ${CMAKE_CURRENT_SOURCE_DIR}/front_door_test.cc
   ${CMAKE_CURRENT_SOURCE_DIR}/host_pages_test.cc
   ${CMAKE_CURRENT_SOURCE_DIR}/log_test.cc
   ${CMAKE_CURRENT_SOURCE_DIR}/types_test.cc

@@ -538,7 +538,9 @@ TEST_P(UcxAllReduceTest, NonBlockingCallsBegunByTheirIssuerAreExact) {
             EXPECT_EQ(CountMismatches(dst, want.data(), count, type), 0u)
                 << "rank " << rank << "/" << world << " count " << count << " "
                 << DataTypeName(type) << (in_place ? " in place" : " out of place");
-            if (!in_place) EXPECT_EQ(out[bytes], 0xAB) << "wrote past the end";
+            if (!in_place) {
+              EXPECT_EQ(out[bytes], 0xAB) << "wrote past the end";
+            }
           }
         }
       });
