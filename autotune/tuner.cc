@@ -140,9 +140,10 @@ void OnlineTuner::Log(const std::string& line) const {
   if (options_.log && comm_.rank() == 0) options_.log(line);
 }
 
-absl::StatusOr<std::unique_ptr<OnlineTuner>> OnlineTuner::Create(
-    comm::Communicator& comm, bucketing::GradientLayout layout, TunerOptions options,
-    absl::Duration timeout, std::unique_ptr<PolicyCache> owned_cache) {
+namespace {
+
+// The options' own checks (Create's first step).
+absl::Status ValidateTunerOptions(const TunerOptions& options) {
   if (options.candidates < 0 || options.candidates_when_derived < 0 ||
       options.profile_iterations < 1 || options.screening_blocks < 1) {
     return absl::InvalidArgumentError(
@@ -184,6 +185,36 @@ absl::StatusOr<std::unique_ptr<OnlineTuner>> OnlineTuner::Create(
   if (options.calibration_max_bytes < 0) {
     return absl::InvalidArgumentError("tuner: calibration_max_bytes is negative");
   }
+  return absl::OkStatus();
+}
+
+// Every rank must tune the same model: checked first, so that a rank whose
+// model differs fails everywhere before any plan is looked at.
+absl::Status CheckSameModel(comm::Communicator& comm, const bucketing::GradientLayout& layout,
+                            absl::Duration timeout) {
+  const int64_t mine = static_cast<int64_t>(layout.Hash());
+  std::vector<int64_t> all(comm.size(), 0);
+  auto work = comm.AllGather(&mine, all.data(), 1, comm::DataType::kInt64);
+  if (!work.ok()) return work.status();
+  if (absl::Status s = (*work)->WaitFor(timeout); !s.ok()) return s;
+  std::string differ;
+  for (int r = 1; r < comm.size(); ++r) {
+    if (all[r] != all[0]) absl::StrAppend(&differ, differ.empty() ? "" : ", ", r);
+  }
+  if (!differ.empty()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "tuner (rank ", comm.rank(), "): the gradient layout of rank(s) ", differ,
+        " differs from rank 0's: every rank must register the same model"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<OnlineTuner>> OnlineTuner::Create(
+    comm::Communicator& comm, bucketing::GradientLayout layout, TunerOptions options,
+    absl::Duration timeout, std::unique_ptr<PolicyCache> owned_cache) {
+  if (absl::Status s = ValidateTunerOptions(options); !s.ok()) return s;
   if (layout.size() == 0) return absl::InvalidArgumentError("tuner: the layout has no gradients");
   options.planner.sim.world_size = comm.size();
   if (options.ranks_per_node <= 0) options.ranks_per_node = comm.size();
@@ -196,160 +227,162 @@ absl::StatusOr<std::unique_ptr<OnlineTuner>> OnlineTuner::Create(
   if (absl::Status s = t->key_.Validate(); !s.ok()) {
     return absl::InvalidArgumentError(absl::StrCat("tuner: cache key: ", s.message()));
   }
-  // The baseline: the user's DDP (Note [The user's DDP is the baseline]).
-  {
-    bucketing::DdpOptions o;
-    o.bucket_cap_bytes = t->options_.baseline_cap_bytes;
-    o.first_bucket_bytes = std::min(t->options_.baseline_first_bucket_bytes, o.bucket_cap_bytes);
-    const bucketing::DdpOptions defaults;
-    const bool is_default = o.bucket_cap_bytes == defaults.bucket_cap_bytes &&
-                            o.first_bucket_bytes == defaults.first_bucket_bytes;
-    t->default_ = bucketing::DdpPlan(t->layout_, o);
-    t->default_.name = is_default ? "ddp" : CapName(o.bucket_cap_bytes);
-    t->baseline_label_ =
-        is_default ? "DDP's default"
-                   : absl::StrCat("your DDP buckets (", MiB(o.bucket_cap_bytes),
-                                  o.first_bucket_bytes != defaults.first_bucket_bytes
-                                      ? absl::StrCat(", first ", MiB(o.first_bucket_bytes))
-                                      : std::string(),
-                                  ")");
-  }
-  t->initial_ = t->default_;
-  if (t->options_.profile_cap_bytes > 0) {
-    bucketing::DdpOptions o;
-    o.bucket_cap_bytes = t->options_.profile_cap_bytes;
-    o.first_bucket_bytes = std::min(o.first_bucket_bytes, o.bucket_cap_bytes);
-    t->initial_ = bucketing::DdpPlan(t->layout_, o);
-    t->initial_.name = "profile";
-  }
-  t->profile_plan_ = t->initial_;
+  t->SetBaseline();
+  if (absl::Status s = CheckSameModel(comm, t->layout_, timeout); !s.ok()) return s;
+  absl::StatusOr<std::string> message = t->ShareSeedAndCache(timeout);
+  if (!message.ok()) return message.status();
+  t->Log(absl::StrFormat("fusebox tuner: baseline %s (%d buckets); seed %u (TunerOptions::seed, "
+                         "the hook's seed=, replays this run's order)",
+                         t->baseline_label_, t->default_.buckets.size(), t->seed_));
+  absl::Status s;
+  if (!message->empty() && (*message)[0] == 'H') s = t->StartFromHit(message->substr(1));
+  if (!message->empty() && (*message)[0] == 'N') s = t->SeedFromNearest(message->substr(1));
+  if (!s.ok()) return s;
+  return t;
+}
 
-  // Every rank must tune the same model: checked first, so that a rank
-  // whose model differs fails everywhere before any plan is looked at.
-  {
-    const int64_t mine = static_cast<int64_t>(t->layout_.Hash());
-    std::vector<int64_t> all(comm.size(), 0);
-    auto work = comm.AllGather(&mine, all.data(), 1, comm::DataType::kInt64);
-    if (!work.ok()) return work.status();
-    if (absl::Status s = (*work)->WaitFor(timeout); !s.ok()) return s;
-    std::string differ;
-    for (int r = 1; r < comm.size(); ++r) {
-      if (all[r] != all[0]) absl::StrAppend(&differ, differ.empty() ? "" : ", ", r);
-    }
-    if (!differ.empty()) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "tuner (rank ", comm.rank(), "): the gradient layout of rank(s) ", differ,
-          " differs from rank 0's: every rank must register the same model"));
-    }
+// The baseline: the user's DDP (Note [The user's DDP is the baseline]),
+// and the plan the run starts on.
+void OnlineTuner::SetBaseline() {
+  bucketing::DdpOptions o;
+  o.bucket_cap_bytes = options_.baseline_cap_bytes;
+  o.first_bucket_bytes = std::min(options_.baseline_first_bucket_bytes, o.bucket_cap_bytes);
+  const bucketing::DdpOptions defaults;
+  const bool is_default = o.bucket_cap_bytes == defaults.bucket_cap_bytes &&
+                          o.first_bucket_bytes == defaults.first_bucket_bytes;
+  default_ = bucketing::DdpPlan(layout_, o);
+  default_.name = is_default ? "ddp" : CapName(o.bucket_cap_bytes);
+  baseline_label_ =
+      is_default ? "DDP's default"
+                 : absl::StrCat("your DDP buckets (", MiB(o.bucket_cap_bytes),
+                                o.first_bucket_bytes != defaults.first_bucket_bytes
+                                    ? absl::StrCat(", first ", MiB(o.first_bucket_bytes))
+                                    : std::string(),
+                                ")");
+  initial_ = default_;
+  if (options_.profile_cap_bytes > 0) {
+    bucketing::DdpOptions p;
+    p.bucket_cap_bytes = options_.profile_cap_bytes;
+    p.first_bucket_bytes = std::min(p.first_bucket_bytes, p.bucket_cap_bytes);
+    initial_ = bucketing::DdpPlan(layout_, p);
+    initial_.name = "profile";
   }
+  profile_plan_ = initial_;
+}
 
-  // Step 1: rank 0 draws the seed and consults the cache; every rank gets
-  // both ("<seed>\n" then the cache's answer).
+// Step 1: rank 0 draws the seed and consults the cache; every rank gets
+// both ("<seed>\n" then the cache's answer: "H" and a cache entry, "N" and
+// the nearest world size's plan, or nothing). Returns the answer.
+absl::StatusOr<std::string> OnlineTuner::ShareSeedAndCache(absl::Duration timeout) {
   std::string message;
-  PolicyCache* cache = t->options_.cache;
-  if (comm.rank() == 0) {
-    uint64_t seed = t->options_.seed;
+  PolicyCache* cache = options_.cache;
+  if (comm_.rank() == 0) {
+    uint64_t seed = options_.seed;
     if (seed == 0) {
       std::random_device rd;
       seed = (static_cast<uint64_t>(rd()) << 32 | rd()) | 1;
     }
     message = absl::StrCat(seed, "\n");
     if (cache != nullptr && cache->enabled()) {
-      if (auto hit = cache->Lookup(t->key_, t->layout_)) {
+      if (auto hit = cache->Lookup(key_, layout_)) {
         absl::StrAppend(&message, "H", SerializeCacheEntry(*hit));
-      } else if (auto near = cache->Nearest(t->key_, t->layout_)) {
+      } else if (auto near = cache->Nearest(key_, layout_)) {
         absl::StrAppend(&message, "N", near->key.world_size, "\n",
-                        bucketing::SerializePlan(near->plan, &t->layout_));
+                        bucketing::SerializePlan(near->plan, &layout_));
       }
     }
   }
-  if (absl::Status s = BroadcastBytes(comm, message, 0, kMaxBroadcastBytes, timeout); !s.ok()) {
+  if (absl::Status s = BroadcastBytes(comm_, message, 0, kMaxBroadcastBytes, timeout); !s.ok()) {
     return s;
   }
   {
     const size_t nl = message.find('\n');
-    if (nl == std::string::npos || !absl::SimpleAtoi(message.substr(0, nl), &t->seed_)) {
+    if (nl == std::string::npos || !absl::SimpleAtoi(message.substr(0, nl), &seed_)) {
       return absl::DataLossError("tuner: malformed seed from rank 0");
     }
     message.erase(0, nl + 1);
   }
-  t->Log(absl::StrFormat("fusebox tuner: baseline %s (%d buckets); seed %u (TunerOptions::seed, "
-                         "the hook's seed=, replays this run's order)",
-                         t->baseline_label_, t->default_.buckets.size(), t->seed_));
-  if (!message.empty() && message[0] == 'H') {
-    auto entry = ParseCacheEntry(absl::string_view(message).substr(1));
-    if (!entry.ok()) return entry.status();
-    if (absl::Status s = bucketing::ValidatePlan(t->layout_, entry->plan); !s.ok()) {
-      return absl::FailedPreconditionError(
-          absl::StrCat("tuner: the cached plan from rank 0 does not fit this rank's model: ",
-                       s.message()));
-    }
-    entry->plan.name = "cached";
-    t->cache_hit_ = true;
-    const bool measured = entry->measured_iteration_us > 0;
-    const int pairs = measured ? t->options_.hit_check_pairs : t->options_.verify_pairs;
-    const bool same = bucketing::PlanHash(entry->plan) == bucketing::PlanHash(t->default_);
-    if (same || pairs == 0) {
-      t->initial_ = same ? t->default_ : entry->plan;
-      t->chosen_plan_ = t->initial_;
-      t->phase_ = TunerPhase::kTuned;
-      t->decision_ = same ? absl::StrCat("from the policy cache: ", t->baseline_label_)
-                          : "from the policy cache (unchecked: hit_check_pairs is 0)";
-      if (!same) t->StartChecks(0, 0);  // the checks after a decision still run
-      t->Log(absl::StrCat("fusebox tuner: cache hit ", t->key_.FileName(), ": ", t->decision_,
-                          "; 0 tuning iterations"));
-      return t;
-    }
-    // Checked before trusted: the baseline and the cached plan in
-    // interleaved rounds, the first of them a warm-up of each (below).
-    t->initial_ = entry->plan;
-    t->hit_simulated_ = !measured;
-    t->plans_ = {t->default_, entry->plan};
-    t->measured_.assign(2, MeasuredPlan{});
-    t->measured_[0].name = t->default_.name;
-    t->measured_[0].hash = bucketing::PlanHash(t->default_);
-    t->measured_[0].buckets = static_cast<int>(t->default_.buckets.size());
-    t->measured_[1].name = "cached";
-    t->measured_[1].hash = bucketing::PlanHash(entry->plan);
-    t->measured_[1].buckets = static_cast<int>(entry->plan.buckets.size());
-    t->arms_ = {1, 0};
-    t->arm_samples_.assign(2, {});
-    t->rounds_wanted_ = pairs + 1;  // round 0 warms both up and is not measured
-    t->running_ = 1;
-    t->round_ = {0, 1};  // unmeasured: the cached plan (initial_), then the baseline
-    t->phase_ = TunerPhase::kCheckingHit;
-    t->Log(absl::StrFormat(
-        "fusebox tuner: cache hit %s: %d buckets, %s%s; checking it against %s in %d "
-        "interleaved pairs before trusting it",
-        t->key_.FileName(), entry->plan.buckets.size(),
-        measured ? absl::StrFormat("measured %.3f ms when tuned",
-                                   entry->measured_iteration_us / 1e3)
-                 : std::string("never measured (simulated only)"),
-        measured ? absl::StrFormat(" (baseline then %.3f ms)", entry->ddp_iteration_us / 1e3)
-                 : std::string(),
-        t->baseline_label_, pairs));
-    return t;
+  return message;
+}
+
+// A hit (Note [Closed-loop tuning], step 1): installed at once, checked
+// before it is trusted.
+absl::Status OnlineTuner::StartFromHit(absl::string_view serialized) {
+  auto entry = ParseCacheEntry(serialized);
+  if (!entry.ok()) return entry.status();
+  if (absl::Status s = bucketing::ValidatePlan(layout_, entry->plan); !s.ok()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("tuner: the cached plan from rank 0 does not fit this rank's model: ",
+                     s.message()));
   }
-  if (!message.empty() && message[0] == 'N') {
-    const size_t nl = message.find('\n');
-    int world = 0;
-    if (nl == std::string::npos || !absl::SimpleAtoi(message.substr(1, nl - 1), &world)) {
-      return absl::InvalidArgumentError("tuner: malformed seed plan from rank 0");
-    }
-    auto plan = bucketing::ParsePlan(absl::string_view(message).substr(nl + 1));
-    if (!plan.ok()) return plan.status();
-    if (absl::Status s = bucketing::ValidatePlan(t->layout_, *plan); !s.ok()) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "tuner: the seed plan from rank 0 does not fit this rank's model: ", s.message()));
-    }
-    plan->name = absl::StrCat("cached-w", world);
-    t->nearest_plan_ = *std::move(plan);
-    t->derived_ = true;
-    t->Log(absl::StrFormat("fusebox tuner: no entry for %d ranks; seeding the search with the "
-                           "plan cached for %d ranks",
-                           comm.size(), world));
+  entry->plan.name = "cached";
+  cache_hit_ = true;
+  const bool measured = entry->measured_iteration_us > 0;
+  const int pairs = measured ? options_.hit_check_pairs : options_.verify_pairs;
+  const bool same = bucketing::PlanHash(entry->plan) == bucketing::PlanHash(default_);
+  if (same || pairs == 0) {
+    initial_ = same ? default_ : entry->plan;
+    chosen_plan_ = initial_;
+    phase_ = TunerPhase::kTuned;
+    decision_ = same ? absl::StrCat("from the policy cache: ", baseline_label_)
+                     : "from the policy cache (unchecked: hit_check_pairs is 0)";
+    if (!same) StartChecks(0, 0);  // the checks after a decision still run
+    Log(absl::StrCat("fusebox tuner: cache hit ", key_.FileName(), ": ", decision_,
+                     "; 0 tuning iterations"));
+    return absl::OkStatus();
   }
-  return t;
+  // Checked before trusted: the baseline and the cached plan in
+  // interleaved rounds, the first of them a warm-up of each (below).
+  initial_ = entry->plan;
+  hit_simulated_ = !measured;
+  plans_ = {default_, entry->plan};
+  measured_.assign(2, MeasuredPlan{});
+  measured_[0].name = default_.name;
+  measured_[0].hash = bucketing::PlanHash(default_);
+  measured_[0].buckets = static_cast<int>(default_.buckets.size());
+  measured_[1].name = "cached";
+  measured_[1].hash = bucketing::PlanHash(entry->plan);
+  measured_[1].buckets = static_cast<int>(entry->plan.buckets.size());
+  arms_ = {1, 0};
+  arm_samples_.assign(2, {});
+  rounds_wanted_ = pairs + 1;  // round 0 warms both up and is not measured
+  running_ = 1;
+  round_ = {0, 1};  // unmeasured: the cached plan (initial_), then the baseline
+  phase_ = TunerPhase::kCheckingHit;
+  Log(absl::StrFormat(
+      "fusebox tuner: cache hit %s: %d buckets, %s%s; checking it against %s in %d "
+      "interleaved pairs before trusting it",
+      key_.FileName(), entry->plan.buckets.size(),
+      measured ? absl::StrFormat("measured %.3f ms when tuned",
+                                 entry->measured_iteration_us / 1e3)
+               : std::string("never measured (simulated only)"),
+      measured ? absl::StrFormat(" (baseline then %.3f ms)", entry->ddp_iteration_us / 1e3)
+               : std::string(),
+      baseline_label_, pairs));
+  return absl::OkStatus();
+}
+
+// No entry for this size: the plan cached for the nearest size joins the
+// candidates.
+absl::Status OnlineTuner::SeedFromNearest(absl::string_view message) {
+  const size_t nl = message.find('\n');
+  int world = 0;
+  if (nl == absl::string_view::npos || !absl::SimpleAtoi(message.substr(0, nl), &world)) {
+    return absl::InvalidArgumentError("tuner: malformed seed plan from rank 0");
+  }
+  auto plan = bucketing::ParsePlan(message.substr(nl + 1));
+  if (!plan.ok()) return plan.status();
+  if (absl::Status s = bucketing::ValidatePlan(layout_, *plan); !s.ok()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "tuner: the seed plan from rank 0 does not fit this rank's model: ", s.message()));
+  }
+  plan->name = absl::StrCat("cached-w", world);
+  nearest_plan_ = *std::move(plan);
+  derived_ = true;
+  Log(absl::StrFormat("fusebox tuner: no entry for %d ranks; seeding the search with the "
+                      "plan cached for %d ranks",
+                      comm_.size(), world));
+  return absl::OkStatus();
 }
 
 void OnlineTuner::ForceChosen(Plan plan) {

@@ -105,6 +105,8 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/time/time.h"
 #include "autotune/cost_model.h"
 #include "autotune/decision.h"
 #include "autotune/planner.h"
@@ -283,6 +285,11 @@ class OnlineTuner final : public bucketing::PlanPolicy {
  private:
   OnlineTuner(comm::Communicator& comm, bucketing::GradientLayout layout, TunerOptions options,
               absl::Duration timeout);
+  // Create's steps (Note [Closed-loop tuning], step 1).
+  void SetBaseline();
+  absl::StatusOr<std::string> ShareSeedAndCache(absl::Duration timeout);
+  absl::Status StartFromHit(absl::string_view serialized);
+  absl::Status SeedFromNearest(absl::string_view message);
   absl::Status Search(double backward_us, const std::vector<double>& ready_us);
   void StartBlock();
   absl::StatusOr<std::optional<bucketing::Plan>> EndScreening();

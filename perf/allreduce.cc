@@ -104,6 +104,29 @@ absl::Status WaitOn(absl::StatusOr<std::shared_ptr<Work>> w) {
   return (*w)->Wait();
 }
 
+// The launch-to-start columns of one row (and launch-to-done in its JSON),
+// timed on `issue` after a pause longer than any progress spin: the
+// communicator is idle, as it is when backward hands it the first bucket.
+absl::StatusOr<std::string> MeasureLaunch(
+    Context& ctx, const PerfOptions& o, const std::string& key,
+    const std::function<absl::StatusOr<std::shared_ptr<Work>>()>& issue, nlohmann::json& jrow) {
+  auto d = ctx.LaunchToStart(issue, o.launch_samples, absl::Milliseconds(1));
+  if (!d.ok()) return d.status();
+  if (!d->has_value()) return std::string("       n/a     n/a");
+  auto m50 = ctx.Mean(key + "/launch50", (*d)->p50_us);
+  if (!m50.ok()) return m50.status();
+  auto m99 = ctx.Mean(key + "/launch99", (*d)->p99_us);
+  if (!m99.ok()) return m99.status();
+  jrow["launch_us"] = {{"p50", *m50}, {"p99", *m99}, {"samples", o.launch_samples}};
+  // End to end: issue to completion, the same calls.
+  auto d50 = ctx.Mean(key + "/done50", (*d)->done_p50_us);
+  if (!d50.ok()) return d50.status();
+  auto d99 = ctx.Mean(key + "/done99", (*d)->done_p99_us);
+  if (!d99.ok()) return d99.status();
+  jrow["launch_done_us"] = {{"p50", *d50}, {"p99", *d99}, {"samples", o.launch_samples}};
+  return absl::StrFormat("  %7.1f %7.1f", *m50, *m99);
+}
+
 }  // namespace
 
 void PrintAllReduceHeader(std::FILE* out, const PerfOptions& o) {
@@ -190,28 +213,9 @@ absl::StatusOr<AllReduceSummary> RunAllReduce(Context& ctx, const PerfOptions& o
           jrow["oop"] = ToJson(left);
           jrow["ip"] = ToJson(right);
           if (LaunchColumns(o)) {
-            // After a pause longer than any progress spin: the communicator
-            // is idle, as it is when backward hands it the first bucket.
-            auto d = ctx.LaunchToStart(ip.issue, o.launch_samples, absl::Milliseconds(1));
-            if (!d.ok()) return d.status();
-            double p50 = -1, p99 = -1;
-            if (d->has_value()) {
-              auto m50 = ctx.Mean(key + "/launch50", (*d)->p50_us);
-              if (!m50.ok()) return m50.status();
-              auto m99 = ctx.Mean(key + "/launch99", (*d)->p99_us);
-              if (!m99.ok()) return m99.status();
-              p50 = *m50;
-              p99 = *m99;
-              jrow["launch_us"] = {{"p50", p50}, {"p99", p99}, {"samples", o.launch_samples}};
-              // End to end: issue to completion, the same calls.
-              auto d50 = ctx.Mean(key + "/done50", (*d)->done_p50_us);
-              if (!d50.ok()) return d50.status();
-              auto d99 = ctx.Mean(key + "/done99", (*d)->done_p99_us);
-              if (!d99.ok()) return d99.status();
-              jrow["launch_done_us"] = {
-                  {"p50", *d50}, {"p99", *d99}, {"samples", o.launch_samples}};
-            }
-            launch_cols = p50 < 0 ? "       n/a     n/a" : absl::StrFormat("  %7.1f %7.1f", p50, p99);
+            absl::StatusOr<std::string> cols = MeasureLaunch(ctx, o, key, ip.issue, jrow);
+            if (!cols.ok()) return cols.status();
+            launch_cols = *std::move(cols);
           }
         } else {
           // K equal tensors laid out in `a` (as gradients would be). Separate:

@@ -98,6 +98,66 @@ def error_line(errors):
                100.0 * (len(errors) - under) / len(errors)))
 
 
+def report_prediction(say, errors, errors_before, precision):
+    """The exposed-communication prediction errors of the held-out plans, and how precise the
+    measured medians are themselves."""
+    say()
+    say("## exposed-communication prediction, held-out plans (every plan but DDP's default, "
+        "which calibrated the overlap with DDP at 2 MiB, and tuned)")
+    say("runs %d: %s" % (len(errors), error_line(errors)))
+    if len(errors_before) == len(errors):
+        say("  the same runs under the sizes timed once before the rounds (the earlier "
+            "prediction): %s" % error_line(errors_before))
+    if precision:
+        p_sorted = sorted(precision)
+        say("  precision of the measured medians themselves (each run's rounds drawn again "
+            "%d times): median %.0f%%, p90 %.0f%% (at least about how far a prediction that "
+            "knew each run's true median would be from the measured one; runs differ more)" %
+            (BOOTSTRAP_DRAWS, 100 * median(p_sorted), 100 * quantile(p_sorted, 0.9)))
+
+
+def report_repeatability(say, held_out, repeats):
+    """Run-to-run scatter of the held-out plans' exposed time, and the prediction error of the
+    repeats' mean (held_out: (model, ratio, plan) -> [(measured, predicted, predicted before)]
+    per repeat)."""
+    scatter = []
+    pooled, pooled_1ms, pooled_before = [], [], []
+    # Only plan-cells measured in every repeat (a failed run leaves gaps).
+    complete = {k: v for k, v in held_out.items() if len(v) == repeats}
+    for samples in complete.values():
+        meas = [m for m, _, _ in samples]
+        for i in range(len(meas)):
+            for k in range(i + 1, len(meas)):
+                mean = (meas[i] + meas[k]) / 2
+                if mean > 0:
+                    scatter.append(abs(meas[i] - meas[k]) / mean)
+        m = sum(meas) / len(meas)
+        p = sum(q for _, q, _ in samples) / len(samples)
+        if m > 0:
+            pooled.append((p - m) / m)
+            if all(b > 0 for _, _, b in samples):
+                pb = sum(b for _, _, b in samples) / len(samples)
+                pooled_before.append((pb - m) / m)
+            if m >= 1000:
+                pooled_1ms.append((p - m) / m)
+    say()
+    say("## repeatability and pooled prediction over %d repeats (held-out plans; %d "
+        "plan-cells in every repeat, %d left out)" % (repeats, len(complete),
+                                                      len(held_out) - len(complete)))
+    if scatter:
+        s_sorted = sorted(scatter)
+        say("measured exposed, run to run (|a - b| / mean, %d pairs): median %.0f%%, p90 %.0f%%"
+            " (the noise floor of one run)" % (len(scatter), 100 * median(s_sorted),
+                                               100 * quantile(s_sorted, 0.9)))
+    if pooled:
+        say("mean of the repeats, %d plan-cells: %s" % (len(pooled), error_line(pooled)))
+    if pooled_before and len(pooled_before) == len(pooled):
+        say("  under the sizes timed once before the rounds: %s" % error_line(pooled_before))
+    if pooled_1ms:
+        say("  those exposing >= 1 ms, %d plan-cells: %s" % (len(pooled_1ms),
+                                                             error_line(pooled_1ms)))
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -228,56 +288,9 @@ def main():
     for m, r, bb, tb, lo, hi, chosen in summary:
         say("| %s | %s | %.3f | %.3f | [%.3f, %.3f] | %s |" % (m, r, bb, tb, lo, hi, chosen))
     if errors:
-        say()
-        say("## exposed-communication prediction, held-out plans (every plan but DDP's default, "
-            "which calibrated the overlap with DDP at 2 MiB, and tuned)")
-        say("runs %d: %s" % (len(errors), error_line(errors)))
-        if len(errors_before) == len(errors):
-            say("  the same runs under the sizes timed once before the rounds (the earlier "
-                "prediction): %s" % error_line(errors_before))
-        if precision:
-            p_sorted = sorted(precision)
-            say("  precision of the measured medians themselves (each run's rounds drawn again "
-                "%d times): median %.0f%%, p90 %.0f%% (at least about how far a prediction that "
-                "knew each run's true median would be from the measured one; runs differ more)" %
-                (BOOTSTRAP_DRAWS, 100 * median(p_sorted), 100 * quantile(p_sorted, 0.9)))
+        report_prediction(say, errors, errors_before, precision)
     if a.repeats > 1 and held_out:
-        scatter = []
-        pooled, pooled_1ms, pooled_before = [], [], []
-        # Only plan-cells measured in every repeat (a failed run leaves gaps).
-        complete = {k: v for k, v in held_out.items() if len(v) == a.repeats}
-        for samples in complete.values():
-            meas = [m for m, _, _ in samples]
-            for i in range(len(meas)):
-                for k in range(i + 1, len(meas)):
-                    mean = (meas[i] + meas[k]) / 2
-                    if mean > 0:
-                        scatter.append(abs(meas[i] - meas[k]) / mean)
-            m = sum(meas) / len(meas)
-            p = sum(q for _, q, _ in samples) / len(samples)
-            if m > 0:
-                pooled.append((p - m) / m)
-                if all(b > 0 for _, _, b in samples):
-                    pb = sum(b for _, _, b in samples) / len(samples)
-                    pooled_before.append((pb - m) / m)
-                if m >= 1000:
-                    pooled_1ms.append((p - m) / m)
-        say()
-        say("## repeatability and pooled prediction over %d repeats (held-out plans; %d "
-            "plan-cells in every repeat, %d left out)" % (a.repeats, len(complete),
-                                                          len(held_out) - len(complete)))
-        if scatter:
-            s_sorted = sorted(scatter)
-            say("measured exposed, run to run (|a - b| / mean, %d pairs): median %.0f%%, p90 %.0f%%"
-                " (the noise floor of one run)" % (len(scatter), 100 * median(s_sorted),
-                                                   100 * quantile(s_sorted, 0.9)))
-        if pooled:
-            say("mean of the repeats, %d plan-cells: %s" % (len(pooled), error_line(pooled)))
-        if pooled_before and len(pooled_before) == len(pooled):
-            say("  under the sizes timed once before the rounds: %s" % error_line(pooled_before))
-        if pooled_1ms:
-            say("  those exposing >= 1 ms, %d plan-cells: %s" % (len(pooled_1ms),
-                                                                 error_line(pooled_1ms)))
+        report_repeatability(say, held_out, a.repeats)
     with open(os.path.join(out, "report.txt"), "w") as f:
         f.write("\n".join(lines) + "\n")
     result_summary.write_run_summary(out, "\n".join(lines) + "\n", "bench_gap",

@@ -75,6 +75,120 @@ bool IsValidEnvName(absl::string_view name) {
   return true;
 }
 
+// One option with its value (ParseLaunchArgs has checked the name takes
+// one) into `options`.
+absl::Status ApplyOption(const std::string& name, const std::string& value,
+                         LaunchOptions* options, bool* nproc_given, bool* output_given) {
+  if (name == "-n" || name == "--nproc" || name == "--nproc-per-node") {
+    auto n = ParseIntInRange(name, value, 1, kMaxLocalRanks);
+    if (!n.ok()) return n.status();
+    options->nproc = *n;
+    *nproc_given = true;
+  } else if (name == "--nnodes") {
+    auto n = ParseIntInRange(name, value, 1, kMaxNodes);
+    if (!n.ok()) return n.status();
+    options->nnodes = *n;
+  } else if (name == "--node-rank") {
+    auto n = ParseIntInRange(name, value, 0, kMaxNodes - 1);
+    if (!n.ok()) return n.status();
+    options->node_rank = *n;
+  } else if (name == "--master-addr") {
+    if (value.empty()) return UsageError("--master-addr must not be empty");
+    options->master_addr = value;
+  } else if (name == "--master-port") {
+    auto port = ParseIntInRange(name, value, 0, 65535);
+    if (!port.ok()) return port.status();
+    options->master_port = *port;
+  } else if (name == "--output") {
+    if (value == "prefix") {
+      options->output = OutputMode::kPrefix;
+    } else if (value == "separate") {
+      options->output = OutputMode::kSeparate;
+    } else if (value == "plain") {
+      options->output = OutputMode::kPlain;
+    } else {
+      return UsageError(absl::StrCat(
+          "--output must be prefix, separate or plain, got '", value, "'"));
+    }
+    *output_given = true;
+  } else if (name == "--output-dir") {
+    if (value.empty()) return UsageError("--output-dir must not be empty");
+    options->output_dir = value;
+  } else if (name == "--timeout") {
+    auto d = ParseSeconds(name, value);
+    if (!d.ok()) return d.status();
+    options->timeout =
+        *d == absl::ZeroDuration() ? absl::InfiniteDuration() : *d;
+  } else if (name == "--bind") {
+    if (value == "auto") {
+      options->bind = Binding::kAuto;
+    } else if (value == "core") {
+      options->bind = Binding::kCore;
+    } else if (value == "none") {
+      options->bind = Binding::kNone;
+    } else {
+      return UsageError(absl::StrCat("--bind takes auto, core or none, not '", value, "'"));
+    }
+  } else if (name == "--grace") {
+    auto d = ParseSeconds(name, value);
+    if (!d.ok()) return d.status();
+    options->grace = *d;
+  } else if (name == "--failure-grace") {
+    auto d = ParseSeconds(name, value);
+    if (!d.ok()) return d.status();
+    options->failure_grace = *d;
+  } else if (name == "--log-level") {
+    if (value.empty()) return UsageError("--log-level must not be empty");
+    options->log_level = value;
+  } else if (name == "--env") {
+    size_t eq = value.find('=');
+    if (eq == std::string::npos) {
+      return UsageError(
+          absl::StrCat("--env expects NAME=VALUE, got '", value, "'"));
+    }
+    std::string key = value.substr(0, eq);
+    if (!IsValidEnvName(key)) {
+      return UsageError(
+          absl::StrCat("--env: '", key, "' is not a valid variable name"));
+    }
+    if (IsReserved(key)) {
+      return UsageError(absl::StrCat("--env may not set ", key,
+                                     "; fusebox-run sets it for each rank"));
+    }
+    options->env.emplace_back(std::move(key), value.substr(eq + 1));
+  }
+  return absl::OkStatus();
+}
+
+// The checks across options, once all are read; --output-dir alone
+// implies --output separate.
+absl::Status CheckLaunchOptions(LaunchOptions* options, bool nproc_given, bool output_given) {
+  if (!nproc_given) {
+    return UsageError("the number of ranks is required: -n N");
+  }
+  if (options->command.empty()) {
+    return UsageError("no command given");
+  }
+  if (options->node_rank >= options->nnodes) {
+    return UsageError(absl::StrCat("--node-rank ", options->node_rank,
+                                   " is out of range for --nnodes ", options->nnodes));
+  }
+  if (options->nnodes > 1 && options->master_port == 0) {
+    return UsageError("--nnodes > 1 needs a fixed --master-port (every node's ranks must "
+                      "find node 0's store)");
+  }
+  if (options->output == OutputMode::kSeparate && options->output_dir.empty()) {
+    return UsageError("--output separate needs --output-dir DIR");
+  }
+  if (!options->output_dir.empty() && options->output != OutputMode::kSeparate) {
+    if (output_given) {
+      return UsageError("--output-dir applies only to --output separate");
+    }
+    options->output = OutputMode::kSeparate;  // --output-dir alone implies it
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::StatusOr<LaunchOptions> ParseLaunchArgs(
@@ -149,110 +263,14 @@ absl::StatusOr<LaunchOptions> ParseLaunchArgs(
       return UsageError(absl::StrCat("option ", name, " needs a value"));
     }
 
-    if (name == "-n" || name == "--nproc" || name == "--nproc-per-node") {
-      auto n = ParseIntInRange(name, value, 1, kMaxLocalRanks);
-      if (!n.ok()) return n.status();
-      options.nproc = *n;
-      nproc_given = true;
-    } else if (name == "--nnodes") {
-      auto n = ParseIntInRange(name, value, 1, kMaxNodes);
-      if (!n.ok()) return n.status();
-      options.nnodes = *n;
-    } else if (name == "--node-rank") {
-      auto n = ParseIntInRange(name, value, 0, kMaxNodes - 1);
-      if (!n.ok()) return n.status();
-      options.node_rank = *n;
-    } else if (name == "--master-addr") {
-      if (value.empty()) return UsageError("--master-addr must not be empty");
-      options.master_addr = value;
-    } else if (name == "--master-port") {
-      auto port = ParseIntInRange(name, value, 0, 65535);
-      if (!port.ok()) return port.status();
-      options.master_port = *port;
-    } else if (name == "--output") {
-      if (value == "prefix") {
-        options.output = OutputMode::kPrefix;
-      } else if (value == "separate") {
-        options.output = OutputMode::kSeparate;
-      } else if (value == "plain") {
-        options.output = OutputMode::kPlain;
-      } else {
-        return UsageError(absl::StrCat(
-            "--output must be prefix, separate or plain, got '", value, "'"));
-      }
-      output_given = true;
-    } else if (name == "--output-dir") {
-      if (value.empty()) return UsageError("--output-dir must not be empty");
-      options.output_dir = value;
-    } else if (name == "--timeout") {
-      auto d = ParseSeconds(name, value);
-      if (!d.ok()) return d.status();
-      options.timeout =
-          *d == absl::ZeroDuration() ? absl::InfiniteDuration() : *d;
-    } else if (name == "--bind") {
-      if (value == "auto") {
-        options.bind = Binding::kAuto;
-      } else if (value == "core") {
-        options.bind = Binding::kCore;
-      } else if (value == "none") {
-        options.bind = Binding::kNone;
-      } else {
-        return UsageError(absl::StrCat("--bind takes auto, core or none, not '", value, "'"));
-      }
-    } else if (name == "--grace") {
-      auto d = ParseSeconds(name, value);
-      if (!d.ok()) return d.status();
-      options.grace = *d;
-    } else if (name == "--failure-grace") {
-      auto d = ParseSeconds(name, value);
-      if (!d.ok()) return d.status();
-      options.failure_grace = *d;
-    } else if (name == "--log-level") {
-      if (value.empty()) return UsageError("--log-level must not be empty");
-      options.log_level = value;
-    } else if (name == "--env") {
-      size_t eq = value.find('=');
-      if (eq == std::string::npos) {
-        return UsageError(
-            absl::StrCat("--env expects NAME=VALUE, got '", value, "'"));
-      }
-      std::string key = value.substr(0, eq);
-      if (!IsValidEnvName(key)) {
-        return UsageError(
-            absl::StrCat("--env: '", key, "' is not a valid variable name"));
-      }
-      if (IsReserved(key)) {
-        return UsageError(absl::StrCat("--env may not set ", key,
-                                       "; fusebox-run sets it for each rank"));
-      }
-      options.env.emplace_back(std::move(key), value.substr(eq + 1));
+    if (absl::Status s = ApplyOption(name, value, &options, &nproc_given, &output_given);
+        !s.ok()) {
+      return s;
     }
   }
 
   options.command.assign(args.begin() + i, args.end());
-  if (!nproc_given) {
-    return UsageError("the number of ranks is required: -n N");
-  }
-  if (options.command.empty()) {
-    return UsageError("no command given");
-  }
-  if (options.node_rank >= options.nnodes) {
-    return UsageError(absl::StrCat("--node-rank ", options.node_rank,
-                                   " is out of range for --nnodes ", options.nnodes));
-  }
-  if (options.nnodes > 1 && options.master_port == 0) {
-    return UsageError("--nnodes > 1 needs a fixed --master-port (every node's ranks must "
-                      "find node 0's store)");
-  }
-  if (options.output == OutputMode::kSeparate && options.output_dir.empty()) {
-    return UsageError("--output separate needs --output-dir DIR");
-  }
-  if (!options.output_dir.empty() && options.output != OutputMode::kSeparate) {
-    if (output_given) {
-      return UsageError("--output-dir applies only to --output separate");
-    }
-    options.output = OutputMode::kSeparate;  // --output-dir alone implies it
-  }
+  if (absl::Status s = CheckLaunchOptions(&options, nproc_given, output_given); !s.ok()) return s;
   return options;
 }
 

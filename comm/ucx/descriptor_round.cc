@@ -332,252 +332,313 @@ absl::Status VerdictStatus(const Verdict& v) {
       " but rank ", v.differ.sender, " called ", Describe(v.differ)));
 }
 
-absl::Status DescriptorRound(Channel& channel, const Header& header, const Carried* carried,
-                             size_t max_carried_bytes, DescriptorStaging* staging,
-                             int64_t linear_bytes) {
-  const Layout layout(channel.size());
-  const int rank = channel.rank();
-  const auto type = static_cast<DataType>(header.type);
-  const auto op = static_cast<ReduceOp>(header.op);
-  const absl::StatusOr<size_t> carried_bytes = CarriedBytes(header, carried, max_carried_bytes);
-  if (!carried_bytes.ok()) return carried_bytes.status();
-  const size_t bytes = *carried_bytes;
-  std::vector<unsigned char>& tx = staging->tx;
-  std::vector<unsigned char>& rx = staging->rx;
-  if (tx.size() < sizeof(Verdict) + bytes) tx.resize(sizeof(Verdict) + bytes);
-  if (rx.size() < sizeof(Verdict) + max_carried_bytes)
-    rx.resize(sizeof(Verdict) + max_carried_bytes);
-  unsigned char* partial = tx.data() + sizeof(Verdict);  // this block's, while clean
-  if (bytes > 0) std::memcpy(partial, carried->send, bytes);
-  Verdict v{header, Header{}};
-  staging->rank0_pad = 0;
+namespace {
+
+// Element ranges of the partial.
+struct Span {
+  size_t lo, hi;
+  size_t count() const { return hi - lo; }
+};
+
+// One rank's part of the descriptor round (DescriptorRound): the state its
+// exchanges share, and each kind of exchange as a method.
+class DescriptorExchange {
+ public:
+  DescriptorExchange(Channel& channel, const Header& header, const Carried* carried, size_t bytes,
+                     size_t max_carried_bytes, DescriptorStaging* staging)
+      : channel_(channel),
+        header_(header),
+        carried_(carried),
+        layout_(channel.size()),
+        rank_(channel.rank()),
+        type_(static_cast<DataType>(header.type)),
+        op_(static_cast<ReduceOp>(header.op)),
+        bytes_(bytes),
+        esz_(DataTypeSize(type_)),
+        whole_{0, bytes > 0 ? static_cast<size_t>(header.count) : 0},
+        staging_(*staging),
+        v_{header, Header{}} {
+    std::vector<unsigned char>& tx = staging_.tx;
+    std::vector<unsigned char>& rx = staging_.rx;
+    if (tx.size() < sizeof(Verdict) + bytes) tx.resize(sizeof(Verdict) + bytes);
+    if (rx.size() < sizeof(Verdict) + max_carried_bytes) {
+      rx.resize(sizeof(Verdict) + max_carried_bytes);
+    }
+    partial_ = tx.data() + sizeof(Verdict);  // this block's, while clean
+    if (bytes > 0) std::memcpy(partial_, carried->send, bytes);
+    staging_.rank0_pad = 0;
+  }
 
   // Note [Watching the linear round]: where it may open or carry another
   // collective, rank 0 watches for its messages and every other rank for
-  // rank 0's request or answer; settled() tells when the linear round has
+  // rank 0's request or answer; Settled() tells when the linear round has
   // decided the collective (a mismatch) before the exchanges could, and
-  // settled_status how.
-  std::optional<LinearSide> side;
-  if (linear_bytes >= 0) {
-    side.emplace(channel, header, SlotBytes(static_cast<size_t>(linear_bytes)), nullptr, 0, nullptr,
-                 staging);
-    staging->out = v;
-    side->Post(reinterpret_cast<const unsigned char*>(&staging->out), sizeof(Verdict),
-               /*send=*/false);
+  // settled_ how.
+  void WatchLinearRound(int64_t linear_bytes) {
+    side_.emplace(channel_, header_, SlotBytes(static_cast<size_t>(linear_bytes)), nullptr, 0,
+                  nullptr, &staging_);
+    staging_.out = v_;
+    side_->Post(reinterpret_cast<const unsigned char*>(&staging_.out), sizeof(Verdict),
+                /*send=*/false);
   }
-  absl::Status settled_status;
-  const auto settled = [&]() -> bool {
-    if (rank != 0) {
-      if (!side->Answered()) return false;
-      settled_status = side->TakeAnswer();
-    } else {
-      // A message of the linear round: some rank opened it, so the
-      // exchanges cannot finish; rank 0 gathers every rank's descriptor.
-      if (!side->AnyArrived()) return false;
-      side->Request();
-      bool all = false;
-      settled_status = side->Gather(/*wait=*/true, &all);
-      if (settled_status.ok()) settled_status = side->Answer();
-    }
-    if (settled_status.ok()) {
-      settled_status = Clean(side->verdict())
-                           ? absl::DataLossError(
-                                 "the linear round gave a clean verdict beside recursive doubling")
-                           : VerdictStatus(side->verdict());
-    }
-    return true;
-  };
-  // Finish, watching the linear round where it may run instead.
-  const auto finish = [&](Pending* q, const char* what) -> absl::Status {
-    while (side.has_value() && !q->done) {
-      if (settled()) return settled_status;
-      if (absl::Status s = channel.Progress(q->peer); !s.ok()) {
-        // As Channel::Finish words it.
-        if (!absl::IsDeadlineExceeded(s)) return s;
-        return absl::DeadlineExceededError(absl::StrCat(s.message(), " (", what, ")"));
-      }
-    }
-    // Note [A peer that left first]: a send that failed because its partner
-    // has its verdict and left; rank 0's answer may still be on its way.
-    if (side.has_value() && q->done && q->status != UCS_OK) {
-      const absl::Time until = absl::Now() + kPeerGoneGrace;
-      while (absl::Now() < until) {
-        if (settled()) return settled_status;
-        if (absl::Status s = channel.Progress(-1); !s.ok()) return s;
-      }
-    }
-    return channel.Finish(q, what);
-  };
 
-  // Posts the receive of up to `in_cap` bytes into `in` (when `recv`) and
-  // the send of `out_bytes` from `out` (when `send`) on `tag`, and finishes
-  // both; a failure releases both.
-  const auto exchange = [&](int peer, ucp_tag_t tag, bool recv, void* in, size_t in_cap, bool send,
-                            const void* out, size_t out_bytes, Pending* r, const char* recv_what,
-                            const char* send_what) -> absl::Status {
-    Pending s;
-    if (recv) channel.PostRecv(peer, in, in_cap, tag, r);
-    if (send) channel.PostSend(peer, out, out_bytes, tag, &s);
-    absl::Status status;
-    if (recv) status = finish(r, recv_what);
-    if (status.ok() && send) status = finish(&s, send_what);
-    if (!status.ok()) {
-      channel.Release(r, /*is_recv=*/true);
-      channel.Release(&s, /*is_recv=*/false);
-    }
-    return status;
-  };
+  absl::Status Run();
 
-  // Element ranges of the partial.
-  struct Span {
-    size_t lo, hi;
-    size_t count() const { return hi - lo; }
-  };
-  const Span whole{0, bytes > 0 ? static_cast<size_t>(header.count) : 0};
-  const size_t esz = DataTypeSize(type);
-  // Sends this block's verdict, and while clean the partial's elements
-  // `give`, to `peer` when `send`; takes in the peer's message, whose
-  // verdict must speak for ranks lo .. hi, and while the merged verdict is
-  // clean combines the elements it carries into the partial's `keep` (as
-  // `take` says: the lower block's partial first, or adopted).
-  const auto step = [&](int peer, uint64_t index, bool send, Take take, int lo, int hi, Span give,
-                        Span keep) -> absl::Status {
-    const size_t give_bytes = Clean(v) ? give.count() * esz : 0;
-    // The verdict and the elements, contiguous: tx holds the whole
-    // partial behind the verdict; a part of it goes through staging's half.
-    unsigned char* message = tx.data();
-    if (give_bytes > 0 && give.lo != whole.lo) {
-      std::vector<unsigned char>& half = staging->half;
-      if (half.size() < sizeof(Verdict) + give_bytes) half.resize(sizeof(Verdict) + give_bytes);
-      std::memcpy(half.data() + sizeof(Verdict), partial + give.lo * esz, give_bytes);
-      message = half.data();
+ private:
+  bool Settled();
+  absl::Status Finish(Pending* q, const char* what);
+  absl::Status Exchange(int peer, ucp_tag_t tag, bool recv, void* in, size_t in_cap, bool send,
+                        const void* out, size_t out_bytes, Pending* r, const char* recv_what,
+                        const char* send_what);
+  absl::Status Step(int peer, uint64_t index, bool send, Take take, int lo, int hi, Span give,
+                    Span keep);
+  absl::Status Halve(int me);
+  absl::Status Double(int me);
+
+  Channel& channel_;
+  const Header& header_;
+  const Carried* const carried_;
+  const Layout layout_;
+  const int rank_;
+  const DataType type_;
+  const ReduceOp op_;
+  const size_t bytes_;
+  const size_t esz_;
+  const Span whole_;
+  DescriptorStaging& staging_;
+  unsigned char* partial_ = nullptr;
+  Verdict v_;
+  std::optional<LinearSide> side_;
+  absl::Status settled_;
+};
+
+bool DescriptorExchange::Settled() {
+  if (rank_ != 0) {
+    if (!side_->Answered()) return false;
+    settled_ = side_->TakeAnswer();
+  } else {
+    // A message of the linear round: some rank opened it, so the
+    // exchanges cannot finish; rank 0 gathers every rank's descriptor.
+    if (!side_->AnyArrived()) return false;
+    side_->Request();
+    bool all = false;
+    settled_ = side_->Gather(/*wait=*/true, &all);
+    if (settled_.ok()) settled_ = side_->Answer();
+  }
+  if (settled_.ok()) {
+    settled_ = Clean(side_->verdict())
+                   ? absl::DataLossError(
+                         "the linear round gave a clean verdict beside recursive doubling")
+                   : VerdictStatus(side_->verdict());
+  }
+  return true;
+}
+
+// Finishes `q`, watching the linear round where it may run instead.
+absl::Status DescriptorExchange::Finish(Pending* q, const char* what) {
+  while (side_.has_value() && !q->done) {
+    if (Settled()) return settled_;
+    if (absl::Status s = channel_.Progress(q->peer); !s.ok()) {
+      // As Channel::Finish words it.
+      if (!absl::IsDeadlineExceeded(s)) return s;
+      return absl::DeadlineExceededError(absl::StrCat(s.message(), " (", what, ")"));
     }
-    std::memcpy(message, &v, sizeof(v));
-    Pending r;
-    if (absl::Status s = exchange(peer, MakeTag(header.seq, 0, index), take != Take::kNothing,
-                                  rx.data(), rx.size(), send, message, sizeof(Verdict) + give_bytes,
-                                  &r, "descriptor receive", "descriptor send");
+  }
+  // Note [A peer that left first]: a send that failed because its partner
+  // has its verdict and left; rank 0's answer may still be on its way.
+  if (side_.has_value() && q->done && q->status != UCS_OK) {
+    const absl::Time until = absl::Now() + kPeerGoneGrace;
+    while (absl::Now() < until) {
+      if (Settled()) return settled_;
+      if (absl::Status s = channel_.Progress(-1); !s.ok()) return s;
+    }
+  }
+  return channel_.Finish(q, what);
+}
+
+// Posts the receive of up to `in_cap` bytes into `in` (when `recv`) and
+// the send of `out_bytes` from `out` (when `send`) on `tag`, and finishes
+// both; a failure releases both.
+absl::Status DescriptorExchange::Exchange(int peer, ucp_tag_t tag, bool recv, void* in,
+                                          size_t in_cap, bool send, const void* out,
+                                          size_t out_bytes, Pending* r, const char* recv_what,
+                                          const char* send_what) {
+  Pending s;
+  if (recv) channel_.PostRecv(peer, in, in_cap, tag, r);
+  if (send) channel_.PostSend(peer, out, out_bytes, tag, &s);
+  absl::Status status;
+  if (recv) status = Finish(r, recv_what);
+  if (status.ok() && send) status = Finish(&s, send_what);
+  if (!status.ok()) {
+    channel_.Release(r, /*is_recv=*/true);
+    channel_.Release(&s, /*is_recv=*/false);
+  }
+  return status;
+}
+
+// Sends this block's verdict, and while clean the partial's elements
+// `give`, to `peer` when `send`; takes in the peer's message, whose
+// verdict must speak for ranks lo .. hi, and while the merged verdict is
+// clean combines the elements it carries into the partial's `keep` (as
+// `take` says: the lower block's partial first, or adopted).
+absl::Status DescriptorExchange::Step(int peer, uint64_t index, bool send, Take take, int lo,
+                                      int hi, Span give, Span keep) {
+  std::vector<unsigned char>& rx = staging_.rx;
+  const size_t give_bytes = Clean(v_) ? give.count() * esz_ : 0;
+  // The verdict and the elements, contiguous: tx holds the whole
+  // partial behind the verdict; a part of it goes through staging's half.
+  unsigned char* message = staging_.tx.data();
+  if (give_bytes > 0 && give.lo != whole_.lo) {
+    std::vector<unsigned char>& half = staging_.half;
+    if (half.size() < sizeof(Verdict) + give_bytes) half.resize(sizeof(Verdict) + give_bytes);
+    std::memcpy(half.data() + sizeof(Verdict), partial_ + give.lo * esz_, give_bytes);
+    message = half.data();
+  }
+  std::memcpy(message, &v_, sizeof(v_));
+  Pending r;
+  if (absl::Status s = Exchange(peer, MakeTag(header_.seq, 0, index), take != Take::kNothing,
+                                rx.data(), rx.size(), send, message, sizeof(Verdict) + give_bytes,
+                                &r, "descriptor receive", "descriptor send");
+      !s.ok()) {
+    return s;
+  }
+  if (take == Take::kNothing) return absl::OkStatus();
+  const absl::StatusOr<Verdict> theirs = ReceivedVerdict(rx.data(), r.length, lo, hi, peer);
+  if (!theirs.ok()) return theirs.status();
+  const Verdict merged = take == Take::kAdopt        ? *theirs
+                         : take == Take::kMergeLower ? Merge(*theirs, v_)
+                                                     : Merge(v_, *theirs);
+  if (carried_ != nullptr && Clean(merged)) {
+    const size_t keep_bytes = keep.count() * esz_;
+    if (absl::Status c = CheckCarried(r.length, keep_bytes, peer, header_); !c.ok()) return c;
+    const unsigned char* other = rx.data() + sizeof(Verdict);
+    unsigned char* mine = partial_ + keep.lo * esz_;
+    if (keep_bytes > 0 && take == Take::kAdopt) std::memcpy(mine, other, keep_bytes);
+    if (keep_bytes > 0 && take == Take::kMergeLower) {
+      Reduce(other, mine, mine, keep.count(), type_, op_);
+    }
+    if (keep_bytes > 0 && take == Take::kMergeUpper) {
+      Reduce(mine, other, mine, keep.count(), type_, op_);
+    }
+  }
+  v_ = merged;
+  return absl::OkStatus();
+}
+
+// Note [Rabenseifner]: the exchanges as a reduce-scatter by recursive
+// halving, then, while clean, the allgather by recursive doubling.
+// Segments are in elements; seg[k] is this rank's before exchange k.
+absl::Status DescriptorExchange::Halve(int me) {
+  Span seg[32];
+  Span mine = whole_;
+  for (int k = 0; k < layout_.rounds; ++k) {
+    const int other = me ^ (1 << k);
+    const int base = other & ~((1 << k) - 1);
+    const bool lower_peer = other < me;  // the peer keeps the lower half
+    const size_t mid = mine.lo + mine.count() / 2;
+    const Span keep = lower_peer ? Span{mid, mine.hi} : Span{mine.lo, mid};
+    const Span give = lower_peer ? Span{mine.lo, mid} : Span{mid, mine.hi};
+    seg[k] = mine;
+    if (absl::Status s = Step(layout_.Real(other), 1 + k, true,
+                              lower_peer ? Take::kMergeLower : Take::kMergeUpper, layout_.Lo(base),
+                              layout_.Hi(base + (1 << k) - 1), give, keep);
         !s.ok()) {
       return s;
     }
-    if (take == Take::kNothing) return absl::OkStatus();
-    const absl::StatusOr<Verdict> theirs = ReceivedVerdict(rx.data(), r.length, lo, hi, peer);
-    if (!theirs.ok()) return theirs.status();
-    const Verdict merged = take == Take::kAdopt        ? *theirs
-                           : take == Take::kMergeLower ? Merge(*theirs, v)
-                                                       : Merge(v, *theirs);
-    if (carried != nullptr && Clean(merged)) {
-      const size_t keep_bytes = keep.count() * esz;
-      if (absl::Status c = CheckCarried(r.length, keep_bytes, peer, header); !c.ok()) return c;
-      const unsigned char* other = rx.data() + sizeof(Verdict);
-      unsigned char* mine = partial + keep.lo * esz;
-      if (keep_bytes > 0 && take == Take::kAdopt) std::memcpy(mine, other, keep_bytes);
-      if (keep_bytes > 0 && take == Take::kMergeLower) {
-        Reduce(other, mine, mine, keep.count(), type, op);
-      }
-      if (keep_bytes > 0 && take == Take::kMergeUpper) {
-        Reduce(mine, other, mine, keep.count(), type, op);
-      }
+    mine = keep;
+  }
+  if (!Clean(v_)) return absl::OkStatus();
+  if (op_ == ReduceOp::kAvg && mine.count() > 0) {
+    FinishAvg(partial_ + mine.lo * esz_, mine.count(), type_, layout_.p);
+  }
+  for (int k = layout_.rounds - 1; k >= 0; --k) {
+    const int peer = layout_.Real(me ^ (1 << k));
+    const size_t mid = seg[k].lo + seg[k].count() / 2;
+    const bool kept_lower = ((me >> k) & 1) == 0;
+    const Span theirs = kept_lower ? Span{mid, seg[k].hi} : Span{seg[k].lo, mid};
+    const size_t in = theirs.count() * esz_, out = mine.count() * esz_;
+    Pending r;
+    if (absl::Status s = Exchange(peer, MakeTag(header_.seq, 0, layout_.rounds + 2 + k), in > 0,
+                                  partial_ + theirs.lo * esz_, in, out > 0,
+                                  partial_ + mine.lo * esz_, out, &r, "allgather receive",
+                                  "allgather send");
+        !s.ok()) {
+      return s;
     }
-    v = merged;
-    return absl::OkStatus();
-  };
+    if (in > 0 && r.length != in) {
+      return absl::DataLossError(absl::StrCat("rank ", peer, " sent ", r.length, " bytes of ", in,
+                                              " in the allgather of ", Describe(header_)));
+    }
+    mine = seg[k];
+  }
+  return absl::OkStatus();
+}
 
-  // Note [Rabenseifner]: the exchanges as a reduce-scatter by recursive
-  // halving, then, while clean, the allgather by recursive doubling.
-  // Segments are in elements; seg[k] is this rank's before exchange k.
-  const bool halving = carried != nullptr && carried->halving && bytes > 0;
-  const auto halve = [&](int me) -> absl::Status {
-    Span seg[32];
-    Span mine = whole;
-    for (int k = 0; k < layout.rounds; ++k) {
-      const int other = me ^ (1 << k);
-      const int base = other & ~((1 << k) - 1);
-      const bool lower_peer = other < me;  // the peer keeps the lower half
-      const size_t mid = mine.lo + mine.count() / 2;
-      const Span keep = lower_peer ? Span{mid, mine.hi} : Span{mine.lo, mid};
-      const Span give = lower_peer ? Span{mine.lo, mid} : Span{mid, mine.hi};
-      seg[k] = mine;
-      if (absl::Status s = step(layout.Real(other), 1 + k, true,
-                                lower_peer ? Take::kMergeLower : Take::kMergeUpper, layout.Lo(base),
-                                layout.Hi(base + (1 << k) - 1), give, keep);
-          !s.ok()) {
-        return s;
-      }
-      mine = keep;
+// Recursive doubling: every exchange carries the whole partial.
+absl::Status DescriptorExchange::Double(int me) {
+  for (int k = 0; k < layout_.rounds; ++k) {
+    const int other = me ^ (1 << k);
+    const int base = other & ~((1 << k) - 1);  // the peer's block, virtual ranks
+    const Take take = other < me ? Take::kMergeLower : Take::kMergeUpper;
+    if (absl::Status s = Step(layout_.Real(other), 1 + k, true, take, layout_.Lo(base),
+                              layout_.Hi(base + (1 << k) - 1), whole_, whole_);
+        !s.ok()) {
+      return s;
     }
-    if (!Clean(v)) return absl::OkStatus();
-    if (op == ReduceOp::kAvg && mine.count() > 0) {
-      FinishAvg(partial + mine.lo * esz, mine.count(), type, layout.p);
-    }
-    for (int k = layout.rounds - 1; k >= 0; --k) {
-      const int peer = layout.Real(me ^ (1 << k));
-      const size_t mid = seg[k].lo + seg[k].count() / 2;
-      const bool kept_lower = ((me >> k) & 1) == 0;
-      const Span theirs = kept_lower ? Span{mid, seg[k].hi} : Span{seg[k].lo, mid};
-      const size_t in = theirs.count() * esz, out = mine.count() * esz;
-      Pending r;
-      if (absl::Status s = exchange(peer, MakeTag(header.seq, 0, layout.rounds + 2 + k), in > 0,
-                                    partial + theirs.lo * esz, in, out > 0, partial + mine.lo * esz,
-                                    out, &r, "allgather receive", "allgather send");
-          !s.ok()) {
-        return s;
-      }
-      if (in > 0 && r.length != in) {
-        return absl::DataLossError(absl::StrCat("rank ", peer, " sent ", r.length, " bytes of ", in,
-                                                " in the allgather of ", Describe(header)));
-      }
-      mine = seg[k];
-    }
-    return absl::OkStatus();
-  };
+  }
+  if (bytes_ > 0 && Clean(v_) && op_ == ReduceOp::kAvg) {
+    FinishAvg(partial_, header_.count, type_, layout_.p);
+  }
+  return absl::OkStatus();
+}
 
-  const int p = layout.p;
-  const bool paired = rank < 2 * layout.extra;
-  const bool sits_out = paired && rank % 2 == 0;
+absl::Status DescriptorExchange::Run() {
+  const int p = layout_.p;
+  const bool paired = rank_ < 2 * layout_.extra;
+  const bool sits_out = paired && rank_ % 2 == 0;
   if (paired) {
-    absl::Status s =
-        sits_out ? step(rank + 1, 0, true, Take::kNothing, 0, 0, whole, whole)
-                 : step(rank - 1, 0, false, Take::kMergeLower, rank - 1, rank - 1, whole, whole);
+    absl::Status s = sits_out ? Step(rank_ + 1, 0, true, Take::kNothing, 0, 0, whole_, whole_)
+                              : Step(rank_ - 1, 0, false, Take::kMergeLower, rank_ - 1, rank_ - 1,
+                                     whole_, whole_);
     if (!s.ok()) return s;
   }
-  if (!sits_out && halving) {
-    const int me = paired ? rank / 2 : rank - layout.extra;
-    if (absl::Status s = halve(me); !s.ok()) return s;
-  } else if (!sits_out) {
-    const int me = paired ? rank / 2 : rank - layout.extra;
-    for (int k = 0; k < layout.rounds; ++k) {
-      const int other = me ^ (1 << k);
-      const int base = other & ~((1 << k) - 1);  // the peer's block, virtual ranks
-      const Take take = other < me ? Take::kMergeLower : Take::kMergeUpper;
-      if (absl::Status s = step(layout.Real(other), 1 + k, true, take, layout.Lo(base),
-                                layout.Hi(base + (1 << k) - 1), whole, whole);
-          !s.ok()) {
-        return s;
-      }
-    }
-    if (bytes > 0 && Clean(v) && op == ReduceOp::kAvg) FinishAvg(partial, header.count, type, p);
+  if (!sits_out) {
+    const int me = paired ? rank_ / 2 : rank_ - layout_.extra;
+    const bool halving = carried_ != nullptr && carried_->halving && bytes_ > 0;
+    if (absl::Status s = halving ? Halve(me) : Double(me); !s.ok()) return s;
   }
   if (paired) {
-    const uint64_t last = layout.rounds + 1;
-    absl::Status s = sits_out ? step(rank + 1, last, false, Take::kAdopt, 0, p - 1, whole, whole)
-                              : step(rank - 1, last, true, Take::kNothing, 0, 0, whole, whole);
+    const uint64_t last = layout_.rounds + 1;
+    absl::Status s = sits_out ? Step(rank_ + 1, last, false, Take::kAdopt, 0, p - 1, whole_, whole_)
+                              : Step(rank_ - 1, last, true, Take::kNothing, 0, 0, whole_, whole_);
     if (!s.ok()) return s;
   }
-  if (side.has_value()) {
+  if (side_.has_value()) {
     // Every rank ran the exchanges (each needs every rank's message), so
     // no rank opened the linear round: nothing was sent on its tags, and
     // what this rank posted for them is cancelled.
-    if (rank == 0 && side->AnyArrived()) {
+    if (rank_ == 0 && side_->AnyArrived()) {
       return absl::DataLossError(
           "a rank opened the linear round while every rank ran recursive doubling");
     }
-    side->Release();
+    side_->Release();
   }
-  if (absl::Status m = VerdictStatus(v); !m.ok()) return m;
-  if (bytes > 0) std::memcpy(carried->recv, partial, bytes);
-  staging->rank0_pad = v.first.pad;
+  if (absl::Status m = VerdictStatus(v_); !m.ok()) return m;
+  if (bytes_ > 0) std::memcpy(carried_->recv, partial_, bytes_);
+  staging_.rank0_pad = v_.first.pad;
   return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status DescriptorRound(Channel& channel, const Header& header, const Carried* carried,
+                             size_t max_carried_bytes, DescriptorStaging* staging,
+                             int64_t linear_bytes) {
+  const absl::StatusOr<size_t> bytes = CarriedBytes(header, carried, max_carried_bytes);
+  if (!bytes.ok()) return bytes.status();
+  DescriptorExchange x(channel, header, carried, *bytes, max_carried_bytes, staging);
+  if (linear_bytes >= 0) x.WatchLinearRound(linear_bytes);
+  return x.Run();
 }
 
 absl::Status LinearRound(Channel& channel, const Header& header, const Carried* carried,

@@ -38,6 +38,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -123,90 +124,80 @@ double Percentile(std::vector<double> v, double q) {
   return v[i];
 }
 
-}  // namespace
+struct Args {
+  long samples = 2000;
+  long nice_value = 0;
+  long idle_us = 100;
+  std::string issuer = "blocks";
+  std::string through = "cv";
+};
 
-int main(int argc, char** argv) {
-  long samples = 2000, nice_value = 0, idle_us = 100;
-  std::string issuer = "blocks", through = "cv";
+// The exit status when the command line says to stop (help, or an error
+// printed); nullopt to run.
+std::optional<int> ParseArgs(int argc, char** argv, Args* a) {
   bool issuer_given = false;
   for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    if (a == "-h" || a == "--help") {
+    const std::string flag = argv[i];
+    if (flag == "-h" || flag == "--help") {
       Usage(stdout);
       return 0;
     }
     if (i + 1 >= argc) {
-      std::fprintf(stderr, "fusebox-wake-latency: %s needs a value\n", a.c_str());
+      std::fprintf(stderr, "fusebox-wake-latency: %s needs a value\n", flag.c_str());
       return 2;
     }
     const char* v = argv[++i];
-    if (a == "--samples") {
-      if (!ParseInt(v, 1, 10'000'000, &samples)) {
+    if (flag == "--samples") {
+      if (!ParseInt(v, 1, 10'000'000, &a->samples)) {
         std::fprintf(stderr, "fusebox-wake-latency: --samples must be 1..10000000, got '%s'\n", v);
         return 2;
       }
-    } else if (a == "--nice") {
-      if (!ParseInt(v, -20, 19, &nice_value)) {
+    } else if (flag == "--nice") {
+      if (!ParseInt(v, -20, 19, &a->nice_value)) {
         std::fprintf(stderr, "fusebox-wake-latency: --nice must be -20..19, got '%s'\n", v);
         return 2;
       }
-    } else if (a == "--issuer") {
-      issuer = v;
+    } else if (flag == "--issuer") {
+      a->issuer = v;
       issuer_given = true;
-      if (issuer != "blocks" && issuer != "yields" && issuer != "spins") {
+      if (a->issuer != "blocks" && a->issuer != "yields" && a->issuer != "spins") {
         std::fprintf(stderr,
                      "fusebox-wake-latency: --issuer must be blocks, yields or spins, got '%s'\n",
                      v);
         return 2;
       }
-    } else if (a == "--idle_us") {
-      if (!ParseInt(v, 10, 1'000'000, &idle_us)) {
+    } else if (flag == "--idle_us") {
+      if (!ParseInt(v, 10, 1'000'000, &a->idle_us)) {
         std::fprintf(stderr, "fusebox-wake-latency: --idle_us must be 10..1000000, got '%s'\n", v);
         return 2;
       }
-    } else if (a == "--through") {
-      through = v;
-      if (through != "cv" && through != "core") {
+    } else if (flag == "--through") {
+      a->through = v;
+      if (a->through != "cv" && a->through != "core") {
         std::fprintf(stderr, "fusebox-wake-latency: --through must be cv or core, got '%s'\n", v);
         return 2;
       }
     } else {
-      std::fprintf(stderr, "fusebox-wake-latency: unknown option %s\n", a.c_str());
+      std::fprintf(stderr, "fusebox-wake-latency: unknown option %s\n", flag.c_str());
       Usage(stderr);
       return 2;
     }
   }
-  if (through == "core" && issuer_given && issuer != "yields") {
+  if (a->through == "core" && issuer_given && a->issuer != "yields") {
     std::fprintf(stderr,
                  "fusebox-wake-latency: --through core always yields; --issuer %s is not "
                  "available there\n",
-                 issuer.c_str());
+                 a->issuer.c_str());
     return 2;
   }
-  const int cpu = sched_getcpu();
-  if (cpu < 0 || !PinToCpu(cpu)) {
-    std::fprintf(stderr, "fusebox-wake-latency: cannot bind to CPU %d\n", cpu);
-    return 1;
-  }
+  return std::nullopt;
+}
 
-  if (through == "core") {
-    bool nice_ok = true;
-    std::vector<double> us = ThroughCore(samples, nice_value, idle_us, &nice_ok);
-    if (!nice_ok) {
-      std::fprintf(stderr, "fusebox-wake-latency: could not set nice %ld (needs CAP_SYS_NICE)\n",
-                   nice_value);
-      return 1;
-    }
-    if (us.empty()) return 1;
-    std::printf(
-        "# fusebox-wake-latency: cpu %d, through fusebox's AsyncCore, progress thread "
-        "nice %ld, issuer yields, idle %ld us, %ld samples\n",
-        cpu, nice_value, idle_us, samples);
-    std::printf("wake-to-run us: p50 %.2f p90 %.2f p99 %.2f max %.2f\n", Percentile(us, 0.5),
-                Percentile(us, 0.9), Percentile(us, 0.99), Percentile(us, 1.0));
-    return 0;
-  }
-
+// --through cv: a plain condition variable, the woken thread pinned to
+// `cpu` beside the issuer; the wake-to-run times, in us.
+std::vector<double> ThroughCv(const Args& a, int cpu, bool* nice_ok) {
+  const long samples = a.samples, nice_value = a.nice_value, idle_us = a.idle_us;
+  const std::string& issuer = a.issuer;
   std::mutex mu;
   std::condition_variable wake_cv, ack_cv;
   bool wake = false, acked = false, sleeping = false, stop = false;
@@ -214,13 +205,12 @@ int main(int argc, char** argv) {
   Clock::time_point issued;
   std::vector<double> us;
   us.reserve(static_cast<size_t>(samples));
-  bool nice_ok = true;
 
   std::thread woken([&] {
     PinToCpu(cpu);
     if (nice_value != 0 &&
         setpriority(PRIO_PROCESS, static_cast<id_t>(::syscall(SYS_gettid)), nice_value) != 0) {
-      nice_ok = false;
+      *nice_ok = false;
     }
     std::unique_lock<std::mutex> lock(mu);
     for (;;) {
@@ -268,15 +258,41 @@ int main(int argc, char** argv) {
   }
   wake_cv.notify_one();
   woken.join();
+  return us;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Args args;
+  if (std::optional<int> exit_now = ParseArgs(argc, argv, &args)) return *exit_now;
+  const long nice_value = args.nice_value, idle_us = args.idle_us, samples = args.samples;
+  const int cpu = sched_getcpu();
+  if (cpu < 0 || !PinToCpu(cpu)) {
+    std::fprintf(stderr, "fusebox-wake-latency: cannot bind to CPU %d\n", cpu);
+    return 1;
+  }
+  const bool core = args.through == "core";
+  bool nice_ok = true;
+  const std::vector<double> us = core ? ThroughCore(samples, nice_value, idle_us, &nice_ok)
+                                      : ThroughCv(args, cpu, &nice_ok);
   if (!nice_ok) {
     std::fprintf(stderr, "fusebox-wake-latency: could not set nice %ld (needs CAP_SYS_NICE)\n",
                  nice_value);
     return 1;
   }
-  std::printf(
-      "# fusebox-wake-latency: cpu %d, woken thread nice %ld, issuer %s, idle %ld us, %ld "
-      "samples\n",
-      cpu, nice_value, issuer.c_str(), idle_us, samples);
+  if (us.empty()) return 1;
+  if (core) {
+    std::printf(
+        "# fusebox-wake-latency: cpu %d, through fusebox's AsyncCore, progress thread "
+        "nice %ld, issuer yields, idle %ld us, %ld samples\n",
+        cpu, nice_value, idle_us, samples);
+  } else {
+    std::printf(
+        "# fusebox-wake-latency: cpu %d, woken thread nice %ld, issuer %s, idle %ld us, %ld "
+        "samples\n",
+        cpu, nice_value, args.issuer.c_str(), idle_us, samples);
+  }
   std::printf("wake-to-run us: p50 %.2f p90 %.2f p99 %.2f max %.2f\n", Percentile(us, 0.5),
               Percentile(us, 0.9), Percentile(us, 0.99), Percentile(us, 1.0));
   return 0;

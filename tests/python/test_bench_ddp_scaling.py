@@ -239,3 +239,30 @@ def test_the_global_cap_is_the_lowest_mean_ratio_to_each_settings_best():
     assert abs(means["cap1"] - 1.3) < 1e-12 and best == "ddp25"
     text = g.report(medians, ["x.json"])
     assert "| a | 8 | 200.0 | ddp25 | 200.0 | 210.0 | 1.050 | 1.050 |" in text
+
+
+# ------------------------------------------------------------ the plot
+
+def test_plot_reads_every_setting_of_a_committed_summary_and_writes_an_image(tmp_path):
+    import plot_ddp_scaling as plot
+    assert plot.parse_cell("146.2 [143.7, 148.7]") == (146.2, 143.7, 148.7)
+    assert plot.parse_cell("102.7") == (102.7, 102.7, 102.7)
+    assert plot.parse_cell("-") is None
+    path = os.path.join(ROOT, "docs", "results", "data", "ddp-scaling",
+                        "resnet50-comm0.5x-gpt2small-comm1.5x-500mbit.json")
+    with open(path) as f:
+        summary = json.load(f)
+    panels = plot.settings(summary)
+    # Two settings in that run; each has the bound, no allreduce and fusebox at every size.
+    assert [title for title, _ in panels] == ["resnet50-comm0.5x", "gpt2_small-comm1.5x"]
+    for _, series in panels:
+        for cell in ("bound", "noallreduce", "ddp25", "fusebox"):
+            assert [p[0] for p in series[cell]] == [2, 4, 8], cell
+        for _, med, lo, hi in series["fusebox"]:
+            assert lo <= med <= hi
+    out = tmp_path / "scaling.png"
+    assert plot.main([path, "--out", str(out)]) == 0
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    with pytest.raises(SystemExit):
+        plot.main([os.path.join(ROOT, "docs", "results", "data", "ddp-scaling",
+                                "global-cap.json"), "--out", str(tmp_path / "x.png")])

@@ -323,6 +323,18 @@ def record_profile(model, make_batch, loss_fn=None, iterations=10, warmup=3,
         raise ValueError("no parameter received a gradient; does the loss "
                          "depend on the model's parameters?")
 
+    return _profile_dict(params, ready, first_order, forward_ns, backward_ns, device,
+                         model_name=model_name, description=description,
+                         batch_size=batch_size if batch_size is not None else inferred_batch,
+                         iterations=iterations, warmup=warmup)
+
+
+def _profile_dict(params, ready, first_order, forward_ns, backward_ns, device, *, model_name,
+                  description, batch_size, iterations, warmup):
+    """The fusebox-profile v1 dict from record_profile's measurements: medians,
+    tensors in ready order (ties by first firing)."""
+    import torch
+
     forward_us = _median(forward_ns) / 1e3
     backward_us = _median(backward_ns) / 1e3
     by_name = dict(params)
@@ -335,8 +347,6 @@ def record_profile(model, make_batch, loss_fn=None, iterations=10, warmup=3,
         tensors.append({"name": n, "shape": [int(s) for s in p.shape],
                         "dtype": dtype_name(p.dtype), "ready_us": r})
 
-    if batch_size is None:
-        batch_size = inferred_batch
     if description is None:
         description = "recorded by %s on %s, torch %s, %smedian of %d " \
             "iteration%s after %d warm-up" % (

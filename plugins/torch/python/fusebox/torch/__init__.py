@@ -344,6 +344,62 @@ def _ddp_buckets(ddp_model):
     return max(cap, 1), max(min(first, cap), 1)
 
 
+def _check_arguments(*, plan, seed, candidates, screening_blocks, verify_pairs, check_every,
+                     check_pairs, max_in_flight, min_effect, timeout_s):
+    """register's checks of its own arguments (ValueError/TypeError naming the argument)."""
+    if seed is not None and (not isinstance(seed, int) or isinstance(seed, bool)
+                             or not 0 < seed < 2 ** 64):
+        raise ValueError("seed must be None or an integer in [1, 2**64), got %r" % (seed,))
+    if plan is not None and not isinstance(plan, (str, os.PathLike)):
+        raise TypeError("plan must be None, 'ddp', 'per-tensor' or a plan file path")
+    for name, value, low in (("candidates", candidates, 0),
+                             ("screening_blocks", screening_blocks, 1),
+                             ("verify_pairs", verify_pairs, 5), ("check_every", check_every, 0),
+                             ("check_pairs", check_pairs, 1), ("max_in_flight", max_in_flight, 1)):
+        if not isinstance(value, int) or isinstance(value, bool) or value < low:
+            raise ValueError("%s must be an integer >= %d, got %r" % (name, low, value))
+    if not (isinstance(min_effect, (int, float)) and 0 <= min_effect < 1):
+        raise ValueError("min_effect must be in [0, 1), got %r" % (min_effect,))
+    if not (isinstance(timeout_s, (int, float)) and 0 < timeout_s <= 86400):
+        raise ValueError("timeout_s must be in (0, 86400], got %r" % (timeout_s,))
+
+
+def _communicator_group(ddp_model, communicator, process_group):
+    """(group, store, backend) for register's `communicator`: the group fusebox
+    agrees (or reduces) over, the store the UCX communicator bootstraps from
+    (None otherwise), and the backend family the cache key names."""
+    store = None
+    # The backend family the cache key names: DDP's process group's, also
+    # where fusebox's own agreements go through gloo.
+    backend = "unknown"
+    if communicator in ("ddp", "process_group"):
+        group = process_group
+        ddp_group = ddp_model.process_group
+        if communicator == "ddp":
+            backend = "torch-" + str(dist.get_backend(ddp_group))
+        if group is None:
+            group = dist.new_group(
+                ranks=_group_ranks(ddp_group),
+                backend="gloo" if communicator == "ddp" else dist.get_backend(ddp_group))
+    elif communicator == "ucx":
+        if process_group is not None:
+            raise ValueError("process_group applies to communicator='process_group' only")
+        group = ddp_model.process_group
+        if _group_ranks(group) is not None:
+            raise ValueError("communicator='ucx' needs DDP over the default process group "
+                             "(its ranks are the store's ranks)")
+        store = dist.distributed_c10d._get_default_store()
+    elif communicator == "nccl":
+        raise ValueError("communicator='nccl' is not available yet: fusebox's own NCCL path "
+                         "through DDP's buckets is not built. For a model on GPUs use "
+                         "communicator='ddp' (the default): DDP reduces through NCCL on the plan "
+                         "fusebox chooses (see plugins/torch/README.md, Known gaps)")
+    else:
+        raise ValueError("communicator must be 'ddp', 'process_group' or 'ucx', got %r"
+                         % (communicator,))
+    return group, store, backend
+
+
 def register(ddp_model, *, cache_dir=None, plan=None, communicator="ddp",
              process_group=None, network="local",
              ranks_per_node=None, candidates=2, screening_blocks=2, verify_pairs=8,
@@ -441,26 +497,15 @@ def register(ddp_model, *, cache_dir=None, plan=None, communicator="ddp",
         _configure_logger(verbose)
         logger.warning("fusebox.torch.register: %s; the model runs as plain DDP", why)
         return _DisabledHandle(why + "; plain DDP")
-    if seed is not None and (not isinstance(seed, int) or isinstance(seed, bool)
-                             or not 0 < seed < 2 ** 64):
-        raise ValueError("seed must be None or an integer in [1, 2**64), got %r" % (seed,))
     if getattr(ddp_model, "_fusebox_handle", None) is not None:
         raise RuntimeError("fusebox.torch.register: this DistributedDataParallel model already "
                            "has the fusebox hook (register once per model)")
     if not dist.is_initialized():
         raise RuntimeError("fusebox.torch.register: torch.distributed is not initialized")
-    if plan is not None and not isinstance(plan, (str, os.PathLike)):
-        raise TypeError("plan must be None, 'ddp', 'per-tensor' or a plan file path")
-    for name, value, low in (("candidates", candidates, 0),
-                             ("screening_blocks", screening_blocks, 1),
-                             ("verify_pairs", verify_pairs, 5), ("check_every", check_every, 0),
-                             ("check_pairs", check_pairs, 1), ("max_in_flight", max_in_flight, 1)):
-        if not isinstance(value, int) or isinstance(value, bool) or value < low:
-            raise ValueError("%s must be an integer >= %d, got %r" % (name, low, value))
-    if not (isinstance(min_effect, (int, float)) and 0 <= min_effect < 1):
-        raise ValueError("min_effect must be in [0, 1), got %r" % (min_effect,))
-    if not (isinstance(timeout_s, (int, float)) and 0 < timeout_s <= 86400):
-        raise ValueError("timeout_s must be in (0, 86400], got %r" % (timeout_s,))
+    _check_arguments(plan=plan, seed=seed, candidates=candidates,
+                     screening_blocks=screening_blocks, verify_pairs=verify_pairs,
+                     check_every=check_every, check_pairs=check_pairs,
+                     max_in_flight=max_in_flight, min_effect=min_effect, timeout_s=timeout_s)
     if cache_dir is None:
         # The one default of every fusebox tool (autotune::DefaultCacheDir).
         cache_dir = _C._default_cache_dir()
@@ -470,35 +515,7 @@ def register(ddp_model, *, cache_dir=None, plan=None, communicator="ddp",
         ranks_per_node = int(os.environ.get("LOCAL_WORLD_SIZE", "0"))
     names, params = _reducer_parameters(ddp_model)
     _check_devices(communicator, (p.device.type for p in params))
-    store = None
-    # The backend family the cache key names: DDP's process group's, also
-    # where fusebox's own agreements go through gloo.
-    backend = "unknown"
-    if communicator in ("ddp", "process_group"):
-        group = process_group
-        ddp_group = ddp_model.process_group
-        if communicator == "ddp":
-            backend = "torch-" + str(dist.get_backend(ddp_group))
-        if group is None:
-            group = dist.new_group(
-                ranks=_group_ranks(ddp_group),
-                backend="gloo" if communicator == "ddp" else dist.get_backend(ddp_group))
-    elif communicator == "ucx":
-        if process_group is not None:
-            raise ValueError("process_group applies to communicator='process_group' only")
-        group = ddp_model.process_group
-        if _group_ranks(group) is not None:
-            raise ValueError("communicator='ucx' needs DDP over the default process group "
-                             "(its ranks are the store's ranks)")
-        store = dist.distributed_c10d._get_default_store()
-    elif communicator == "nccl":
-        raise ValueError("communicator='nccl' is not available yet: fusebox's own NCCL path "
-                         "through DDP's buckets is not built. For a model on GPUs use "
-                         "communicator='ddp' (the default): DDP reduces through NCCL on the plan "
-                         "fusebox chooses (see plugins/torch/README.md, Known gaps)")
-    else:
-        raise ValueError("communicator must be 'ddp', 'process_group' or 'ucx', got %r"
-                         % (communicator,))
+    group, store, backend = _communicator_group(ddp_model, communicator, process_group)
     options = {
         "plan": os.fspath(plan) if plan is not None else "",
         "cache_dir": os.fspath(cache_dir),
