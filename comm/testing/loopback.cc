@@ -23,15 +23,9 @@ namespace {
 
 using Kind = CollectiveKind;
 
-// One rank's call of one collective.
-struct Call {
-  Kind kind = Kind::kBarrier;
-  const void* send = nullptr;
-  void* recv = nullptr;
-  size_t count = 0;
-  DataType type = DataType::kUInt8;
-  ReduceOp op = ReduceOp::kSum;
-  int root = 0;
+// One rank's call of one collective: its arguments, and what the group
+// adds.
+struct Call : CollectiveArgs {
   uint64_t seq = 0;  // this rank's call number: the collective's identity
   absl::Time issued;
   std::shared_ptr<Work> work;
@@ -263,13 +257,7 @@ class LoopbackCommunicator final : public Communicator {
  protected:
   absl::StatusOr<std::shared_ptr<Work>> DoIssue(const CollectiveArgs& a) override {
     Call c;
-    c.kind = a.kind;
-    c.send = a.send;
-    c.recv = a.recv;
-    c.count = a.count;
-    c.type = a.type;
-    c.op = a.op;
-    c.root = a.root;
+    static_cast<CollectiveArgs&>(c) = a;
     return group_->Issue(rank_, std::move(c));
   }
 
