@@ -198,13 +198,14 @@ std::shared_ptr<Work> AsyncCore::TryBegin(CollectiveCall& call) {
     return nullptr;
   }
   std::shared_ptr<Work> w = NewWork();
+  std::shared_ptr<Work> retired;  // dropped last, after the first step
   CollectiveCall* mine = nullptr;
   bool wake = false;
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (closed_ || stopping_ || !queue_.empty()) return nullptr;
     call.work = w;
-    wake = PushLocked(std::move(call));
+    wake = PushLocked(std::move(call), &retired);
     // Only a holder of the executor lock pops the queue, and issuers only
     // push behind: the element stays where it is until this thread lets go.
     mine = &queue_.back();
@@ -221,23 +222,27 @@ std::shared_ptr<Work> AsyncCore::TryBegin(CollectiveCall& call) {
 std::shared_ptr<Work> AsyncCore::Enqueue(CollectiveCall call) {
   call.work = NewWork();
   std::shared_ptr<Work> w = call.work;
+  std::shared_ptr<Work> retired;  // dropped last, outside the lock
   bool wake = false;
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (closed_) {
       return Work::Done(NeverRan());
     }
-    wake = PushLocked(std::move(call));
+    wake = PushLocked(std::move(call), &retired);
   }
   // Note [Progress without sleeping]: a spinning thread sees queued_ itself.
   if (wake) cv_.notify_one();
   return w;
 }
 
-bool AsyncCore::PushLocked(CollectiveCall call) {
+bool AsyncCore::PushLocked(CollectiveCall call, std::shared_ptr<Work>* retired) {
   const int64_t issued = call.work->issued_ns();
-  const bool left = WaitsAtOnce(issued);
-  if (window_ns_ > 0) last_work_ = call.work;
+  const bool left =
+      call.count * DataTypeSize(call.type) <= options_.waiter_max_bytes && WaitsAtOnce(issued);
+  // The previous call's Work may be held by nobody else: the caller drops
+  // it, not this lock's holder (nor before a begun call's first step).
+  if (window_ns_ > 0) *retired = std::exchange(last_work_, call.work);
   if (left) {
     call.waiter_until_ns = issued + window_ns_;
     ++left_to_waiters_;

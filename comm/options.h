@@ -160,9 +160,10 @@ struct UcxOptions {
   // progress thread]): 0 by default. Back-to-back small non-blocking calls
   // from a thread on the same core are faster with 50 us and nice 0.
   absl::Duration progress_spin = absl::ZeroDuration();
-  // Note [Waiters first] (comm/async_core.h): a non-blocking call issued
-  // within this long of its issuer's wait for the previous call, which came
-  // within this long of that call's issue, is run by its waiter, and the
+  // Note [Waiters first] (comm/async_core.h): a non-blocking call of at
+  // most 64 KiB issued within this long of its issuer's wait for the
+  // previous call, which came within this long of that call's issue, is run
+  // by its waiter, and the
   // progress thread takes it only once this long has passed with nobody
   // waiting. 0: every call wakes the progress thread.
   absl::Duration waiter_window = absl::Microseconds(200);

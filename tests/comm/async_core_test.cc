@@ -864,6 +864,34 @@ TEST(AsyncCoreTest, CallsWaitedAtOnceRunOnTheirWaiterWithoutWakingTheProgressThr
   }
 }
 
+// Calls over waiter_max_bytes wake the progress thread as ever, waited at
+// once or not; the small ones between them are still left to their waiters.
+TEST(AsyncCoreTest, OnlySmallCallsAreLeftToTheirWaiters) {
+  float buf[4] = {};
+  constexpr int kCalls = 40;
+  FakeExecutor ex;
+  AsyncCoreOptions o = WindowOptions(absl::Seconds(30));
+  o.waiter_max_bytes = sizeof(float);  // one element
+  AsyncCore core(o);
+  core.Start(&ex);
+  for (int i = 0; i < kCalls; ++i) {
+    std::shared_ptr<Work> w = IssueAllReduce(core, buf, i % 2 == 0 ? 4 : 1);
+    absl::SleepFor(absl::Milliseconds(2));
+    ASSERT_TRUE(w->Wait().ok());
+  }
+  const std::vector<std::thread::id> threads = ex.start_threads();
+  ASSERT_EQ(threads.size(), static_cast<size_t>(kCalls));
+  int large_on_caller = 0, small_on_caller = 0;
+  for (int i = 1; i < kCalls; ++i) {
+    const bool on_caller = threads[i] == std::this_thread::get_id();
+    (i % 2 == 0 ? large_on_caller : small_on_caller) += on_caller;
+  }
+  // A woken thread had 2 ms to take each large call first; with a window
+  // of 30 s nobody but the waiter could take a small one.
+  EXPECT_LT(large_on_caller, kCalls / 4);
+  EXPECT_EQ(small_on_caller, kCalls / 2);
+}
+
 TEST(AsyncCoreTest, ACallLeftToAWaiterThatNobodyWaitsForRunsOnceTheWindowHasPassed) {
   float buf[4] = {};
   const absl::Duration window = absl::Milliseconds(50);
