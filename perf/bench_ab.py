@@ -161,7 +161,7 @@ def main(argv=None):
     with open(os.path.join(out, "report.txt"), "w") as f:
         f.write(report)
     result_summary.write_run_summary(out, report, "bench_ab",
-                                     " ".join(["python3"] + sys.argv),
+                                     shlex.join(["python3"] + sys.argv),
                                      "fusebox against itself under different flags, interleaved")
     return 0 if ok else 1
 

@@ -149,7 +149,7 @@ def main(argv=None):
     report = "\n".join(lines) + "\n"
     print(report)
     result_summary.write_run_summary(
-        args.out, report, "bench_launch", " ".join(["python3"] + sys.argv),
+        args.out, report, "bench_launch", shlex.join(["python3"] + sys.argv),
         "launch-to-start of the UCX backend, two builds or flag sets interleaved")
     with open(os.path.join(args.out, "report.md"), "w") as f:
         f.write("# %s\n\n" % " ".join([os.path.basename(sys.executable)] + sys.argv) + report)
