@@ -1,6 +1,7 @@
 """perf/bench_rollback.py's analysis: each run's outcome from what the worker
-reported, and the verdict over runs (no launch: the driver's launches need
-root and minutes; perf/trust_worker.py's injector runs in those)."""
+reported, and the verdict over runs; and perf/trust_report.py, which it shares
+with perf/bench_trust.py (no launch: the drivers' launches need root and
+minutes; perf/trust_worker.py's injector runs in those)."""
 import os
 import sys
 import types
@@ -75,3 +76,29 @@ def test_step_noise_is_the_robust_spread_of_step_to_step_log_ratios():
     # Only the steps from `first` on count.
     assert rb.step_noise([1000.0, 1.0] + [100.0] * 10, 2) == 0.0
     assert rb.step_noise([100.0], 0) is None
+
+
+def test_trust_report_reads_decisions_and_judges_every_run_against_the_target():
+    import argparse
+    import trust_report
+    assert trust_report.short_decision({"decision": "kept your DDP buckets (5 MiB): ..."}) == \
+        "kept yours"
+    assert trust_report.short_decision(
+        {"decision": "replaced your DDP buckets (100 MiB) with ddp-cap5mb: median gain"}) == \
+        "replaced with ddp-cap5mb"
+    assert trust_report.short_decision({"phase": "screening"}) == "still tuning (screening)"
+    plain = {"total_s": 50.0, "losses": [1.0, 0.5], "step_ms": [100.0] * 30}
+    fused = {"total_s": 52.0, "losses": [1.0, 0.5], "step_ms": [100.0] * 20 + [90.0] * 10,
+             "fusebox": {"decision": "kept your DDP buckets (5 MiB): x", "seed": 7}}
+    r = trust_report.analyze_run(plain, fused)
+    assert r["ratio"] == 52.0 / 50.0 and r["steady_ratio"] == 0.9
+    assert r["loss_max_abs_diff"] == 0 and r["decision"] == "kept yours"
+    args = argparse.Namespace(caps=[5.0], runs=2, steps=30, link="loopback", profile="resnet50",
+                              compute_scale=1.0, param_scale=1.0)
+    ok = dict(r, run=1, cap=5.0, order="plain, fusebox", ratio=1.01)
+    over = dict(r, run=2, cap=5.0, order="fusebox, plain", ratio=1.03)
+    report = trust_report.format_report(args, {5.0: [ok]})
+    assert "| whole run <= 1.02x plain DDP | 1 | 1 | PASS |" in report
+    report = trust_report.format_report(args, {5.0: [ok, over]})
+    assert "| whole run <= 1.02x plain DDP | 2 | 1 | FAIL |" in report
+    assert "worst whole-run ratio: 1.030 (cap 5 MiB, run 2, kept yours)" in report

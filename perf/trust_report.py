@@ -1,0 +1,138 @@
+"""The analysis and report of perf/bench_trust.py (and perf/bench_rollback.py's decisions):
+each run's whole-run and steady ratios, fusebox's decision in a few words, and the report's
+markdown tables."""
+import os
+import re
+import statistics
+
+from toolkit import median_ci  # perf/toolkit.py: the shared statistics
+
+TARGET = 1.02                # whole run, fusebox / plain
+PLAN_NAME = re.compile(r"^replaced .*? with (.+?): ")
+
+
+def short_decision(fb):
+    """fusebox's decision in a few words."""
+    d = fb.get("decision") or ""
+    if d.startswith("kept "):
+        return "kept yours"
+    m = PLAN_NAME.match(d)
+    if m:
+        return "replaced with %s" % m.group(1)
+    if d.startswith("fell back"):
+        return "fell back to yours"
+    if not d:
+        return "still tuning (%s)" % fb.get("phase")
+    return d[:60]
+
+
+def steady_ms(step_ms):
+    """The median step over the last third of the steps."""
+    tail = step_ms[len(step_ms) - max(1, len(step_ms) // 3):]
+    return statistics.median(tail)
+
+
+def analyze_run(plain, fused):
+    p_total, f_total = plain["total_s"], fused["total_s"]
+    diff = max((abs(a - b) for a, b in zip(plain["losses"], fused["losses"])), default=0.0)
+    fb = fused["fusebox"] or {}
+    return {
+        "plain_total_s": p_total, "fusebox_total_s": f_total,
+        "ratio": f_total / p_total,
+        "plain_steady_ms": steady_ms(plain["step_ms"]),
+        "fusebox_steady_ms": steady_ms(fused["step_ms"]),
+        "steady_ratio": steady_ms(fused["step_ms"]) / steady_ms(plain["step_ms"]),
+        "decision": short_decision(fb), "decision_full": fb.get("decision"),
+        "tuning_iterations": fb.get("tuning_iterations"), "fallbacks": fb.get("fallbacks"),
+        "tuning_cost_ms": fb.get("tuning_cost_ms"), "phase": fb.get("phase"),
+        "seed": fb.get("seed"), "plan": fb.get("plan"), "buckets": fb.get("buckets"),
+        "loss_max_abs_diff": diff,
+    }
+
+
+def ci_text(values):
+    low, high, cov = median_ci(values)
+    if len(values) < 2:
+        return "- (1 run)", cov
+    return "[%.3f, %.3f]" % (low, high), cov
+
+
+def caption(args, what):
+    cores = os.cpu_count() or 0
+    where = ("2 ranks on loopback (127.0.0.1, not shaped)" if args.link == "loopback" else
+             "2 ranks in network namespaces on a %s tbf-shaped veth link" % args.link)
+    return ("%s. Compute is EMULATED device time (host sleeps: %s profile, compute x%g, params "
+            "x%g); %s, sharing a %d-core machine." % (what, args.profile, args.compute_scale,
+                                                      args.param_scale, where, cores))
+
+
+def format_report(args, runs_by_cap):
+    """The report's tables (markdown) from {cap: [run analysis...]}."""
+    lines = []
+    all_runs = []
+    summary_rows = []
+    for cap in args.caps:
+        runs = runs_by_cap.get(cap, [])
+        if not runs:
+            continue
+        all_runs += runs
+        lines += [
+            "## cap %g MiB" % cap, "",
+            caption(args, "Whole runs of %d steps, bucket_cap_mb=%g: plain DDP vs the same DDP "
+                          "+ fusebox (tuning included); ratio = fusebox / plain, lower is faster; "
+                          "steady = median step over the last %d steps"
+                    % (args.steps, cap, max(1, args.steps // 3))),
+            "",
+            "| cap MiB | run | order | plain total s | fusebox total s | ratio | steady ratio "
+            "| fusebox decision | tuning iterations | fallbacks |",
+            "|---|---|---|---|---|---|---|---|---|---|",
+        ]
+        for r in runs:
+            lines.append("| %g | %d | %s | %.2f | %.2f | %.3f | %.3f | %s | %s | %s |" % (
+                cap, r["run"], r["order"], r["plain_total_s"], r["fusebox_total_s"], r["ratio"],
+                r["steady_ratio"], r["decision"], r["tuning_iterations"], r["fallbacks"]))
+        lines.append("")
+        ratios = [r["ratio"] for r in runs]
+        ci, cov = ci_text(ratios)
+        summary_rows.append("| %g | %d | %.3f | %s | %.1f%% | %d of %d | %.3f |" % (
+            cap, len(runs), statistics.median(ratios), ci, 100 * cov,
+            sum(x <= TARGET for x in ratios), len(runs),
+            statistics.median(r["steady_ratio"] for r in runs)))
+    n = len(all_runs)
+    lines += [
+        "## summary per cap", "",
+        caption(args, "Median over runs of the whole-run ratio fusebox / plain, with a "
+                      "distribution-free interval for the median (order statistics "
+                      "[x(k), x(n+1-k)], the widest k whose coverage is at least 95%%; with "
+                      "fewer than 6 runs that is [min, max], whose coverage is below 95%%: "
+                      "5 runs 93.8%%, 4 runs 87.5%%, 3 runs 75%%); within = runs with ratio "
+                      "<= %.2f" % TARGET),
+        "",
+        "| cap MiB | runs | median ratio | interval | coverage | within %.2f | steady median "
+        "ratio |" % TARGET,
+        "|---|---|---|---|---|---|---|",
+    ] + summary_rows + [""]
+    within = sum(r["ratio"] <= TARGET for r in all_runs)
+    lines += [
+        "## targets", "",
+        caption(args, "Targets over every run of every cap (caps %s MiB, %d runs each)"
+                % (", ".join("%g" % c for c in args.caps), args.runs)),
+        "",
+        "| target | runs | within | result |",
+        "|---|---|---|---|",
+        "| whole run <= %.2fx plain DDP | %d | %d | %s |" % (
+            TARGET, n, within, "PASS" if n and within == n else "FAIL"),
+        "",
+    ]
+    if all_runs:
+        worst = max(all_runs, key=lambda r: r["ratio"])
+        lines += [
+            "worst whole-run ratio: %.3f (cap %g MiB, run %d, %s)"
+            % (worst["ratio"], worst["cap"], worst["run"], worst["decision"]),
+            "check: largest |loss(fusebox) - loss(plain)| over every step of every run: %g "
+            "(fusebox changes when gradients are reduced, not what; 0 = bit for bit)"
+            % max(r["loss_max_abs_diff"] for r in all_runs),
+            "fusebox seeds (cap/run: seed): %s" % ", ".join(
+                "%g/%d: %s" % (r["cap"], r["run"], r["seed"]) for r in all_runs),
+        ]
+    return "\n".join(lines) + "\n"
