@@ -1056,7 +1056,7 @@ def finish(s, lines, argv):
         json.dump(summary, f, indent=1)
         f.write("\n")
     result_summary.write_run_summary(
-        args.out, report, "bench_allreduce", shlex.join(["python3"] + (argv or sys.argv[1:])),
+        args.out, report, "bench_allreduce", shlex.join(["python3", "perf/bench_allreduce.py"] + (argv or sys.argv[1:])),
         "allreduce side by side: fusebox UCX, OpenMPI, Gloo, memcpy")
     print("report: %s" % os.path.join(args.out, "report.md"))
     print("summary for a results page: %s" % os.path.join(args.out, "result.json"))

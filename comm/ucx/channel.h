@@ -1,7 +1,7 @@
 // The UCX backend's channel: a UCP context and worker, one endpoint per
 // peer, tagged sends and receives, waiting on them under the running
 // collective's deadline, and failure notices. The algorithms
-// (communicator.cc, Note [UCX collective protocol]) are written against it
+// (communicator.cc; Note [UCX collective protocol] in communicator.h) are written against it
 // and never call UCP's messaging themselves.
 //
 //   Channel ch(rank, size, &abort);

@@ -1,7 +1,7 @@
 // The UCX backend's opening round on one host (or one rank): every rank's
 // Header, with a small payload behind it, through the shared-memory
 // mailboxes (Note [Shared-memory exchange] in shm_allreduce.h), compared on
-// every rank (Note [UCX collective protocol] in communicator.cc). Over
+// every rank (Note [UCX collective protocol] in communicator.h). Over
 // messages the descriptor round opens instead (descriptor_round.h).
 #ifndef FUSEBOX_COMM_UCX_HEADER_ROUND_H_
 #define FUSEBOX_COMM_UCX_HEADER_ROUND_H_
@@ -20,7 +20,7 @@
 namespace fusebox::comm::ucx {
 
 // Executing thread only (and the issuing thread in Publish, under the
-// core's rules: Note [Beginning on the issuing thread] in communicator.cc).
+// core's rules: Note [Beginning on the issuing thread] in communicator.h).
 class HeaderRound {
  public:
   // One rank: the message stays in a slot of `message_bytes`. Several:

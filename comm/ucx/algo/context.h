@@ -2,7 +2,7 @@
 // the channel and staging the executing communicator lends it. Every
 // algorithm of comm/ucx/algo/ takes a Context, never the communicator, and
 // runs on the core's executing thread (Note [UCX collective protocol] in
-// comm/ucx/communicator.cc).
+// comm/ucx/communicator.h).
 #ifndef FUSEBOX_COMM_UCX_ALGO_CONTEXT_H_
 #define FUSEBOX_COMM_UCX_ALGO_CONTEXT_H_
 

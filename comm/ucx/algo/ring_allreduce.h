@@ -1,5 +1,5 @@
 // AllReduce as a ring reduce-scatter + allgather, pipelined in chunks of
-// chunk_bytes (Note [UCX collective protocol] in comm/ucx/communicator.cc):
+// chunk_bytes (Note [UCX collective protocol] in comm/ucx/communicator.h):
 // a chunk received in step k is reduced while later chunks are in flight
 // and is sent on in step k+1 as soon as it is reduced; received chunks land
 // in a small ring of staging slots (kRingSlots) that stays in cache. Each

@@ -20,7 +20,7 @@ extern const AlgorithmUnit kShmAllReduceUnit;
 // per collective).
 bool StreamsInto(ShmState& shm, size_t bytes);
 
-// Note [Beginning on the issuing thread] in comm/ucx/communicator.cc:
+// Note [Beginning on the issuing thread] in comm/ucx/communicator.h:
 // stages the first round of `req` where its slot is free now, recording
 // how in *begun (stream, staged, staging). Never waits.
 void BeginShmAllReduce(ShmState& shm, const Request& req, Begun* begun);
