@@ -144,20 +144,12 @@ absl::Status AsyncCore::Usable() const {
   return failure_;
 }
 
-absl::StatusOr<CollectiveCall> AsyncCore::Prepare(CollectiveKind kind, const void* send, void* recv,
-                                                  size_t count, DataType type, ReduceOp op,
-                                                  int root) const {
+absl::StatusOr<CollectiveCall> AsyncCore::Prepare(const CollectiveArgs& args) const {
   // The arguments were checked at the front door (Note [One front door] in
   // comm/communicator.h); the executor adds its own limits.
   if (absl::Status s = Usable(); !s.ok()) return s;
   CollectiveCall call;
-  call.kind = kind;
-  call.send = send;
-  call.recv = recv;
-  call.count = count;
-  call.type = type;
-  call.op = op;
-  call.root = root;
+  static_cast<CollectiveArgs&>(call) = args;
   if (executor_ != nullptr) {
     if (absl::Status s = executor_->CheckLimits(call); !s.ok()) return s;
   }
@@ -177,10 +169,8 @@ std::shared_ptr<Work> AsyncCore::NewWork() const {
   return work;
 }
 
-absl::StatusOr<std::shared_ptr<Work>> AsyncCore::Issue(CollectiveKind kind, const void* send,
-                                                       void* recv, size_t count, DataType type,
-                                                       ReduceOp op, int root) {
-  absl::StatusOr<CollectiveCall> call = Prepare(kind, send, recv, count, type, op, root);
+absl::StatusOr<std::shared_ptr<Work>> AsyncCore::Issue(const CollectiveArgs& args) {
+  absl::StatusOr<CollectiveCall> call = Prepare(args);
   if (!call.ok()) return call.status();
   if (issuer_begins_) {
     if (std::shared_ptr<Work> w = TryBegin(*call)) return w;
@@ -301,9 +291,8 @@ void AsyncCore::Sleep(std::unique_lock<std::mutex>& lock) {
   sleeping_ = false;
 }
 
-absl::Status AsyncCore::Run(CollectiveKind kind, const void* send, void* recv, size_t count,
-                            DataType type, ReduceOp op, int root) {
-  absl::StatusOr<CollectiveCall> call = Prepare(kind, send, recv, count, type, op, root);
+absl::Status AsyncCore::Run(const CollectiveArgs& args) {
+  absl::StatusOr<CollectiveCall> call = Prepare(args);
   if (!call.ok()) return call.status();
   if (options_.callers_execute) {
     ExecLock exec(*exec_);  // behind whoever executes now

@@ -224,14 +224,7 @@
 namespace fusebox::comm {
 
 // One collective as issued.
-struct CollectiveCall {
-  CollectiveKind kind = CollectiveKind::kBarrier;
-  const void* send = nullptr;
-  void* recv = nullptr;  // Broadcast: the buffer (send == recv)
-  size_t count = 0;
-  DataType type = DataType::kUInt8;
-  ReduceOp op = ReduceOp::kSum;
-  int root = 0;      // Broadcast's; 0 for the others
+struct CollectiveCall : CollectiveArgs {
   uint64_t seq = 0;  // 0, 1, 2, ... per communicator: the same call on every rank
   // Set when the call starts: start + timeout, for waits inside Start.
   absl::Time deadline = absl::InfiniteFuture();
@@ -335,17 +328,14 @@ class AsyncCore {
   // finished complete at once as Cancelled.
   void Stop();
 
-  // Issue (any thread). Send, recv, count, type, op and root as in
-  // comm/communicator.h; Broadcast passes its buffer as both. The arguments
-  // are the front door's, already checked (Note [One front door] in
-  // comm/communicator.h); the core adds the executor's limits (CheckLimits)
-  // and refuses calls once the communicator has failed.
-  absl::StatusOr<std::shared_ptr<Work>> Issue(CollectiveKind kind, const void* send, void* recv,
-                                              size_t count, DataType type, ReduceOp op, int root);
+  // Issue (any thread). The arguments are the front door's, already checked
+  // (Note [One front door] in comm/communicator.h); the core adds the
+  // executor's limits (CheckLimits) and refuses calls once the communicator
+  // has failed.
+  absl::StatusOr<std::shared_ptr<Work>> Issue(const CollectiveArgs& args);
   // The blocking form (Note [Blocking calls]): returns once the collective
   // has finished, with its status (refusals as Issue reports them).
-  absl::Status Run(CollectiveKind kind, const void* send, void* recv, size_t count, DataType type,
-                   ReduceOp op, int root);
+  absl::Status Run(const CollectiveArgs& args);
 
   // OK, or the status later calls are refused with.
   absl::Status Usable() const;
@@ -388,9 +378,8 @@ class AsyncCore {
     std::unique_lock<std::mutex> lock_;
   };
 
-  // Issue's checks (Usable, the contract's, CheckLimits): the call, or why not.
-  absl::StatusOr<CollectiveCall> Prepare(CollectiveKind kind, const void* send, void* recv,
-                                         size_t count, DataType type, ReduceOp op, int root) const;
+  // Issue's checks (Usable, CheckLimits): the call, or why not.
+  absl::StatusOr<CollectiveCall> Prepare(const CollectiveArgs& args) const;
   // A Work with the core's driver where callers execute.
   std::shared_ptr<Work> NewWork() const;
   // Gives `call` its Work and sequence number and queues it.

@@ -28,19 +28,6 @@ namespace fusebox::comm {
 
 enum class MemoryKind : uint8_t { kHost, kDevice };
 
-// One collective's arguments, as the front door (Note [One front door])
-// hands them to a backend. Broadcast: send == recv == its buffer; Barrier:
-// no buffers. op and root matter only where the kind has them.
-struct CollectiveArgs {
-  CollectiveKind kind = CollectiveKind::kBarrier;
-  const void* send = nullptr;
-  void* recv = nullptr;
-  size_t count = 0;
-  DataType type = DataType::kUInt8;
-  ReduceOp op = ReduceOp::kSum;
-  int root = 0;
-};
-
 // One buffer of a multi-tensor call.
 struct TensorRef {
   void* data = nullptr;

@@ -54,6 +54,21 @@ absl::StatusOr<ReduceOp> ParseReduceOp(absl::string_view name);
 // The collectives of comm/communicator.h, for backends that describe or
 // dispatch them; the values are part of the UCX header's wire format.
 enum class CollectiveKind : uint8_t { kAllReduce = 1, kBroadcast = 2, kAllGather = 3, kBarrier = 4 };
+
+// One collective's arguments, as the front door (Note [One front door] in
+// comm/communicator.h) hands them to a backend and a backend to its core.
+// Broadcast: send == recv == its buffer; Barrier: no buffers. op and root
+// matter only where the kind has them.
+struct CollectiveArgs {
+  CollectiveKind kind = CollectiveKind::kBarrier;
+  const void* send = nullptr;
+  void* recv = nullptr;
+  size_t count = 0;
+  DataType type = DataType::kUInt8;
+  ReduceOp op = ReduceOp::kSum;
+  int root = 0;
+};
+
 // "AllReduce", "Broadcast", "AllGather", "Barrier".
 absl::string_view CollectiveKindName(CollectiveKind k);
 

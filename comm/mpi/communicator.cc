@@ -336,7 +336,7 @@ class MpiCommunicator final : public Communicator, private CollectiveExecutor {
  protected:
   // Note [One front door]: every call goes into the core.
   absl::StatusOr<std::shared_ptr<Work>> DoIssue(const CollectiveArgs& a) override {
-    return core_.Issue(a.kind, a.send, a.recv, a.count, a.type, a.op, a.root);
+    return core_.Issue(a);
   }
 
  private:

@@ -73,11 +73,11 @@ class UcxCommunicator final : public Communicator, private CollectiveExecutor {
  protected:
   // Note [One front door]: every call goes into the core.
   absl::StatusOr<std::shared_ptr<Work>> DoIssue(const CollectiveArgs& a) override {
-    return core_.Issue(a.kind, a.send, a.recv, a.count, a.type, a.op, a.root);
+    return core_.Issue(a);
   }
   // Note [Blocking calls]: on the calling thread when nothing is ahead.
   absl::Status DoRun(const CollectiveArgs& a) override {
-    return core_.Run(a.kind, a.send, a.recv, a.count, a.type, a.op, a.root);
+    return core_.Run(a);
   }
 
  private:

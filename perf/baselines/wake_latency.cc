@@ -105,8 +105,8 @@ std::vector<double> ThroughCore(long samples, long nice_value, long idle_us, boo
   std::vector<double> us;
   for (long i = 0; i < samples; ++i) {
     std::this_thread::sleep_for(std::chrono::microseconds(idle_us));
-    auto w = core.Issue(fusebox::comm::CollectiveKind::kBarrier, nullptr, nullptr, 0,
-                        fusebox::comm::DataType::kUInt8, fusebox::comm::ReduceOp::kSum, 0);
+    auto w = core.Issue({fusebox::comm::CollectiveKind::kBarrier, nullptr, nullptr, 0,
+                        fusebox::comm::DataType::kUInt8, fusebox::comm::ReduceOp::kSum, 0});
     if (!w.ok()) {
       std::fprintf(stderr, "fusebox-wake-latency: %s\n", w.status().ToString().c_str());
       return {};

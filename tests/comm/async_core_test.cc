@@ -179,8 +179,8 @@ AsyncCoreOptions Options(bool callers_execute = true,
 }
 
 std::shared_ptr<Work> IssueAllReduce(AsyncCore& core, float* buf, size_t count = 4) {
-  auto w = core.Issue(CollectiveKind::kAllReduce, buf, buf, count, DataType::kFloat32,
-                      ReduceOp::kSum, 0);
+  auto w = core.Issue({CollectiveKind::kAllReduce, buf, buf, count, DataType::kFloat32,
+                      ReduceOp::kSum, 0});
   EXPECT_TRUE(w.ok()) << w.status();
   return w.ok() ? *w : nullptr;
 }
@@ -194,11 +194,11 @@ TEST(AsyncCoreTest, CallsOverTheExecutorsLimitsAreRefusedAndNeverReachIt) {
   core.Start(&ex);
   float buf[4] = {};
   auto over_limit =
-      core.Issue(CollectiveKind::kAllReduce, buf, buf, 5000, DataType::kFloat32, ReduceOp::kSum, 0);
+      core.Issue({CollectiveKind::kAllReduce, buf, buf, 5000, DataType::kFloat32, ReduceOp::kSum});
   ASSERT_FALSE(over_limit.ok());
   EXPECT_THAT(over_limit.status().message(), HasSubstr("over the fake's limit"));
-  EXPECT_THAT(core.Run(CollectiveKind::kAllReduce, buf, buf, 5000, DataType::kFloat32,
-                       ReduceOp::kSum, 0)
+  EXPECT_THAT(core.Run({CollectiveKind::kAllReduce, buf, buf, 5000, DataType::kFloat32,
+                       ReduceOp::kSum, 0})
                   .message(),
               HasSubstr("over the fake's limit"));
   ASSERT_TRUE(IssueAllReduce(core, buf)->Wait().ok());
@@ -345,8 +345,8 @@ TEST(AsyncCoreTest, AFatalErrorFailsLaterCallsAndRefusesNewOnes) {
             "TEST communicator (rank 1) is unusable after an earlier error; recreate it. "
             "The error: peer 0 is gone");
   EXPECT_TRUE(core.failed());
-  auto later = core.Issue(CollectiveKind::kBarrier, nullptr, nullptr, 0, DataType::kUInt8,
-                          ReduceOp::kSum, 0);
+  auto later = core.Issue({CollectiveKind::kBarrier, nullptr, nullptr, 0, DataType::kUInt8,
+                          ReduceOp::kSum, 0});
   ASSERT_FALSE(later.ok());
   EXPECT_EQ(later.status(), s2);
   // #2 never reached the executor.
@@ -500,8 +500,8 @@ TEST(AsyncCoreTest, OnlyACoreThatAllowsItLetsBlockedCallersExecute) {
 }
 
 absl::Status RunAllReduce(AsyncCore& core, float* buf, size_t count = 4) {
-  return core.Run(CollectiveKind::kAllReduce, buf, buf, count, DataType::kFloat32, ReduceOp::kSum,
-                  0);
+  return core.Run({CollectiveKind::kAllReduce, buf, buf, count, DataType::kFloat32, ReduceOp::kSum,
+                  0});
 }
 
 TEST(AsyncCoreTest, ABlockingCallRunsOnTheCallerWhenNothingIsAheadOfIt) {
@@ -638,16 +638,16 @@ TEST(AsyncCoreTest, ABlockingCallChecksTheExecutorsLimitsAndFailsTheCommunicator
   AsyncCore core(Options());
   core.Start(&ex);
   float buf[4] = {};
-  absl::Status bad = core.Run(CollectiveKind::kAllReduce, buf, buf, 5000, DataType::kFloat32,
-                              ReduceOp::kSum, 0);
+  absl::Status bad = core.Run({CollectiveKind::kAllReduce, buf, buf, 5000, DataType::kFloat32,
+                              ReduceOp::kSum, 0});
   EXPECT_THAT(bad.message(), HasSubstr("over the fake's limit"));
   EXPECT_EQ(RunAllReduce(core, buf), absl::UnavailableError("peer 0 is gone"));
   EXPECT_TRUE(core.failed());
   absl::Status later = RunAllReduce(core, buf);
   EXPECT_EQ(later.code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_THAT(later.message(), HasSubstr("The error: peer 0 is gone"));
-  auto issued = core.Issue(CollectiveKind::kBarrier, nullptr, nullptr, 0, DataType::kUInt8,
-                           ReduceOp::kSum, 0);
+  auto issued = core.Issue({CollectiveKind::kBarrier, nullptr, nullptr, 0, DataType::kUInt8,
+                           ReduceOp::kSum, 0});
   EXPECT_EQ(issued.status(), later);
   EXPECT_THAT(ex.started(), ElementsAre(0u));
 }
@@ -772,8 +772,7 @@ TEST(AsyncCoreTest, BegunCallsKeepTheOrderAndCallbacksThatIssueDoNotBegin) {
         ASSERT_NE(w, nullptr);
         if (i % 10 == t) {
           w->OnComplete([&](const absl::Status&) {
-            auto again = core.Issue(CollectiveKind::kBarrier, nullptr, nullptr, 0, DataType::kUInt8,
-                                    ReduceOp::kSum, 0);
+            auto again = core.Issue(CollectiveArgs{});  // a Barrier
             std::lock_guard<std::mutex> lock(mu);
             if (again.ok()) from_callbacks.push_back(*again);
           });

@@ -106,7 +106,9 @@ TEST(ShmAllReduceTest, ACollectiveBegunByItsFirstRoundGivesTheExactResult) {
               if ((n + r) % 3 != 0) {
                 staged = ShmBeginAllReduce(g, in.data(), count, type, &rounds);
                 EXPECT_EQ(rounds, before + (staged ? 1 : 0));
-                if (count == 0) EXPECT_FALSE(staged);
+                if (count == 0) {
+                  EXPECT_FALSE(staged);
+                }
                 begun[r] += staged;
               }
               ASSERT_TRUE(ShmAllReduce(g, in.data(), dst, count, type, op, &rounds, abort,
