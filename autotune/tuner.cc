@@ -385,7 +385,7 @@ absl::Status OnlineTuner::SeedFromNearest(absl::string_view message) {
   return absl::OkStatus();
 }
 
-void OnlineTuner::ForceChosen(Plan plan) {
+void OnlineTuner::ForceChosen(Plan plan, bool checks) {
   chosen_plan_ = std::move(plan);
   phase_ = TunerPhase::kTuned;
   control_ = false;
@@ -394,6 +394,7 @@ void OnlineTuner::ForceChosen(Plan plan) {
   check_default_.clear();
   check_chosen_.clear();
   StartChecks(kept_gain_, regression_.has_value() ? regression_->sigma() : 0.0);
+  if (!checks) interval_.reset();  // check_interval() 0: no control steps
   forced_ = true;
 }
 

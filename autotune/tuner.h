@@ -279,8 +279,19 @@ class OnlineTuner final : public bucketing::PlanPolicy {
   // Iterations between two checks of the kept plan (0: no checks); it
   // depends on the kept plan's gain (CheckEvery in autotune/regression.h).
   int check_interval() const { return interval_.has_value() ? interval_->every() : 0; }
-  // Test hook: adopt `plan` as if it had been chosen (checks then judge it).
-  void ForceChosen(bucketing::Plan plan);
+  // Test and benchmark hook: adopt `plan` as if it had been chosen, from the
+  // next iteration. With `checks`, the regression checks then judge it (and
+  // may fall back); without, it runs alone until forced again (a benchmark
+  // that times every candidate in its own interleaved blocks).
+  void ForceChosen(bucketing::Plan plan, bool checks = true);
+  // The plan measured()[i] was measured with (index 0: the baseline), or
+  // null where there is none.
+  const bucketing::Plan* measured_plan(int i) const {
+    return i >= 0 && i < static_cast<int>(plans_.size()) &&
+                   i < static_cast<int>(measured_.size())
+               ? &plans_[i]
+               : nullptr;
+  }
 
  private:
   OnlineTuner(comm::Communicator& comm, bucketing::GradientLayout layout, TunerOptions options,

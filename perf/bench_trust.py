@@ -34,12 +34,22 @@ DDP construction are outside it).
 Report, per cap, one row per run: the whole-run ratio fusebox / plain (tuning
 included), the steady-state ratio (median step over the last third of the
 steps), what fusebox decided ("kept yours", "replaced with <plan>", "fell back
-to yours"), its tuning iterations and fallbacks. Then per cap: the median
+to yours"), its tuning iterations and fallbacks, and the judged ratio. Then per cap: the median
 whole-run ratio with a distribution-free 95% interval over runs (order
 statistics; the coverage reached is stated: with 5 runs it is [min, max] at
 93.8%, 95% needs 6 runs or more), how many runs are within the target
 (whole-run ratio <= 1.02), and the steady-state median ratio. Last, the
 target: "whole run <= 1.02x plain DDP", PASS only if every run is within.
+
+Did fusebox keep the best plan it measured? Its own samples cannot say (they
+chose the winner, so they favour it). After each fusebox launch's timed run,
+the same launch judges apart (--judge-blocks, --judge-steps): every plan the
+tuner measured runs alone (no regression checks) in B blocks of M timed steps,
+each block in a fresh random order (perf/trust_worker.py's judge()). "kept /
+best" is the median step of the plan the run ended with over the lowest
+median; the target "kept plan <= 1.02x the best" passes in 19 of 20 runs or
+more (95%).
+
 A check: plain and fusebox runs see the same losses step for step (fusebox
 changes when gradients are reduced, not what; on 2 ranks bit for bit).
 
@@ -97,6 +107,7 @@ COMPUTE_TARGET_MS = 80.0     # forward + backward device time the default comput
 PAYLOAD = 0.95               # TCP payload per byte of the tc rate (headers)
 LOOPBACK_NOMINAL = "1gbit"   # the rate the default param scale assumes on loopback
 LAUNCH_OVERHEAD_S = 6.0      # starting a launch: interpreters, torch, process group, DDP
+JUDGED_PLANS = 6             # plans a tuner measures, for the estimate (caps, planner's)
 
 
 def rate_bits(rate):
@@ -132,7 +143,10 @@ def choose_scales(args):
     step_low = fwd_s + max(bwd_s, comm_s)
     step_high = fwd_s + bwd_s + comm_s
     launches = 2 * args.runs * len(args.caps)
-    est = [launches * (args.steps * t + LAUNCH_OVERHEAD_S) for t in (step_low, step_high)]
+    # Judging: about JUDGED_PLANS plans x blocks x (steps + 2) after each fusebox run.
+    judged = args.runs * len(args.caps) * JUDGED_PLANS * args.judge_blocks * (args.judge_steps + 2)
+    est = [launches * (args.steps * t + LAUNCH_OVERHEAD_S) + judged * t
+           for t in (step_low, step_high)]
     return {
         "profile": s["model"], "tensors": s["tensors"],
         "compute_scale": args.compute_scale, "compute_scale_auto": auto_compute,
@@ -170,9 +184,10 @@ def describe_scales(f, args):
         "(%.0f%% of the rate), %.2fx backward"
         % (link, f["allreduce_ms"], f["payload_bytes_per_s"] / 1e6, PAYLOAD * 100,
            f["allreduce_ms"] / f["backward_ms"] if f["backward_ms"] else float("inf")),
-        "estimated step %.0f-%.0f ms; %d launches of %d steps (+ ~%g s each to start): "
-        "about %s" % (f["step_ms_range"][0], f["step_ms_range"][1], f["launches"], args.steps,
-                      LAUNCH_OVERHEAD_S, duration(*f["estimate_s"])),
+        "estimated step %.0f-%.0f ms; %d launches of %d steps (+ ~%g s each to start), "
+        "judging %d blocks x %d steps: about %s"
+        % (f["step_ms_range"][0], f["step_ms_range"][1], f["launches"], args.steps,
+           LAUNCH_OVERHEAD_S, args.judge_blocks, args.judge_steps, duration(*f["estimate_s"])),
     ]
 
 
@@ -200,7 +215,8 @@ class Launcher(netns.RankProcesses):
                "--compute-scale", repr(args.compute_scale),
                "--param-scale", repr(args.param_scale)]
         if mode == "fusebox":
-            cmd += ["--seed", str(seed)]
+            cmd += ["--seed", str(seed), "--judge-blocks", str(args.judge_blocks),
+                    "--judge-steps", str(args.judge_steps)]
         cmd += list(extra)
         outs, logs = [], []
         try:
@@ -266,6 +282,12 @@ def parse_args(argv=None):
     ap.add_argument("--param-scale", type=float, default=None,
                     help="parameter-size scale; default: one allreduce of every gradient about "
                          "as long as backward over --link (loopback: over %s)" % LOOPBACK_NOMINAL)
+    ap.add_argument("--judge-blocks", type=int, default=6, metavar="B",
+                    help="after each fusebox run, B interleaved blocks that time every plan "
+                         "its tuner measured alone, to judge whether it kept the best "
+                         "(0: none; default: %(default)s)")
+    ap.add_argument("--judge-steps", type=int, default=6, metavar="M",
+                    help="timed steps per plan and judging block (default: %(default)s)")
     ap.add_argument("--seed", type=int, default=None,
                     help="draws fusebox's per-run tuner seeds (default: a fresh one, printed "
                          "and stored)")
@@ -292,6 +314,8 @@ def parse_args(argv=None):
                  % args.link)
     if args.runs < 1:
         ap.error("--runs must be at least 1")
+    if args.judge_blocks < 0 or args.judge_steps < 1:
+        ap.error("need --judge-blocks >= 0 and --judge-steps >= 1")
     if args.steps < 6:
         ap.error("--steps must be at least 6 (the steady state is the last third)")
     for name in ("compute_scale", "param_scale"):

@@ -8,6 +8,7 @@ import statistics
 from toolkit import median_ci  # perf/toolkit.py: the shared statistics
 
 TARGET = 1.02                # whole run, fusebox / plain
+BEST_TARGET = 1.02           # the kept plan's judged median / the best plan's
 PLAN_NAME = re.compile(r"^replaced .*? with (.+?): ")
 
 
@@ -32,6 +33,23 @@ def steady_ms(step_ms):
     return statistics.median(tail)
 
 
+def judge_figures(judged):
+    """The judging blocks (perf/trust_worker.py's judge()): every measured
+    plan's median step (the slowest rank's) over all its timed steps, the best
+    of them, and the kept plan's median over the best's. None without them."""
+    if not judged:
+        return None
+    medians = [statistics.median(ms) for ms in judged["step_ms"]]
+    best = min(range(len(medians)), key=medians.__getitem__)
+    kept = judged["kept"]
+    return {
+        "names": judged["names"], "median_ms": medians, "best": judged["names"][best],
+        "kept": judged["names"][kept] if kept is not None else None,
+        "ratio": medians[kept] / medians[best] if kept is not None else None,
+        "samples": len(judged["step_ms"][0]),
+    }
+
+
 def analyze_run(plain, fused):
     p_total, f_total = plain["total_s"], fused["total_s"]
     diff = max((abs(a - b) for a, b in zip(plain["losses"], fused["losses"])), default=0.0)
@@ -46,7 +64,7 @@ def analyze_run(plain, fused):
         "tuning_iterations": fb.get("tuning_iterations"), "fallbacks": fb.get("fallbacks"),
         "tuning_cost_ms": fb.get("tuning_cost_ms"), "phase": fb.get("phase"),
         "seed": fb.get("seed"), "plan": fb.get("plan"), "buckets": fb.get("buckets"),
-        "loss_max_abs_diff": diff,
+        "loss_max_abs_diff": diff, "judged": judge_figures(fused.get("judge")),
     }
 
 
@@ -64,6 +82,26 @@ def caption(args, what):
     return ("%s. Compute is EMULATED device time (host sleeps: %s profile, compute x%g, params "
             "x%g); %s, sharing a %d-core machine." % (what, args.profile, args.compute_scale,
                                                       args.param_scale, where, cores))
+
+
+def judged_text(r):
+    j = r.get("judged")
+    if not j:
+        return "-", "-"
+    if j["ratio"] is None:
+        return "not measured", j["best"]
+    return "%.3f" % j["ratio"], j["best"]
+
+
+def judge_target(runs):
+    """The target row of the judged runs (none without judging blocks)."""
+    judged = [r["judged"] for r in runs if r.get("judged")]
+    if not judged:
+        return []
+    within = sum(j["ratio"] is not None and j["ratio"] <= BEST_TARGET for j in judged)
+    return ["| kept plan <= %.2fx the best measured plan, judged in separate interleaved "
+            "blocks | %d | %d | %s |" % (BEST_TARGET, len(judged), within,
+                                         "PASS" if within >= 0.95 * len(judged) else "FAIL")]
 
 
 def format_report(args, runs_by_cap):
@@ -84,13 +122,15 @@ def format_report(args, runs_by_cap):
                     % (args.steps, cap, max(1, args.steps // 3))),
             "",
             "| cap MiB | run | order | plain total s | fusebox total s | ratio | steady ratio "
-            "| fusebox decision | tuning iterations | fallbacks |",
-            "|---|---|---|---|---|---|---|---|---|---|",
+            "| fusebox decision | tuning iterations | fallbacks | kept / best (judged) "
+            "| best (judged) |",
+            "|---|---|---|---|---|---|---|---|---|---|---|---|",
         ]
         for r in runs:
-            lines.append("| %g | %d | %s | %.2f | %.2f | %.3f | %.3f | %s | %s | %s |" % (
-                cap, r["run"], r["order"], r["plain_total_s"], r["fusebox_total_s"], r["ratio"],
-                r["steady_ratio"], r["decision"], r["tuning_iterations"], r["fallbacks"]))
+            lines.append("| %g | %d | %s | %.2f | %.2f | %.3f | %.3f | %s | %s | %s | %s | %s |"
+                         % ((cap, r["run"], r["order"], r["plain_total_s"], r["fusebox_total_s"],
+                             r["ratio"], r["steady_ratio"], r["decision"],
+                             r["tuning_iterations"], r["fallbacks"]) + judged_text(r)))
         lines.append("")
         ratios = [r["ratio"] for r in runs]
         ci, cov = ci_text(ratios)
@@ -122,6 +162,7 @@ def format_report(args, runs_by_cap):
         "|---|---|---|---|",
         "| whole run <= %.2fx plain DDP | %d | %d | %s |" % (
             TARGET, n, within, "PASS" if n and within == n else "FAIL"),
+    ] + judge_target(all_runs) + [
         "",
     ]
     if all_runs:
@@ -135,4 +176,15 @@ def format_report(args, runs_by_cap):
             "fusebox seeds (cap/run: seed): %s" % ", ".join(
                 "%g/%d: %s" % (r["cap"], r["run"], r["seed"]) for r in all_runs),
         ]
+        judged = [r for r in all_runs if r.get("judged") and r["judged"]["ratio"] is not None]
+        if judged:
+            worst = max(judged, key=lambda r: r["judged"]["ratio"])
+            lines.append(
+                "judged: after each fusebox run's %d steps, every plan its tuner measured ran "
+                "alone (no checks) in %d interleaved blocks of %d timed steps each, in a fresh "
+                "random order per block; kept / best = the median step of the plan the run "
+                "ended with over the lowest plan's median; worst %.3f (cap %g MiB, run %d: kept "
+                "%s, best %s)" % (args.steps, args.judge_blocks, args.judge_steps,
+                                  worst["judged"]["ratio"], worst["cap"], worst["run"],
+                                  worst["judged"]["kept"], worst["judged"]["best"]))
     return "\n".join(lines) + "\n"

@@ -30,7 +30,9 @@ ranks exchange their stamps; rank 0 prints ONE JSON line on stdout:
                fallbacks, checks, chosen, chosen_name, plan, buckets,
                plan_installs, iterations, passthrough_iterations, cache_hit,
                measured; with --inject-regression also "injection":
-               Injector.report())}
+               Injector.report()),
+     "judge": null, or with --judge-blocks the judging blocks' figures
+              (judge() below)}
 
 Logs (fusebox's, torch's) go to stderr.
 """
@@ -75,7 +77,16 @@ def parse_args(argv=None):
                          "a regression of F against the user's DDP, for the checks to catch")
     ap.add_argument("--inject-after", type=int, default=50,
                     help="steps between the decision and the injection (default: %(default)s)")
+    ap.add_argument("--judge-blocks", type=int, default=0, metavar="B",
+                    help="--mode fusebox: after the timed run, B interleaved blocks that time "
+                         "every plan the tuner measured alone (judge(); default: none)")
+    ap.add_argument("--judge-steps", type=int, default=6, metavar="M",
+                    help="measured steps per plan and block (default: %(default)s)")
     args = ap.parse_args(argv)
+    if args.judge_blocks < 0 or args.judge_steps < 1:
+        ap.error("need --judge-blocks >= 0 and --judge-steps >= 1")
+    if args.judge_blocks and args.mode != "fusebox":
+        ap.error("--judge-blocks needs --mode fusebox")
     if args.steps < 1 or args.cap <= 0:
         ap.error("need --steps >= 1 and --cap > 0")
     if not 0 <= args.inject_regression < 1 or args.inject_after < 0:
@@ -134,6 +145,62 @@ class Injector:
                 "baseline_ms": self.base_ms, "kept_ms": self.kept_ms}
 
 
+def train_step(ddp, model, opt, rank, step, before_backward=None):
+    opt.zero_grad(set_to_none=True)
+    loss = model.loss(ddp(model.make_batch(rank, step)))
+    if before_backward is not None:
+        before_backward(step)
+    loss.backward()  # DDP waits here for its buckets' allreduces
+    opt.step()
+    return loss.item()
+
+
+def judge(handle, ddp, model, opt, rank, first_step, blocks, steps, seed):
+    """Which plan was best, judged apart from the tuning's own samples.
+
+    After the timed run: every plan the tuner measured (its snapshot's
+    "measured": your buckets first, then DDP's default and caps and the
+    planner's plans) runs alone (no check steps: _force_plan(...,
+    checks=False)) in `blocks` blocks, each visiting every plan once in a
+    fresh random order (random.Random(seed), the same on every rank). A visit
+    is 2 unmeasured steps (the step that installs the plan ran the previous
+    one; the plan's first step pays for its buffers) and `steps` timed ones.
+    Returns {"names", "hashes", "kept" (the index of the plan the run ended
+    with, None if it is not among them), "order" (per block), "local_ms"
+    (per plan: this rank's step times)}, or None if the tuner never decided.
+    """
+    import random
+    snap = handle.snapshot()
+    measured = snap.get("measured") or []
+    if snap.get("phase") != "tuned" or len(measured) < 2:
+        return None
+    hashes = [m["hash"] for m in measured]
+    kept_hash = handle._hook.plan_hash()
+    kept = hashes.index(kept_hash) if kept_hash in hashes else None
+    rng = random.Random(seed)
+    local_ms = [[] for _ in measured]
+    orders, step = [], first_step
+    for _ in range(blocks):
+        order = rng.sample(range(len(measured)), len(measured))
+        orders.append(order)
+        for c in order:
+            handle._hook._force_plan("candidate:%d" % c, checks=False)
+            for _ in range(2):
+                train_step(ddp, model, opt, rank, step)
+                step += 1
+            if handle._hook.plan_hash() != hashes[c]:
+                raise RuntimeError("judge: candidate %d (%s) was forced but plan %x runs"
+                                   % (c, measured[c]["name"], handle._hook.plan_hash()))
+            for _ in range(steps):
+                t0 = time.perf_counter()
+                train_step(ddp, model, opt, rank, step)
+                local_ms[c].append((time.perf_counter() - t0) * 1e3)
+                step += 1
+    return {"names": [m["name"] for m in measured], "hashes": ["%016x" % h for h in hashes],
+            "kept": kept, "blocks": blocks, "steps": steps, "seed": seed, "order": orders,
+            "local_ms": local_ms}
+
+
 def main():
     args = parse_args()
     if args.mode == "fusebox":
@@ -158,18 +225,17 @@ def main():
     starts, losses = [], []
     for step in range(args.steps):
         starts.append(time.perf_counter())
-        opt.zero_grad(set_to_none=True)
-        loss = model.loss(ddp(model.make_batch(rank, step)))
-        if injector is not None:
-            injector.before_backward(step)
-        loss.backward()  # DDP waits here for its buckets' allreduces
-        opt.step()
-        losses.append(loss.item())
+        losses.append(train_step(ddp, model, opt, rank, step,
+                                 injector.before_backward if injector is not None else None))
     end = time.perf_counter()
+    judged = None
+    if args.judge_blocks:  # outside the timed run
+        judged = judge(handle, ddp, model, opt, rank, args.steps, args.judge_blocks,
+                       args.judge_steps, args.seed + 1)
 
     # Outside the timed span: every rank's stamps to every rank.
     stamps = [None] * dist.get_world_size()
-    dist.all_gather_object(stamps, {"starts": starts, "end": end})
+    dist.all_gather_object(stamps, {"starts": starts, "end": end, "judged": judged})
     rank_step_ms = [[(b - a) * 1e3 for a, b in zip(s["starts"], s["starts"][1:] + [s["end"]])]
                     for s in stamps]
     rank_total_s = [s["end"] - s["starts"][0] for s in stamps]
@@ -183,6 +249,10 @@ def main():
                              if isinstance(chosen, int) and 0 <= chosen < len(measured) else None)
         if injector is not None:
             fb["injection"] = injector.report()
+    if judged is not None:  # per step, the slowest rank's time
+        judged["step_ms"] = [[max(col) for col in zip(*per_rank)]
+                             for per_rank in zip(*(s["judged"]["local_ms"] for s in stamps))]
+        del judged["local_ms"]
     if rank == 0:
         out = {
             "mode": args.mode, "cap_mb": args.cap, "steps": args.steps,
@@ -191,7 +261,7 @@ def main():
             "total_s": max(rank_total_s),
             "rank_step_ms": rank_step_ms, "rank_total_s": rank_total_s,
             "setup_s": setup_s, "losses": losses,
-            "model": model.profile_summary(), "fusebox": fb,
+            "model": model.profile_summary(), "fusebox": fb, "judge": judged,
             "torch": torch.__version__, "threads": args.threads,
         }
         print(json.dumps(out), flush=True)

@@ -5,9 +5,11 @@
 #include <stdexcept>
 #include <utility>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/strip.h"
 #include "bucketing/plan_io.h"
 #include "bucketing/planners.h"
 #include "plugins/torch/process_group_communicator.h"
@@ -537,14 +539,26 @@ FuturePtr HookState::RunHook(::c10d::GradBucket& bucket) {
   return future;
 }
 
-absl::Status HookState::ForcePlan(const std::string& spec) {
+absl::Status HookState::ForcePlan(const std::string& spec, bool checks) {
   std::lock_guard<std::mutex> step(step_mu_);
   if (tuner_ == nullptr) return absl::FailedPreconditionError("no tuner is running");
-  absl::StatusOr<bucketing::Plan> plan =
-      FixedPlan(spec, engine_ != nullptr ? engine_->layout() : *layout_);
-  if (!plan.ok()) return plan.status();
+  absl::StatusOr<bucketing::Plan> plan;
+  if (absl::string_view index = spec; absl::ConsumePrefix(&index, "candidate:")) {
+    int i = -1;
+    const bucketing::Plan* measured =
+        absl::SimpleAtoi(index, &i) ? tuner_->measured_plan(i) : nullptr;
+    if (measured == nullptr) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "force plan \"%s\": the tuner measured %d plans (candidate:0 .. candidate:%d)", spec,
+          tuner_->measured().size(), static_cast<int>(tuner_->measured().size()) - 1));
+    }
+    plan = *measured;
+  } else {
+    plan = FixedPlan(spec, engine_ != nullptr ? engine_->layout() : *layout_);
+    if (!plan.ok()) return plan.status();
+  }
   plan->name = absl::StrCat("forced-", spec);
-  tuner_->ForceChosen(*std::move(plan));
+  tuner_->ForceChosen(*std::move(plan), checks);
   return absl::OkStatus();
 }
 

@@ -152,8 +152,11 @@ class HookState {
 
   HookSnapshot Snapshot() const;
   absl::Status WriteTimeline(const std::string& path) const;
-  // Test hook: make the tuner adopt `spec` (FixedPlan) as its chosen plan.
-  absl::Status ForcePlan(const std::string& spec);
+  // Test and benchmark hook: make the tuner adopt `spec` as its chosen plan
+  // from the next step: a FixedPlan spec, or "candidate:<i>" for the plan of
+  // the tuner's measured()[i] (0: your buckets). `checks`: as
+  // OnlineTuner::ForceChosen.
+  absl::Status ForcePlan(const std::string& spec, bool checks = true);
 
   // Native path: a tensor hook on parameter `param` (an index into the
   // parameters given at registration) fired: its gradient is ready. On the

@@ -326,6 +326,63 @@ TEST(OnlineTunerTest, AKeptPlanThatTurnsSlowerFallsBackToTheDefault) {
   }
 }
 
+// ForceChosen without checks (what perf/trust_worker.py's judging blocks use
+// to time every measured candidate alone): no control step runs, nothing
+// falls back, however slow the plan, until the next ForceChosen; and
+// measured_plan(i) is the plan measured()[i] was measured with.
+TEST(OnlineTunerTest, AForcedPlanWithoutChecksRunsAloneUntilForcedAgain) {
+  const GradientLayout layout = Layout(24);
+  TunerOptions o = Options(nullptr);
+  o.check_every = 2;  // raised to kMinCheckEvery: a check pair every 6 iterations
+  o.check_pairs = 1;
+  o.max_check_cost = 0.5;
+  std::vector<int> checks(2, -1), fallbacks(2, -1), wrong(2, 0);
+  std::vector<uint64_t> forced_hash(2, 0), back_hash(2, 0), baseline_hash(2, 1);
+  RunRanks(2, [&](int rank, comm::Communicator& comm) {
+    auto tuner = OnlineTuner::Create(comm, layout, o, absl::Minutes(1));
+    ASSERT_TRUE(tuner.ok()) << tuner.status();
+    OnlineTuner* t = tuner->get();
+    auto engine = bucketing::Engine::Create(comm, layout, t->initial_plan(), {});
+    ASSERT_TRUE(engine.ok()) << engine.status();
+    (*engine)->SetPolicy(*std::move(tuner));
+    std::vector<std::vector<float>> grads(layout.size());
+    int guard = 0;
+    while (t->phase() != TunerPhase::kTuned && guard++ < 200) {
+      Iterate(**engine, layout, rank, 2, grads, &wrong[rank]);
+    }
+    const int n = static_cast<int>(t->measured().size());
+    ASSERT_GE(n, 2);
+    EXPECT_EQ(t->measured_plan(-1), nullptr);
+    EXPECT_EQ(t->measured_plan(n), nullptr);
+    for (int i = 0; i < n; ++i) {
+      ASSERT_NE(t->measured_plan(i), nullptr);
+      EXPECT_EQ(bucketing::PlanHash(*t->measured_plan(i)), t->measured()[i].hash) << i;
+    }
+    bucketing::Plan slow = bucketing::PerTensorPlan(layout);
+    slow.name = "slow-per-tensor";  // 100 ms slower per iteration (Iterate)
+    const int checks_before = t->checks();
+    t->ForceChosen(slow, /*checks=*/false);
+    for (int i = 0; i < 3 * (kMinCheckEvery + 1) + 2; ++i) {
+      Iterate(**engine, layout, rank, 2, grads, &wrong[rank]);
+      EXPECT_FALSE(t->TimesNextBoundary()) << "iteration " << i;
+    }
+    checks[rank] = t->checks() - checks_before;
+    fallbacks[rank] = t->fallbacks();
+    forced_hash[rank] = (*engine)->plan_hash();
+    t->ForceChosen(*t->measured_plan(0), /*checks=*/false);
+    for (int i = 0; i < 2; ++i) Iterate(**engine, layout, rank, 2, grads, &wrong[rank]);
+    back_hash[rank] = (*engine)->plan_hash();
+    baseline_hash[rank] = t->measured()[0].hash;
+  });
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_EQ(checks[r], 0) << "rank " << r;
+    EXPECT_EQ(fallbacks[r], 0) << "rank " << r;
+    EXPECT_EQ(forced_hash[r], bucketing::PlanHash(bucketing::PerTensorPlan(layout))) << r;
+    EXPECT_EQ(back_hash[r], baseline_hash[r]) << "rank " << r;
+    EXPECT_EQ(wrong[r], 0);
+  }
+}
+
 TEST(OnlineTunerTest, CalibratesTheCostModelWhenNoneIsGiven) {
   TempDir dir;
   TunerOptions o = Options(nullptr);

@@ -102,3 +102,35 @@ def test_trust_report_reads_decisions_and_judges_every_run_against_the_target():
     report = trust_report.format_report(args, {5.0: [ok, over]})
     assert "| whole run <= 1.02x plain DDP | 2 | 1 | FAIL |" in report
     assert "worst whole-run ratio: 1.030 (cap 5 MiB, run 2, kept yours)" in report
+
+
+def test_trust_report_judges_the_kept_plan_against_the_best_it_measured():
+    import argparse
+    import trust_report
+    # Plan 1 was kept; plan 2 is 3% faster in the judging blocks (medians,
+    # the slowest rank's steps): kept / best = 1.03, over the 2% target.
+    judged = {"names": ["ddp-cap5mb", "tuned", "ddp"], "kept": 1,
+              "step_ms": [[110.0, 111.0, 109.0], [103.0, 500.0, 103.0], [100.0, 99.0, 101.0]]}
+    j = trust_report.judge_figures(judged)
+    assert j["best"] == "ddp" and j["kept"] == "tuned"
+    assert abs(j["ratio"] - 1.03) < 1e-12 and j["median_ms"] == [110.0, 103.0, 100.0]
+    assert trust_report.judge_figures(None) is None
+    assert trust_report.judge_figures(dict(judged, kept=None))["ratio"] is None
+    plain = {"total_s": 50.0, "losses": [1.0], "step_ms": [100.0] * 30}
+    fused = {"total_s": 50.0, "losses": [1.0], "step_ms": [100.0] * 30, "judge": judged,
+             "fusebox": {"decision": "replaced your DDP buckets (5 MiB) with tuned: x"}}
+    slow = dict(trust_report.analyze_run(plain, fused), run=1, cap=5.0, order="plain, fusebox")
+    best = dict(judged, kept=2)
+    fine = [dict(trust_report.analyze_run(plain, dict(fused, judge=best)), run=k, cap=5.0,
+                 order="plain, fusebox") for k in range(2, 21)]
+    args = argparse.Namespace(caps=[5.0], runs=20, steps=30, link="loopback",
+                              profile="resnet50", compute_scale=1.0, param_scale=1.0,
+                              judge_blocks=1, judge_steps=3)
+    row = "| kept plan <= 1.02x the best measured plan, judged in separate interleaved blocks"
+    # 19 of 20 within: the target holds; 18 of 19 does not.
+    assert row + " | 20 | 19 | PASS |" in trust_report.format_report(args, {5.0: [slow] + fine})
+    assert row + " | 19 | 18 | FAIL |" in trust_report.format_report(args,
+                                                                     {5.0: [slow] + fine[1:]})
+    report = trust_report.format_report(args, {5.0: [slow] + fine})
+    assert "worst 1.030 (cap 5 MiB, run 1: kept tuned, best ddp)" in report
+    assert "| 1.030 | ddp |" in report

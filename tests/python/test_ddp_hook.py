@@ -359,7 +359,7 @@ model = DDP(Sleepy())
 handle = fusebox.torch.register(model, cache_dir=False, candidates=0, screening_blocks=1,
                                 verify_pairs=5, check_every=2, check_pairs=1, timeout_s=60)
 opt = torch.optim.SGD(model.parameters(), lr=0.01)
-forced_at, rolled_back_at = None, None
+forced_at, rolled_back_at, bad_index_error = None, None, None
 for step in range(100):
     x = torch.randn(16, 64)
     opt.zero_grad()
@@ -370,6 +370,10 @@ for step in range(100):
     time.sleep(SLEEP_S["optimizer"])
     opt.step()
     if forced_at is None and handle.state == "tuned":
+        try:
+            handle._hook._force_plan("candidate:%d" % len(handle.snapshot()["measured"]))
+        except Exception as e:  # one past the last measured plan
+            bad_index_error = str(e)
         handle._hook._force_plan("per-tensor")
         forced_at = step
     elif forced_at is not None and rolled_back_at is None and handle.snapshot()["fallbacks"]:
@@ -377,6 +381,7 @@ for step in range(100):
 snap = handle.snapshot()
 print("RESULT", json.dumps({"rank": rank, "iteration_ms": [s["iteration_ms"] for s in snap["stats"]],
       "forced_at": forced_at, "rolled_back_at": rolled_back_at, "decision": snap["decision"],
+      "bad_index_error": bad_index_error,
       "final_plan": snap["plan"]["name"], "installs": snap["plan_installs"]}))
 '''
 
@@ -396,6 +401,7 @@ def test_steps_are_timed_whole_and_a_bad_plan_is_rolled_back():
         assert res["iteration_ms"], res
         assert min(res["iteration_ms"]) >= 50.0, res["iteration_ms"]
         assert res["forced_at"] is not None, res
+        assert "the tuner measured" in (res["bad_index_error"] or ""), res
         assert res["rolled_back_at"] is not None, res
         assert res["rolled_back_at"] - res["forced_at"] <= 10 * (5 + 1) + 2, res
         assert "fell back to DDP's default" in res["decision"], res["decision"]

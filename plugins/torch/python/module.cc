@@ -164,6 +164,7 @@ py::dict SnapshotToDict(const HookSnapshot& s) {
   for (const autotune::MeasuredPlan& m : s.measured) {
     py::dict e;
     e["name"] = m.name;
+    e["hash"] = m.hash;
     e["measured_ms"] = m.measured_us / 1e3;
     // A 95% interval of the median where the samples allow one, else their
     // range (say which: "interval" names it).
@@ -351,11 +352,13 @@ PYBIND11_MODULE(_C, m) {
       .def("times_next_boundary", [](Hook& h) { return h.state().TimesNextBoundary(); })
       .def("summary_line", [](Hook& h) { return h.state().SummaryLine(); })
       .def("plan_hash", [](Hook& h) { return h.state().PlanHash(); })
-      .def("_force_plan",
-           [](Hook& h, const std::string& spec) {
-             absl::Status s = h.state().ForcePlan(spec);
-             if (!s.ok()) fusebox::torch_plugin::Throw(s);
-           })
+      .def(
+          "_force_plan",
+          [](Hook& h, const std::string& spec, bool checks) {
+            absl::Status s = h.state().ForcePlan(spec, checks);
+            if (!s.ok()) fusebox::torch_plugin::Throw(s);
+          },
+          py::arg("spec"), py::arg("checks") = true)
       .def_property_readonly("rank", &Hook::rank)
       .def_property_readonly("world_size", &Hook::size);
   m.def("_register", &fusebox::torch_plugin::Register, py::arg("reducer"), py::arg("group"),
