@@ -36,7 +36,6 @@ root; the namespaces are those of perf/bench_trust.py and perf/bench_ddp_hook.py
 """
 import argparse
 import json
-import math
 import os
 import random
 import shlex
@@ -48,6 +47,7 @@ import time
 
 import bench_ddp_hook as netns  # perf/: namespaces, shaping, ports
 import bench_trust as trust     # perf/bench_trust.py: scales, launches, preflight
+from trust_report import step_noise  # noqa: F401  (its tests call rb.step_noise)
 import results as result_summary
 
 REPO = trust.REPO
@@ -96,19 +96,6 @@ def parse_args(argv=None):
         args.seed = random.SystemRandom().randrange(1, 2 ** 31)
     args.caps = [args.cap]  # what bench_trust's scales and launcher read
     return args
-
-
-def step_noise(step_ms, first):
-    """The spread of log(step_{i+1} / step_i) from step `first` on (1.4826 x
-    their median absolute deviation): the size of the noise a check pair's
-    log-ratio carries, which sets the detection delay (the table in Note
-    [Catching small regressions], autotune/regression.h)."""
-    tail = [t for t in step_ms[first:] if t > 0]
-    logs = [math.log(b / a) for a, b in zip(tail, tail[1:])]
-    if len(logs) < 2:
-        return None
-    med = statistics.median(logs)
-    return 1.4826 * statistics.median(abs(v - med) for v in logs)
 
 
 def analyze(launch, steps):

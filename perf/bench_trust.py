@@ -144,7 +144,9 @@ def choose_scales(args):
     step_high = fwd_s + bwd_s + comm_s
     launches = 2 * args.runs * len(args.caps)
     # Judging: about JUDGED_PLANS plans x blocks x (steps + 2) after each fusebox run.
-    judged = args.runs * len(args.caps) * JUDGED_PLANS * args.judge_blocks * (args.judge_steps + 2)
+    # (Drivers that share these scales and judge nothing have no judge_blocks.)
+    blocks, steps = getattr(args, "judge_blocks", 0), getattr(args, "judge_steps", 0)
+    judged = args.runs * len(args.caps) * JUDGED_PLANS * blocks * (steps + 2)
     est = [launches * (args.steps * t + LAUNCH_OVERHEAD_S) + judged * t
            for t in (step_low, step_high)]
     return {
@@ -187,7 +189,8 @@ def describe_scales(f, args):
         "estimated step %.0f-%.0f ms; %d launches of %d steps (+ ~%g s each to start), "
         "judging %d blocks x %d steps: about %s"
         % (f["step_ms_range"][0], f["step_ms_range"][1], f["launches"], args.steps,
-           LAUNCH_OVERHEAD_S, args.judge_blocks, args.judge_steps, duration(*f["estimate_s"])),
+           LAUNCH_OVERHEAD_S, getattr(args, "judge_blocks", 0), getattr(args, "judge_steps", 0),
+           duration(*f["estimate_s"])),
     ]
 
 
@@ -301,6 +304,10 @@ def parse_args(argv=None):
     ap.add_argument("--dry-run", action="store_true",
                     help="print the chosen scales and the time estimate, then stop (no root "
                          "needed, nothing launched)")
+    ap.add_argument("--report-from", metavar="DIR", default=None,
+                    help="launch nothing: analyse a finished run's DIR/raw/*.json again with "
+                         "this checkout's perf/trust_report.py and write DIR/report.md and "
+                         "DIR/result.json anew (the run's command, commit and date kept)")
     ap.add_argument("--timeout", type=int, default=900,
                     help="seconds one launch may take before the run fails (default: "
                          "%(default)s)")
@@ -356,8 +363,53 @@ def exit_on_signal(signum, frame):
     raise SystemExit(128 + signum)
 
 
+def report_again(outdir):
+    """--report-from: the report and summary of a finished run, from its raw files."""
+    raws = []
+    for name in sorted(os.listdir(os.path.join(outdir, "raw"))):
+        if name.endswith(".json"):
+            with open(os.path.join(outdir, "raw", name)) as f:
+                raws.append(json.load(f))
+    if not raws:
+        sys.exit("bench_trust: %s/raw holds no run" % outdir)
+    first = raws[0]
+    plain, fused = first["launches"]["plain"], first["launches"]["fusebox"]
+    judge = fused.get("judge") or {}
+    args = argparse.Namespace(
+        caps=sorted({r["cap_mb"] for r in raws}), runs=max(r["run"] for r in raws),
+        steps=plain["steps"], link=first["link"], profile=first["scales"]["profile"],
+        compute_scale=first["scales"]["compute_scale"],
+        param_scale=first["scales"]["param_scale"],
+        judge_blocks=judge.get("blocks", 0), judge_steps=judge.get("steps", 0))
+    runs_by_cap = {cap: [] for cap in args.caps}
+    for r in sorted(raws, key=lambda r: (r["run"], r["cap_mb"])):
+        result = analyze_run(r["launches"]["plain"], r["launches"]["fusebox"])
+        result.update(cap=r["cap_mb"], run=r["run"], order=", ".join(r["order"]),
+                      requested_seed=r["seed"])
+        runs_by_cap[r["cap_mb"]].append(result)
+    old = {}
+    if os.path.exists(os.path.join(outdir, "result.json")):
+        with open(os.path.join(outdir, "result.json")) as f:
+            old = json.load(f)
+    with open(os.path.join(outdir, "report.md")) as f:
+        head = [line.rstrip("\n") for line in f if line.startswith("# ")]
+    report = "\n".join(head) + "\n\n" + format_report(args, runs_by_cap)
+    print(report, end="")
+    with open(os.path.join(outdir, "report.md"), "w") as f:
+        f.write(report)
+    summary = result_summary.make_summary(
+        report, "bench_trust", old.get("command") or head[0][2:],
+        "whole runs: plain DDP vs DDP + fusebox", old.get("commit", "unknown"),
+        old.get("date") or time.strftime("%Y-%m-%d"), old.get("machine") or
+        result_summary.this_machine())
+    result_summary.write_summary(os.path.join(outdir, "result.json"), summary)
+
+
 def main(argv=None):
     args = parse_args(argv)
+    if args.report_from:
+        report_again(args.report_from)
+        return
     if not args.dry_run:
         preflight(args)
     try:

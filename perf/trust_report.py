@@ -1,6 +1,7 @@
 """The analysis and report of perf/bench_trust.py (and perf/bench_rollback.py's decisions):
 each run's whole-run and steady ratios, fusebox's decision in a few words, and the report's
 markdown tables."""
+import math
 import os
 import re
 import statistics
@@ -33,6 +34,44 @@ def steady_ms(step_ms):
     return statistics.median(tail)
 
 
+def step_noise(step_ms, first):
+    """The spread of log(step_{i+1} / step_i) from step `first` on (1.4826 x
+    their median absolute deviation): the size of the noise a check pair's
+    log-ratio carries, which sets the detection delay (the table in Note
+    [Catching small regressions], autotune/regression.h)."""
+    tail = [t for t in step_ms[first:] if t > 0]
+    logs = [math.log(b / a) for a, b in zip(tail, tail[1:])]
+    if len(logs) < 2:
+        return None
+    med = statistics.median(logs)
+    return 1.4826 * statistics.median(abs(v - med) for v in logs)
+
+
+def sign_test_k(pairs, confidence=0.95):
+    """The rule's k (Note [Stopping verification early], autotune/decision.h): the baseline is
+    replaced only when fewer than k of `pairs` gains are at or below the minimum effect; the
+    largest k with P(Binomial(pairs, 1/2) <= k - 1) <= 1 - confidence (0 if none)."""
+    k, cdf = 0, 0.0
+    for j in range(pairs + 1):
+        cdf += math.comb(pairs, j) / 2.0 ** pairs
+        if cdf > 1 - confidence:
+            break
+        k = j + 1
+    return k
+
+
+def replace_power(gain, noise, pairs=8, min_effect=0.02, confidence=0.95):
+    """The chance that the rule replaces the baseline with a plan truly `gain` faster (a
+    fraction), where a pair's log-ratio has spread `noise` (normal): each pair's gain exceeds
+    the minimum effect with p = Phi((gain - min_effect) / noise), and fewer than k of the
+    pairs may fall at or below it."""
+    if noise <= 0:
+        return 1.0 if gain > min_effect else 0.0
+    p = 0.5 * (1 + math.erf((math.log1p(gain) - math.log1p(min_effect)) / (noise * math.sqrt(2))))
+    k = sign_test_k(pairs, confidence)
+    return sum(math.comb(pairs, j) * (1 - p) ** j * p ** (pairs - j) for j in range(k))
+
+
 def judge_figures(judged):
     """The judging blocks (perf/trust_worker.py's judge()): every measured
     plan's median step (the slowest rank's) over all its timed steps, the best
@@ -42,12 +81,23 @@ def judge_figures(judged):
     medians = [statistics.median(ms) for ms in judged["step_ms"]]
     best = min(range(len(medians)), key=medians.__getitem__)
     kept = judged["kept"]
-    return {
+    out = {
         "names": judged["names"], "median_ms": medians, "best": judged["names"][best],
         "kept": judged["names"][kept] if kept is not None else None,
         "ratio": medians[kept] / medians[best] if kept is not None else None,
-        "samples": len(judged["step_ms"][0]),
+        "samples": len(judged["step_ms"][0]), "ratio_ci": None,
     }
+    # The judge's own resolution: per block, the kept plan's median step over
+    # the best plan's (each plan's samples are its blocks' in turn), and a
+    # distribution-free interval of their median.
+    steps, blocks = judged.get("steps"), judged.get("blocks")
+    if kept is not None and steps and blocks and blocks > 1:
+        per_block = [statistics.median(judged["step_ms"][kept][b * steps:(b + 1) * steps]) /
+                     statistics.median(judged["step_ms"][best][b * steps:(b + 1) * steps])
+                     for b in range(blocks)]
+        low, high, cov = median_ci(per_block)
+        out["ratio_ci"] = [low, high, cov]
+    return out
 
 
 def analyze_run(plain, fused):
@@ -65,6 +115,7 @@ def analyze_run(plain, fused):
         "tuning_cost_ms": fb.get("tuning_cost_ms"), "phase": fb.get("phase"),
         "seed": fb.get("seed"), "plan": fb.get("plan"), "buckets": fb.get("buckets"),
         "loss_max_abs_diff": diff, "judged": judge_figures(fused.get("judge")),
+        "plain_noise": step_noise(plain["step_ms"], len(plain["step_ms"]) // 3),
     }
 
 
@@ -90,6 +141,8 @@ def judged_text(r):
         return "-", "-"
     if j["ratio"] is None:
         return "not measured", j["best"]
+    if j.get("ratio_ci"):
+        return "%.3f [%.3f, %.3f]" % (j["ratio"], j["ratio_ci"][0], j["ratio_ci"][1]), j["best"]
     return "%.3f" % j["ratio"], j["best"]
 
 
@@ -99,9 +152,17 @@ def judge_target(runs):
     if not judged:
         return []
     within = sum(j["ratio"] is not None and j["ratio"] <= BEST_TARGET for j in judged)
-    return ["| kept plan <= %.2fx the best measured plan, judged in separate interleaved "
+    rows = ["| kept plan <= %.2fx the best measured plan, judged in separate interleaved "
             "blocks | %d | %d | %s |" % (BEST_TARGET, len(judged), within,
                                          "PASS" if within >= 0.95 * len(judged) else "FAIL")]
+    with_ci = [j for j in judged if j.get("ratio_ci")]
+    if with_ci:
+        clear = sum(j["ratio_ci"][0] <= BEST_TARGET for j in with_ci)
+        rows.append("| the same, counting only runs whose interval over blocks lies above "
+                    "%.2f as over | %d | %d | %s |" % (
+                        BEST_TARGET, len(with_ci), clear,
+                        "PASS" if clear >= 0.95 * len(with_ci) else "FAIL"))
+    return rows
 
 
 def format_report(args, runs_by_cap):
@@ -187,4 +248,18 @@ def format_report(args, runs_by_cap):
                 "%s, best %s)" % (args.steps, args.judge_blocks, args.judge_steps,
                                   worst["judged"]["ratio"], worst["cap"], worst["run"],
                                   worst["judged"]["kept"], worst["judged"]["best"]))
+        noises = [r["plain_noise"] for r in all_runs if r.get("plain_noise") is not None]
+        if noises:
+            noise = statistics.median(noises)
+            lines += [
+                "", "## the rule's power at this run's noise", "",
+                "The step-to-step noise of plain DDP here (the spread of log(step i+1 / step i) "
+                "over the last two thirds of each plain launch, 1.4826 x MAD; median over "
+                "launches) is %.3f, and a verification pair carries about that much. The chance "
+                "that fusebox's rule (8 pairs, 95%%, minimum effect 2%%: at most %d of the 8 pairs "
+                "at or below 2%%) replaces your buckets with a plan truly faster by:"
+                % (noise, sign_test_k(8) - 1), "",
+                "| faster by | P(replace) |", "|---|---|"] + [
+                "| %g%% | %.3f |" % (100 * g, replace_power(g, noise))
+                for g in (0.025, 0.03, 0.05, 0.10)] + [""]
     return "\n".join(lines) + "\n"

@@ -6,6 +6,8 @@ import os
 import sys
 import types
 
+import pytest
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "..", "perf"))
 
@@ -134,3 +136,44 @@ def test_trust_report_judges_the_kept_plan_against_the_best_it_measured():
     report = trust_report.format_report(args, {5.0: [slow] + fine})
     assert "worst 1.030 (cap 5 MiB, run 1: kept tuned, best ddp)" in report
     assert "| 1.030 | ddp |" in report
+
+
+def test_the_judged_ratio_has_an_interval_over_blocks_and_a_clear_loss_is_counted_apart():
+    import argparse
+    import trust_report
+    # Each plan's samples are its blocks' in turn: 3 blocks of 2 steps.
+    judged = {"names": ["kept", "best"], "kept": 0, "blocks": 3, "steps": 2,
+              "step_ms": [[105.0, 105.0, 104.0, 104.0, 103.0, 103.0], [100.0] * 6]}
+    j = trust_report.judge_figures(judged)
+    assert j["ratio"] == pytest.approx(1.04)
+    assert j["ratio_ci"][:2] == pytest.approx([1.03, 1.05])   # 3 blocks: [min, max]
+    close = dict(judged, step_ms=[[101.0, 101.0, 104.0, 104.0, 103.0, 103.0], [100.0] * 6])
+    assert trust_report.judge_figures(close)["ratio_ci"][0] == pytest.approx(1.01)
+    plain = {"total_s": 50.0, "losses": [1.0], "step_ms": [100.0] * 30}
+    fused = {"total_s": 50.0, "losses": [1.0], "step_ms": [100.0] * 30,
+             "fusebox": {"decision": "kept your DDP buckets (5 MiB): x"}}
+    runs = [dict(trust_report.analyze_run(plain, dict(fused, judge=judged)), run=1, cap=5.0,
+                 order="plain, fusebox"),
+            dict(trust_report.analyze_run(plain, dict(fused, judge=close)), run=2, cap=5.0,
+                 order="fusebox, plain")]
+    args = argparse.Namespace(caps=[5.0], runs=2, steps=30, link="loopback",
+                              profile="resnet50", compute_scale=1.0, param_scale=1.0,
+                              judge_blocks=3, judge_steps=2)
+    report = trust_report.format_report(args, {5.0: runs})
+    assert "| 1.040 [1.030, 1.050] | best |" in report
+    # Both over 1.02 by their medians; only the first clearly (its interval above it).
+    assert "judged in separate interleaved blocks | 2 | 0 | FAIL |" in report
+    assert "lies above 1.02 as over | 2 | 1 | FAIL |" in report
+
+
+def test_the_rules_power_falls_with_noise_and_is_one_half_where_half_the_pairs_clear():
+    import trust_report
+    assert trust_report.sign_test_k(8) == 2 and trust_report.sign_test_k(5) == 1
+    assert trust_report.sign_test_k(4) == 0          # 4 pairs cannot reach 95%
+    assert trust_report.replace_power(0.05, 0.0) == 1.0
+    assert trust_report.replace_power(0.01, 0.0) == 0.0
+    # A plan exactly at the minimum effect: each pair clears it half the time, so the rule
+    # replaces with P(at most 1 of 8 at or below) = 9 / 256.
+    assert trust_report.replace_power(0.02, 0.05) == pytest.approx(9 / 256)
+    assert (trust_report.replace_power(0.05, 0.03) > trust_report.replace_power(0.05, 0.07)
+            > trust_report.replace_power(0.03, 0.07))
