@@ -133,6 +133,16 @@ struct UcxOptions {
   // keep the bandwidth where they share none.
   enum class ShmStores { kAuto, kCached, kStreamed };
   ShmStores shm_stores = ShmStores::kAuto;
+  // On one host, AllReduce of at least this many bytes reads the peers'
+  // buffers in place by cross-memory attach, one kernel copy instead of
+  // staging (Note [Single-copy allreduce] in comm/ucx/shm_allreduce.h),
+  // where the kernel lets every rank read every other (found at set-up;
+  // else every call stages), up to cma_max_bytes: above it the staged
+  // rounds, whose streaming stores spare the writes a read-for-ownership,
+  // were faster (2 local ranks: 2-8 MiB 1.06-1.18x the staged rounds'
+  // speed, 32-64 MiB 0.81-0.84x; below 2 MiB no clear gain). 0: never.
+  size_t cma_min_bytes = size_t{2} << 20;
+  size_t cma_max_bytes = size_t{8} << 20;
   // Where the transports are TCP only (nothing but tcp and self, in
   // `transports` or a TLS in ucx_config: every peer is reached through
   // sockets), messages of up to this

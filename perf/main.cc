@@ -113,6 +113,13 @@ ABSL_FLAG(std::string, ucx_shm_stores, "auto",
           "(ordinary stores: fastest where the ranks' cores share a cache), streamed "
           "(non-temporal: where they do not), or auto (times both on the run's own "
           "allreduces of 256 KiB and more and runs the faster)");
+ABSL_FLAG(std::string, ucx_cma_min, "2M",
+          "ucx backend, one host: AllReduce of --ucx_cma_min to --ucx_cma_max bytes reads the "
+          "peers' buffers in place by cross-memory attach (one kernel copy instead of "
+          "staging) where the kernel lets every rank read every other; 0: never");
+ABSL_FLAG(std::string, ucx_cma_max, "8M",
+          "ucx backend, one host: the largest AllReduce that reads its peers in place "
+          "(--ucx_cma_min)");
 ABSL_FLAG(std::string, ucx_recursive_doubling, "64K",
           "ucx backend: AllReduce over messages (no shared memory: across hosts) up to this "
           "size (or --ucx_small, if larger) runs recursive doubling inside the round that "
@@ -390,6 +397,12 @@ absl::StatusOr<comm::BackendOptions> BackendOptionsFromFlags() {
   auto shm_chunk = ParseBytes(absl::GetFlag(FLAGS_ucx_shm_chunk));
   if (!shm_chunk.ok()) return shm_chunk.status();
   b.ucx.shm_chunk_bytes = *shm_chunk;
+  auto cma_min = ParseBytes(absl::GetFlag(FLAGS_ucx_cma_min));
+  if (!cma_min.ok()) return cma_min.status();
+  b.ucx.cma_min_bytes = *cma_min;
+  auto cma_max = ParseBytes(absl::GetFlag(FLAGS_ucx_cma_max));
+  if (!cma_max.ok()) return cma_max.status();
+  b.ucx.cma_max_bytes = *cma_max;
   using ShmStores = comm::UcxOptions::ShmStores;
   auto stores = ParseChoice<ShmStores>("ucx_shm_stores", absl::GetFlag(FLAGS_ucx_shm_stores),
                                        {{"auto", ShmStores::kAuto},

@@ -61,9 +61,19 @@ class UcxCommunicator final : public Communicator, private CollectiveExecutor {
   int rank() const override { return rank_; }
   int size() const override { return size_; }
   std::string backend() const override { return "ucx"; }
-  // The table, then the measured choices made so far (Note [Measured
-  // choice]).
-  std::string Algorithms() const override { return choice_.Describe(); }
+  // The table, the measured choices made so far (Note [Measured choice]),
+  // and whether large allreduces read their peers in place (Note
+  // [Single-copy allreduce]).
+  std::string Algorithms() const override {
+    if (!segments_.enabled) return choice_.Describe();
+    return absl::StrCat(
+        choice_.Describe(), "\nSingle copy: ",
+        shm_.group.pids.empty()
+            ? absl::StrCat("off (", segments_.cma_verdict, ")")
+            : absl::StrCat("on, shm-allreduce of ", shm_.group.cma_min_bytes, " to ",
+                           shm_.group.cma_max_bytes,
+                           " bytes reads the peers' buffers by cross-memory attach"));
+  }
   std::vector<std::string> SetupNotes() const override {
     if (core_.progress_priority().ok()) return {};
     return {std::string(core_.progress_priority().message())};

@@ -1,13 +1,17 @@
 #include "comm/ucx/shm_allreduce.h"
 
 #include <sched.h>
+#include <sys/prctl.h>
+#include <sys/uio.h>
 #include <unistd.h>
 #if defined(__SSE2__)
 #include <emmintrin.h>
 #endif
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
+#include <cstddef>
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
@@ -31,6 +35,10 @@ struct Control {
   // Where in each slot its sub-blocks start, past the slot's line boundary
   // (Note [Staging in the buffer's phase]); written before `ready`.
   alignas(kLine) std::atomic<uint64_t> phase[kSlots];
+  // The addresses of this rank's send and recv buffers in its current
+  // single-copy call (Note [Single-copy allreduce]); written before `ready`.
+  alignas(kLine) std::atomic<uint64_t> cma_send;
+  std::atomic<uint64_t> cma_recv;
 };
 static_assert(std::atomic<uint64_t>::is_always_lock_free, "shared counters must be lock-free");
 constexpr size_t kControlBytes = (sizeof(Control) + 4095) / 4096 * 4096;
@@ -125,7 +133,8 @@ void PrefetchForWrite(const void* line) {
 // Values of Control::aborted (0: still in): why its owner gave up mid-collective.
 constexpr uint64_t kAbortedDestroyed = 1;
 constexpr uint64_t kAbortedFollowing = 2;    // another rank gave up first
-constexpr uint64_t kAbortedTimeoutBase = 3;  // + the rank it timed out on
+constexpr uint64_t kAbortedReadFailed = 3;   // a single-copy read of a peer failed
+constexpr uint64_t kAbortedTimeoutBase = 4;  // + the rank it timed out on
 
 // A status, and the value this rank's `aborted` word gets so that peers can
 // say why it left.
@@ -167,6 +176,12 @@ WaitResult WaitAll(const ShmGroup& g, CounterOf counter_of, const char* stage, u
             return {absl::AbortedError(absl::StrCat(
                         "rank ", q,
                         " abandoned the shared-memory allreduce (its communicator was destroyed)")),
+                    kAbortedFollowing};
+          }
+          if (why == kAbortedReadFailed) {
+            return {absl::AbortedError(absl::StrCat(
+                        "rank ", q,
+                        " abandoned the shared-memory allreduce (a cross-memory read failed)")),
                     kAbortedFollowing};
           }
           if (why >= kAbortedTimeoutBase) {
@@ -262,7 +277,10 @@ void InitShmSegment(unsigned char* base, int size, size_t chunk_bytes, size_t ma
   }
   std::memset(base, 0, kControlBytes);
   if (mailbox_bytes == 0) return;
-  const ShmGroup g{0, size, chunk_bytes, {}, mailbox_bytes};
+  ShmGroup g;
+  g.size = size;
+  g.chunk_bytes = chunk_bytes;
+  g.mailbox_bytes = mailbox_bytes;
   for (uint64_t which : {0, 1}) {
     std::memset(static_cast<void*>(Mailbox(g, base, which)), 0, sizeof(MailboxHead));
   }
@@ -450,6 +468,134 @@ absl::Status ShmAllReduce(const ShmGroup& g, const void* send, void* recv, size_
     ctl->consumed.store(round, std::memory_order_release);
   }
   return absl::OkStatus();
+}
+
+namespace {
+
+// Reads `n` bytes at `remote` in rank `peer`'s process into `dst`, in as
+// many calls as the kernel needs (it may stop at a page boundary).
+absl::Status ReadPeer(const ShmGroup& g, int peer, unsigned char* dst, uint64_t remote,
+                      size_t n) {
+  while (n > 0) {
+    iovec local{dst, n};
+    iovec far{reinterpret_cast<void*>(static_cast<uintptr_t>(remote)), n};
+    const ssize_t got = process_vm_readv(g.pids[peer], &local, 1, &far, 1, 0);
+    if (got < 0 && errno == EINTR) continue;
+    if (got <= 0) {
+      return absl::InternalError(absl::StrCat(
+          "single-copy allreduce: reading ", n, " bytes of rank ", peer, " (pid ", g.pids[peer],
+          ") failed: ", got < 0 ? std::strerror(errno) : "nothing read"));
+    }
+    dst += got;
+    remote += static_cast<uint64_t>(got);
+    n -= static_cast<size_t>(got);
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status CmaAllReduce(const ShmGroup& g, const void* send, void* recv, size_t count,
+                          DataType type, ReduceOp op, uint64_t* rounds,
+                          const std::atomic<bool>& abort, std::vector<unsigned char>* scratch,
+                          absl::Time deadline) {
+  if (static_cast<int>(g.pids.size()) != g.size) {
+    return absl::FailedPreconditionError("single-copy allreduce: no cross-memory attach here");
+  }
+  const size_t esize = DataTypeSize(type);
+  const int p = g.size;
+  const auto* in = static_cast<const unsigned char*>(send);
+  auto* out = static_cast<unsigned char*>(recv);
+  Control* const ctl = ControlOf(g.bases[g.rank]);
+  const auto give_up = [&](WaitResult w) {
+    ctl->aborted.store(w.aborted, std::memory_order_release);
+    return w.status;
+  };
+  const auto wait = [&](std::atomic<uint64_t> Control::*counter, const char* stage,
+                        uint64_t round) {
+    return WaitAll(g, ControlCounter(counter), stage, round, abort, deadline);
+  };
+  const std::vector<Range> sub = SplitEven(count, esize, p);
+  const uint64_t round = ++*rounds;
+  // 1. This call's addresses, published by `ready`.
+  ctl->cma_send.store(reinterpret_cast<uintptr_t>(send), std::memory_order_relaxed);
+  ctl->cma_recv.store(reinterpret_cast<uintptr_t>(recv), std::memory_order_relaxed);
+  ctl->ready.store(round, std::memory_order_release);
+  if (WaitResult w = wait(&Control::ready, "addresses published", round); !w.status.ok()) {
+    return give_up(std::move(w));
+  }
+  // 2. My sub-block, a cache-sized piece at a time.
+  const Range mine = sub[g.rank];
+  const size_t piece = std::max(esize, g.chunk_bytes / esize * esize);
+  scratch->resize(std::min(piece, mine.len));
+  for (size_t off = 0; off < mine.len; off += piece) {
+    const size_t n = std::min(piece, mine.len - off);
+    unsigned char* dst = out + mine.off + off;
+    const unsigned char* acc = in + mine.off + off;
+    for (int j = 0; j < p; ++j) {
+      if (j == g.rank) continue;
+      const uint64_t peer_send = ControlOf(g.bases[j])->cma_send.load(std::memory_order_relaxed);
+      if (absl::Status s = ReadPeer(g, j, scratch->data(), peer_send + mine.off + off, n);
+          !s.ok()) {
+        return give_up({s, kAbortedReadFailed});
+      }
+      Reduce(acc, scratch->data(), dst, n / esize, type, op);
+      acc = dst;
+    }
+    if (acc != dst) std::memcpy(dst, acc, n);  // one rank: nothing reduced
+    if (op == ReduceOp::kAvg) FinishAvg(dst, n / esize, type, p);
+  }
+  ctl->reduced.store(round, std::memory_order_release);
+  if (WaitResult w = wait(&Control::reduced, "sub-blocks reduced", round); !w.status.ok()) {
+    return give_up(std::move(w));
+  }
+  // 3. Every peer's sub-block straight into my output.
+  for (int j = 0; j < p; ++j) {
+    if (j == g.rank || sub[j].len == 0) continue;
+    const uint64_t peer_recv = ControlOf(g.bases[j])->cma_recv.load(std::memory_order_relaxed);
+    if (absl::Status s = ReadPeer(g, j, out + sub[j].off, peer_recv + sub[j].off, sub[j].len);
+        !s.ok()) {
+      return give_up({s, kAbortedReadFailed});
+    }
+  }
+  ctl->consumed.store(round, std::memory_order_release);
+  // 4. Nobody reads my buffers any more.
+  if (WaitResult w = wait(&Control::consumed, "peers done reading", round); !w.status.ok()) {
+    return give_up(std::move(w));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ProbeCrossMemoryAttach(int pid, uint64_t address, const void* expected,
+                                    size_t bytes) {
+  std::vector<unsigned char> buf(bytes);
+  iovec local{buf.data(), bytes};
+  iovec far{reinterpret_cast<void*>(static_cast<uintptr_t>(address)), bytes};
+  const ssize_t got = process_vm_readv(pid, &local, 1, &far, 1, 0);
+  if (got != static_cast<ssize_t>(bytes)) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("process_vm_readv of pid ", pid, ": ",
+                     got < 0 ? std::strerror(errno) : absl::StrCat(got, " of ", bytes, " bytes")));
+  }
+  if (std::memcmp(buf.data(), expected, bytes) != 0) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "process_vm_readv of pid ", pid,
+        " read other bytes than its shared segment holds (a process in another PID namespace?)"));
+  }
+  return absl::OkStatus();
+}
+
+size_t ShmProbeOffset() { return offsetof(Control, cma_send); }
+
+void SetShmProbeWord(unsigned char* base, uint64_t value) {
+  ControlOf(base)->cma_send.store(value, std::memory_order_release);
+}
+
+void AllowCrossMemoryAttach() {
+#if defined(PR_SET_PTRACER) && defined(PR_SET_PTRACER_ANY)
+  // EINVAL where Yama is absent: nothing to allow.
+  (void)prctl(PR_SET_PTRACER, PR_SET_PTRACER_ANY, 0, 0, 0);
+#endif
 }
 
 unsigned char* ShmOutbox(const ShmGroup& g, uint64_t exchanges) {

@@ -50,6 +50,14 @@ struct ShmGroup {
   // Copies into this rank's staging of at least this many bytes use
   // non-temporal stores (0: never; Note [Streaming into the staging]).
   size_t stream_bytes = 0;
+  // Every rank's process id where every rank can read every other's memory
+  // by cross-memory attach (Note [Single-copy allreduce]); empty: it cannot,
+  // or it is not wanted, and every allreduce stages.
+  std::vector<int> pids{};
+  // Allreduces of cma_min_bytes to cma_max_bytes run CmaAllReduce where
+  // `pids` allows.
+  size_t cma_min_bytes = SIZE_MAX;
+  size_t cma_max_bytes = 0;
 };
 
 // The smallest copy into the staging that streams where a rank streams.
@@ -118,7 +126,9 @@ class StagingChooser {
 // ranks of builds that lay segments out differently fall back to messages
 // instead of reading each other at other offsets. 2: slots staged in the
 // input's phase (Note [Staging in the buffer's phase]).
-constexpr int kShmLayoutVersion = 2;
+// 3: the control block carries each call's addresses (Note [Single-copy
+// allreduce]).
+constexpr int kShmLayoutVersion = 3;
 
 // Bytes of one rank's segment (control block + staging slots + two
 // mailboxes of mailbox_bytes, each with a 16-byte head).
@@ -173,6 +183,58 @@ absl::Status ShmAllReduce(const ShmGroup& group, const void* send, void* recv, s
                           const std::atomic<bool>& abort,
                           absl::Time deadline = absl::InfiniteFuture(),
                           absl::Duration* waited = nullptr, bool first_round_staged = false);
+
+// Note [Single-copy allreduce]
+// Staging costs every byte a copy into a slot and, once reduced, a copy
+// back and a copy out: on 2 local ranks 64 MiB reached a third of one
+// thread's memcpy. With cross-memory attach (process_vm_readv: the kernel
+// copies straight from another process's pages) a rank reads its peers'
+// buffers where they are:
+//   1. publish this call's send and recv addresses; ready = k
+//   2. wait ready[*] >= k; for sub-block r (this rank's, SplitEven over the
+//      whole buffer) in pieces of chunk_bytes: read each peer's send piece
+//      into a scratch buffer that stays in cache, and reduce it into the
+//      output (my input first, then peers in rank order, as the staged
+//      rounds do); reduced = k
+//   3. wait reduced[*] >= k; read every peer's reduced sub-block from its
+//      recv straight into my recv (one copy, by the kernel); consumed = k
+//   4. wait consumed[*] >= k: no peer reads my buffers any more, so the
+//      caller may reuse them
+// In place is safe: a rank writes its send's sub-block j != r (its recv)
+// only in step 3, after every peer reduced (step 2 read it). The counters
+// are the staged rounds' (one round per call), so the two kinds of call
+// mix on one group. A peer's addresses come from its control block; a
+// wrong one makes the read fail (EFAULT), and the call fails naming the
+// peer. Whether the kernel lets every rank read every other is found once,
+// at set-up (ProbeCrossMemoryAttach), and agreed: one rank refused and all
+// stage. The result per element is that of the rank that owns it, so every
+// rank gets the same bits; for 3 or more ranks the owner of an element may
+// differ from the staged rounds', and so may its last bit.
+absl::Status CmaAllReduce(const ShmGroup& group, const void* send, void* recv, size_t count,
+                          DataType type, ReduceOp op, uint64_t* rounds,
+                          const std::atomic<bool>& abort, std::vector<unsigned char>* scratch,
+                          absl::Time deadline = absl::InfiniteFuture());
+
+// Whether this process reads, by cross-memory attach (one process_vm_readv),
+// the `bytes` at `address` in process `pid` as `expected` (what the same
+// memory shows through a shared mapping): OK, or why not. The kernel may
+// refuse (EPERM under a ptrace scope or a seccomp policy, ENOSYS, ESRCH for
+// a process that is gone, EFAULT for an address not mapped there), or the
+// pid may name another process (a peer in another PID namespace), whose
+// bytes differ.
+absl::Status ProbeCrossMemoryAttach(int pid, uint64_t address, const void* expected,
+                                    size_t bytes);
+
+// Where in a segment its owner writes a value of its own before publishing
+// it (SetShmProbeWord), for peers to probe cross-memory attach with.
+size_t ShmProbeOffset();
+void SetShmProbeWord(unsigned char* base, uint64_t value);
+
+// Where Yama restricts ptrace to descendants (ptrace_scope 1), lets any
+// process of this user read this one by cross-memory attach
+// (prctl(PR_SET_PTRACER, PR_SET_PTRACER_ANY), as UCX's cma transport and
+// Open MPI's shared-memory transport do); a no-op elsewhere.
+void AllowCrossMemoryAttach();
 
 // The first step of ShmAllReduce, without waiting for anyone (Note [The
 // issuer begins] in comm/async_core.h): stages and publishes the first

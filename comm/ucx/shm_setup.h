@@ -29,6 +29,9 @@ struct ShmSegments {
   std::vector<ucp_rkey_h> rkeys;
   bool enabled = false;   // every rank mapped every segment (all ranks agree)
   bool exchange = false;  // and the mailboxes carry the header round
+  // "cma ok" where every rank reads every other by cross-memory attach (the
+  // group's pids are then set), else the first rank's reason why not.
+  std::string cma_verdict;
   void DestroyKeys();
   void Unmap(ucp_context_h context);
 };

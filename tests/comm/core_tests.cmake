@@ -64,6 +64,13 @@ if(FUSEBOX_WITH_UCX)
         ENVIRONMENT "OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1")
     endif()
   endforeach()
+  # Note [Single-copy allreduce]: one rank refuses cross-memory reads (a
+  # seccomp filter, as in a container): every rank stages, and is exact.
+  add_test(NAME MultiProcess.UcxSingleCopyRefusedOnOneRankNp3
+           COMMAND fusebox-run -n 3 -- $<TARGET_FILE:comm_multiprocess_test> --backend=ucx
+                   --refuse-cma-on-rank=1 --expect-single-copy=off)
+  set_tests_properties(MultiProcess.UcxSingleCopyRefusedOnOneRankNp3 PROPERTIES TIMEOUT 300
+                       LABELS multiprocess)
 endif()
 
 if(FUSEBOX_WITH_UCX)

@@ -2,6 +2,13 @@
 // rank, over the backend named by --backend (ucx or mpi). Each rank checks its
 // results bit for bit against comm/testing/exact_data.h and the process exits
 // non-zero if any rank saw a failure (fusebox-run and mpirun then fail too).
+#include <linux/filter.h>
+#include <linux/seccomp.h>
+#include <sys/prctl.h>
+#include <sys/syscall.h>
+
+#include <cerrno>
+#include <cstddef>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -42,7 +49,7 @@ void CheckAllReduce(Communicator& c, size_t count, DataType type, ReduceOp op, b
   if (!in_place) EXPECT_MP(out[bytes] == 0x5A, what, ": wrote past the end");
 }
 
-void Run(Communicator& c) {
+void RunAllReduce(Communicator& c) {
   for (size_t count : {0, 1, 7, 1023, 4096}) {
     for (int t = 0; t < kNumDataTypes; ++t) {
       for (int o = 0; o < kNumReduceOps; ++o) {
@@ -60,8 +67,10 @@ void Run(Communicator& c) {
   }
   CheckAllReduce(c, (64u << 20) / 4, DataType::kFloat32, ReduceOp::kSum, false);
   CheckAllReduce(c, (64u << 20) / 4, DataType::kFloat32, ReduceOp::kSum, true);
+}
 
-  // Broadcast from every root, AllGather, Barrier.
+// Broadcast from every root, AllGather, Barrier, then a count mismatch.
+void RunOthers(Communicator& c) {
   for (int root = 0; root < c.size(); ++root) {
     for (size_t count : {size_t{3}, size_t{100003}}) {
       std::vector<int64_t> buf(count, -1), want(count);
@@ -96,14 +105,40 @@ void Run(Communicator& c) {
   }
 }
 
+// --refuse-cma-on-rank=R: rank R refuses cross-memory reads of its peers
+// as a container's seccomp profile does (process_vm_readv fails with
+// EPERM), so that the group's probe finds it and every rank stages
+// (Note [Single-copy allreduce] in comm/ucx/shm_allreduce.h). Only
+// AllReduce is run then (see main).
+bool RefuseCrossMemoryAttach() {
+  sock_filter filter[] = {
+      BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(seccomp_data, nr)),
+      BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_process_vm_readv, 0, 1),
+      BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | (EPERM & SECCOMP_RET_DATA)),
+      BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+  };
+  sock_fprog prog{static_cast<unsigned short>(sizeof(filter) / sizeof(filter[0])), filter};
+  return prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) == 0 &&
+         prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog) == 0;
+}
+
 }  // namespace
 }  // namespace fusebox::comm
 
 int main(int argc, char** argv) {
   using namespace fusebox::comm;
   std::string backend = "ucx";
+  std::string expect_single_copy;  // "on", "off" or "" (either)
+  int refuse_rank = -1;
   for (int i = 1; i < argc; ++i) {
     if (std::strncmp(argv[i], "--backend=", 10) == 0) backend = argv[i] + 10;
+    if (std::strncmp(argv[i], "--expect-single-copy=", 21) == 0) expect_single_copy = argv[i] + 21;
+    if (std::strncmp(argv[i], "--refuse-cma-on-rank=", 21) == 0) refuse_rank = std::atoi(argv[i] + 21);
+  }
+  if (refuse_rank >= 0 && std::getenv("RANK") != nullptr &&
+      std::atoi(std::getenv("RANK")) == refuse_rank && !RefuseCrossMemoryAttach()) {
+    std::fprintf(stderr, "cannot install the seccomp filter: %s\n", std::strerror(errno));
+    return 1;
   }
   auto launch = ConnectFromEnvironment(::getenv, &argc, &argv);
   if (!launch.ok()) {
@@ -117,7 +152,17 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "create %s: %s\n", backend.c_str(), comm.status().ToString().c_str());
       rc = 1;
     } else {
-      Run(**comm);
+      if (!expect_single_copy.empty()) {
+        const std::string algorithms = (*comm)->Algorithms();
+        EXPECT_MP(algorithms.find("Single copy: " + expect_single_copy) != std::string::npos,
+                  "rank ", (*comm)->rank(), " expected single copy ", expect_single_copy, ": ",
+                  algorithms);
+      }
+      RunAllReduce(**comm);
+      // Under the filter UCX's own cma transport fails too (a large
+      // Broadcast's receive ends in an I/O error): there, only AllReduce,
+      // which is what the single copy changes, is checked.
+      if (refuse_rank < 0) RunOthers(**comm);
       std::printf("rank %d/%d backend %s: %s (%d failures)\n", (*comm)->rank(), (*comm)->size(),
                   backend.c_str(), failures == 0 ? "PASSED" : "FAILED", failures);
       rc = failures == 0 ? 0 : 1;

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
@@ -67,6 +68,117 @@ TEST(ShmAllReduceTest, EveryTypeAndOpAcrossRoundsAndCollectives) {
     }
     for (auto& t : threads) t.join();
   }
+}
+
+// Note [Single-copy allreduce]: with cross-memory attach (the ranks are
+// threads here, so every "peer" is this process's pid), every type and op,
+// in place and not, with pieces smaller than a sub-block (a chunk of 64
+// bytes), empty sub-blocks (count < world) and calls mixed with the staged
+// rounds on the same counters, give the exact result.
+TEST(CmaAllReduceTest, EveryTypeAndOpMixedWithStagedCallsGivesTheExactResult) {
+  const int word = 42;
+  if (absl::Status s = ProbeCrossMemoryAttach(getpid(), reinterpret_cast<uintptr_t>(&word), &word,
+                                              sizeof(word));
+      !s.ok()) {
+    GTEST_SKIP() << "SKIPPED: cross-memory attach is refused here: " << s;
+  }
+  for (int world : {1, 2, 3, 5}) {
+    constexpr size_t kChunk = 64;
+    Segments seg(world, kChunk);
+    std::atomic<bool> abort{false};
+    std::vector<std::thread> threads;
+    for (int r = 0; r < world; ++r) {
+      threads.emplace_back([&, r] {
+        ShmGroup g{r, world, kChunk, seg.bases};
+        g.pids.assign(world, getpid());
+        uint64_t rounds = 0;
+        std::vector<unsigned char> scratch;
+        int call = 0;
+        for (size_t count : {0, 1, 7, 1023, 4099}) {
+          for (int t = 0; t < kNumDataTypes; ++t) {
+            for (int o = 0; o < kNumReduceOps; ++o, ++call) {
+              const auto type = static_cast<DataType>(t);
+              const auto op = static_cast<ReduceOp>(o);
+              const size_t bytes = count * DataTypeSize(type);
+              std::vector<unsigned char> in(bytes + 1), out(bytes + 1), want(bytes + 1);
+              testing::FillInput(in.data(), count, type, op, r);
+              testing::FillExpected(want.data(), count, type, op, world);
+              const bool in_place = (t + o) % 2 == 0;
+              unsigned char* dst = in_place ? in.data() : out.data();
+              const absl::Status s =
+                  call % 3 == 2
+                      ? ShmAllReduce(g, in.data(), dst, count, type, op, &rounds, abort)
+                      : CmaAllReduce(g, in.data(), dst, count, type, op, &rounds, abort, &scratch);
+              ASSERT_TRUE(s.ok()) << s;
+              EXPECT_EQ(testing::CountMismatches(dst, want.data(), count, type), 0u)
+                  << "world " << world << " rank " << r << " count " << count << " "
+                  << DataTypeName(type) << " " << ReduceOpName(op) << " call " << call;
+            }
+          }
+        }
+      });
+    }
+    for (auto& t : threads) t.join();
+  }
+}
+
+// Cross-memory attach can be refused (a ptrace scope, seccomp, a process
+// gone): the probe says so, and a group without pids has no single copy;
+// a read that fails mid-call (a peer published an address it has not
+// mapped) fails that rank, and its peers learn why instead of waiting.
+TEST(CmaAllReduceTest, ARefusedOrFailedReadIsReportedAndNothingHangs) {
+  const int word = 42, other = 43;
+  const auto at = reinterpret_cast<uintptr_t>(&word);
+  if (absl::Status s = ProbeCrossMemoryAttach(getpid(), at, &word, sizeof(word)); !s.ok()) {
+    GTEST_SKIP() << "SKIPPED: cross-memory attach is refused here: " << s;
+  }
+  // No such process (pid_max is at most 2^22).
+  absl::Status gone = ProbeCrossMemoryAttach((1 << 22) + 1, at, &word, sizeof(word));
+  EXPECT_FALSE(gone.ok());
+  EXPECT_NE(gone.message().find("process_vm_readv"), std::string::npos) << gone;
+  // Mapped nowhere in this process: the kernel answers EFAULT.
+  EXPECT_FALSE(ProbeCrossMemoryAttach(getpid(), 8, &word, sizeof(word)).ok());
+  // Read, but not what the shared mapping shows: another process's memory.
+  absl::Status stranger = ProbeCrossMemoryAttach(getpid(), at, &other, sizeof(other));
+  EXPECT_FALSE(stranger.ok());
+  EXPECT_NE(stranger.message().find("other bytes"), std::string::npos) << stranger;
+
+  constexpr int kWorld = 2;
+  constexpr size_t kChunk = 4096;
+  Segments seg(kWorld, kChunk);
+  std::atomic<bool> abort{false};
+  {
+    ShmGroup g{0, kWorld, kChunk, seg.bases};  // no pids
+    std::vector<float> x(64, 1.0f);
+    uint64_t rounds = 0;
+    std::vector<unsigned char> scratch;
+    EXPECT_EQ(CmaAllReduce(g, x.data(), x.data(), x.size(), DataType::kFloat32, ReduceOp::kSum,
+                           &rounds, abort, &scratch)
+                  .code(),
+              absl::StatusCode::kFailedPrecondition);
+  }
+  // Rank 1 names a pid that does not exist for rank 0 to read: rank 0's
+  // read fails, and rank 1, waiting on rank 0, is told.
+  std::vector<absl::Status> status(kWorld);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < kWorld; ++r) {
+    threads.emplace_back([&, r] {
+      ShmGroup g{r, kWorld, kChunk, seg.bases};
+      g.pids = {getpid(), (1 << 22) + 1};
+      std::vector<float> x(1 << 12, 1.0f);
+      uint64_t rounds = 0;
+      std::vector<unsigned char> scratch;
+      status[r] = CmaAllReduce(g, x.data(), x.data(), x.size(), DataType::kFloat32,
+                               ReduceOp::kSum, &rounds, abort, &scratch,
+                               absl::Now() + absl::Seconds(20));
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(status[0].code(), absl::StatusCode::kInternal) << status[0];
+  EXPECT_NE(status[0].message().find("rank 1"), std::string::npos) << status[0];
+  EXPECT_EQ(status[1].code(), absl::StatusCode::kAborted) << status[1];
+  EXPECT_NE(status[1].message().find("cross-memory read failed"), std::string::npos)
+      << status[1];
 }
 
 // Note [The issuer begins] (comm/async_core.h): an allreduce whose first

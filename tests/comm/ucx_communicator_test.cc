@@ -1,6 +1,8 @@
 // UCX backend with ranks as threads of one process over an in-memory store.
 // Every result is compared bit for bit with an independent reference
 // (comm/testing/exact_data.h).
+#include <unistd.h>
+
 #include <algorithm>
 #include <cstring>
 #include <ctime>
@@ -16,6 +18,7 @@
 #include "comm/memory_store.h"
 #include "comm/testing/exact_data.h"
 #include "comm/ucx/communicator.h"
+#include "comm/ucx/shm_allreduce.h"
 #include "gtest/gtest.h"
 #include "tests/common/run_ranks_ucx.h"
 
@@ -557,6 +560,7 @@ TEST_P(UcxAllReduceTest, NonBlockingCallsBegunByTheirIssuerAreExact) {
 UcxOptions BigShmRounds(size_t chunk) {
   UcxOptions o;
   o.shm_chunk_bytes = chunk;
+  o.cma_min_bytes = 0;  // staged rounds at every size (no single copy)
   o.issuer_begins = UcxOptions::IssuerBegins::kOn;
   return o;
 }
@@ -574,6 +578,46 @@ int64_t ThreadCpuNs() {
 // up without it where the machine has no shared-memory transport).
 bool HasShmAllReduce(const Communicator& comm) {
   return absl::StrContains(comm.Algorithms(), "shm-allreduce");
+}
+
+// Note [Single-copy allreduce]: from cma_min_bytes on, where every rank can
+// read every other by cross-memory attach (here ranks are threads of one
+// process, so the kernel allows it wherever it allows a process to read
+// itself), AllReduce reads the peers in place; Algorithms() says so, and
+// the results are exact at 2 and 3 ranks, in place and not, around the
+// threshold. With cma_min_bytes 0 every call stages, and Algorithms() says
+// why.
+TEST(UcxCommunicatorTest, LargeAllReducesReadThePeersInPlaceWhereTheKernelAllowsIt) {
+  const int word = 7;
+  const bool allowed =
+      ucx::ProbeCrossMemoryAttach(getpid(), reinterpret_cast<uintptr_t>(&word), &word, sizeof(word))
+          .ok();
+  UcxOptions single;
+  single.cma_min_bytes = 256 << 10;
+  UcxOptions staged;
+  staged.cma_min_bytes = 0;
+  for (int world : {2, 3}) {
+    RunRanks(world, single, [&](int rank, Communicator& comm) {
+      if (!HasShmAllReduce(comm)) return;
+      EXPECT_TRUE(absl::StrContains(comm.Algorithms(),
+                                    allowed ? "Single copy: on, shm-allreduce of 262144 to "
+                                            : "Single copy: off"))
+          << comm.Algorithms();
+      for (size_t count : {size_t{(256 << 10) / 4 - 1}, size_t{(256 << 10) / 4},
+                           size_t{(1 << 20) + 3}}) {
+        CheckAllReduce(rank, world, comm, count, DataType::kFloat32, ReduceOp::kSum, false);
+        CheckAllReduce(rank, world, comm, count, DataType::kFloat32, ReduceOp::kSum, true);
+      }
+      CheckAllReduce(rank, world, comm, (1 << 20) + 3, DataType::kFloat64, ReduceOp::kAvg, true);
+      CheckAllReduce(rank, world, comm, (1 << 20) + 3, DataType::kInt32, ReduceOp::kMax, false);
+    });
+  }
+  RunRanks(2, staged, [&](int rank, Communicator& comm) {
+    if (!HasShmAllReduce(comm)) return;
+    EXPECT_TRUE(absl::StrContains(comm.Algorithms(), "Single copy: off (cma off on rank "))
+        << comm.Algorithms();
+    CheckAllReduce(rank, 2, comm, (1 << 20) + 3, DataType::kFloat32, ReduceOp::kSum, true);
+  });
 }
 
 TEST(UcxCommunicatorTest, TheIssuerStagesTheFirstRoundOfACallToAnIdleCommunicator) {

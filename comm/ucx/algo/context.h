@@ -60,6 +60,13 @@ struct ShmState {
   StagingChooser staging;                    // Note [Choosing how to stage]
   UcxOptions::ShmStores stores = UcxOptions::ShmStores::kAuto;  // UcxOptions::shm_stores
   const std::atomic<bool>* aborted = nullptr;  // the core's abort flag
+  std::vector<unsigned char> cma_scratch;      // CmaAllReduce's pieces
+  // Whether an allreduce of `bytes` runs CmaAllReduce (Note [Single-copy
+  // allreduce]): where every rank can read every other, from
+  // group.cma_min_bytes to group.cma_max_bytes.
+  bool SingleCopy(size_t bytes) const {
+    return !group.pids.empty() && bytes >= group.cma_min_bytes && bytes <= group.cma_max_bytes;
+  }
 };
 
 // The limits of the opening rounds over messages, from the algorithm table

@@ -22,6 +22,11 @@ absl::Status Run(Context& ctx, const Request& req) {
   ShmState& shm = *ctx.shm;
   const Begun* begun = ctx.begun;
   const size_t bytes = req.bytes();
+  // BeginShmAllReduce stages nothing for these (all ranks decide alike).
+  if (shm.SingleCopy(bytes)) {
+    return CmaAllReduce(shm.group, req.send, req.recv, req.header.count, req.type(), req.op(),
+                        &shm.round, *shm.aborted, &shm.cma_scratch, ctx.channel->deadline());
+  }
   const bool choose = shm.stores == UcxOptions::ShmStores::kAuto;
   // A begun call keeps the kind of store its first round was staged with,
   // and is charged that staging's time.
@@ -49,6 +54,7 @@ bool StreamsInto(ShmState& shm, size_t bytes) {
 }
 
 void BeginShmAllReduce(ShmState& shm, const Request& req, Begun* begun) {
+  if (shm.SingleCopy(req.bytes())) return;  // nothing to stage: Run reads in place
   begun->stream = StreamsInto(shm, req.bytes());
   shm.group.stream_bytes = begun->stream ? kStreamMinCopyBytes : 0;
   const auto start = std::chrono::steady_clock::now();
