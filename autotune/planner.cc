@@ -88,17 +88,20 @@ absl::Status CheckInputs(const Profile& profile, const CostModel& cost, const Si
 // Ties within this relative margin count as equal (then fewer buckets win).
 bool Less(double a, double b) { return a < b - 1e-9 * std::max(std::abs(a), std::abs(b)); }
 
-}  // namespace
-
-absl::StatusOr<Plan> OptimalPartitionPlan(const Profile& profile, const CostModel& cost,
-                                          const PlannerOptions& o) {
+// The search's pieces on a layout converted, and inputs checked, once
+// (CheckPlannerInputs): OfflineTune and RankCandidates call them many times.
+absl::Status CheckPlannerInputs(const Profile& profile, const CostModel& cost,
+                                const PlannerOptions& o) {
   if (absl::Status s = CheckInputs(profile, cost, o.sim); !s.ok()) return s;
   if (o.max_bucket_bytes < 0 || o.split_min_bytes < 0) {
     return absl::InvalidArgumentError("planner: byte limits must be non-negative");
   }
-  auto layout = LayoutFromProfile(profile);
-  if (!layout.ok()) return layout.status();
-  const std::vector<Atom> atoms = MakeAtoms(profile, *layout, o);
+  return absl::OkStatus();
+}
+
+Plan OptimalPartitionOn(const Profile& profile, const GradientLayout& layout,
+                        const CostModel& cost, const PlannerOptions& o) {
+  const std::vector<Atom> atoms = MakeAtoms(profile, layout, o);
   const size_t n = atoms.size();
   const CostCurve t = cost.Curve(o.sim.world_size, RanksPerNode(cost, o.sim));
   const double overhead = o.sim.launch_overhead_us;
@@ -140,11 +143,8 @@ absl::StatusOr<Plan> OptimalPartitionPlan(const Profile& profile, const CostMode
   return plan;
 }
 
-absl::StatusOr<Plan> MgWfbpPlan(const Profile& profile, const CostModel& cost,
-                                const SimOptions& o) {
-  if (absl::Status s = CheckInputs(profile, cost, o); !s.ok()) return s;
-  auto layout = LayoutFromProfile(profile);
-  if (!layout.ok()) return layout.status();
+Plan MgWfbpOn(const Profile& profile, const GradientLayout& layout, const CostModel& cost,
+             const SimOptions& o) {
   const CostCurve t = cost.Curve(o.world_size, RanksPerNode(cost, o));
   const double startup = t(1) + o.launch_overhead_us;  // the model's a
   Plan plan;
@@ -152,9 +152,9 @@ absl::StatusOr<Plan> MgWfbpPlan(const Profile& profile, const CostModel& cost,
   double channel_free = 0;  // when the previous bucket's allreduce ends
   double start = 0;         // when the open bucket's allreduce could start
   int64_t open_bytes = 0;
-  for (int id = 0; id < layout->size(); ++id) {
+  for (int id = 0; id < layout.size(); ++id) {
     const double r = profile.tensors[id].ready_us;
-    const bucketing::TensorSpec& spec = layout->tensor(id);
+    const bucketing::TensorSpec& spec = layout.tensor(id);
     const bool can_merge = !plan.buckets.empty() &&
                            plan.buckets.back().dtype == spec.dtype && r < start + startup;
     if (!can_merge) {
@@ -165,10 +165,48 @@ absl::StatusOr<Plan> MgWfbpPlan(const Profile& profile, const CostModel& cost,
       open_bytes = 0;
     }
     plan.buckets.back().slices.push_back(Slice{id, 0, spec.numel});
-    open_bytes += layout->bytes(id);
+    open_bytes += layout.bytes(id);
     start = std::max(channel_free, r);
   }
   return plan;
+}
+
+absl::StatusOr<Plan> BaselineOn(const std::string& name, const Profile& profile,
+                                const GradientLayout& layout, const CostModel& cost,
+                                const SimOptions& options) {
+  if (name == "per-tensor") return bucketing::PerTensorPlan(layout);
+  if (name == "ddp") return bucketing::DdpPlan(layout);
+  if (name == "horovod") {
+    std::vector<double> ready;
+    for (const ProfileTensor& t : profile.tensors) ready.push_back(t.ready_us);
+    return bucketing::HorovodPlan(layout, ready);
+  }
+  if (name == "hccl") {
+    auto p = bucketing::SplitBytesPlan(layout, bucketing::kHcclDefaultSplit);
+    if (p.ok()) p->name = "hccl";
+    return p;
+  }
+  if (name == "mg-wfbp") return MgWfbpOn(profile, layout, cost, options);
+  return absl::InvalidArgumentError(absl::StrCat(
+      "unknown baseline plan \"", name, "\": expected per-tensor, ddp, horovod, hccl or mg-wfbp"));
+}
+
+}  // namespace
+
+absl::StatusOr<Plan> OptimalPartitionPlan(const Profile& profile, const CostModel& cost,
+                                          const PlannerOptions& o) {
+  if (absl::Status s = CheckPlannerInputs(profile, cost, o); !s.ok()) return s;
+  auto layout = LayoutFromProfile(profile);
+  if (!layout.ok()) return layout.status();
+  return OptimalPartitionOn(profile, *layout, cost, o);
+}
+
+absl::StatusOr<Plan> MgWfbpPlan(const Profile& profile, const CostModel& cost,
+                                const SimOptions& o) {
+  if (absl::Status s = CheckInputs(profile, cost, o); !s.ok()) return s;
+  auto layout = LayoutFromProfile(profile);
+  if (!layout.ok()) return layout.status();
+  return MgWfbpOn(profile, *layout, cost, o);
 }
 
 std::vector<std::string> BaselineNames() {
@@ -177,23 +215,10 @@ std::vector<std::string> BaselineNames() {
 
 absl::StatusOr<Plan> BaselinePlan(const std::string& name, const Profile& profile,
                                   const CostModel& cost, const SimOptions& options) {
+  if (name == "mg-wfbp") return MgWfbpPlan(profile, cost, options);
   auto layout = LayoutFromProfile(profile);
   if (!layout.ok()) return layout.status();
-  if (name == "per-tensor") return bucketing::PerTensorPlan(*layout);
-  if (name == "ddp") return bucketing::DdpPlan(*layout);
-  if (name == "horovod") {
-    std::vector<double> ready;
-    for (const ProfileTensor& t : profile.tensors) ready.push_back(t.ready_us);
-    return bucketing::HorovodPlan(*layout, ready);
-  }
-  if (name == "hccl") {
-    auto p = bucketing::SplitBytesPlan(*layout, bucketing::kHcclDefaultSplit);
-    if (p.ok()) p->name = "hccl";
-    return p;
-  }
-  if (name == "mg-wfbp") return MgWfbpPlan(profile, cost, options);
-  return absl::InvalidArgumentError(absl::StrCat(
-      "unknown baseline plan \"", name, "\": expected per-tensor, ddp, horovod, hccl or mg-wfbp"));
+  return BaselineOn(name, profile, *layout, cost, options);
 }
 
 namespace {
@@ -256,6 +281,10 @@ size_t ChooseWithinModelError(const std::vector<PlanPrediction>& plans, double m
 absl::StatusOr<OfflineTuneResult> OfflineTune(const Profile& profile, const CostModel& cost,
                                               const PlannerOptions& o) {
   if (absl::Status s = CheckModelError(o.model_error); !s.ok()) return s;
+  if (absl::Status s = CheckPlannerInputs(profile, cost, o); !s.ok()) return s;
+  auto sim_of = PreparedSimulation::Create(profile, cost, o.sim);
+  if (!sim_of.ok()) return sim_of.status();
+  const GradientLayout& layout = sim_of->layout();
   OfflineTuneResult result;
   std::vector<PlanPrediction> candidates;
   // The DP optima, with and without splitting, at the model's latency and,
@@ -268,19 +297,18 @@ absl::StatusOr<OfflineTuneResult> OfflineTune(const Profile& profile, const Cost
     for (int pieces : {o.max_pieces, 1}) {
       PlannerOptions po = o;
       po.max_pieces = pieces;
-      auto p = OptimalPartitionPlan(profile, scaled, po);
-      if (!p.ok()) return p.status();
-      auto sim = Simulate(profile, *p, cost, o.sim);
+      Plan p = OptimalPartitionOn(profile, layout, scaled, po);
+      auto sim = sim_of->Run(p);
       if (!sim.ok()) return sim.status();
       candidates.push_back({latency == 1 ? "tuned" : absl::StrFormat("tuned@lat%g", latency),
-                            *std::move(p), *std::move(sim), ""});
+                            std::move(p), *std::move(sim), ""});
       if (o.max_pieces <= 1) break;
     }
   }
   for (const std::string& name : BaselineNames()) {
-    auto p = BaselinePlan(name, profile, cost, o.sim);
+    auto p = BaselineOn(name, profile, layout, cost, o.sim);
     if (!p.ok()) return p.status();
-    auto sim = Simulate(profile, *p, cost, o.sim);
+    auto sim = sim_of->Run(*p);
     if (!sim.ok()) return sim.status();
     result.baselines.push_back({name, *p, *sim, ""});
     candidates.push_back({name, *std::move(p), *std::move(sim), ""});
@@ -303,10 +331,14 @@ absl::StatusOr<std::vector<PlanPrediction>> RankCandidates(const Profile& profil
                                                            const std::vector<Plan>& extra) {
   if (count < 1) return absl::InvalidArgumentError("planner: candidate count must be at least 1");
   if (absl::Status s = CheckModelError(o.model_error); !s.ok()) return s;
+  if (absl::Status s = CheckPlannerInputs(profile, cost, o); !s.ok()) return s;
+  auto sim_of = PreparedSimulation::Create(profile, cost, o.sim);
+  if (!sim_of.ok()) return sim_of.status();
+  const GradientLayout& layout = sim_of->layout();
   std::vector<PlanPrediction> out;
   absl::flat_hash_set<uint64_t> seen;
   auto predict = [&](std::string name, Plan plan) -> absl::StatusOr<PlanPrediction> {
-    auto sim = Simulate(profile, plan, cost, o.sim);
+    auto sim = sim_of->Run(plan);
     if (!sim.ok()) return sim.status();
     plan.name = name;
     return PlanPrediction{std::move(name), std::move(plan), *std::move(sim), ""};
@@ -328,9 +360,8 @@ absl::StatusOr<std::vector<PlanPrediction>> RankCandidates(const Profile& profil
     for (int pieces : {o.max_pieces, 1}) {
       PlannerOptions po = o;
       po.max_pieces = pieces;
-      auto p = OptimalPartitionPlan(profile, m, po);
-      if (!p.ok()) return p.status();
-      auto c = predict(latency == 1 ? "tuned" : absl::StrFormat("tuned@lat%g", latency), *p);
+      auto c = predict(latency == 1 ? "tuned" : absl::StrFormat("tuned@lat%g", latency),
+                       OptimalPartitionOn(profile, layout, m, po));
       if (!c.ok()) return c.status();
       if (!best || Less(c->sim.iteration_us, best->sim.iteration_us)) best = *std::move(c);
       if (o.max_pieces <= 1) break;
@@ -339,7 +370,7 @@ absl::StatusOr<std::vector<PlanPrediction>> RankCandidates(const Profile& profil
   };
   std::vector<PlanPrediction> baselines;
   for (const std::string& name : BaselineNames()) {
-    auto p = BaselinePlan(name, profile, cost, o.sim);
+    auto p = BaselineOn(name, profile, layout, cost, o.sim);
     if (!p.ok()) return p.status();
     auto c = predict(name, *std::move(p));
     if (!c.ok()) return c.status();

@@ -83,10 +83,26 @@ absl::Status ValidateSimOptions(const SimOptions& o) {
 
 absl::StatusOr<SimResult> Simulate(const Profile& profile, const bucketing::Plan& plan,
                                    const CostModel& cost, const SimOptions& o) {
+  absl::StatusOr<PreparedSimulation> prepared = PreparedSimulation::Create(profile, cost, o);
+  if (!prepared.ok()) return prepared.status();
+  return prepared->Run(plan);
+}
+
+absl::StatusOr<PreparedSimulation> PreparedSimulation::Create(const Profile& profile,
+                                                              const CostModel& cost,
+                                                              const SimOptions& o) {
   if (absl::Status s = ValidateSimOptions(o); !s.ok()) return s;
   if (absl::Status s = cost.Validate(); !s.ok()) return s;
   auto layout = LayoutFromProfile(profile);
   if (!layout.ok()) return layout.status();
+  return PreparedSimulation(profile, cost, o, *std::move(layout));
+}
+
+absl::StatusOr<SimResult> PreparedSimulation::Run(const bucketing::Plan& plan) const {
+  const Profile& profile = *profile_;
+  const CostModel& cost = *cost_;
+  const SimOptions& o = options_;
+  const bucketing::GradientLayout* layout = &layout_;
   if (absl::Status s = bucketing::ValidatePlan(*layout, plan); !s.ok()) return s;
 
   const int n = layout->size();

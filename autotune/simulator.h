@@ -37,6 +37,7 @@
 #define FUSEBOX_AUTOTUNE_SIMULATOR_H_
 
 #include <functional>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -113,6 +114,29 @@ struct SimResult {
 // layout; errors name what is wrong.
 absl::StatusOr<SimResult> Simulate(const Profile& profile, const bucketing::Plan& plan,
                                    const CostModel& cost, const SimOptions& options);
+
+// What Simulate checks and converts on every call (the options, the cost
+// model, the profile's layout), done once, for a search that simulates many
+// plans of one profile under one model (the planner). The profile and the
+// cost model are the caller's and must outlive it.
+class PreparedSimulation {
+ public:
+  static absl::StatusOr<PreparedSimulation> Create(const Profile& profile, const CostModel& cost,
+                                                   const SimOptions& options);
+  // Simulate(profile, plan, cost, options); the plan is still checked
+  // against the layout (a plan from elsewhere may not fit it).
+  absl::StatusOr<SimResult> Run(const bucketing::Plan& plan) const;
+  const bucketing::GradientLayout& layout() const { return layout_; }
+
+ private:
+  PreparedSimulation(const Profile& profile, const CostModel& cost, const SimOptions& options,
+                     bucketing::GradientLayout layout)
+      : profile_(&profile), cost_(&cost), options_(options), layout_(std::move(layout)) {}
+  const Profile* profile_;
+  const CostModel* cost_;
+  SimOptions options_;
+  bucketing::GradientLayout layout_;
+};
 
 // With staging (options.staging_gbps > 0): when each of the profile's
 // gradients is on the host, its device-to-host copy running on one stream in
