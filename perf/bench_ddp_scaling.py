@@ -59,6 +59,14 @@ the 2-host warm cell gets the 4-host plan (from repeat 2 on; in repeat 1 it has
 none and is marked "no other size cached", not compared), the 4-host one the
 2-host plan in repeat 1 and the 8-host plan later (a tie goes to the larger),
 the 8-host one the 4-host plan.
+Cross-size matrix (--no-cross leaves it out): the same shared cache also gives
+each launch one more cell per other world size N cached, from<N>: the plan the
+cold fusebox cell tuned at N hosts (its latest), written as a plan file
+(plans/) and run untuned (fusebox.torch.register(plan=FILE)) at this launch's
+size. Its figure over fusebox's in the same launch is the matrix entry (tuned
+at N, run at M): above 1, the plan tuned at another size is slower here than
+the one tuned here. With ascending host counts, repeat 1 fills the entries
+below the diagonal, later repeats all of them.
 
 CPU: /proc/stat (the whole machine, this run AND anything else on it) over each
 timed span, and the ranks' own CPU seconds per wall second ("cores"). Output, in
@@ -88,149 +96,14 @@ import bench_ddp_hook as ddphook  # noqa: E402  (RankProcesses, median_ci, log_t
 import bench_trust  # noqa: E402  (choose_scales, rate_bits, PAYLOAD)
 import emucluster  # noqa: E402  (setup, cleanup, host_ns, address)
 import results as result_summary  # noqa: E402
+from ddp_scaling_report import (  # noqa: E402,F401  the analysis and report (pure);
+    # the tests reach them through this module
+    CAP_MB, CELLS, FIXED, FUSEBOX, MIB, analyze_hosts, analyze_predictions, cross_cells,
+    ddp_bucket_bytes, describe, fmt, format_cross, format_setting, format_sim, launch_figure,
+    lower_bound_s, predicted_steps, pytorch_prebucket_cap_mb, ring_transfer_s, tuner_names)
 
 REPO = os.path.dirname(HERE)
 WORKER = os.path.join(HERE, "scaling_worker.py")
-MIB = 2.0 ** 20
-FIXED = ("ddp25", "cap1", "cap5", "cap100", "pytorch")
-CAP_MB = {"ddp25": 25.0, "cap1": 1.0, "cap5": 5.0, "cap100": 100.0}
-FUSEBOX = ("fusebox", "fusebox_warm")
-CELLS = FIXED + FUSEBOX + ("noallreduce",)
-FIRST_BUCKET = 1 << 20   # torch 1.x's dist._DEFAULT_FIRST_BUCKET_BYTES
-PT_EFFICIENCY, PT_FLOOR_MB, PT_CEIL_MB, PT_MULTIPLIER = 0.9, 50.0, 2000.0, 1.0
-
-
-# ------------------------------------------------------------------ models (pure)
-
-def ring_transfer_s(nbytes, hosts, rate_bps):
-    """A ring allreduce's time on the wire: 2 (p-1)/p * bytes at rate_bps bits/s."""
-    return 0.0 if hosts <= 1 else 2.0 * (hosts - 1) / hosts * nbytes * 8.0 / rate_bps
-
-
-def lower_bound_s(forward_s, backward_s, first_ready_s, last_bytes, total_bytes, hosts,
-                  rate_bps):
-    """forward + max(backward + T(last-ready gradient), first ready + T(all bytes))."""
-    return forward_s + max(backward_s + ring_transfer_s(last_bytes, hosts, rate_bps),
-                           first_ready_s + ring_transfer_s(total_bytes, hosts, rate_bps))
-
-
-def pytorch_prebucket_cap_mb(world, bus_bytes_per_s, hop_latency_s, base_latency_s=None,
-                             efficiency=PT_EFFICIENCY, multiplier=PT_MULTIPLIER,
-                             floor_mb=PT_FLOOR_MB, ceil_mb=PT_CEIL_MB):
-    """PyTorch's pre-bucketing cap (module docstring): (clamped MiB, unclamped MiB)."""
-    base = hop_latency_s if base_latency_s is None else base_latency_s
-    if world <= 1:
-        min_bytes = 0
-    else:
-        min_bytes = int(efficiency / (1.0 - efficiency) * (base + (world - 1) * hop_latency_s)
-                        * bus_bytes_per_s)
-    raw = multiplier * min_bytes / MIB
-    return max(floor_mb, min(ceil_mb, raw)), raw
-
-
-def ddp_bucket_bytes(sizes, dtypes, cap_bytes, first_bytes=FIRST_BUCKET):
-    """DDP's buckets (bytes each) for gradients of `sizes` in ready order: per dtype, a
-    tensor joins the open bucket, which closes once it reaches its limit (the first
-    bucket's first_bytes, then cap_bytes); tensors are never split."""
-    done, open_ = [], {}
-    for size, dtype in zip(sizes, dtypes):
-        b = open_.setdefault(dtype, {"bytes": 0, "limit": min(first_bytes, cap_bytes)})
-        b["bytes"] += size
-        if b["bytes"] >= b["limit"]:
-            done.append(b["bytes"])
-            open_[dtype] = {"bytes": 0, "limit": cap_bytes}
-    return done + [b["bytes"] for b in open_.values() if b["bytes"]]
-
-
-# -------------------------------------------------------------- statistics (pure)
-
-def describe(values):
-    """{'median', 'ci', 'coverage', 'n'} over independent values (order statistics)."""
-    if not values:
-        return {"median": None, "ci": [None, None], "coverage": 0.0, "n": 0}
-    low, high, cov = ddphook.median_ci(values)
-    return {"median": statistics.median(values), "ci": [low, high], "coverage": cov,
-            "n": len(values)}
-
-
-def launch_figure(cell):
-    """A cell's figure in one launch: its median timed step; None if not comparable."""
-    if cell.get("excluded") or (cell.get("fusebox") is not None and
-                                not cell.get("tuning_finished")):
-        return None
-    return statistics.median(cell["step_ms"])
-
-
-def analyze_hosts(launches):
-    """Across-repeat figures of one (setting, host count) from its launches, in repeat
-    order: per-cell stats, the best fixed cap chosen on the odd repeats and reported on
-    the even ones (on all of them with a single repeat), fusebox / best cap there."""
-    figs = [{c: launch_figure(l["cells"][c]) for c in l["cells"]} for l in launches]
-    cells = {c: describe([f[c] for f in figs if f.get(c) is not None]) for c in CELLS}
-    select = figs[0::2]
-    held = figs[1::2] or figs
-    fixed = [c for c in FIXED if all(f.get(c) is not None for f in figs)]
-    best = min(fixed, key=lambda c: statistics.median(f[c] for f in select)) if fixed else None
-    out = {"cells": cells, "best_cap": best, "held_out": len(figs[1::2]),
-           "repeats": len(figs)}
-    if best is not None:
-        out["best_held_ms"] = describe([f[best] for f in held])
-        for c in FUSEBOX:
-            out["ratio_" + c] = describe([f[c] / f[best] for f in held
-                                          if f.get(c) is not None])
-    out["tuning_steps"] = [len(l["cells"]["fusebox"]["tuning_step_ms"]) for l in launches
-                           if "fusebox" in l["cells"]]
-    out["not_tuned"] = sum(1 for l in launches for c in FUSEBOX if c in l["cells"] and
-                           not l["cells"][c].get("tuning_finished"))
-    busy = [statistics.mean(c["cpu_busy"] for c in l["cells"].values()) for l in launches]
-    out["cpu_busy"] = statistics.median(busy)
-    out["rank_cores"] = statistics.median(
-        statistics.mean(c["rank_cpu_cores"] for c in l["cells"].values()) for l in launches)
-    out["launch_s"] = [l["launch_s"] for l in launches]
-    return out
-
-
-# ---------------------------------------------------------------------- report
-
-def fmt(d, f="%.1f"):
-    """median [low, high] (the median alone from a single value; - from none)."""
-    if not d or d["median"] is None:
-        return "-"
-    return f % d["median"] if d["n"] < 2 else ("%s [%s, %s]" % (f, f, f)) % (
-        d["median"], d["ci"][0], d["ci"][1])
-
-
-def format_setting(name, fig, per_hosts):
-    """One setting's report section; per_hosts: {hosts: (analysis, bound_ms, pt_cap)}."""
-    cols = ("noallreduce",) + FIXED + FUSEBOX
-    lines = ["## %s" % name, "",
-             "Median step ms over repeats [order-statistic interval]; bound = the lower bound "
-             "(computed, not measured). %s" % fig["label"], "",
-             "| hosts | bound | " + " | ".join(cols) + " |",
-             "|---|" + "---|" * (len(cols) + 1)]
-    for h, (a, bound, _) in sorted(per_hosts.items()):
-        lines.append("| %d | %.1f | " % (h, bound) +
-                     " | ".join(fmt(a["cells"][c]) for c in cols) + " |")
-    lines += ["", "Best fixed cap chosen on the odd repeats, reported on the even (held-out) "
-              "ones; ratios: median over held-out repeats of fusebox / best cap (lower is "
-              "faster); CPU busy: whole machine over the timed spans; cores: the ranks' own.",
-              "", "| hosts | repeats | held out | best cap | best cap ms | fusebox / best "
-              "| fusebox_warm / best | tuning steps | not tuned | CPU busy | rank cores "
-              "| launch s | pytorch cap MiB |",
-              "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
-    for h, (a, _, pt) in sorted(per_hosts.items()):
-        lines.append("| %d | %d | %d | %s | %s | %s | %s | %s | %d | %.0f%% | %.2f | %s | "
-                     "%.0f (unclamped %.2f) |" % (
-                         h, a["repeats"], a["held_out"], a["best_cap"] or "-",
-                         fmt(a.get("best_held_ms")), fmt(a.get("ratio_fusebox"), "%.3f"),
-                         fmt(a.get("ratio_fusebox_warm"), "%.3f"),
-                         ", ".join(map(str, a["tuning_steps"])) or "-", a["not_tuned"],
-                         100 * a["cpu_busy"], a["rank_cores"],
-                         ", ".join("%.0f" % s for s in a["launch_s"]), pt[0], pt[1]))
-    cov = {a["cells"]["ddp25"]["coverage"] for a, _, _ in per_hosts.values()}
-    lines += ["", "interval coverage: %s" % ", ".join("%.1f%%" % (100 * c) for c in sorted(cov)),
-              "DDP buckets per cell (computed from DDP's rule): %s" % fig["buckets"], ""]
-    return lines
 
 
 # ---------------------------------------------------------------------- scales
@@ -293,6 +166,28 @@ def prepare_caches(root, setting, tag, hosts):
     return cold, warm, sorted(worlds)
 
 
+def cross_plans(root, setting, tag, hosts):
+    """{"from<N>": plan file} for every other world size N whose entry is in the setting's
+    shared cache (the cold fusebox cell's, latest launch at N): its plan written as a plan
+    file under plans/, for a from<N> cell to run untuned at `hosts`."""
+    shared = os.path.join(root, "cache", setting)
+    out = {}
+    for f in sorted(os.listdir(shared)) if os.path.isdir(shared) else ():
+        if not f.endswith(".json"):
+            continue
+        with open(os.path.join(shared, f)) as fh:
+            entry = json.load(fh)
+        w = entry.get("key", {}).get("world_size")
+        if not isinstance(w, int) or w == hosts or not isinstance(entry.get("plan"), dict):
+            continue
+        os.makedirs(os.path.join(root, "plans"), exist_ok=True)
+        path = os.path.join(root, "plans", "%s-from%d.json" % (tag, w))
+        with open(path, "w") as fh:
+            json.dump(entry["plan"], fh)
+        out["from%d" % w] = path
+    return out
+
+
 def nearest_world(worlds, hosts):   # PolicyCache::Nearest: nearest in ratio, ties: larger
     return min(worlds, key=lambda w: (abs(math.log(w / hosts)), -w)) if worlds else None
 
@@ -302,7 +197,7 @@ class Launcher(ddphook.RankProcesses):
         super().__init__(args.timeout, 0.5)
         self.args, self.outdir, self.count = args, outdir, 0
 
-    def run(self, fig, setting, hosts, repeat, order, seed, pt_mb):
+    def run(self, fig, setting, hosts, repeat, order, seed, pt_mb, plans=None):
         args = self.args
         self.count += 1
         tag = "%s-h%d-r%d" % (setting, hosts, repeat)
@@ -320,6 +215,8 @@ class Launcher(ddphook.RankProcesses):
                "--warmup", str(args.warmup), "--tune-steps", str(args.tune_steps),
                "--pytorch-cap", repr(pt_mb), "--cold-cache", cold, "--warm-cache", warm,
                "--seed", str(seed), "--out", partial]
+        if plans:
+            cmd += ["--plans", ",".join("%s=%s" % kv for kv in sorted(plans.items()))]
         logs = []
         t0, cpu0 = time.monotonic(), read_cpu()
         try:
@@ -372,6 +269,8 @@ def parse_args(argv=None):
     ap.add_argument("--tune-steps", type=int, default=90,
                     help="most steps a fusebox cell may tune (default %(default)s)")
     ap.add_argument("--rate", default="500mbit", help="tc rate of every host's link")
+    ap.add_argument("--no-cross", dest="cross", action="store_false",
+                    help="leave out the from<N> cells (the cross-size matrix)")
     ap.add_argument("--burst", default="256kb")
     ap.add_argument("--compute-scale", type=float, default=None,
                     help="default: bench_trust's (forward + backward about 80 ms)")
@@ -414,7 +313,9 @@ def build_report(args, figs, runs, head):
                 bound = 1e3 * lower_bound_s(fig["forward_s"], fig["backward_s"],
                                             fig["first_ready_s"], fig["last_bytes"],
                                             fig["total_bytes"], h, fig["rate_bps"])
-                per_hosts[h] = (analyze_hosts(ls), bound, fig["pt"][h])
+                a = analyze_hosts(ls)
+                a["sim"] = analyze_predictions(ls, tuner_names(fig, fig["pt"][h][0]))
+                per_hosts[h] = (a, bound, fig["pt"][h])
         if per_hosts:
             lines += format_setting(setting, fig, per_hosts)
     for l in runs:
@@ -463,10 +364,12 @@ def main(argv=None):
         for repeat in range(1, args.repeats + 1):
             for setting, fig in figs.items():
                 for h in args.hosts:
-                    order = list(CELLS)
+                    plans = (cross_plans(outdir, setting, "%s-h%d-r%d" % (setting, h, repeat), h)
+                             if args.cross else {})
+                    order = list(CELLS) + sorted(plans)
                     rng.shuffle(order)
                     res = launcher.run(fig, setting, h, repeat, order,
-                                       rng.randrange(1, 2 ** 62), fig["pt"][h][0])
+                                       rng.randrange(1, 2 ** 62), fig["pt"][h][0], plans)
                     runs.append(res)
                     print("# %s: %.0f s, %s" % (res["tag"], res["launch_s"], ", ".join(
                         "%s %.1f" % (c, statistics.median(res["cells"][c]["step_ms"]))

@@ -22,10 +22,15 @@ DistributedDataParallel over it:
                   other cluster sizes only (the nearest seeds the search)
     noallreduce   DDP with a communication hook that returns each bucket
                   unreduced, as a completed future: no allreduce at all
+    from<N>       DDP's default + fusebox.torch.register(ddp, plan=FILE,
+                  cache_dir=False): the plan fusebox tuned at N hosts (--plans
+                  from<N>=FILE, a plan file), run here untuned: the cross-size
+                  matrix
 
-Then --warmup untimed steps (fusebox cells instead run until the hook's phase
-is no longer learning/profiling/screening/verifying, at most --tune-steps
-steps, timed and reported apart; the ranks agree on the end of tuning with one
+Then --warmup untimed steps (fusebox and from<N> cells first run until the
+hook's phase is no longer learning/profiling/screening/verifying, at most
+--tune-steps steps, timed and reported apart, and fusebox cells then need no
+warm-up: their plan ran while it was verified; the ranks agree on the end of tuning with one
 1-element MIN allreduce after each tuning step), then --steps timed steps.
 
 Timing: time.perf_counter() at the start of every step (before zero_grad) and
@@ -81,13 +86,20 @@ def parse_args(argv=None):
     ap.add_argument("--cold-cache", default=None, help="fusebox's policy cache (empty)")
     ap.add_argument("--warm-cache", default=None, help="fusebox_warm's policy cache")
     ap.add_argument("--seed", type=int, default=1, help="fusebox's tuner seed (fusebox_warm: +1)")
+    ap.add_argument("--plans", default="",
+                    help="from<N>=plan file,...: the plans of the from<N> cells")
     ap.add_argument("--out", required=True, help="rank 0's JSON result")
     ap.add_argument("--lr", type=float, default=1e-3)
     args = ap.parse_args(argv)
     args.cells = args.cells.split(",")
+    try:
+        args.plans = dict(p.split("=", 1) for p in args.plans.split(",") if p)
+    except ValueError:
+        ap.error("--plans is from<N>=FILE,...")
     for c in args.cells:
-        if c not in CELLS:
-            ap.error("unknown cell %r (known: %s)" % (c, ", ".join(CELLS)))
+        if c not in CELLS and c not in args.plans:
+            ap.error("unknown cell %r (known: %s, and the from<N> of --plans)"
+                     % (c, ", ".join(CELLS)))
     if args.steps < 1 or args.warmup < 0 or args.tune_steps < 1:
         ap.error("need --steps >= 1, --warmup >= 0, --tune-steps >= 1")
     return args
@@ -122,6 +134,9 @@ def build(cell, args, seed):
     handle = None
     if cell == "noallreduce":
         ddp.register_comm_hook(None, _no_allreduce)
+    elif cell in args.plans:
+        import fusebox.torch
+        handle = fusebox.torch.register(ddp, cache_dir=False, plan=args.plans[cell])
     elif cell in FUSEBOX_CELLS:
         import fusebox.torch
         cache = args.cold_cache if cell == "fusebox" else args.warm_cache
@@ -166,7 +181,7 @@ def run_cell(cell, args, rank, step0):
             if tuning_done(handle):
                 finished = True
                 break
-    else:
+    if handle is None or cell in args.plans:  # a fixed plan's first steps pay for buffers
         for _ in range(args.warmup):
             one_step(model, ddp, opt, rank, step)
             step += 1
@@ -188,6 +203,17 @@ def run_cell(cell, args, rank, step0):
         plan = snap.get("plan")
         rec["fusebox"]["plan"] = plan["name"] if plan else None
         rec["fusebox"]["buckets"] = len(plan["bucket_elements"]) if plan else None
+        # The simulator beside the cells: every plan the tuner measured, with
+        # its prediction under the cost model fitted in this launch (forward
+        # start to the end of communication), and the step's tail after it
+        # (optimizer, host work; plan-independent) over the timed steps.
+        rec["fusebox"]["measured"] = [
+            {k: m.get(k) for k in ("name", "predicted_ms", "measured_ms", "buckets")}
+            for m in snap.get("measured") or []]
+        stats = (snap.get("stats") or [])[-args.steps:]
+        tails = sorted(s["iteration_ms"] - s["backward_ms"] - s["exposed_ms"] for s in stats
+                       if s.get("iteration_ms") and s.get("backward_ms") is not None)
+        rec["fusebox"]["tail_ms"] = tails[len(tails) // 2] if tails else None
     del ddp, handle, opt, model
     gc.collect()   # frees the hook's group and threads while the process group lives
     return rec, step
@@ -217,7 +243,7 @@ def merge(cell, recs, world):
 
 def main():
     args = parse_args()
-    if any(c in FUSEBOX_CELLS for c in args.cells):
+    if any(c in FUSEBOX_CELLS or c in args.plans for c in args.cells):
         import fusebox.torch  # noqa: F401  (fail before joining the group)
     torch.set_num_threads(1)
     rank = int(os.environ["RANK"])

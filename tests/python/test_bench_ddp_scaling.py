@@ -163,7 +163,7 @@ def test_report_tables_become_a_valid_summary():
                  launch_cpu_busy=0.5, warm_from=None)
     fig = {"label": "EMULATED", "buckets": "ddp25 2", "forward_s": 0.01, "backward_s": 0.02,
            "first_ready_s": 0.0, "last_bytes": 10, "total_bytes": 1e6, "rate_bps": 8e6,
-           "pt": {2: (50.0, 0.1)}}
+           "pt": {2: (50.0, 0.1)}, "sizes": [MIB // 2] * 4, "dtypes": ["torch.float32"] * 4}
     args = types.SimpleNamespace(hosts=[2])
     text = bs.build_report(args, {"s": fig}, ls, ["# cmd"])
     tables, _ = results.parse_report(text)
@@ -193,7 +193,7 @@ def _skip_reason():
     return None
 
 
-def test_smoke_two_hosts_every_cell():
+def test_smoke_two_and_three_hosts_every_cell():
     why = _skip_reason()
     if why:
         print("SKIPPED: %s" % why)
@@ -202,8 +202,8 @@ def test_smoke_two_hosts_every_cell():
     out = tempfile.mkdtemp(prefix="fusebox-scaling-smoke.")
     try:
         cmd = ["/usr/bin/python3", os.path.join(ROOT, "perf", "bench_ddp_scaling.py"),
-               "--hosts", "2", "--repeats", "1", "--steps", "3", "--warmup", "1",
-               "--tune-steps", "4", "--compute-scale", "0.1", "--prefix", "fbst",
+               "--hosts", "2,3", "--repeats", "1", "--steps", "3", "--warmup", "1",
+               "--tune-steps", "60", "--compute-scale", "0.1", "--prefix", "fbst",
                "--subnet", "99", "--port", "29700", "--seed", "5", "--out", out,
                "--build", os.path.dirname(py), "--timeout", "120"]
         p = subprocess.run(cmd, capture_output=True, text=True, timeout=180)
@@ -213,6 +213,14 @@ def test_smoke_two_hosts_every_cell():
         assert all(len(c["step_ms"]) == 3 for c in raw["cells"].values())
         assert raw["cells"]["fusebox"]["fusebox"]["phase"]   # the hook's snapshot came back
         assert raw["cells"]["fusebox_warm"]["excluded"] == "no other size cached"
+        # At 3 hosts the plan tuned at 2 runs untuned (the cross-size matrix), and the
+        # fusebox cell brought its tuner's predictions back (the simulator beside the cells).
+        raw3 = json.load(open(os.path.join(out, "raw", "resnet50-comm1.5x-h3-r1.json")))
+        assert sorted(raw3["cells"]) == sorted(bs.CELLS + ("from2",))
+        assert raw3["cells"]["from2"]["fusebox"]["phase"] == "fixed"
+        assert raw3["cells"]["fusebox"]["fusebox"]["measured"]
+        report = open(os.path.join(out, "report.md")).read()
+        assert "| tuned at | run at 2 | run at 3 |" in report
         summary = json.load(open(os.path.join(out, "result.json")))
         results.validate_summary(summary, "smoke")
         assert "fbsth0" not in subprocess.run(["ip", "netns", "list"], capture_output=True,
@@ -266,3 +274,94 @@ def test_plot_reads_every_setting_of_a_committed_summary_and_writes_an_image(tmp
     with pytest.raises(SystemExit):
         plot.main([os.path.join(ROOT, "docs", "results", "data", "ddp-scaling",
                                 "global-cap.json"), "--out", str(tmp_path / "x.png")])
+
+
+# ---------------------------------------------------------- cross-size matrix
+
+def test_cross_plans_are_the_other_sizes_entries_as_plan_files():
+    root = tempfile.mkdtemp()
+    try:
+        shared = os.path.join(root, "cache", "s")
+        os.makedirs(shared)
+        for w in (2, 4, 8):
+            with open(os.path.join(shared, "sig-w%d-r1-x.json" % w), "w") as f:
+                json.dump({"key": {"world_size": w},
+                           "plan": {"format": "fusebox-plan", "name": "tuned%d" % w}}, f)
+        with open(os.path.join(shared, "notes.txt"), "w") as f:
+            f.write("not an entry")
+        plans = bs.cross_plans(root, "s", "s-h4-r1", 4)
+        assert sorted(plans) == ["from2", "from8"]          # not its own size
+        assert json.load(open(plans["from8"]))["name"] == "tuned8"
+        assert bs.cross_plans(root, "other", "t", 4) == {}   # nothing cached yet
+    finally:
+        shutil.rmtree(root)
+
+
+def test_cross_matrix_is_each_plan_over_the_sizes_own_fusebox_in_the_same_launch():
+    ls = [_launch(r, _caps(150, 100, 120, 150, 150), fb, 105) for r, fb in ((1, 100), (2, 110))]
+    ls[0]["cells"]["from8"] = _cell([104.0] * 3, fusebox=True)   # 1.04 x fusebox
+    ls[1]["cells"]["from8"] = _cell([121.0] * 3, fusebox=True)   # 1.10 x
+    ls[1]["cells"]["from2"] = _cell([99.0] * 3, fusebox=True, finished=False)  # not compared
+    a = bs.analyze_hosts(ls)
+    assert sorted(a["cross"]) == ["from2", "from8"]
+    assert a["cross"]["from8"]["n"] == 2
+    assert a["cross"]["from8"]["median"] == pytest.approx((1.04 + 1.10) / 2)
+    assert a["cross"]["from2"]["n"] == 0
+    b = bs.analyze_hosts([_launch(1, _caps(150, 100, 120, 150, 150), 100, 105)])
+    b["cross"] = {"from4": bs.describe([0.95])}
+    lines = bs.format_cross("s", {4: (a, 0, None), 8: (b, 0, None)})
+    assert "| tuned at | run at 4 | run at 8 |" in lines
+    assert "| 4 | 1 (itself) | 0.950 (1) |" in lines
+    assert "| 8 | 1.070 [1.040, 1.100] (2) | 1 (itself) |" in lines
+    assert "| 2 | - | - |" in lines
+    assert bs.format_cross("s", {8: (dict(b, cross={}), 0, None)}) == []
+
+
+# ------------------------------------------------------- simulator beside cells
+
+def test_each_fixed_cell_takes_the_prediction_of_the_tuners_plan_with_its_buckets():
+    # 8 tensors of 1 MiB: caps 5 and 25 give different buckets; 25, 100 and a 50 MiB
+    # pytorch cap the same two (the 1 MiB first bucket and the rest).
+    fig = {"sizes": [MIB] * 8, "dtypes": ["torch.float32"] * 8}
+    names = bs.tuner_names(fig, 50.0)
+    assert names == {"ddp25": "ddp", "cap1": "ddp-cap1mb", "cap5": "ddp-cap5mb",
+                     "cap100": "ddp", "pytorch": "ddp"}
+
+
+def _predicting_launch(repeat, measured, predicted, kept="tuned", tail=10.0):
+    cells = {c: _cell([v] * 3) for c, v in measured.items() if c != "fusebox"}
+    cells["fusebox"] = _cell([measured["fusebox"]] * 3, fusebox=True)
+    cells["fusebox"]["fusebox"].update(plan=kept, tail_ms=tail, measured=[
+        {"name": n, "predicted_ms": p, "measured_ms": 0.0} for n, p in predicted.items()])
+    return {"cells": cells, "repeat": repeat}
+
+
+def test_predictions_are_the_tuners_plus_the_tail_and_pairs_are_judged_by_order():
+    names = {"ddp25": "ddp", "cap1": "ddp-cap1mb", "cap5": "ddp", "cap100": "ddp",
+             "pytorch": "ddp"}
+    measured = dict(ddp25=150.0, cap1=100.0, cap5=150.0, cap100=150.0, pytorch=150.0,
+                    fusebox=100.0)
+    # The tuner predicts 130 for DDP's default and 95 for cap1 and its tuned plan: +10 ms
+    # tail gives 140 (-6.7%) and 105 (+5%).
+    predicted = {"ddp": 130.0, "ddp-cap1mb": 95.0, "tuned": 95.0}
+    ls = [_predicting_launch(r, {c: v + r for c, v in measured.items()}, predicted)
+          for r in (1, 2, 3)]
+    assert bs.predicted_steps(ls[0], names)["cap5"] == 140.0
+    assert bs.predicted_steps(ls[0], names)["fusebox"] == 105.0
+    sim = bs.analyze_predictions(ls, names)
+    assert sim["predicted"]["cap1"]["median"] == 105.0
+    assert sim["errors"]["cap1"] == pytest.approx([105 / 101 - 1, 105 / 102 - 1, 105 / 103 - 1])
+    # Significant pairs: each large-cap cell against cap1 and fusebox (intervals apart);
+    # cap1 and fusebox overlap, and the large-cap cells are one plan (equal predictions).
+    assert len(sim["pairs"]) == 8 and all(ok for _, _, ok in sim["pairs"])
+    # A prediction that orders a significant pair the other way is counted as wrong.
+    wrong = {"ddp": 90.0, "ddp-cap1mb": 95.0, "tuned": 95.0}
+    ls = [_predicting_launch(r, {c: v + r for c, v in measured.items()}, wrong)
+          for r in (1, 2, 3)]
+    sim = bs.analyze_predictions(ls, names)
+    assert len(sim["pairs"]) == 8 and not any(ok for _, _, ok in sim["pairs"])
+    lines = bs.format_sim({2: ({"sim": sim}, 0, None)})
+    assert any("ordered as measured by the predictions: 0" in x for x in lines)
+    # No prediction (a launch without a fitted model): no section.
+    none = [_predicting_launch(1, measured, {}, tail=None)]
+    assert bs.format_sim({2: ({"sim": bs.analyze_predictions(none, names)}, 0, None)}) == []
