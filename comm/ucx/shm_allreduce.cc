@@ -13,6 +13,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstring>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -142,6 +143,13 @@ struct WaitResult {
   absl::Status status;
   uint64_t aborted = kAbortedDestroyed;
 };
+
+// Gives up mid-collective: the peers must not wait for this rank, and they
+// learn why from its `aborted` word.
+absl::Status GiveUp(std::atomic<uint64_t>& aborted, WaitResult w) {
+  aborted.store(w.aborted, std::memory_order_release);
+  return w.status;
+}
 
 // Waits until the counter `counter_of(base)` of every rank of `g` reaches
 // `target`, yielding the core every g.yield_mask + 1 polls so that
@@ -409,11 +417,7 @@ absl::Status ShmAllReduce(const ShmGroup& g, const void* send, void* recv, size_
   const auto* in = static_cast<const unsigned char*>(send);
   auto* out = static_cast<unsigned char*>(recv);
   Control* const ctl = ControlOf(g.bases[g.rank]);
-  const auto give_up = [&](WaitResult w) {
-    // Peers must not wait for us; they learn why.
-    ctl->aborted.store(w.aborted, std::memory_order_release);
-    return w.status;
-  };
+  const auto give_up = [ctl](WaitResult w) { return GiveUp(ctl->aborted, std::move(w)); };
 
   for (size_t k = 0; k < plan.nrounds; ++k) {
     const size_t first = k * plan.per_round;
@@ -507,10 +511,7 @@ absl::Status CmaAllReduce(const ShmGroup& g, const void* send, void* recv, size_
   const auto* in = static_cast<const unsigned char*>(send);
   auto* out = static_cast<unsigned char*>(recv);
   Control* const ctl = ControlOf(g.bases[g.rank]);
-  const auto give_up = [&](WaitResult w) {
-    ctl->aborted.store(w.aborted, std::memory_order_release);
-    return w.status;
-  };
+  const auto give_up = [ctl](WaitResult w) { return GiveUp(ctl->aborted, std::move(w)); };
   const auto wait = [&](std::atomic<uint64_t> Control::*counter, const char* stage,
                         uint64_t round) {
     return WaitAll(g, ControlCounter(counter), stage, round, abort, deadline);
@@ -625,10 +626,7 @@ absl::Status ShmCollect(const ShmGroup& g, uint64_t n, std::vector<const unsigne
     return Mailbox(g, base, n % 2)->exchange;
   };
   WaitResult w = WaitAll(g, flag_of, "exchange", n, abort, deadline);
-  if (!w.status.ok()) {
-    ctl->aborted.store(w.aborted, std::memory_order_release);
-    return w.status;
-  }
+  if (!w.status.ok()) return GiveUp(ctl->aborted, std::move(w));
   messages->resize(g.size);
   lengths->resize(g.size);
   for (int r = 0; r < g.size; ++r) {
