@@ -46,8 +46,8 @@ chose the winner, so they favour it). After each fusebox launch's timed run,
 the same launch judges apart (--judge-blocks, --judge-steps): every plan the
 tuner measured runs alone (no regression checks) in B blocks of M timed steps,
 each block in a fresh random order (perf/trust_worker.py's judge()). "kept /
-best" is the median step of the plan the run ended with over the lowest
-median; the target "kept plan <= 1.02x the best" passes in 19 of 20 runs or
+best" is the median step of the plan the tuner kept (0: yours, after a fallback)
+over the lowest median; the target "kept plan <= 1.02x the best" passes in 19 of 20 runs or
 more (95%).
 
 A check: plain and fusebox runs see the same losses step for step (fusebox

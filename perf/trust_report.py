@@ -243,8 +243,8 @@ def format_report(args, runs_by_cap):
             lines.append(
                 "judged: after each fusebox run's %d steps, every plan its tuner measured ran "
                 "alone (no checks) in %d interleaved blocks of %d timed steps each, in a fresh "
-                "random order per block; kept / best = the median step of the plan the run "
-                "ended with over the lowest plan's median; worst %.3f (cap %g MiB, run %d: kept "
+                "random order per block; kept / best = the median step of the plan the tuner "
+                "kept over the lowest plan's median; worst %.3f (cap %g MiB, run %d: kept "
                 "%s, best %s)" % (args.steps, args.judge_blocks, args.judge_steps,
                                   worst["judged"]["ratio"], worst["cap"], worst["run"],
                                   worst["judged"]["kept"], worst["judged"]["best"]))

@@ -165,9 +165,9 @@ def judge(handle, ddp, model, opt, rank, first_step, blocks, steps, seed):
     fresh random order (random.Random(seed), the same on every rank). A visit
     is 2 unmeasured steps (the step that installs the plan ran the previous
     one; the plan's first step pays for its buffers) and `steps` timed ones.
-    Returns {"names", "hashes", "kept" (the index of the plan the run ended
-    with, None if it is not among them), "order" (per block), "local_ms"
-    (per plan: this rank's step times)}, or None if the tuner never decided.
+    Returns {"names", "hashes", "kept" (the index of the plan the tuner kept,
+    snapshot["chosen"]), "order" (per block), "local_ms" (per plan: this
+    rank's step times)}, or None if the tuner never decided.
     """
     import random
     snap = handle.snapshot()
@@ -175,8 +175,10 @@ def judge(handle, ddp, model, opt, rank, first_step, blocks, steps, seed):
     if snap.get("phase") != "tuned" or len(measured) < 2:
         return None
     hashes = [m["hash"] for m in measured]
-    kept_hash = handle._hook.plan_hash()
-    kept = hashes.index(kept_hash) if kept_hash in hashes else None
+    # The tuner's kept plan (0 after a fallback), not the plan that ran last:
+    # the last step may have been a check's control step, which runs yours.
+    chosen = snap.get("chosen")
+    kept = chosen if isinstance(chosen, int) and 0 <= chosen < len(measured) else None
     rng = random.Random(seed)
     local_ms = [[] for _ in measured]
     orders, step = [], first_step
