@@ -16,6 +16,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/flags/commandlineflag.h"
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
@@ -366,21 +367,28 @@ absl::StatusOr<absl::Duration> SliceFromFlag(const char* flag, double us) {
 
 absl::StatusOr<comm::BackendOptions> BackendOptionsFromFlags() {
   comm::BackendOptions b;
-  auto chunk = ParseBytes(absl::GetFlag(FLAGS_ucx_chunk));
-  if (!chunk.ok()) return chunk.status();
-  auto small = ParseBytes(absl::GetFlag(FLAGS_ucx_small));
-  if (!small.ok()) return small.status();
-  b.ucx.chunk_bytes = *chunk;
-  b.ucx.small_message_bytes = *small;
-  auto rd = ParseBytes(absl::GetFlag(FLAGS_ucx_recursive_doubling));
-  if (!rd.ok()) return rd.status();
-  b.ucx.recursive_doubling_bytes = *rd;
-  auto rab = ParseBytes(absl::GetFlag(FLAGS_ucx_rabenseifner));
-  if (!rab.ok()) return rab.status();
-  b.ucx.rabenseifner_bytes = *rab;
-  auto from = ParseBytes(absl::GetFlag(FLAGS_ucx_rabenseifner_from));
-  if (!from.ok()) return from.status();
-  b.ucx.rabenseifner_from_bytes = *from;
+  // The byte-valued settings, each from its flag.
+  using Ucx = comm::UcxOptions;
+  const std::pair<const absl::Flag<std::string>*, size_t Ucx::*> bytes_flags[] = {
+      {&FLAGS_ucx_chunk, &Ucx::chunk_bytes},
+      {&FLAGS_ucx_small, &Ucx::small_message_bytes},
+      {&FLAGS_ucx_recursive_doubling, &Ucx::recursive_doubling_bytes},
+      {&FLAGS_ucx_rabenseifner, &Ucx::rabenseifner_bytes},
+      {&FLAGS_ucx_rabenseifner_from, &Ucx::rabenseifner_from_bytes},
+      {&FLAGS_ucx_linear, &Ucx::linear_bytes},
+      {&FLAGS_ucx_measured_choice, &Ucx::measured_choice_bytes},
+      {&FLAGS_ucx_shm_chunk, &Ucx::shm_chunk_bytes},
+      {&FLAGS_ucx_cma_min, &Ucx::cma_min_bytes},
+      {&FLAGS_ucx_cma_max, &Ucx::cma_max_bytes},
+  };
+  for (const auto& [flag, field] : bytes_flags) {
+    absl::StatusOr<size_t> value = ParseBytes(absl::GetFlag(*flag));
+    if (!value.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--", absl::GetFlagReflectionHandle(*flag).Name(), ": ", value.status().message()));
+    }
+    b.ucx.*field = *value;
+  }
   using Opening = comm::UcxOptions::Opening;
   auto opening = ParseChoice<Opening>("ucx_opening", absl::GetFlag(FLAGS_ucx_opening),
                                       {{"auto", Opening::kAuto},
@@ -388,21 +396,6 @@ absl::StatusOr<comm::BackendOptions> BackendOptionsFromFlags() {
                                        {"linear", Opening::kLinear}});
   if (!opening.ok()) return opening.status();
   b.ucx.opening = *opening;
-  auto linear = ParseBytes(absl::GetFlag(FLAGS_ucx_linear));
-  if (!linear.ok()) return linear.status();
-  b.ucx.linear_bytes = *linear;
-  auto measured = ParseBytes(absl::GetFlag(FLAGS_ucx_measured_choice));
-  if (!measured.ok()) return measured.status();
-  b.ucx.measured_choice_bytes = *measured;
-  auto shm_chunk = ParseBytes(absl::GetFlag(FLAGS_ucx_shm_chunk));
-  if (!shm_chunk.ok()) return shm_chunk.status();
-  b.ucx.shm_chunk_bytes = *shm_chunk;
-  auto cma_min = ParseBytes(absl::GetFlag(FLAGS_ucx_cma_min));
-  if (!cma_min.ok()) return cma_min.status();
-  b.ucx.cma_min_bytes = *cma_min;
-  auto cma_max = ParseBytes(absl::GetFlag(FLAGS_ucx_cma_max));
-  if (!cma_max.ok()) return cma_max.status();
-  b.ucx.cma_max_bytes = *cma_max;
   using ShmStores = comm::UcxOptions::ShmStores;
   auto stores = ParseChoice<ShmStores>("ucx_shm_stores", absl::GetFlag(FLAGS_ucx_shm_stores),
                                        {{"auto", ShmStores::kAuto},
