@@ -221,7 +221,7 @@ def format_setting(name, fig, per_hosts):
                          ", ".join(map(str, a["tuning_steps"])) or "-", a["not_tuned"],
                          100 * a["cpu_busy"], a["rank_cores"],
                          ", ".join("%.0f" % s for s in a["launch_s"]), pt[0], pt[1]))
-    lines += format_cross(name, per_hosts)
+    lines += format_cross(per_hosts)
     lines += format_sim(per_hosts)
     cov = {a["cells"]["ddp25"]["coverage"] for a, _, _ in per_hosts.values()}
     lines += ["", "interval coverage: %s" % ", ".join("%.1f%%" % (100 * c) for c in sorted(cov)),
@@ -258,7 +258,7 @@ def format_sim(per_hosts):
     return lines
 
 
-def format_cross(name, per_hosts):
+def format_cross(per_hosts):
     """The cross-size matrix of one setting (none where no launch ran a from<N> cell)."""
     tuned_at = sorted({int(c[4:]) for a, _, _ in per_hosts.values() for c in a["cross"]}
                       | set(per_hosts))

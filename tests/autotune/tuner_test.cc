@@ -122,6 +122,37 @@ void Iterate(bucketing::Engine& e, const GradientLayout& layout, int rank, int w
   }
 }
 
+// A tuner on `comm` as the policy of an engine over `layout`; engine null
+// (and the test failed) where either cannot be made.
+struct TunerEngine {
+  std::unique_ptr<bucketing::Engine> engine;
+  OnlineTuner* tuner = nullptr;  // owned by the engine
+};
+TunerEngine MakeTunerEngine(comm::Communicator& comm, const GradientLayout& layout,
+                            const TunerOptions& o, const bucketing::EngineOptions& eo = {}) {
+  auto tuner = OnlineTuner::Create(comm, layout, o, absl::Minutes(1));
+  if (!tuner.ok()) {
+    ADD_FAILURE() << tuner.status();
+    return {};
+  }
+  OnlineTuner* t = tuner->get();
+  auto engine = bucketing::Engine::Create(comm, layout, t->initial_plan(), eo);
+  if (!engine.ok()) {
+    ADD_FAILURE() << engine.status();
+    return {};
+  }
+  (*engine)->SetPolicy(*std::move(tuner));
+  return {*std::move(engine), t};
+}
+
+// Iterates until the tuner has decided, at most 200 iterations.
+void IterateUntilTuned(TunerEngine& te, const GradientLayout& layout, int rank, int world,
+                       std::vector<std::vector<float>>& grads, int* wrong) {
+  for (int guard = 0; te.tuner->phase() != TunerPhase::kTuned && guard < 200; ++guard) {
+    Iterate(*te.engine, layout, rank, world, grads, wrong);
+  }
+}
+
 struct RunResult {
   bool cache_hit = false;
   bool derived = false;
@@ -149,28 +180,22 @@ RunResult TuneRun(int world, const std::string& cache_dir, const TunerOptions& b
     PolicyCache cache(co);
     TunerOptions o = base;
     o.cache = &cache;
-    auto tuner = OnlineTuner::Create(comm, layout, o, absl::Minutes(1));
-    ASSERT_TRUE(tuner.ok()) << tuner.status();
-    OnlineTuner* t = tuner->get();
     bucketing::EngineOptions eo;
     eo.record_ready_times = true;
-    auto engine = bucketing::Engine::Create(comm, layout, t->initial_plan(), eo);
-    ASSERT_TRUE(engine.ok()) << engine.status();
-    (*engine)->SetPolicy(*std::move(tuner));
+    TunerEngine te = MakeTunerEngine(comm, layout, o, eo);
+    ASSERT_NE(te.engine, nullptr);
+    OnlineTuner* t = te.tuner;
     RunResult& r = results[rank];
     r.cache_hit = t->cache_hit();
     r.derived = t->derived_from_cache();
     std::vector<std::vector<float>> grads(layout.size());
-    int guard = 0;
-    while (t->phase() != TunerPhase::kTuned && guard++ < 200) {
-      Iterate(**engine, layout, rank, world, grads, &r.wrong);
-    }
+    IterateUntilTuned(te, layout, rank, world, grads, &r.wrong);
     ASSERT_EQ(t->phase(), TunerPhase::kTuned);
     r.tuning_iterations = t->tuning_iterations();
-    for (int i = 0; i < extra; ++i) Iterate(**engine, layout, rank, world, grads, &r.wrong);
+    for (int i = 0; i < extra; ++i) Iterate(*te.engine, layout, rank, world, grads, &r.wrong);
     r.measured = t->measured();
     r.chosen = t->chosen();
-    r.plan_hash = (*engine)->plan_hash();
+    r.plan_hash = te.engine->plan_hash();
   });
   for (int r = 1; r < world; ++r) {
     EXPECT_EQ(results[r].plan_hash, results[0].plan_hash) << "rank " << r;
@@ -285,17 +310,11 @@ TEST(OnlineTunerTest, AKeptPlanThatTurnsSlowerFallsBackToTheDefault) {
   std::vector<int> fallbacks(2, -1), wrong(2, 0);
   std::vector<uint64_t> final_hash(2, 0);
   RunRanks(2, [&](int rank, comm::Communicator& comm) {
-    auto tuner = OnlineTuner::Create(comm, layout, o, absl::Minutes(1));
-    ASSERT_TRUE(tuner.ok()) << tuner.status();
-    OnlineTuner* t = tuner->get();
-    auto engine = bucketing::Engine::Create(comm, layout, t->initial_plan(), {});
-    ASSERT_TRUE(engine.ok()) << engine.status();
-    (*engine)->SetPolicy(*std::move(tuner));
+    TunerEngine te = MakeTunerEngine(comm, layout, o);
+    ASSERT_NE(te.engine, nullptr);
+    OnlineTuner* t = te.tuner;
     std::vector<std::vector<float>> grads(layout.size());
-    int guard = 0;
-    while (t->phase() != TunerPhase::kTuned && guard++ < 200) {
-      Iterate(**engine, layout, rank, 2, grads, &wrong[rank]);
-    }
+    IterateUntilTuned(te, layout, rank, 2, grads, &wrong[rank]);
     // A bad plan injected after tuning: 100 ms slower per iteration.
     bucketing::Plan slow = bucketing::PerTensorPlan(layout);
     slow.name = "slow-per-tensor";
@@ -310,12 +329,12 @@ TEST(OnlineTunerTest, AKeptPlanThatTurnsSlowerFallsBackToTheDefault) {
     EXPECT_EQ(t->check_interval(), kMinCheckEvery);
     const int window = 40 * (t->check_interval() + 1) + 3;
     for (int i = 0; i < window && t->fallbacks() == 0; ++i) {
-      Iterate(**engine, layout, rank, 2, grads, &wrong[rank]);
+      Iterate(*te.engine, layout, rank, 2, grads, &wrong[rank]);
     }
-    Iterate(**engine, layout, rank, 2, grads, &wrong[rank]);
+    Iterate(*te.engine, layout, rank, 2, grads, &wrong[rank]);
     fallbacks[rank] = t->fallbacks();
     EXPECT_GE(t->checks(), 1) << "rank " << rank;
-    final_hash[rank] = (*engine)->plan_hash();
+    final_hash[rank] = te.engine->plan_hash();
     EXPECT_THAT(t->decision(), HasSubstr("fell back to DDP's default"));
   });
   const uint64_t ddp = bucketing::PlanHash(bucketing::DdpPlan(layout));
@@ -339,17 +358,11 @@ TEST(OnlineTunerTest, AForcedPlanWithoutChecksRunsAloneUntilForcedAgain) {
   std::vector<int> checks(2, -1), fallbacks(2, -1), wrong(2, 0);
   std::vector<uint64_t> forced_hash(2, 0), back_hash(2, 0), baseline_hash(2, 1);
   RunRanks(2, [&](int rank, comm::Communicator& comm) {
-    auto tuner = OnlineTuner::Create(comm, layout, o, absl::Minutes(1));
-    ASSERT_TRUE(tuner.ok()) << tuner.status();
-    OnlineTuner* t = tuner->get();
-    auto engine = bucketing::Engine::Create(comm, layout, t->initial_plan(), {});
-    ASSERT_TRUE(engine.ok()) << engine.status();
-    (*engine)->SetPolicy(*std::move(tuner));
+    TunerEngine te = MakeTunerEngine(comm, layout, o);
+    ASSERT_NE(te.engine, nullptr);
+    OnlineTuner* t = te.tuner;
     std::vector<std::vector<float>> grads(layout.size());
-    int guard = 0;
-    while (t->phase() != TunerPhase::kTuned && guard++ < 200) {
-      Iterate(**engine, layout, rank, 2, grads, &wrong[rank]);
-    }
+    IterateUntilTuned(te, layout, rank, 2, grads, &wrong[rank]);
     const int n = static_cast<int>(t->measured().size());
     ASSERT_GE(n, 2);
     EXPECT_EQ(t->measured_plan(-1), nullptr);
@@ -363,15 +376,15 @@ TEST(OnlineTunerTest, AForcedPlanWithoutChecksRunsAloneUntilForcedAgain) {
     const int checks_before = t->checks();
     t->ForceChosen(slow, /*checks=*/false);
     for (int i = 0; i < 3 * (kMinCheckEvery + 1) + 2; ++i) {
-      Iterate(**engine, layout, rank, 2, grads, &wrong[rank]);
+      Iterate(*te.engine, layout, rank, 2, grads, &wrong[rank]);
       EXPECT_FALSE(t->TimesNextBoundary()) << "iteration " << i;
     }
     checks[rank] = t->checks() - checks_before;
     fallbacks[rank] = t->fallbacks();
-    forced_hash[rank] = (*engine)->plan_hash();
+    forced_hash[rank] = te.engine->plan_hash();
     t->ForceChosen(*t->measured_plan(0), /*checks=*/false);
-    for (int i = 0; i < 2; ++i) Iterate(**engine, layout, rank, 2, grads, &wrong[rank]);
-    back_hash[rank] = (*engine)->plan_hash();
+    for (int i = 0; i < 2; ++i) Iterate(*te.engine, layout, rank, 2, grads, &wrong[rank]);
+    back_hash[rank] = te.engine->plan_hash();
     baseline_hash[rank] = t->measured()[0].hash;
   });
   for (int r = 0; r < 2; ++r) {

@@ -9,9 +9,9 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <cerrno>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <thread>
 #include <vector>
@@ -36,52 +36,18 @@ struct Segments {
   std::vector<unsigned char*> bases;
 };
 
-TEST(ShmAllReduceTest, EveryTypeAndOpAcrossRoundsAndCollectives) {
-  for (int world : {1, 2, 3, 5}) {
-    constexpr size_t kChunk = 64;  // tiny rounds: many rounds, slot reuse
-    Segments seg(world, kChunk);
-    std::atomic<bool> abort{false};
-    std::vector<std::thread> threads;
-    for (int r = 0; r < world; ++r) {
-      threads.emplace_back([&, r] {
-        ShmGroup g{r, world, kChunk, seg.bases};
-        uint64_t rounds = 0;
-        for (size_t count : {0, 1, 7, 1023, 4099}) {
-          for (int t = 0; t < kNumDataTypes; ++t) {
-            for (int o = 0; o < kNumReduceOps; ++o) {
-              const auto type = static_cast<DataType>(t);
-              const auto op = static_cast<ReduceOp>(o);
-              const size_t bytes = count * DataTypeSize(type);
-              std::vector<unsigned char> in(bytes + 1), out(bytes + 1), want(bytes + 1);
-              testing::FillInput(in.data(), count, type, op, r);
-              testing::FillExpected(want.data(), count, type, op, world);
-              const bool in_place = (t + o) % 2 == 0;
-              unsigned char* dst = in_place ? in.data() : out.data();
-              ASSERT_TRUE(ShmAllReduce(g, in.data(), dst, count, type, op, &rounds, abort).ok());
-              EXPECT_EQ(testing::CountMismatches(dst, want.data(), count, type), 0u)
-                  << "world " << world << " rank " << r << " count " << count << " "
-                  << DataTypeName(type) << " " << ReduceOpName(op);
-            }
-          }
-        }
-      });
-    }
-    for (auto& t : threads) t.join();
-  }
-}
+// The allreduce under test, as rank g.rank calls it for its `call`-th
+// collective (`scratch`: the rank's own, for CmaAllReduce).
+using AllReduceCall = std::function<absl::Status(
+    const ShmGroup& g, int call, const void* send, void* recv, size_t count, DataType type,
+    ReduceOp op, uint64_t* rounds, const std::atomic<bool>& abort,
+    std::vector<unsigned char>* scratch)>;
 
-// Note [Single-copy allreduce]: with cross-memory attach (the ranks are
-// threads here, so every "peer" is this process's pid), every type and op,
-// in place and not, with pieces smaller than a sub-block (a chunk of 64
-// bytes), empty sub-blocks (count < world) and calls mixed with the staged
-// rounds on the same counters, give the exact result.
-TEST(CmaAllReduceTest, EveryTypeAndOpMixedWithStagedCallsGivesTheExactResult) {
-  const int word = 42;
-  if (absl::Status s = ProbeCrossMemoryAttach(getpid(), reinterpret_cast<uintptr_t>(&word), &word,
-                                              sizeof(word));
-      !s.ok()) {
-    GTEST_SKIP() << "SKIPPED: cross-memory attach is refused here: " << s;
-  }
+// Every type and op at counts across rounds (many rounds of a 64-byte
+// chunk: slot reuse, empty sub-blocks), in place and not, for worlds 1, 2,
+// 3 and 5 of threads (with cross-memory attach: every "peer" is this
+// process); every result is checked bit for bit.
+void ExpectExactForEveryTypeAndOp(const AllReduceCall& allreduce, bool cma) {
   for (int world : {1, 2, 3, 5}) {
     constexpr size_t kChunk = 64;
     Segments seg(world, kChunk);
@@ -90,7 +56,7 @@ TEST(CmaAllReduceTest, EveryTypeAndOpMixedWithStagedCallsGivesTheExactResult) {
     for (int r = 0; r < world; ++r) {
       threads.emplace_back([&, r] {
         ShmGroup g{r, world, kChunk, seg.bases};
-        g.pids.assign(world, getpid());
+        if (cma) g.pids.assign(world, getpid());
         uint64_t rounds = 0;
         std::vector<unsigned char> scratch;
         int call = 0;
@@ -106,9 +72,7 @@ TEST(CmaAllReduceTest, EveryTypeAndOpMixedWithStagedCallsGivesTheExactResult) {
               const bool in_place = (t + o) % 2 == 0;
               unsigned char* dst = in_place ? in.data() : out.data();
               const absl::Status s =
-                  call % 3 == 2
-                      ? ShmAllReduce(g, in.data(), dst, count, type, op, &rounds, abort)
-                      : CmaAllReduce(g, in.data(), dst, count, type, op, &rounds, abort, &scratch);
+                  allreduce(g, call, in.data(), dst, count, type, op, &rounds, abort, &scratch);
               ASSERT_TRUE(s.ok()) << s;
               EXPECT_EQ(testing::CountMismatches(dst, want.data(), count, type), 0u)
                   << "world " << world << " rank " << r << " count " << count << " "
@@ -120,6 +84,39 @@ TEST(CmaAllReduceTest, EveryTypeAndOpMixedWithStagedCallsGivesTheExactResult) {
     }
     for (auto& t : threads) t.join();
   }
+}
+
+TEST(ShmAllReduceTest, EveryTypeAndOpAcrossRoundsAndCollectives) {
+  ExpectExactForEveryTypeAndOp(
+      [](const ShmGroup& g, int, const void* send, void* recv, size_t count, DataType type,
+         ReduceOp op, uint64_t* rounds, const std::atomic<bool>& abort,
+         std::vector<unsigned char>*) {
+        return ShmAllReduce(g, send, recv, count, type, op, rounds, abort);
+      },
+      /*cma=*/false);
+}
+
+// Note [Single-copy allreduce]: with cross-memory attach (the ranks are
+// threads here, so every "peer" is this process's pid), every type and op,
+// in place and not, with pieces smaller than a sub-block (a chunk of 64
+// bytes), empty sub-blocks (count < world) and calls mixed with the staged
+// rounds on the same counters, give the exact result.
+TEST(CmaAllReduceTest, EveryTypeAndOpMixedWithStagedCallsGivesTheExactResult) {
+  const int word = 42;
+  if (absl::Status s = ProbeCrossMemoryAttach(getpid(), reinterpret_cast<uintptr_t>(&word), &word,
+                                              sizeof(word));
+      !s.ok()) {
+    GTEST_SKIP() << "SKIPPED: cross-memory attach is refused here: " << s;
+  }
+  // Every third call staged, the rest single-copy, on the same counters.
+  ExpectExactForEveryTypeAndOp(
+      [](const ShmGroup& g, int call, const void* send, void* recv, size_t count, DataType type,
+         ReduceOp op, uint64_t* rounds, const std::atomic<bool>& abort,
+         std::vector<unsigned char>* scratch) {
+        return call % 3 == 2 ? ShmAllReduce(g, send, recv, count, type, op, rounds, abort)
+                             : CmaAllReduce(g, send, recv, count, type, op, rounds, abort, scratch);
+      },
+      /*cma=*/true);
 }
 
 // Cross-memory attach can be refused (a ptrace scope, seccomp, a process

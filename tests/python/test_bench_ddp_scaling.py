@@ -139,14 +139,20 @@ def test_nearest_world_follows_the_policy_cache():
     assert bs.nearest_world([], 4) is None
 
 
+def _shared_cache(root, entry=lambda w: {"key": {"world_size": w}}):
+    """Setting "s"'s shared cache under `root`, one entry per world size 2, 4 and 8."""
+    shared = os.path.join(root, "cache", "s")
+    os.makedirs(shared)
+    for w in (2, 4, 8):
+        with open(os.path.join(shared, "sig-w%d-r1-x.json" % w), "w") as f:
+            json.dump(entry(w), f)
+    return shared
+
+
 def test_warm_cache_leaves_out_the_own_world_size():
     root = tempfile.mkdtemp()
     try:
-        shared = os.path.join(root, "cache", "s")
-        os.makedirs(shared)
-        for w in (2, 4, 8):
-            with open(os.path.join(shared, "sig-w%d-r1-x.json" % w), "w") as f:
-                json.dump({"key": {"world_size": w}}, f)
+        _shared_cache(root)
         cold, warm, worlds = bs.prepare_caches(root, "s", "t", 4)
         assert worlds == [2, 8] and os.listdir(cold) == []
         assert sorted(os.listdir(warm)) == ["sig-w2-r1-x.json", "sig-w8-r1-x.json"]
@@ -281,12 +287,8 @@ def test_plot_reads_every_setting_of_a_committed_summary_and_writes_an_image(tmp
 def test_cross_plans_are_the_other_sizes_entries_as_plan_files():
     root = tempfile.mkdtemp()
     try:
-        shared = os.path.join(root, "cache", "s")
-        os.makedirs(shared)
-        for w in (2, 4, 8):
-            with open(os.path.join(shared, "sig-w%d-r1-x.json" % w), "w") as f:
-                json.dump({"key": {"world_size": w},
-                           "plan": {"format": "fusebox-plan", "name": "tuned%d" % w}}, f)
+        shared = _shared_cache(root, lambda w: {
+            "key": {"world_size": w}, "plan": {"format": "fusebox-plan", "name": "tuned%d" % w}})
         with open(os.path.join(shared, "notes.txt"), "w") as f:
             f.write("not an entry")
         plans = bs.cross_plans(root, "s", "s-h4-r1", 4)
@@ -309,12 +311,12 @@ def test_cross_matrix_is_each_plan_over_the_sizes_own_fusebox_in_the_same_launch
     assert a["cross"]["from2"]["n"] == 0
     b = bs.analyze_hosts([_launch(1, _caps(150, 100, 120, 150, 150), 100, 105)])
     b["cross"] = {"from4": bs.describe([0.95])}
-    lines = bs.format_cross("s", {4: (a, 0, None), 8: (b, 0, None)})
+    lines = bs.format_cross({4: (a, 0, None), 8: (b, 0, None)})
     assert "| tuned at | run at 4 | run at 8 |" in lines
     assert "| 4 | 1 (itself) | 0.950 (1) |" in lines
     assert "| 8 | 1.070 [1.040, 1.100] (2) | 1 (itself) |" in lines
     assert "| 2 | - | - |" in lines
-    assert bs.format_cross("s", {8: (dict(b, cross={}), 0, None)}) == []
+    assert bs.format_cross({8: (dict(b, cross={}), 0, None)}) == []
 
 
 # ------------------------------------------------------- simulator beside cells
