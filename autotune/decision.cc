@@ -35,6 +35,20 @@ int LowerRank(int n, double alpha) {
   return k;
 }
 
+// P(T+ = s), s = 0 .. n(n+1)/2, for n pairs under the signed-rank null:
+// built rank by rank, each rank in or out with probability 1/2, halved at
+// each step (no overflow, no lgamma). O(n^3) at most.
+std::vector<double> SignedRankPmf(int n) {
+  n = std::clamp(n, 0, kMaxSignedRankPairs);
+  const int top = n * (n + 1) / 2;
+  std::vector<double> p(top + 1, 0.0);
+  p[0] = 1;
+  for (int r = 1; r <= n; ++r) {
+    for (int s = r * (r + 1) / 2; s >= 0; --s) p[s] = 0.5 * (p[s] + (s >= r ? p[s - r] : 0.0));
+  }
+  return p;
+}
+
 double MedianOfSorted(const std::vector<double>& v) {
   const size_t n = v.size();
   return n % 2 == 1 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
@@ -77,6 +91,54 @@ int MinimumPairs(double confidence) {
   return n;
 }
 
+double SignedRankCdf(int n, int t) {
+  const std::vector<double> p = SignedRankPmf(n);
+  double total = 0;
+  for (int s = 0; s <= t && s < static_cast<int>(p.size()); ++s) total += p[s];
+  return std::min(total, 1.0);
+}
+
+int SignedRankRank(int n, double alpha) {
+  const std::vector<double> p = SignedRankPmf(n);
+  const int half = static_cast<int>(p.size()) / 2;  // never past the median of T+
+  int k = 0;
+  double cdf = 0;
+  for (int s = 0; s < half; ++s) {
+    cdf += p[s];
+    if (cdf > alpha) break;
+    k = s + 1;
+  }
+  return k;
+}
+
+namespace {
+
+std::vector<double> SortedWalshAverages(const std::vector<double>& v) {
+  std::vector<double> w;
+  w.reserve(v.size() * (v.size() + 1) / 2);
+  for (size_t i = 0; i < v.size(); ++i) {
+    for (size_t j = i; j < v.size(); ++j) w.push_back(0.5 * (v[i] + v[j]));
+  }
+  std::sort(w.begin(), w.end());
+  return w;
+}
+
+}  // namespace
+
+double SignedRankLowerBound(const std::vector<double>& values, double confidence) {
+  if (values.empty()) return 0;
+  const std::vector<double> w = SortedWalshAverages(values);
+  const int k = std::max(SignedRankRank(static_cast<int>(values.size()), 1 - confidence), 1);
+  return w[k - 1];
+}
+
+double SignedRankUpperBound(const std::vector<double>& values, double confidence) {
+  if (values.empty()) return 0;
+  const std::vector<double> w = SortedWalshAverages(values);
+  const int k = std::max(SignedRankRank(static_cast<int>(values.size()), 1 - confidence), 1);
+  return w[w.size() - k];
+}
+
 std::vector<int> RandomizedBlock(int k, uint64_t seed, int avoid_first) {
   std::vector<int> order(std::max(k, 0));
   std::iota(order.begin(), order.end(), 0);
@@ -106,20 +168,21 @@ Verdict DecideReplace(const std::vector<double>& baseline, const std::vector<dou
   std::vector<double> sorted = g;
   std::sort(sorted.begin(), sorted.end());
   v.gain = MedianOfSorted(sorted);
-  v.gain_low = MedianLowerBound(g, rule.confidence);
-  v.gain_high = MedianUpperBound(g, rule.confidence);
+  v.gain_low = SignedRankLowerBound(g, rule.confidence);
+  v.gain_high = SignedRankUpperBound(g, rule.confidence);
   const int need = MinimumPairs(rule.confidence);
   if (v.pairs < need) {
-    v.why = absl::StrFormat("%d pairs cannot show %.0f%% confidence (%d needed)", v.pairs,
+    v.why = absl::StrFormat("%d pairs cannot show %g%% confidence (%d needed)", v.pairs,
                             rule.confidence * 100, need);
     return v;
   }
-  v.replace = v.gain_low > rule.min_effect;
+  v.replace = v.gain_low > rule.min_gain;
   v.why = absl::StrFormat(
-      "median gain %+.1f%% over %d interleaved pairs, %.0f%% lower bound %+.1f%% %s the "
-      "minimum effect %.1f%%",
+      "median gain %+.1f%% over %d interleaved pairs, %g%% "
+      "lower bound (signed-rank) %+.1f%% "
+      "%s the minimum gain %.1f%%",
       v.gain * 100, v.pairs, rule.confidence * 100, v.gain_low * 100,
-      v.replace ? "above" : "not above", rule.min_effect * 100);
+      v.replace ? "above" : "not above", rule.min_gain * 100);
   return v;
 }
 
@@ -127,10 +190,23 @@ bool ReplacementStillPossible(const std::vector<double>& baseline,
                               const std::vector<double>& candidate, int total_pairs,
                               const SwitchRule& rule) {
   if (total_pairs < MinimumPairs(rule.confidence)) return false;
-  const int k = std::max(LowerRank(total_pairs, 1 - rule.confidence), 1);
-  int against = 0;  // gains at or below the minimum effect so far
-  for (double g : RelativeGains(baseline, candidate)) against += g <= rule.min_effect;
+  const int k = std::max(SignedRankRank(total_pairs, 1 - rule.confidence), 1);
+  // Walsh averages of the pairs run so far at or below the minimum gain:
+  // they stay among the final averages whatever the later pairs show.
+  const std::vector<double> g = RelativeGains(baseline, candidate);
+  int against = 0;
+  for (size_t i = 0; i < g.size(); ++i) {
+    for (size_t j = i; j < g.size(); ++j) against += 0.5 * (g[i] + g[j]) <= rule.min_gain;
+  }
   return against < k;
+}
+
+bool ShowsNoGainYet(const std::vector<double>& baseline, const std::vector<double>& candidate,
+                    const SwitchRule& rule) {
+  std::vector<double> g = RelativeGains(baseline, candidate);
+  if (g.empty()) return true;
+  std::sort(g.begin(), g.end());
+  return MedianOfSorted(g) <= rule.min_gain;
 }
 
 bool ProvenSlower(const std::vector<double>& baseline, const std::vector<double>& chosen,

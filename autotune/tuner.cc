@@ -147,24 +147,34 @@ absl::Status ValidateTunerOptions(const TunerOptions& options) {
   if (options.candidates < 0 || options.candidates_when_derived < 0 ||
       options.profile_iterations < 1 || options.screening_blocks < 1) {
     return absl::InvalidArgumentError(
-        "tuner: needs candidates >= 0, candidates_when_derived >= 0, profile_iterations >= 1 "
+        "tuner: needs candidates >= 0, candidates_when_derived >= 0, "
+        "profile_iterations >= 1 "
         "and screening_blocks >= 1");
   }
   const int need = MinimumPairs(options.rule.confidence);
   if (!(options.rule.confidence > 0.5 && options.rule.confidence < 1) ||
-      !(options.rule.min_effect >= 0 && options.rule.min_effect < 1)) {
+      !(options.rule.min_effect >= 0 && options.rule.min_effect < 1) ||
+      !(options.rule.min_gain >= 0 && options.rule.min_gain < 1)) {
     return absl::InvalidArgumentError(
-        "tuner: the switch rule needs a confidence in (0.5, 1) and a minimum effect in [0, 1)");
+        "tuner: the switch rule needs a confidence in (0.5, 1) and a minimum "
+        "gain and effect in "
+        "[0, 1)");
   }
-  if (options.verify_pairs < need || (options.check_every > 0 && options.check_pairs < 1)) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "tuner: verify_pairs (%d) must be at least %d (fewer pairs cannot show %.0f%% "
-        "confidence) and check_pairs (%d) at least 1",
-        options.verify_pairs, need, options.rule.confidence * 100, options.check_pairs));
-  }
-  if (options.check_every < 0 || options.profile_cap_bytes < 0 || options.hit_check_pairs < 0) {
+  if (options.verify_pairs < need || options.verify_pairs > kMaxSignedRankPairs ||
+      (options.check_every > 0 && options.check_pairs < 1)) {
     return absl::InvalidArgumentError(
-        "tuner: check_every, hit_check_pairs and profile_cap_bytes must be >= 0");
+        absl::StrFormat("tuner: verify_pairs (%d) must be in [%d, %d] (fewer "
+                        "pairs cannot show %.0f%% "
+                        "confidence) and check_pairs (%d) at least 1",
+                        options.verify_pairs, need, kMaxSignedRankPairs,
+                        options.rule.confidence * 100, options.check_pairs));
+  }
+  if (options.check_every < 0 || options.verify_look_every < 0 || options.profile_cap_bytes < 0 ||
+      options.hit_check_pairs < 0) {
+    return absl::InvalidArgumentError(
+        "tuner: check_every, verify_look_every, hit_check_pairs and "
+        "profile_cap_bytes must be "
+        ">= 0");
   }
   if (!(options.max_check_cost > 0 && options.max_check_cost <= 0.5)) {
     return absl::InvalidArgumentError("tuner: max_check_cost must be in (0, 0.5]");
@@ -174,7 +184,8 @@ absl::Status ValidateTunerOptions(const TunerOptions& options) {
   }
   if (options.baseline_cap_bytes <= 0 || options.baseline_first_bucket_bytes <= 0) {
     return absl::InvalidArgumentError(
-        "tuner: the baseline's bucket cap and first bucket size must be positive");
+        "tuner: the baseline's bucket cap and "
+        "first bucket size must be positive");
   }
   for (int64_t cap : options.ddp_caps) {
     if (cap <= 0) return absl::InvalidArgumentError("tuner: a DDP cap must be positive");
@@ -344,13 +355,15 @@ absl::Status OnlineTuner::StartFromHit(absl::string_view serialized) {
   measured_[1].hash = bucketing::PlanHash(entry->plan);
   measured_[1].buckets = static_cast<int>(entry->plan.buckets.size());
   arms_ = {1, 0};
+  active_.assign(2, true);
   arm_samples_.assign(2, {});
   rounds_wanted_ = pairs + 1;  // round 0 warms both up and is not measured
   running_ = 1;
   round_ = {0, 1};  // unmeasured: the cached plan (initial_), then the baseline
   phase_ = TunerPhase::kCheckingHit;
   Log(absl::StrFormat(
-      "fusebox tuner: cache hit %s: %d buckets, %s%s; checking it against %s in %d "
+      "fusebox tuner: cache hit %s: %d buckets, %s%s; checking "
+      "it against %s in %d "
       "interleaved pairs before trusting it",
       key_.FileName(), entry->plan.buckets.size(),
       measured ? absl::StrFormat("measured %.3f ms when tuned",
@@ -430,10 +443,14 @@ int OnlineTuner::NextArm() {
     // a round equally often: for three arms the rounds rotate (A B C, B C A,
     // C A B, ...: a round never starts with the arm that ended the last);
     // for two they alternate (A B A B ...), from a start drawn from the seed.
-    const int k = static_cast<int>(arms_.size());
+    std::vector<int> live;
+    for (size_t a = 0; a < arms_.size(); ++a) {
+      if (active_[a]) live.push_back(static_cast<int>(a));
+    }
+    const int k = static_cast<int>(live.size());
     const int start = static_cast<int>((seed_ * 2654435761u + 17) % static_cast<uint64_t>(k));
     const int shift = k > 2 ? rounds_ : 0;
-    for (int i = 0; i < k; ++i) round_.push_back((start + shift + i) % k);
+    for (int i = 0; i < k; ++i) round_.push_back(live[(start + shift + i) % k]);
   }
   const int arm = round_.front();
   return arm;
@@ -505,7 +522,8 @@ absl::StatusOr<std::optional<Plan>> OnlineTuner::OnIterationEnd(const bucketing:
     }
     case TunerPhase::kTuned:
       ++steps_since_decision_;
-      if (forced_) {  // ForceChosen: install it now; this sample was the old plan's
+      if (forced_) {  // ForceChosen: install it now; this sample was the old
+                      // plan's
         forced_ = false;
         return *chosen_plan_;
       }
@@ -544,7 +562,8 @@ absl::StatusOr<std::optional<Plan>> OnlineTuner::CheckHit(double sample) {
     chosen_plan_ = plans_[1];
     baseline_us_ = measured_[0].measured_us;
     decision_ = absl::StrFormat(
-        "from the policy cache, checked: median gain %+.1f%% over %s in %d interleaved pairs",
+        "from the policy cache, checked: median gain "
+        "%+.1f%% over %s in %d interleaved pairs",
         gain * 100, baseline_label_, static_cast<int>(g.size()));
     Log(absl::StrCat("fusebox tuner: ", decision_, "; 0 tuning iterations, ",
                      hit_check_iterations_, " check iterations"));
@@ -560,7 +579,8 @@ absl::StatusOr<std::optional<Plan>> OnlineTuner::CheckHit(double sample) {
   cache_hit_ = false;
   ForgetEntry();
   Log(absl::StrFormat(
-      "fusebox tuner: the cached plan (%s) %s %s (median gain %+.1f%%, upper bound %+.1f%% over "
+      "fusebox tuner: the cached plan (%s) %s %s (median gain "
+      "%+.1f%%, upper bound %+.1f%% over "
       "%d pairs): not trusted; tuning afresh",
       hit_simulated_ ? "simulated only" : "measured when tuned",
       hit_simulated_ ? "did not beat" : "measured slower than", baseline_label_, gain * 100,
@@ -609,7 +629,8 @@ absl::StatusOr<std::optional<Plan>> OnlineTuner::EndScreening() {
     chosen_plan_ = default_;
     phase_ = TunerPhase::kTuned;
     decision_ = absl::StrFormat(
-        "kept %s: the fastest candidate in screening was slower in every sample than the "
+        "kept %s: the fastest candidate in screening was slower in every "
+        "sample than the "
         "baseline in any (%s %.3f ms %s vs %.3f ms %s)",
         baseline_label_, measured_[pick_].name, measured_[pick_].measured_us / 1e3,
         Interval(measured_[pick_]), measured_[0].measured_us / 1e3, Interval(measured_[0]));
@@ -624,15 +645,20 @@ absl::StatusOr<std::optional<Plan>> OnlineTuner::EndScreening() {
     return Visit(0);
   }
   phase_ = TunerPhase::kVerifying;
+  // The runner-up is verified too where the rounds can show the split
+  // confidence (ChallengerRule); else the leader alone.
   arms_ = {0, pick_};
-  if (runner_ > 0) arms_.push_back(runner_);
+  const double split = 1 - (1 - options_.rule.confidence) / 2;
+  if (runner_ > 0 && options_.verify_pairs >= MinimumPairs(split)) arms_.push_back(runner_);
+  active_.assign(arms_.size(), true);
+  dropped_why_.assign(arms_.size(), "");
   arm_samples_.assign(arms_.size(), {});
   rounds_ = 0;
   rounds_wanted_ = options_.verify_pairs;
   round_.clear();
   Log(absl::StrFormat("fusebox tuner: verifying %s%s against %s in %d interleaved rounds",
                       measured_[pick_].name,
-                      runner_ > 0 ? absl::StrCat(" and ", measured_[runner_].name) : "",
+                      arms_.size() > 2 ? absl::StrCat(" and ", measured_[runner_].name) : "",
                       baseline_label_, rounds_wanted_));
   NextArm();
   // A round never starts with the plan that ran last when it can help it.
@@ -643,7 +669,7 @@ absl::StatusOr<std::optional<Plan>> OnlineTuner::EndScreening() {
 absl::StatusOr<std::optional<Plan>> OnlineTuner::EndRound() {
   bool done = ++rounds_ >= rounds_wanted_;
   if (!done) {
-    absl::StatusOr<bool> open = LeaderCanStillWin();
+    absl::StatusOr<bool> open = ChallengersStillOpen();
     if (!open.ok()) return open.status();
     done = !*open;
   }
@@ -653,12 +679,33 @@ absl::StatusOr<std::optional<Plan>> OnlineTuner::EndRound() {
   return *chosen_plan_;
 }
 
-absl::StatusOr<bool> OnlineTuner::LeaderCanStillWin() {
-  // arms_[0] is the baseline, arms_[1] the leader: only its verdict can
-  // replace the baseline (Decide).
-  auto slow = SlowestRank(comm_, {arm_samples_[0], arm_samples_[1]});
+SwitchRule OnlineTuner::ChallengerRule() const {
+  SwitchRule rule = options_.rule;
+  const int challengers = std::max(static_cast<int>(arms_.size()) - 1, 1);
+  rule.confidence = 1 - (1 - rule.confidence) / challengers;
+  return rule;
+}
+
+absl::StatusOr<bool> OnlineTuner::ChallengersStillOpen() {
+  // arms_[0] is the baseline; every arm's samples are shared (a dropped
+  // arm's stay as they were), so that all ranks drop the same arms.
+  auto slow = SlowestRank(comm_, arm_samples_);
   if (!slow.ok()) return slow.status();
-  return ReplacementStillPossible((*slow)[0], (*slow)[1], rounds_wanted_, options_.rule);
+  const SwitchRule rule = ChallengerRule();
+  const int look = options_.verify_look_every;
+  const bool at_look = look > 0 && rounds_ % look == 0;
+  bool open = false;
+  for (size_t a = 1; a < arms_.size(); ++a) {
+    if (!active_[a]) continue;
+    if (at_look && ShowsNoGainYet((*slow)[0], (*slow)[a], rule)) {
+      dropped_why_[a] = absl::StrCat("showed no gain after ", rounds_, " rounds");
+    } else if (!ReplacementStillPossible((*slow)[0], (*slow)[a], rounds_wanted_, rule)) {
+      dropped_why_[a] = absl::StrCat("could no longer win after ", rounds_, " rounds");
+    }
+    active_[a] = dropped_why_[a].empty();
+    open = open || active_[a];
+  }
+  return open;
 }
 
 absl::Status OnlineTuner::Decide() {
@@ -672,24 +719,25 @@ absl::Status OnlineTuner::Decide() {
     SetFigures(measured_[arms_[a]], (*slow)[a], options_.rule.confidence);
     measured_[arms_[a]].verified = true;
   }
-  // Each candidate against the baseline, then the two against each other.
-  // Only the leader's verdict can replace the baseline: the runner-up is
-  // kept instead where the leader's does and the runner-up, beating the
-  // baseline by the same rule, is also faster than the leader in the same
-  // rounds. So equal plans replace the baseline no more often than with
-  // one candidate (the rule's error rate), and of two winners the faster
-  // is kept.
+  // Each challenger against the baseline at its share of the confidence
+  // (ChallengerRule), then two winners against each other: of two plans
+  // that beat the baseline, the faster in the same rounds (median paired
+  // gain) is kept. A dropped challenger cannot win.
+  const SwitchRule rule = ChallengerRule();
   std::vector<Verdict> verdicts;
   for (size_t a = 1; a < arms_.size(); ++a) {
-    verdicts.push_back(DecideReplace(base, (*slow)[a], options_.rule));
+    verdicts.push_back(DecideReplace(base, (*slow)[a], rule));
+    if (!active_[a]) verdicts.back().replace = false;
   }
   int kept = 0;  // index into arms_
-  if (verdicts[0].replace) {
-    kept = 1;
-    if (verdicts.size() > 1 && verdicts[1].replace) {
-      const std::vector<double> g = RelativeGains((*slow)[1], (*slow)[2]);
-      if (!g.empty() && Median(g) > 0) kept = 2;
+  for (size_t a = 1; a < arms_.size(); ++a) {
+    if (!verdicts[a - 1].replace) continue;
+    if (kept == 0) {
+      kept = static_cast<int>(a);
+      continue;
     }
+    const std::vector<double> g = RelativeGains((*slow)[kept], (*slow)[a]);
+    if (!g.empty() && Median(g) > 0) kept = static_cast<int>(a);
   }
   verdict_ = kept > 0 ? verdicts[kept - 1] : verdicts[0];
   chosen_ = arms_[kept];
@@ -712,15 +760,21 @@ absl::Status OnlineTuner::Decide() {
                        : absl::StrCat("kept ", baseline_label_, ": ", against);
   if (rounds_ < rounds_wanted_) {
     absl::StrAppend(&decision_, " (verification stopped after ", rounds_, " of ", rounds_wanted_,
-                    " rounds: ", measured_[arms_[1]].name, " could no longer win)");
+                    " rounds:");
+    for (size_t a = 1; a < arms_.size(); ++a) {
+      absl::StrAppend(&decision_, a > 1 ? ";" : "", " ", measured_[arms_[a]].name, " ",
+                      dropped_why_[a]);
+    }
+    absl::StrAppend(&decision_, ")");
   }
-  Log(absl::StrFormat(
-      "fusebox tuner: %s; %s (%d buckets) %.3f ms %s vs %s %.3f ms %s in verification; %d tuning "
-      "iterations, %.1f ms slower than the baseline in all",
-      decision_, measured_[chosen_].name, plans_[chosen_].buckets.size(),
-      measured_[chosen_].measured_us / 1e3, Interval(measured_[chosen_]), default_.name,
-      measured_[0].measured_us / 1e3, Interval(measured_[0]), tuning_iterations_,
-      tuning_cost_us_ / 1e3));
+  Log(
+      absl::StrFormat("fusebox tuner: %s; %s (%d buckets) %.3f ms %s vs %s %.3f ms %s in "
+                      "verification; %d tuning "
+                      "iterations, %.1f ms slower than the baseline in all",
+                      decision_, measured_[chosen_].name, plans_[chosen_].buckets.size(),
+                      measured_[chosen_].measured_us / 1e3, Interval(measured_[chosen_]),
+                      default_.name, measured_[0].measured_us / 1e3, Interval(measured_[0]),
+                      tuning_iterations_, tuning_cost_us_ / 1e3));
   if (kept > 0) {
     StartChecks(verdict_.gain, NoiseFromPairs(base, (*slow)[kept]));
     Log("fusebox tuner: " + Summary().Line());
@@ -765,7 +819,9 @@ void OnlineTuner::ForgetEntry() {
   if (comm_.rank() != 0 || options_.cache == nullptr || !options_.cache->writable()) return;
   absl::Status s = options_.cache->Remove(key_.FileName());
   if (!s.ok() && !absl::IsNotFound(s)) {
-    Log(absl::StrCat("fusebox tuner: warning: the entry of the plan that lost was not removed: ",
+    Log(
+        absl::StrCat("fusebox tuner: warning: the entry of the plan that lost "
+                     "was not removed: ",
                      s.message()));
   }
 }

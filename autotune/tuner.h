@@ -2,11 +2,10 @@
 // in the first iterations of a real run, keeps checking it afterwards, and
 // remembers it in the policy cache.
 //
-//   auto made = CreateEngineWithPolicy(comm, layout, engine_options, choice);  // collective
-//   for each iteration:
-//     made->engine->StartIteration();   // where the step starts: the tuner acts here
-//     made->engine->MarkReady(...)...;
-//     made->engine->Finish();
+//   auto made = CreateEngineWithPolicy(comm, layout, engine_options, choice);
+//   // collective for each iteration:
+//     made->engine->StartIteration();   // where the step starts: the tuner
+//     acts here made->engine->MarkReady(...)...; made->engine->Finish();
 //
 // Note [Closed-loop tuning]
 // The baseline is the user's own DDP: the plan DDP builds with the cap and
@@ -43,22 +42,23 @@
 //    noise] in decision.h). Screening only ranks: with two samples a plan's
 //    "interval" is their range, and it is logged as one.
 // 4. Verification (skipped only when even the leader's fastest screening
-//    iteration was slower than the baseline's slowest): `verify_pairs`
-//    rounds, each running the baseline, the leader and the runner-up of
-//    screening once, in rotating order (A B C, B C A, C A B, ...; for two
-//    arms A B A B ...) from a start drawn from the seed, so that every
-//    measured visit follows a switch and each arm takes each place equally
-//    often. The baseline is replaced only when the leader is faster by more
-//    than the minimum effect with the rule's confidence (so equal plans
-//    replace it no more often than with one candidate); then the runner-up
-//    is kept instead where it beats the baseline by the same rule and is
-//    faster than the leader in the same rounds (median paired gain), so a
-//    plan that beats the baseline but loses to the runner-up is not kept.
-//    Otherwise the baseline stays, and the log says why. Verification
-//    stops as soon as the leader can no longer win, whatever the rounds
-//    left would show (Note [Stopping verification early] in decision.h). Every figure logged for a verified plan
-//    (median and interval) comes from these rounds. Rank 0 stores the
-//    entry.
+//    iteration was slower than the baseline's slowest): up to
+//    `verify_pairs` rounds, each running the baseline, the leader and the
+//    runner-up of screening once, in rotating order (A B C, B C A, C A B,
+//    ...; for two arms A B A B ...) from a start drawn from the seed, so
+//    that every measured visit follows a switch and each arm takes each
+//    place equally often. A challenger replaces the baseline only when it
+//    is faster with its share of the rule's confidence (the signed-rank
+//    bound on its median paired gain above the minimum gain, at 97.5% each
+//    for two challengers: Note [Decisions under noise] in decision.h), so
+//    that equal plans replace the baseline no more often than the rule
+//    allows; of two that do, the faster in the same rounds (median paired
+//    gain) is kept. Otherwise the baseline stays, and the log says why. A
+//    challenger is dropped from the rounds once it can no longer win, or
+//    where it shows no gain at a look every `verify_look_every` rounds;
+//    verification ends when none is left (Note [Stopping verification
+//    early]). Every figure logged for a verified plan (median and interval)
+//    comes from these rounds. Rank 0 stores the entry.
 // 5. Checking: after the decision, one iteration of the baseline runs every
 //    `check_every` iterations or more (as many as keep the checks' cost
 //    under `max_check_cost` of the run, CheckEvery in regression.h), paired
@@ -143,9 +143,11 @@ struct TunerOptions {
   // excluded alike, so every measured visit is a switch between warm plans.
   bool warmup_block = true;
   int screening_blocks = 2;
-  // Verification rounds (each runs the baseline, the leader and the
-  // runner-up once).
-  int verify_pairs = 8;
+  // Verification rounds at most (each runs the baseline, the leader and the
+  // runner-up once), and the futility looks between them (Note [Stopping
+  // verification early] in decision.h; 0: none).
+  int verify_pairs = 36;
+  int verify_look_every = 6;
   SwitchRule rule;
   // A cache hit is checked in this many interleaved pairs against the
   // baseline before it is trusted (an entry that was only simulated: in
@@ -305,18 +307,23 @@ class OnlineTuner final : public bucketing::PlanPolicy {
   void StartBlock();
   absl::StatusOr<std::optional<bucketing::Plan>> EndScreening();
   absl::Status Decide();
-  // Note [Stopping verification early] (decision.h): whether the leader can
-  // still replace the baseline after the rounds run so far (one small
-  // collective: the slowest rank's samples).
-  absl::StatusOr<bool> LeaderCanStillWin();
+  // Note [Stopping verification early] (decision.h): drops the challengers
+  // that can no longer replace the baseline, or show no gain at a look;
+  // whether any is left (one small collective: the slowest rank's samples).
+  absl::StatusOr<bool> ChallengersStillOpen();
+  // The rule each challenger is tested by: the confidence split between
+  // them (Bonferroni), so that the chance that any equal plan replaces the
+  // baseline stays within the rule's.
+  SwitchRule ChallengerRule() const;
   absl::StatusOr<std::optional<bucketing::Plan>> EndRound();
   absl::Status StoreEntry();
   void ForgetEntry();
   absl::StatusOr<std::optional<bucketing::Plan>> Check(double sample);
   absl::StatusOr<std::optional<bucketing::Plan>> CheckHit(double sample);
   void StartChecks(double gain, double noise);
-  // The next arm of an interleaved comparison of `arms` (indices into
-  // arm plans), rounds rotating (three arms) or alternating (two).
+  // The next arm of an interleaved comparison of the active `arms_`
+  // (indices into arm plans), rounds rotating (three arms) or alternating
+  // (two).
   int NextArm();
   std::optional<bucketing::Plan> Visit(int candidate);
   void Log(const std::string& line) const;
@@ -360,6 +367,8 @@ class OnlineTuner final : public bucketing::PlanPolicy {
   std::vector<int> round_;
   int rounds_ = 0;
   int rounds_wanted_ = 0;
+  std::vector<bool> active_;              // per arm: still run (a dropped challenger is not)
+  std::vector<std::string> dropped_why_;  // per arm: why it was dropped, or empty
   std::vector<std::vector<double>> arm_samples_;
   // Whether the cache hit under check was only simulated (never measured).
   bool hit_simulated_ = false;

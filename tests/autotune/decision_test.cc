@@ -72,62 +72,123 @@ TEST(DecisionTest, RandomizedBlocksArePermutationsThatAvoidARepeat) {
     std::sort(sorted.begin(), sorted.end());
     EXPECT_EQ(sorted, (std::vector<int>{0, 1, 2, 3, 4}));
     EXPECT_NE(b[0], 3);
-    EXPECT_EQ(RandomizedBlock(5, seed, 3), b);  // same seed, same order on every rank
+    EXPECT_EQ(RandomizedBlock(5, seed, 3),
+              b);  // same seed, same order on every rank
   }
 }
 
-TEST(DecisionTest, ReplaceNeedsTheBoundAboveTheMinimumEffect) {
+TEST(DecisionTest, SignedRankTailsAreExact) {
+  // n = 8: 2^8 sign patterns; rank sums 0..5 come from 1+1+1+2+2+3 = 10.
+  EXPECT_NEAR(SignedRankCdf(8, 5), 10.0 / 256, 1e-12);
+  EXPECT_NEAR(SignedRankCdf(5, 0), 1.0 / 32, 1e-12);
+  EXPECT_DOUBLE_EQ(SignedRankCdf(5, 15), 1.0);
+  EXPECT_DOUBLE_EQ(SignedRankCdf(5, -1), 0.0);
+  // The bound's rank: P(T+ <= 5) = 3.9% <= 5% < P(T+ <= 6) = 5.5%.
+  EXPECT_EQ(SignedRankRank(8, 0.05), 6);
+  EXPECT_EQ(SignedRankRank(5, 0.05), 1);
+  EXPECT_EQ(SignedRankRank(4, 0.05), 0);  // 1/16 > 5%: no bound at 95%
+  EXPECT_EQ(SignedRankRank(24, 0.05), 92);
+}
+
+TEST(DecisionTest, SignedRankBoundsAreTheKthWalshAverage) {
+  // 5 values: 15 Walsh averages; at 95% only the extreme ones (k = 1).
+  EXPECT_DOUBLE_EQ(SignedRankLowerBound({3, 1, 2, 5, 4}, 0.95), 1);
+  EXPECT_DOUBLE_EQ(SignedRankUpperBound({3, 1, 2, 5, 4}, 0.95), 5);
+  // 8 values: the 6th smallest of 36 averages. Seven at 0.1 and one at
+  // -0.05: one average -0.05, seven 0.025, the rest 0.1.
+  std::vector<double> g(7, 0.1);
+  g.push_back(-0.05);
+  EXPECT_DOUBLE_EQ(SignedRankLowerBound(g, 0.95), 0.025);
+  EXPECT_DOUBLE_EQ(SignedRankUpperBound(g, 0.95), 0.1);
+  EXPECT_EQ(SignedRankLowerBound({}, 0.95), 0);
+}
+
+// The bound's miss rate is the null tail it was built from: for a
+// symmetric distribution centred on 0, the 95% lower bound lies above 0
+// in P(T+ <= k - 1) of samples (12 values: 4.6%), no more and not far less.
+TEST(DecisionTest, SignedRankBoundMissesAsOftenAsItsNullTailSays) {
+  std::mt19937_64 rng(5);
+  std::student_t_distribution<double> heavy(3);  // symmetric, heavy-tailed
+  const int n = 12;
+  const double tail = SignedRankCdf(n, SignedRankRank(n, 0.05) - 1);
+  EXPECT_NEAR(tail, 0.0461, 1e-4);
+  const int trials = 20000;
+  int above = 0;
+  for (int t = 0; t < trials; ++t) {
+    std::vector<double> v(n);
+    for (double& x : v) x = heavy(rng);
+    above += SignedRankLowerBound(v, 0.95) > 0;
+  }
+  EXPECT_NEAR(static_cast<double>(above) / trials, tail, 0.006) << above << " of " << trials;
+}
+
+TEST(DecisionTest, ReplaceNeedsTheBoundAboveTheMinimumGain) {
   SwitchRule rule;
   const std::vector<double> base(8, 100.0);
   std::vector<double> faster = {90, 91, 89, 92, 90, 88, 91, 90};
   Verdict v = DecideReplace(base, faster, rule);
   EXPECT_TRUE(v.replace) << v.why;
   EXPECT_NEAR(v.gain, 0.10, 0.011);
-  // One pair against it is tolerated (8 pairs: the 2nd smallest gain);
-  // two are not.
-  faster[0] = 101;
-  EXPECT_TRUE(DecideReplace(base, faster, rule).replace);
-  faster[1] = 101;
-  v = DecideReplace(base, faster, rule);
+  // The size of a gain counts, not only its sign: one small loss among
+  // seven large gains still replaces; two losses as large as the gains do
+  // not (the 6th smallest Walsh average is then 0).
+  std::vector<double> mixed(7, 90.0);
+  mixed.push_back(105);
+  EXPECT_TRUE(DecideReplace(base, mixed, rule).replace);
+  mixed.assign(6, 90.0);
+  mixed.push_back(110);
+  mixed.push_back(110);
+  v = DecideReplace(base, mixed, rule);
   EXPECT_FALSE(v.replace);
-  EXPECT_THAT(v.why, ::testing::HasSubstr("not above the minimum effect"));
-  // A consistent 1% gain is below the 2% minimum effect.
-  EXPECT_FALSE(DecideReplace(base, std::vector<double>(8, 99.0), rule).replace);
+  EXPECT_THAT(v.why, ::testing::HasSubstr("not above the minimum gain"));
+  // A consistent 1% gain replaces at the default minimum gain (0), not at 2%.
+  EXPECT_TRUE(DecideReplace(base, std::vector<double>(8, 99.0), rule).replace);
+  SwitchRule margin;
+  margin.min_gain = 0.02;
+  EXPECT_FALSE(DecideReplace(base, std::vector<double>(8, 99.0), margin).replace);
   EXPECT_FALSE(DecideReplace({100, 100}, {50, 50}, rule).replace);  // too few pairs
   EXPECT_TRUE(ProvenSlower(base, std::vector<double>(8, 110.0), rule));
   EXPECT_FALSE(ProvenSlower(base, std::vector<double>(8, 101.0), rule));
+  // A futility look: a median gain at or below the minimum gain.
+  EXPECT_TRUE(ShowsNoGainYet(base, std::vector<double>(8, 100.0), rule));
+  EXPECT_FALSE(ShowsNoGainYet(base, faster, rule));
+  EXPECT_TRUE(ShowsNoGainYet({}, {}, rule));
 }
 
-// Note [Stopping verification early]: over many prefixes of 8 pairs, a
-// stop never changes the verdict (no completion of a ruled-out prefix
-// replaces the baseline) and comes as soon as it can (a prefix not ruled
-// out still replaces it when every pair left shows a large gain).
+// Note [Stopping verification early]: over many prefixes of 8 and of 24
+// pairs, exact curtailment never changes the verdict (no completion of a
+// ruled-out prefix replaces the baseline) and comes as soon as it can (a
+// prefix not ruled out still replaces it when every pair left shows the
+// largest gain there is, 100%).
 TEST(DecisionTest, StoppingEarlyNeverChangesTheVerdictAndComesAsSoonAsItCan) {
   const SwitchRule rule;
-  const int total = 8;
   std::mt19937_64 rng(11);
-  std::normal_distribution<double> gain(0.03, 0.04);
-  int stopped = 0;
-  for (int trial = 0; trial < 2000; ++trial) {
-    std::vector<double> base, cand;
-    for (int i = 0; i < total; ++i) {
-      base.push_back(100);
-      cand.push_back(100 * (1 - gain(rng)));
-    }
-    for (int n = 0; n < total; ++n) {
-      const std::vector<double> b(base.begin(), base.begin() + n);
-      const std::vector<double> c(cand.begin(), cand.begin() + n);
-      std::vector<double> best = c;  // the rest all 30% faster
-      best.resize(total, 70.0);
-      const bool open = ReplacementStillPossible(b, c, total, rule);
-      EXPECT_EQ(open, DecideReplace(base, best, rule).replace) << "trial " << trial << " n " << n;
-      if (!open) {
-        ++stopped;
-        EXPECT_FALSE(DecideReplace(base, cand, rule).replace) << "trial " << trial << " n " << n;
+  std::normal_distribution<double> gain(0.0, 0.04);
+  for (const int total : {8, 24}) {
+    int stopped = 0;
+    for (int trial = 0; trial < 1000; ++trial) {
+      std::vector<double> base, cand;
+      for (int i = 0; i < total; ++i) {
+        base.push_back(100);
+        cand.push_back(100 * (1 - gain(rng)));
+      }
+      for (int n = 0; n < total; ++n) {
+        const std::vector<double> b(base.begin(), base.begin() + n);
+        const std::vector<double> c(cand.begin(), cand.begin() + n);
+        std::vector<double> best = c;  // the rest take no time at all
+        best.resize(total, 0.0);
+        const bool open = ReplacementStillPossible(b, c, total, rule);
+        EXPECT_EQ(open, DecideReplace(base, best, rule).replace)
+            << "total " << total << " trial " << trial << " n " << n;
+        if (!open) {
+          ++stopped;
+          EXPECT_FALSE(DecideReplace(base, cand, rule).replace)
+              << "total " << total << " trial " << trial << " n " << n;
+        }
       }
     }
+    EXPECT_GT(stopped, 0) << "total " << total;
   }
-  EXPECT_GT(stopped, 0);
   // Too few pairs in all can never replace.
   EXPECT_FALSE(ReplacementStillPossible({}, {}, MinimumPairs(rule.confidence) - 1, rule));
 }
@@ -237,8 +298,9 @@ class SyntheticRun {
 // The most iterations SyntheticRun's tuning may take: 3 profiling, a
 // warm-up visit of the 5 candidates besides the baseline (3 caps, DDP's
 // default is the baseline here, 2 planner plans), 2 screening blocks of 6,
-// and 8 verification rounds of 3 (the baseline, the leader, the runner-up).
-constexpr int kBudget = 3 + 5 + 2 * 6 + 8 * 3;
+// and 36 verification rounds of 3 (the baseline, the leader, the runner-up).
+constexpr int kVerification = 36 * 3;
+constexpr int kBudget = 3 + 5 + 2 * 6 + kVerification;
 
 void OnOneRank(const std::function<void(comm::Communicator&)>& fn) {
   fusebox::testing::RunRanks(1, [&](int, comm::Communicator& comm) { fn(comm); });
@@ -276,11 +338,11 @@ TEST(TunerDecisionTest, VerificationStopsOnceTheLeaderCanNoLongerWin) {
       if (stopped) {
         EXPECT_EQ(o.chosen, "ddp") << "seed " << seed << ": " << o.decision;
       }
-      verifying += o.tuning_iterations - (kBudget - 8 * 3);
+      verifying += o.tuning_iterations - (kBudget - kVerification);
     }
     EXPECT_GE(early, 80) << early << " of " << runs << " runs stopped verification early";
     EXPECT_LE(switched, runs / 20);
-    EXPECT_LE(verifying, runs * 8 * 3 * 2 / 3) << "verification iterations in all";
+    EXPECT_LE(verifying, runs * kVerification * 2 / 3) << "verification iterations in all";
   });
 }
 
@@ -297,6 +359,29 @@ TEST(TunerDecisionTest, ATenPercentFasterCapIsFound) {
   });
 }
 
+// At the step noise measured on this machine's namespace runs (a pair's
+// log-ratio spread about 0.078, a step's about 0.055), a plan 5% faster
+// than the user's is kept in most runs; with the sign test over 8 pairs
+// and a 2% margin it was kept in about one run in five
+// (docs/results/trust.md). Two of the candidates
+// besides are 2% slower than the user's plan, so that the leader is not
+// always the faster plan.
+TEST(TunerDecisionTest, AFivePercentFasterCapIsFoundAtThisMachinesNoise) {
+  OnOneRank([](comm::Communicator& comm) {
+    SyntheticRun run(comm);
+    int found = 0, slower = 0;
+    for (uint64_t seed = 1; seed <= 100; ++seed) {
+      const SyntheticRun::Outcome o = run.Run(
+          seed, {{"ddp-cap5mb", 0.95}, {"ddp-cap1mb", 1.02}, {"ddp-cap100mb", 1.02}}, 0.055);
+      found += o.chosen == "ddp-cap5mb";
+      slower += o.chosen == "ddp-cap1mb" || o.chosen == "ddp-cap100mb";
+      EXPECT_LE(o.tuning_iterations, kBudget);
+    }
+    EXPECT_GE(found, 65) << "found in " << found << " of 100 runs";
+    EXPECT_LE(slower, 3) << "a slower plan kept in " << slower << " of 100 runs";
+  });
+}
+
 TEST(TunerDecisionTest, APlanThatDegradesAfterTheDecisionIsDropped) {
   OnOneRank([](comm::Communicator& comm) {
     SyntheticRun run(comm);
@@ -309,8 +394,8 @@ TEST(TunerDecisionTest, APlanThatDegradesAfterTheDecisionIsDropped) {
         3 * ExpectedDetectionPairs(RegressionOptions(), 0.03 * std::sqrt(2.0), 0.2) * interval +
         interval);
     for (uint64_t seed = 1; seed <= 20; ++seed) {
-      const SyntheticRun::Outcome o =
-          run.Run(seed, {{"ddp-cap1mb", 0.8}}, 0.03, /*extra=*/400, /*degrade_at=*/10, 1.5);
+      const SyntheticRun::Outcome o = run.Run(seed, {{"ddp-cap1mb", 0.8}}, 0.03, /*extra=*/400,
+                                              /*degrade_at=*/10, 1.5);
       ASSERT_EQ(o.chosen, "ddp-cap1mb") << "seed " << seed;
       EXPECT_EQ(o.fallbacks, 1) << "seed " << seed;
       EXPECT_GE(o.after_degrade, 0);

@@ -442,7 +442,16 @@ TEST(OnlineTunerTest, RejectsBadOptions) {
     o.verify_pairs = 4;  // cannot show 95% confidence
     auto few = OnlineTuner::Create(comm, Layout(4), o, absl::Seconds(5));
     ASSERT_FALSE(few.ok());
-    EXPECT_THAT(few.status().message(), HasSubstr("at least 5"));
+    EXPECT_THAT(few.status().message(), HasSubstr("must be in [5, 256]"));
+    o = Options(nullptr);
+    o.verify_pairs = 257;  // past the exact signed-rank table
+    EXPECT_FALSE(OnlineTuner::Create(comm, Layout(4), o, absl::Seconds(5)).ok());
+    o = Options(nullptr);
+    o.verify_look_every = -1;
+    EXPECT_FALSE(OnlineTuner::Create(comm, Layout(4), o, absl::Seconds(5)).ok());
+    o = Options(nullptr);
+    o.rule.min_gain = -0.01;
+    EXPECT_FALSE(OnlineTuner::Create(comm, Layout(4), o, absl::Seconds(5)).ok());
     o = Options(nullptr);
     o.screening_blocks = 0;
     EXPECT_FALSE(OnlineTuner::Create(comm, Layout(4), o, absl::Seconds(5)).ok());

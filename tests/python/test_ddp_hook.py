@@ -290,10 +290,11 @@ except RuntimeError as e:
     print("OTHER_HOOK", e)
 # DDP reducing (the default) registers no hook: the model's own hook stays.
 print("BESIDE_HOOK", fusebox.torch.register(other, cache_dir=False).state)
-try:
-    fusebox.torch.register(DDP(torch.nn.Linear(4, 4)), cache_dir=False, verify_pairs=2)
-except ValueError as e:
-    print("BAD_ARG", e)
+for pairs in (2, 300):
+    try:
+        fusebox.torch.register(DDP(torch.nn.Linear(4, 4)), cache_dir=False, verify_pairs=pairs)
+    except ValueError as e:
+        print("BAD_ARG", e)
 for c in ("nccl", "bogus"):
     try:
         fusebox.torch.register(DDP(torch.nn.Linear(4, 4)), cache_dir=False, communicator=c)
@@ -315,6 +316,7 @@ def test_bad_use_is_refused_with_a_clear_error(tmp):
     assert "OTHER_HOOK" in out and "DDP refused the fusebox hook" in out
     assert "BESIDE_HOOK learning" in out
     assert "BAD_ARG verify_pairs must be an integer >= 5" in out
+    assert "BAD_ARG verify_pairs must be at most 256, got 300" in out
     assert "BAD_COMM communicator='nccl' is not available yet" in out
     assert "BAD_COMM communicator must be 'ddp', 'process_group' or 'ucx', got 'bogus'" in out
     assert "STATE learning" in out

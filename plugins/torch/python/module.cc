@@ -291,7 +291,9 @@ std::unique_ptr<Hook> Register(py::object reducer_obj, py::object group_obj, py:
   options.tuner.verify_pairs = o["verify_pairs"].cast<int>();
   options.tuner.check_every = o["check_every"].cast<int>();
   options.tuner.check_pairs = o["check_pairs"].cast<int>();
-  options.tuner.rule.min_effect = o["min_effect"].cast<double>();
+  // register's min_effect: the gain a candidate must show to replace the
+  // user's buckets (the rule's minimum gain).
+  options.tuner.rule.min_gain = o["min_effect"].cast<double>();
   // The user's own DDP: the baseline and the fallback.
   if (o.contains("baseline_cap_bytes")) {
     options.tuner.baseline_cap_bytes = o["baseline_cap_bytes"].cast<int64_t>();

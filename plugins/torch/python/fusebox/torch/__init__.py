@@ -358,6 +358,8 @@ def _check_arguments(*, plan, seed, candidates, screening_blocks, verify_pairs, 
                              ("check_pairs", check_pairs, 1), ("max_in_flight", max_in_flight, 1)):
         if not isinstance(value, int) or isinstance(value, bool) or value < low:
             raise ValueError("%s must be an integer >= %d, got %r" % (name, low, value))
+    if verify_pairs > 256:
+        raise ValueError("verify_pairs must be at most 256, got %r" % (verify_pairs,))
     if not (isinstance(min_effect, (int, float)) and 0 <= min_effect < 1):
         raise ValueError("min_effect must be in [0, 1), got %r" % (min_effect,))
     if not (isinstance(timeout_s, (int, float)) and 0 < timeout_s <= 86400):
@@ -402,8 +404,8 @@ def _communicator_group(ddp_model, communicator, process_group):
 
 def register(ddp_model, *, cache_dir=None, plan=None, communicator="ddp",
              process_group=None, network="local",
-             ranks_per_node=None, candidates=2, screening_blocks=2, verify_pairs=8,
-             min_effect=0.02, check_every=5, check_pairs=1, max_in_flight=4, timeout_s=300.0,
+             ranks_per_node=None, candidates=2, screening_blocks=2, verify_pairs=36,
+             min_effect=0.0, check_every=5, check_pairs=1, max_in_flight=4, timeout_s=300.0,
              timeline=False, verbose=False, seed=None):
     """Registers the fusebox communication hook on a DistributedDataParallel model.
 
@@ -455,10 +457,14 @@ def register(ddp_model, *, cache_dir=None, plan=None, communicator="ddp",
     screening_blocks: randomised blocks that run every candidate once (after
         one unmeasured warm-up visit of each).
     verify_pairs: interleaved rounds of your buckets, the best candidate and
-        the runner-up of screening (at least 5): your buckets are replaced
-        only by a candidate faster with 95% confidence and by more than
-        min_effect (a fraction of the iteration time), and of two such the
-        faster in the same rounds is kept.
+        the runner-up of screening, at most (5 to 256): your buckets are
+        replaced only by a candidate faster with 95% confidence over both
+        (a signed-rank bound on its median paired gain, 97.5% each) and by
+        more than min_effect (a fraction of the iteration time; 0: any
+        gain), and of two such the faster in the same rounds is kept. A
+        candidate that shows no gain after 6, 12, ... rounds is dropped, and
+        verification ends when none is left (Note [Stopping verification
+        early] in autotune/decision.h).
     check_every, check_pairs: after the decision, one iteration of your
         buckets every check_every iterations or more (as many as keep the
         checks under 1% of the run's time; 0: never check), paired with the
