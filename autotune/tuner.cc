@@ -169,6 +169,10 @@ absl::Status ValidateTunerOptions(const TunerOptions& options) {
                         options.verify_pairs, need, kMaxSignedRankPairs,
                         options.rule.confidence * 100, options.check_pairs));
   }
+  if (!(options.early_share >= 0 && options.early_share < 1)) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("tuner: early_share (%g) must be in [0, 1)", options.early_share));
+  }
   if (options.check_every < 0 || options.verify_look_every < 0 || options.profile_cap_bytes < 0 ||
       options.hit_check_pairs < 0) {
     return absl::InvalidArgumentError(
@@ -647,11 +651,15 @@ absl::StatusOr<std::optional<Plan>> OnlineTuner::EndScreening() {
   phase_ = TunerPhase::kVerifying;
   // The runner-up is verified too where the rounds can show the split
   // confidence (ChallengerRule); else the leader alone.
-  arms_ = {0, pick_};
-  const double split = 1 - (1 - options_.rule.confidence) / 2;
-  if (runner_ > 0 && options_.verify_pairs >= MinimumPairs(split)) arms_.push_back(runner_);
+  arms_ = {0, pick_, runner_};
+  if (runner_ <= 0 ||
+      options_.verify_pairs < MinimumPairs(ChallengerRule(/*interim=*/false).confidence)) {
+    arms_.pop_back();
+  }
   active_.assign(arms_.size(), true);
   dropped_why_.assign(arms_.size(), "");
+  won_.assign(arms_.size(), false);
+  won_early_ = false;
   arm_samples_.assign(arms_.size(), {});
   rounds_ = 0;
   rounds_wanted_ = options_.verify_pairs;
@@ -679,10 +687,19 @@ absl::StatusOr<std::optional<Plan>> OnlineTuner::EndRound() {
   return *chosen_plan_;
 }
 
-SwitchRule OnlineTuner::ChallengerRule() const {
+int OnlineTuner::InterimLooks() const {
+  const int look = options_.verify_look_every;
+  if (look <= 0 || options_.early_share <= 0) return 0;
+  return (options_.verify_pairs - 1) / look;
+}
+
+SwitchRule OnlineTuner::ChallengerRule(bool interim) const {
   SwitchRule rule = options_.rule;
   const int challengers = std::max(static_cast<int>(arms_.size()) - 1, 1);
-  rule.confidence = 1 - (1 - rule.confidence) / challengers;
+  const double alpha = (1 - rule.confidence) / challengers;
+  const int looks = InterimLooks();
+  const double early = looks > 0 ? options_.early_share : 0;
+  rule.confidence = interim ? 1 - early * alpha / std::max(looks, 1) : 1 - (1 - early) * alpha;
   return rule;
 }
 
@@ -691,12 +708,20 @@ absl::StatusOr<bool> OnlineTuner::ChallengersStillOpen() {
   // arm's stay as they were), so that all ranks drop the same arms.
   auto slow = SlowestRank(comm_, arm_samples_);
   if (!slow.ok()) return slow.status();
-  const SwitchRule rule = ChallengerRule();
+  const SwitchRule rule = ChallengerRule(/*interim=*/false);
+  const SwitchRule early = ChallengerRule(/*interim=*/true);
   const int look = options_.verify_look_every;
   const bool at_look = look > 0 && rounds_ % look == 0;
   bool open = false;
   for (size_t a = 1; a < arms_.size(); ++a) {
     if (!active_[a]) continue;
+    if (at_look && InterimLooks() > 0 && DecideReplace((*slow)[0], (*slow)[a], early).replace) {
+      won_early_ = true;
+      won_[a] = true;
+      dropped_why_[a] = absl::StrFormat("won after %d rounds at %g%%", rounds_,
+                                        early.confidence * 100);
+      continue;
+    }
     if (at_look && ShowsNoGainYet((*slow)[0], (*slow)[a], rule)) {
       dropped_why_[a] = absl::StrCat("showed no gain after ", rounds_, " rounds");
     } else if (!ReplacementStillPossible((*slow)[0], (*slow)[a], rounds_wanted_, rule)) {
@@ -705,7 +730,9 @@ absl::StatusOr<bool> OnlineTuner::ChallengersStillOpen() {
     active_[a] = dropped_why_[a].empty();
     open = open || active_[a];
   }
-  return open;
+  // A win at a look ends verification: only the arms that won there may
+  // replace the baseline (Decide), at the look's confidence.
+  return open && !won_early_;
 }
 
 absl::Status OnlineTuner::Decide() {
@@ -723,11 +750,11 @@ absl::Status OnlineTuner::Decide() {
   // (ChallengerRule), then two winners against each other: of two plans
   // that beat the baseline, the faster in the same rounds (median paired
   // gain) is kept. A dropped challenger cannot win.
-  const SwitchRule rule = ChallengerRule();
+  const SwitchRule rule = ChallengerRule(/*interim=*/won_early_);
   std::vector<Verdict> verdicts;
   for (size_t a = 1; a < arms_.size(); ++a) {
     verdicts.push_back(DecideReplace(base, (*slow)[a], rule));
-    if (!active_[a]) verdicts.back().replace = false;
+    if (won_early_ ? !won_[a] : !active_[a]) verdicts.back().replace = false;
   }
   int kept = 0;  // index into arms_
   for (size_t a = 1; a < arms_.size(); ++a) {
@@ -763,7 +790,7 @@ absl::Status OnlineTuner::Decide() {
                     " rounds:");
     for (size_t a = 1; a < arms_.size(); ++a) {
       absl::StrAppend(&decision_, a > 1 ? ";" : "", " ", measured_[arms_[a]].name, " ",
-                      dropped_why_[a]);
+                      dropped_why_[a].empty() ? "still open" : dropped_why_[a]);
     }
     absl::StrAppend(&decision_, ")");
   }

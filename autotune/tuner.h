@@ -49,15 +49,17 @@
 //    that every measured visit follows a switch and each arm takes each
 //    place equally often. A challenger replaces the baseline only when it
 //    is faster with its share of the rule's confidence (the signed-rank
-//    bound on its median paired gain above the minimum gain, at 97.5% each
-//    for two challengers: Note [Decisions under noise] in decision.h), so
+//    bound on its median paired gain above the minimum gain; for two
+//    challengers, 98% each at the end or 99.9% at a look: Note [Decisions
+//    under noise] and Note [Stopping verification early] in decision.h), so
 //    that equal plans replace the baseline no more often than the rule
 //    allows; of two that do, the faster in the same rounds (median paired
 //    gain) is kept. Otherwise the baseline stays, and the log says why. A
 //    challenger is dropped from the rounds once it can no longer win, or
-//    where it shows no gain at a look every `verify_look_every` rounds;
-//    verification ends when none is left (Note [Stopping verification
-//    early]). Every figure logged for a verified plan (median and interval)
+//    where it shows no gain at a look every `verify_look_every` rounds, and
+//    wins at a look where it is faster at a stricter confidence;
+//    verification ends at a win or when no challenger is left (Note
+//    [Stopping verification early]). Every figure logged for a verified plan (median and interval)
 //    comes from these rounds. Rank 0 stores the entry.
 // 5. Checking: after the decision, one iteration of the baseline runs every
 //    `check_every` iterations or more (as many as keep the checks' cost
@@ -148,6 +150,10 @@ struct TunerOptions {
   // verification early] in decision.h; 0: none).
   int verify_pairs = 36;
   int verify_look_every = 6;
+  // A challenger may also win at a look: this share of its error rate is
+  // spent evenly over the looks, the rest at the end (Note [Stopping
+  // verification early] in decision.h; 0: it wins only at the end).
+  double early_share = 0.2;
   SwitchRule rule;
   // A cache hit is checked in this many interleaved pairs against the
   // baseline before it is trusted (an entry that was only simulated: in
@@ -311,10 +317,14 @@ class OnlineTuner final : public bucketing::PlanPolicy {
   // that can no longer replace the baseline, or show no gain at a look;
   // whether any is left (one small collective: the slowest rank's samples).
   absl::StatusOr<bool> ChallengersStillOpen();
-  // The rule each challenger is tested by: the confidence split between
-  // them (Bonferroni), so that the chance that any equal plan replaces the
-  // baseline stays within the rule's.
-  SwitchRule ChallengerRule() const;
+  // The rule each challenger is tested by at the end of verification
+  // (interim: at a look): the rule's error rate split between the
+  // challengers and, for each, between its looks and the end (Bonferroni;
+  // Note [Stopping verification early] in decision.h), so that the chance
+  // that any equal plan replaces the baseline stays within the rule's.
+  SwitchRule ChallengerRule(bool interim) const;
+  // The looks at which a challenger may win early (0: none).
+  int InterimLooks() const;
   absl::StatusOr<std::optional<bucketing::Plan>> EndRound();
   absl::Status StoreEntry();
   void ForgetEntry();
@@ -369,6 +379,8 @@ class OnlineTuner final : public bucketing::PlanPolicy {
   int rounds_wanted_ = 0;
   std::vector<bool> active_;              // per arm: still run (a dropped challenger is not)
   std::vector<std::string> dropped_why_;  // per arm: why it was dropped, or empty
+  std::vector<bool> won_;        // per arm: won at a look
+  bool won_early_ = false;       // some arm won at a look: verification ended there
   std::vector<std::vector<double>> arm_samples_;
   // Whether the cache hit under check was only simulated (never measured).
   bool hit_simulated_ = false;

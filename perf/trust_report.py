@@ -3,6 +3,7 @@ each run's whole-run and steady ratios, fusebox's decision in a few words, and t
 markdown tables."""
 import math
 import os
+import random
 import re
 import statistics
 
@@ -47,29 +48,54 @@ def step_noise(step_ms, first):
     return 1.4826 * statistics.median(abs(v - med) for v in logs)
 
 
-def sign_test_k(pairs, confidence=0.95):
-    """The rule's k (Note [Stopping verification early], autotune/decision.h): the baseline is
-    replaced only when fewer than k of `pairs` gains are at or below the minimum effect; the
-    largest k with P(Binomial(pairs, 1/2) <= k - 1) <= 1 - confidence (0 if none)."""
+def signed_rank_k(pairs, alpha):
+    """The rank of the tuner's bound (SignedRankRank in autotune/decision.h): the largest k with
+    P(T+ <= k - 1) <= alpha for the Wilcoxon signed-rank statistic of `pairs` pairs under the
+    null, exact; the bound is the k-th smallest Walsh average (0: none at that level)."""
+    top = pairs * (pairs + 1) // 2
+    p = [1.0] + [0.0] * top
+    for r in range(1, pairs + 1):
+        for s in range(r * (r + 1) // 2, -1, -1):
+            p[s] = 0.5 * (p[s] + (p[s - r] if s >= r else 0.0))
     k, cdf = 0, 0.0
-    for j in range(pairs + 1):
-        cdf += math.comb(pairs, j) / 2.0 ** pairs
-        if cdf > 1 - confidence:
+    for s in range(len(p) // 2):
+        cdf += p[s]
+        if cdf > alpha:
             break
-        k = j + 1
+        k = s + 1
     return k
 
 
-def replace_power(gain, noise, pairs=8, min_effect=0.02, confidence=0.95):
-    """The chance that the rule replaces the baseline with a plan truly `gain` faster (a
-    fraction), where a pair's log-ratio has spread `noise` (normal): each pair's gain exceeds
-    the minimum effect with p = Phi((gain - min_effect) / noise), and fewer than k of the
-    pairs may fall at or below it."""
-    if noise <= 0:
-        return 1.0 if gain > min_effect else 0.0
-    p = 0.5 * (1 + math.erf((math.log1p(gain) - math.log1p(min_effect)) / (noise * math.sqrt(2))))
-    k = sign_test_k(pairs, confidence)
-    return sum(math.comb(pairs, j) * (1 - p) ** j * p ** (pairs - j) for j in range(k))
+def replace_power(gain, noise, max_pairs=36, look_every=6, alpha=0.025, early_share=0.2,
+                  draws=2000, seed=1):
+    """The chance that the tuner's verification (Note [Stopping verification early],
+    autotune/decision.h) replaces your buckets with a challenger truly `gain` faster (a
+    fraction), where a pair's log-ratio has spread `noise` (normal): up to `max_pairs` pairs;
+    at a look every `look_every` a win (the signed-rank bound at 1 - early_share x alpha / looks
+    above 0) ends it, as does a median gain not above 0; at the end the bound at
+    1 - (1 - early_share) x alpha. alpha 0.025: each of two challengers. Seeded Monte Carlo."""
+    rng = random.Random(seed)
+    looks = list(range(look_every, max_pairs, look_every)) if look_every > 0 else []
+    early = alpha * early_share / len(looks) if looks and early_share > 0 else 0.0
+    final_k = max(signed_rank_k(max_pairs, alpha - early * len(looks)), 1)
+    look_k = {m: signed_rank_k(m, early) for m in looks} if early > 0 else {}
+
+    def bound(g, k):
+        walsh = sorted((g[i] + g[j]) / 2 for i in range(len(g)) for j in range(i, len(g)))
+        return walsh[k - 1]
+
+    wins = 0
+    for _ in range(draws):
+        g = [1 - (1 - gain) * math.exp(rng.gauss(0, noise)) for _ in range(max_pairs)]
+        for m in looks:
+            if look_k.get(m, 0) >= 1 and bound(g[:m], look_k[m]) > 0:
+                wins += 1
+                break
+            if statistics.median(g[:m]) <= 0:
+                break
+        else:
+            wins += bound(g, final_k) > 0
+    return wins / draws
 
 
 def judge_figures(judged):
@@ -256,9 +282,10 @@ def format_report(args, runs_by_cap):
                 "The step-to-step noise of plain DDP here (the spread of log(step i+1 / step i) "
                 "over the last two thirds of each plain launch, 1.4826 x MAD; median over "
                 "launches) is %.3f, and a verification pair carries about that much. The chance "
-                "that fusebox's rule (8 pairs, 95%%, minimum effect 2%%: at most %d of the 8 pairs "
-                "at or below 2%%) replaces your buckets with a plan truly faster by:"
-                % (noise, sign_test_k(8) - 1), "",
+                "that fusebox's rule (up to 36 pairs; a look every 6 that ends it at a win, the "
+                "signed-rank bound at 99.9%% above 0, or where the median gain is not above 0; "
+                "then the bound at 98%% above 0; normal noise, 2000 seeded draws) replaces "
+                "your buckets with a plan truly faster by:" % noise, "",
                 "| faster by | P(replace) |", "|---|---|"] + [
                 "| %g%% | %.3f |" % (100 * g, replace_power(g, noise))
                 for g in (0.025, 0.03, 0.05, 0.10)] + [""]

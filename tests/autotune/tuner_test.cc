@@ -447,6 +447,9 @@ TEST(OnlineTunerTest, RejectsBadOptions) {
     o.verify_pairs = 257;  // past the exact signed-rank table
     EXPECT_FALSE(OnlineTuner::Create(comm, Layout(4), o, absl::Seconds(5)).ok());
     o = Options(nullptr);
+    o.early_share = 1;
+    EXPECT_FALSE(OnlineTuner::Create(comm, Layout(4), o, absl::Seconds(5)).ok());
+    o = Options(nullptr);
     o.verify_look_every = -1;
     EXPECT_FALSE(OnlineTuner::Create(comm, Layout(4), o, absl::Seconds(5)).ok());
     o = Options(nullptr);

@@ -166,14 +166,15 @@ def test_the_judged_ratio_has_an_interval_over_blocks_and_a_clear_loss_is_counte
     assert "lies above 1.02 as over | 2 | 1 | FAIL |" in report
 
 
-def test_the_rules_power_falls_with_noise_and_is_one_half_where_half_the_pairs_clear():
+def test_the_rules_power_falls_with_noise_and_stays_at_its_level_for_equal_plans():
     import trust_report
-    assert trust_report.sign_test_k(8) == 2 and trust_report.sign_test_k(5) == 1
-    assert trust_report.sign_test_k(4) == 0          # 4 pairs cannot reach 95%
+    # The tuner's ranks (SignedRankRank, autotune/decision.h): P(T+ <= 5) = 10/256 for 8 pairs.
+    assert trust_report.signed_rank_k(8, 0.05) == 6 and trust_report.signed_rank_k(5, 0.05) == 1
+    assert trust_report.signed_rank_k(4, 0.05) == 0          # 4 pairs cannot reach 95%
+    assert trust_report.signed_rank_k(24, 0.05) == 92
     assert trust_report.replace_power(0.05, 0.0) == 1.0
-    assert trust_report.replace_power(0.01, 0.0) == 0.0
-    # A plan exactly at the minimum effect: each pair clears it half the time, so the rule
-    # replaces with P(at most 1 of 8 at or below) = 9 / 256.
-    assert trust_report.replace_power(0.02, 0.05) == pytest.approx(9 / 256)
-    assert (trust_report.replace_power(0.05, 0.03) > trust_report.replace_power(0.05, 0.07)
-            > trust_report.replace_power(0.03, 0.07))
+    assert trust_report.replace_power(0.0, 0.0) == 0.0       # no gain: the first look ends it
+    # Equal plans: at most the rule's level (2.5% per challenger), with Monte Carlo slack.
+    assert trust_report.replace_power(0.0, 0.08, draws=4000) <= 0.035
+    assert (trust_report.replace_power(0.05, 0.03) > trust_report.replace_power(0.05, 0.08)
+            > trust_report.replace_power(0.03, 0.08))

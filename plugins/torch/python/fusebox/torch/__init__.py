@@ -459,12 +459,13 @@ def register(ddp_model, *, cache_dir=None, plan=None, communicator="ddp",
     verify_pairs: interleaved rounds of your buckets, the best candidate and
         the runner-up of screening, at most (5 to 256): your buckets are
         replaced only by a candidate faster with 95% confidence over both
-        (a signed-rank bound on its median paired gain, 97.5% each) and by
-        more than min_effect (a fraction of the iteration time; 0: any
-        gain), and of two such the faster in the same rounds is kept. A
-        candidate that shows no gain after 6, 12, ... rounds is dropped, and
-        verification ends when none is left (Note [Stopping verification
-        early] in autotune/decision.h).
+        (a signed-rank bound on its median paired gain: 98% each at the end,
+        99.9% at a look every 6 rounds, where a clear winner ends
+        verification early) and by more than min_effect (a fraction of the
+        iteration time; 0: any gain), and of two such the faster in the same
+        rounds is kept. A candidate that shows no gain at a look is dropped,
+        and verification ends when none is left (Note [Stopping
+        verification early] in autotune/decision.h).
     check_every, check_pairs: after the decision, one iteration of your
         buckets every check_every iterations or more (as many as keep the
         checks under 1% of the run's time; 0: never check), paired with the
