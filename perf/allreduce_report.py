@@ -1,9 +1,17 @@
 """The allreduce benchmark's report: formatting (sizes, times, bandwidths, ratios, markdown
 tables), the loaded pass's table and the targets, for perf/bench_allreduce.py (whose docstring
-lists the targets). Every function takes the benchmark's state (bench_allreduce.Bench) or
+lists the targets). Every function takes the benchmark's state (allreduce_plan.Bench) or
 plain values."""
 
+import datetime
+import os
+import platform
+import shlex
+import subprocess
 import types
+
+from allreduce_tools import REPO, is_shape  # perf/allreduce_tools.py: commands and processes
+import mpi_tools  # perf/mpi_tools.py: OpenMPI's variants, best-of families, ratio intervals
 
 
 MIB = 1 << 20
@@ -220,3 +228,226 @@ def evaluate_targets(s):
                        fmt_bw(u["busbw"]), fmt_bw(m["busbw"]), nloopers, spread(u, m, False))
                    if u and m else why_no_load, (u, m))
     return targets, reference
+
+# ----------------------------------------------------------------------------- the tables
+
+UCX_TOOLS = ("ucxz", "ucx", "ucxw")         # fusebox's blocking, non-blocking, each-waited
+# MPI families: the best per size of the variants of each shape (mpi_tools.FAMILIES).
+MPI_BEST = tuple(mpi_tools.FAMILIES.values())
+TOOL_LABELS = {
+    "ucx": "fusebox UCX, non-blocking (issue -n calls, then wait)",
+    "ucxz": "fusebox UCX, blocking calls (-z 1, AllReduceBlocking, as MPI_Allreduce)",
+    "mpi": "MPI_Allreduce (OpenMPI default decision)",
+    "ucxw": "fusebox UCX, non-blocking, each call waited at once (--wait_each)",
+    "gloo": "PyTorch Gloo",
+    "fbmpi": "fusebox MPI backend",
+}
+TOOL_LABELS.update(mpi_tools.FAMILY_LABELS)
+
+
+def git_rev():
+    try:
+        return subprocess.run(["git", "-C", REPO, "rev-parse", "--short", "HEAD"],
+                              capture_output=True, text=True, timeout=10).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return ""
+
+
+def table_cols(s):
+    """The side-by-side table's tools: fusebox's, MPI_Allreduce at its best and by default,
+    Gloo and fusebox's MPI backend, those that ran."""
+    has_mpi = any(k[0] == "mpibest" for k in s.best_keys)
+    return [k for k in ("ucxz", "ucx", "ucxw", "mpibest", "mpi", "gloo", "fbmpi")
+            if k in s.coll_tools or (k == "mpibest" and has_mpi)]
+
+
+def tool_label(args, k):
+    """What a tool measures, for the report's tools line."""
+    v = args.mpi_variants.get(k)
+    if k in TOOL_LABELS or not v:
+        return TOOL_LABELS.get(k, k)
+    return "%s, %s" % ({mpi_tools.BLOCKING: "MPI_Allreduce",
+                        mpi_tools.THROUGHPUT: "MPI_Iallreduce x -n, then MPI_Waitall",
+                        mpi_tools.WAIT_EACH: "MPI_Iallreduce + MPI_Wait per call"}[v.shape],
+                       v.label)
+
+
+def report_head(s):
+    """The report's first lines: what ran, where, and the commands."""
+    args, coll_tools, load_tools, load_extra, nloopers, extra = (
+        s.args, s.coll_tools, s.load_tools, s.load_extra, s.nloopers, s.extra)
+    memcpy_gbps, memcpy_vals, wall, load_start, load_end = (
+        s.memcpy_gbps, s.memcpy_vals, s.wall, s.load_start, s.load_end)
+    runs, commands_seen = s.runs, s.commands_seen
+    cols = table_cols(s)
+    variants = [k for k in coll_tools if k in args.mpi_variants and k != "mpi"]
+    families = [k for k in MPI_BEST if any(key[0] == k for key in s.best_keys)]
+    lines = []
+    lines.append("# Allreduce side by side: float32 sum" + (
+        ", emulated hosts (one rank each) on %s links" % args.emulate if args.emulate else ""))
+    lines.append("")
+    lines.append("- date: %s, host: %s (%s, %d CPUs), git: %s" % (
+        datetime.datetime.now().isoformat(timespec="seconds"), platform.node(),
+        platform.machine(), os.cpu_count() or 0, git_rev() or "?"))
+    lines.append("- sweep: -b %s -e %s -f %g%s, -n %d -w %d, %d repeat(s) (median time per size), "
+                 "%.0f s wall" % (
+                     fmt_size(args.minbytes), fmt_size(args.maxbytes), args.stepfactor,
+                     (" (+%s as extra runs)" % ", ".join(fmt_size(s) for s in extra))
+                     if extra else "", args.iters, args.warmup_iters, args.repeats, wall))
+    if args.emulate:
+        lines.append("- emulated hosts: perf/cluster/emucluster.py, one network namespace per "
+                     "host, each host's link shaped with tc tbf to %s both ways; ucx runs UCX "
+                     "over TCP, mpi OpenMPI's tcp btl; all hosts share this machine's %d CPUs" % (
+                         args.emulate, os.cpu_count() or 0))
+    else:
+        lines.append("- memcpy (single thread, %s): %s GB/s (median of %d run(s): %s)" % (
+            fmt_size(args.memcpy_size), fmt_bw(memcpy_gbps), len(memcpy_vals),
+            ", ".join("%.2f" % v for v in memcpy_vals) or "-"))
+    lines.append("- tools: " + "; ".join("%s = %s" % (k, tool_label(args, k)) for k in
+                                         cols + [f for f in families if f not in cols] +
+                                         [k for k in variants if k not in cols]))
+    if args.mpi_variants:
+        comps = args.ompi_components
+        lines.append("- this OpenMPI (ompi_info): coll %s; pml %s. Probed (one 8 B call with "
+                     "OpenMPI's selection logged): %s" % (
+                         ", ".join(comps.get("coll", ())) or "?",
+                         ", ".join(comps.get("pml", ())) or "?",
+                         "; ".join("%s at %d ranks: %s" % (
+                             " + ".join(r["needs"]), r["nranks"],
+                             "runs" if r["runs"] else "not run, " + r["why_not"])
+                                   for r in s.probes) or "nothing needed a probe"))
+        none = [c for c in comps.get("coll", ()) if mpi_tools.COLL_PROVIDES.get(c) == ()]
+        if none:
+            lines.append("- coll components with neither MPI_Allreduce nor MPI_Iallreduce (not "
+                         "run): %s" % ", ".join(none))
+    if load_tools:
+        lines.append("- loaded pass (%d ranks): %s again for the 8 B latency and %s busbw, each "
+                     "run while %d busy-loop processes (one per CPU) run%s" % (
+                         LOAD_NRANKS, " and ".join(load_tools), LOAD_SIZE_NAME, nloopers,
+                         " (+%s idle extra run for %s)" % (LOAD_SIZE_NAME,
+                                                           " and ".join(load_tools))
+                         if load_extra else ""))
+    else:
+        lines.append("- loaded pass: not run (%s)" % (
+            "--no-load" if not args.load else "%d not in --ranks" % LOAD_NRANKS
+            if LOAD_NRANKS not in args.ranks else "neither ucx nor mpi run"))
+    lines.append("- time in us (average per op, averaged across ranks); busbw in GB/s (1e9)")
+    ncpu = os.cpu_count() or 1
+    lines.append("- load average (1 min): %.1f at start, %.1f at end, on %d CPUs%s" % (
+        load_start[0], load_end[0], ncpu,
+        " (the loaded pass raises it itself)" if load_tools else ""))
+    reused = sum(1 for r in runs if r.get("reused"))
+    if reused:
+        lines.append("- %d of %d runs reused from an earlier invocation into this directory "
+                     "(--reuse): the wall time and load averages above are this invocation's, "
+                     "not theirs" % (reused, len(runs)))
+    if max(load_start[0], load_end[0]) > 0.5 * ncpu + 0.5:
+        lines.append("")
+        lines.append("**WARNING: the machine was busy with other work (load %.1f on %d CPUs); "
+                     "these numbers are not trustworthy, rerun on an idle machine.**" % (
+                         max(load_start[0], load_end[0]), ncpu)
+                     + (" (The loaded pass's own busy loops count in the end figure.)"
+                        if load_tools else ""))
+    lines.append("")
+    lines.append("Commands (first repeat):")
+    lines.append("")
+    lines.append("```")
+    for (k, n, tag), argv in commands_seen.items():
+        lines.append(" ".join(shlex.quote(a) for a in argv) + (
+            "  # while %d busy loops run" % nloopers if tag.endswith("-load") else ""))
+    lines.append("```")
+
+    return lines
+
+
+def rank_tables(s, lines):
+    """Per world size: the side-by-side table, the fair comparisons and the candidate tables."""
+    args, stats, coll_tools, lat_run = s.args, s.stats, s.coll_tools, s.lat_run
+    load_extra, table_sizes, cols = s.load_extra, s.table_sizes, table_cols(s)
+    s.fair = []
+    for n in args.ranks:
+        rows_b = table_sizes(n) + ([LAT_KEY] if lat_run else [])
+        modes = {}
+        for k in cols:
+            ms = sorted({stats[(k, n, b)]["mode"] for b in rows_b if (k, n, b) in stats})
+            modes[k] = "/".join(ms) if ms else "-"
+        launch = "ucx" in cols and any("launch_p50_us" in stats.get(("ucx", n, b), {})
+                                       for b in rows_b)
+        lines.append("")
+        lines.append("## %d %s" % (n, "hosts" if args.emulate else "ranks"))
+        lines.append("")
+        lines.append("Numbers: " + ", ".join("%s %s" % (k, {"oop": "out-of-place",
+                                                            "ip": "in-place"}.get(modes[k],
+                                                                                  modes[k]))
+                                         for k in cols) + ".")
+        lines.append("")
+        header = ["size"]
+        for k in cols:
+            header += ["%s time us" % k, "%s busbw" % k]
+            if k == "ucx" and launch:
+                header.append("ucx launch p50/p99 us")
+            if k == "mpibest":
+                header.append("mpibest is")
+        # fusebox's figure per size: the blocking calls where run, else the sweep's.
+        fb = "ucxz" if "ucxz" in cols else "ucx"
+        if fb in cols:
+            header += ["%s/%s busbw" % (fb, k) for k in cols if k not in UCX_TOOLS]
+        if fb == "ucxz" and "mpibest" in cols:
+            header.append("ucx/mpibest busbw")
+        rows = []
+        for b in rows_b:
+            row = [fmt_size(b) if b != LAT_KEY else "8 (lat)"]
+            for k in cols:
+                st = stats.get((k, n, b))
+                mark = "" if not st or not st["wrong"] else " !%d wrong" % st["wrong"]
+                row += [fmt_time(st["time_us"]) if st else "-",
+                        (fmt_bw(st["busbw"]) + mark) if st else "-"]
+                if k == "ucx" and launch:
+                    row.append("%s/%s" % (fmt_time(st["launch_p50_us"]),
+                                          fmt_time(st["launch_p99_us"]))
+                               if st and "launch_p50_us" in st else "-")
+                if k == "mpibest":
+                    row.append(st["best_of"] if st else "-")
+            if fb in cols:
+                u = stats.get((fb, n, b))
+                row += [fmt_ratio(ratio(u, stats.get((k, n, b)))) for k in cols
+                        if k not in UCX_TOOLS]
+            if fb == "ucxz" and "mpibest" in cols:
+                row.append(fmt_ratio(ratio(stats.get(("ucx", n, b)),
+                                           stats.get(("mpibest", n, b)))))
+            rows.append(row)
+        lines.append(md_table(header, rows, ["r"] * len(header)))
+        notes = []
+        if lat_run:
+            notes.append("8 (lat): a dedicated 8 B run with -n %d -w %d, every call waited "
+                         "before the next (fusebox-perf -z 1; MPI_Allreduce blocks anyway); the "
+                         "latency targets use it." % (args.latency_iters, args.latency_warmup))
+        if "mpibest" in cols:
+            others = [k for k in coll_tools if is_shape(args, k, mpi_tools.BLOCKING)
+                      and k != "mpi" and (k, n) not in s.skip]
+            notes.append("mpibest: per size, the fastest of mpi (OpenMPI's default decision)%s; "
+                         "'mpibest is' names it.%s" % (
+                             " and " + ", ".join(mpi_tools.label(args.mpi_variants, k)
+                                                 for k in others)
+                             if others else " (no other variant run)",
+                             " Not at %s: only ucx and mpi run that size (for the loaded "
+                             "pass's idle figure)." % LOAD_SIZE_NAME
+                             if n == LOAD_NRANKS and load_extra else ""))
+        if fb == "ucxz":
+            notes.append("ucxz: fusebox's blocking allreduce, like with like with "
+                         "MPI_Allreduce (the targets use it; its 8 (lat) row is ucx's, which "
+                         "is blocking too). ucx: the non-blocking sweep, -n calls issued and "
+                         "then waited, for reference.")
+        if launch:
+            notes.append("ucx launch p50/p99: fusebox-perf's launch-to-start of non-blocking "
+                         "calls issued to an idle communicator (median over repeats).")
+        for t in notes:
+            lines.append("")
+            lines.append(t)
+
+        # The fair comparisons (Note [Fair MPI peers]), then every candidate per family.
+        fair, summary = mpi_tools.comparison_section(stats, n, table_sizes(n), FORMAT)
+        lines.extend(fair)
+        s.fair += summary
+        lines.extend(mpi_tools.candidates_tables(stats, args.mpi_variants, n, rows_b, FORMAT,
+                                                 "hosts" if args.emulate else "ranks"))

@@ -74,12 +74,10 @@ import argparse
 import json
 import os
 import random
-import re
 import shlex
 import shutil
 import signal
 import socket
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -87,293 +85,20 @@ import time
 import zlib
 
 import results as result_summary  # perf/results.py: the results convention
-from toolkit import median_ci  # perf/toolkit.py (bench_trust, bench_ddp_scaling: via here)
+from netns import (  # perf/netns.py: namespaces, shaped links, rank processes
+    NS_PORT, PYTHON, RATE, RankProcesses, launch_env, namespaces_present, place_rank, setup,
+    teardown)
+from ddp_hook_report import CELLS, analyze, format_setting  # perf/ddp_hook_report.py
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 WORKER = os.path.join(REPO, "perf", "ddp_hook_worker.py")
-PYTHON = "/usr/bin/python3"  # Debian's Python, which sees python3-torch
 TORCHVISION_INSTALL = "apt-get install python3-torchvision"
 
-CELLS = ("ddp25", "ddp1", "ddp5", "ddp100", "fusebox", "nocomm")
-CAPS = ("ddp1", "ddp5", "ddp25", "ddp100")
-REDUCING = CAPS + ("fusebox",)  # nocomm reduces nothing: its losses are its own
 MODELS = ("transformer", "transformer7m", "gpt2small", "cnn", "resnet50")
 LMS = ("transformer", "transformer7m", "gpt2small")
-NS = ("fbbenchA", "fbbenchB")
-DEV = ("fbvethA", "fbvethB")
-ADDR = ("10.231.77.1", "10.231.77.2")
-NS_PORT = 29731  # MASTER_PORT inside the namespaces (plus the round number)
-RATE = re.compile(r"^[0-9]+(\.[0-9]+)?[kmg]?bit$")
-NOISE_RULE = ("fusebox's median > ddp25's median and fusebox's first quartile > ddp25's "
-              "third quartile (over the measured steps of that round)")
-
-
-# ---------------------------------------------------------------- statistics
-
-PHASES = ("forward", "backward", "optimizer")
-
-
-def describe(values):
-    """{'median', 'ci': [low, high], 'coverage'} of a list of per-round figures."""
-    low, high, cov = median_ci(values)
-    return {"median": statistics.median(values), "ci": [low, high], "coverage": cov}
-
-
-def analyze(rounds):
-    """The across-round figures of one setting from its rounds' worker results."""
-    cells = {}
-    cells_here = [c for c in CELLS if all(c in r["cells"] for r in rounds)]  # older runs: no nocomm
-    per_round = {c: [r["cells"][c]["median_ms"] for r in rounds] for c in cells_here}
-    best_cap = [min(r["cells"][c]["median_ms"] for c in CAPS) for r in rounds]
-    for c in cells_here:
-        ms = per_round[c]
-        cells[c] = {
-            "per_round_ms": ms,
-            "ms": describe(ms),
-            # Paired within each round: the median over blocks of this cell's
-            # step / ddp25's step of the same block.
-            "ratio_vs_ddp25": describe([r["cells"][c]["paired_ratio_vs_ddp25"] for r in rounds]),
-            "ratio_vs_best_cap": describe([a / b for a, b in zip(ms, best_cap)]),
-            # Where the step's time goes: medians over rounds of each phase.
-            "phases_ms": {ph: statistics.median(r["cells"][c]["phases_ms"][ph] for r in rounds)
-                          for ph in PHASES},
-        }
-    fb = [r["cells"]["fusebox"] for r in rounds]
-    d25 = [r["cells"]["ddp25"] for r in rounds]
-    slower = [i + 1 for i, (f, d) in enumerate(zip(fb, d25))
-              if f["median_ms"] > d["median_ms"] and f["q1_ms"] > d["q3_ms"]]
-    fusebox = {
-        "speedup_vs_ddp25": describe([1 / r["cells"]["fusebox"]["paired_ratio_vs_ddp25"]
-                                      for r in rounds]),
-        "speedup_vs_best_cap": describe([b / f for b, f in zip(best_cap, per_round["fusebox"])]),
-        "best_cap_per_round": [min(CAPS, key=lambda c: r["cells"][c]["median_ms"])
-                               for r in rounds],
-        "tuning_iterations": [f["tuning_iterations"] for f in fb],
-        "tuning_cost_ms": [f["tuning_cost_ms"] for f in fb],
-        "steps_to_tuned": [f["steps_to_tuned"] for f in fb],
-        "chosen": [{"plan": f["plan"], "buckets": f["buckets"], "cache_hit": f["cache_hit"],
-                    "decision": f["decision"]} for f in fb],
-        "rounds_not_tuned_within_budget": [i + 1 for i, f in enumerate(fb)
-                                           if not f["tuning_finished"]],
-        "rounds_slower_than_ddp25_beyond_noise": slower,
-        "noise_rule": NOISE_RULE,
-    }
-    checks = {
-        "all_final_losses_finite": all(r["cells"][c]["loss_finite"] for r in rounds
-                                       for c in cells_here),
-        "max_loss_diff_vs_ddp25": max(r["cells"][c]["loss_max_abs_diff_vs_ddp25"]
-                                      for r in rounds for c in REDUCING),
-    }
-    if all("nocomm" in r["cells"] for r in rounds):
-        # The headroom, per round: what no bucketing can beat, and how much of
-        # ddp25's exposed communication (its step minus nocomm's) a cell removed.
-        # Rounds where ddp25 exposed nothing (nocomm as slow) have no share to give.
-        def ms(r, c):
-            return r["cells"][c]["median_ms"]
-        exposing = [r for r in rounds if ms(r, "ddp25") > ms(r, "nocomm")]
-        fusebox["headroom_vs_ddp25"] = describe([ms(r, "ddp25") / ms(r, "nocomm")
-                                                 for r in rounds])
-        fusebox["rounds_with_exposed_communication"] = len(exposing)
-        if exposing:
-            fusebox["exposed_removed"] = describe(
-                [(ms(r, "ddp25") - ms(r, "fusebox")) / (ms(r, "ddp25") - ms(r, "nocomm"))
-                 for r in exposing])
-            fusebox["exposed_removed_by_best_cap"] = describe(
-                [(ms(r, "ddp25") - min(ms(r, c) for c in CAPS)) /
-                 (ms(r, "ddp25") - ms(r, "nocomm")) for r in exposing])
-    return {"rounds": len(rounds), "cells": cells, "fusebox": fusebox, "checks": checks}
-
-
-def format_setting(setting, result, args):
-    """The report section of one setting (a markdown table and summary lines)."""
-    def ci(d, fmt):
-        return ("[" + fmt + ", " + fmt + "]") % tuple(d["ci"])
-
-    n = result["rounds"]
-    cov = result["cells"]["ddp25"]["ms"]["coverage"]
-    lines = [
-        "## %s" % setting,
-        "%d rounds; per round: fusebox tunes from an empty cache (at most %d steps), then %d "
-        "blocks of one step of every cell in a random order, the last %d measured; a cell's "
-        "figure is the median of the slowest rank's measured steps" % (
-            n, args.tune_steps, args.steps, args.measure),
-        "intervals: order-statistic CI of the median over rounds, %.1f%% coverage" % (100 * cov),
-        "x ddp25: the median over blocks of cell step / ddp25 step in the same block (paired; "
-        "lower is faster); x best cap: cell ms / the fastest of %s in that round, chosen in "
-        "hindsight" % "/".join(CAPS),
-        "",
-        "| cell | median ms | CI ms | x ddp25 | CI | x best cap | CI |",
-        "|---|---|---|---|---|---|---|",
-    ]
-    for c in result["cells"]:
-        r = result["cells"][c]
-        lines.append("| %s | %.1f | %s | %.3f | %s | %.3f | %s |" % (
-            c, r["ms"]["median"], ci(r["ms"], "%.1f"),
-            r["ratio_vs_ddp25"]["median"], ci(r["ratio_vs_ddp25"], "%.3f"),
-            r["ratio_vs_best_cap"]["median"], ci(r["ratio_vs_best_cap"], "%.3f")))
-    lines += [
-        "",
-        "where a step's time goes (ms; medians over rounds of each phase's median; forward "
-        "includes zero_grad and the hook's step start, backward DDP's wait for its buckets):",
-        "",
-        "| cell | forward | backward | optimizer |",
-        "|---|---|---|---|",
-    ]
-    for c in result["cells"]:
-        ph = result["cells"][c]["phases_ms"]
-        lines.append("| %s | %.1f | %.1f | %.1f |" % (c, ph["forward"], ph["backward"],
-                                                    ph["optimizer"]))
-    fb = result["fusebox"]
-    tuning = fb["tuning_iterations"]
-    cost = fb["tuning_cost_ms"]
-    lines += [
-        "",
-        "fusebox speedup (reference ms / fusebox ms, higher is faster): vs ddp25 %.3fx %s, "
-        "vs best cap %.3fx %s" % (
-            fb["speedup_vs_ddp25"]["median"], ci(fb["speedup_vs_ddp25"], "%.3f"),
-            fb["speedup_vs_best_cap"]["median"], ci(fb["speedup_vs_best_cap"], "%.3f")),
-        "fusebox tuning: iterations median %g, max %d; cost ms median %.0f, max %.0f; "
-        "rounds not tuned within %d steps: %s" % (
-            statistics.median(tuning), max(tuning), statistics.median(cost), max(cost),
-            args.tune_steps, ", ".join(map(str, fb["rounds_not_tuned_within_budget"])) or "none"),
-        "best cap per round: %s" % ", ".join(fb["best_cap_per_round"]),
-    ]
-    if "headroom_vs_ddp25" in fb:
-        def pct(d):
-            return "%.0f%% [%.0f%%, %.0f%%]" % (100 * d["median"], 100 * d["ci"][0],
-                                              100 * d["ci"][1])
-        lines.append(
-            "headroom (nocomm, no allreduce at all): ddp25 / nocomm %.3fx %s is the most any "
-            "bucketing could gain here" % (fb["headroom_vs_ddp25"]["median"],
-                                           ci(fb["headroom_vs_ddp25"], "%.3f")))
-        if "exposed_removed" in fb:
-            lines.append(
-                "share of ddp25's exposed communication (ddp25 - nocomm) removed, over the %d "
-                "rounds where ddp25 exposed any: fusebox %s, best cap %s" % (
-                    fb["rounds_with_exposed_communication"], pct(fb["exposed_removed"]),
-                    pct(fb["exposed_removed_by_best_cap"])))
-    lines += [
-        "rounds where fusebox kept a plan slower than ddp25 beyond that round's noise: "
-        "%d of %d%s (rule: %s)" % (
-            len(fb["rounds_slower_than_ddp25_beyond_noise"]), n,
-            (" (rounds %s)" % ", ".join(map(str, fb["rounds_slower_than_ddp25_beyond_noise"]))
-             if fb["rounds_slower_than_ddp25_beyond_noise"] else ""), fb["noise_rule"]),
-        "checks: final losses finite in every cell: %s; largest |loss - ddp25 loss| over the "
-        "measured blocks (every reducing cell starts from the same state and sees the same "
-        "batches): "
-        "%g" % (
-            "yes" if result["checks"]["all_final_losses_finite"] else "NO",
-            result["checks"]["max_loss_diff_vs_ddp25"]),
-        "fusebox chose, per round:",
-    ]
-    for i, c in enumerate(fb["chosen"]):
-        lines.append("  round %d: %s (%s buckets%s), %d tuning iterations, tuned after %s "
-                     "steps: %s" % (
-                         i + 1, c["plan"], c["buckets"], ", cache hit" if c["cache_hit"] else "",
-                         tuning[i], fb["steps_to_tuned"][i], c["decision"]))
-    return "\n".join(lines) + "\n"
-
-
-# ----------------------------------------------------------- network setup
-
-def sh(*cmd, check=True):
-    return subprocess.run(cmd, check=check, capture_output=True, text=True)
-
-
-def namespaces_present():
-    listed = sh("ip", "netns", "list", check=False).stdout.split()
-    return [ns for ns in NS if ns in listed]
-
-
-def teardown():
-    """Deletes the namespaces (and with them the veth pair)."""
-    for ns in NS:
-        sh("ip", "netns", "del", ns, check=False)
-
-
-def setup(rate):
-    """Two namespaces joined by a veth pair, each end's egress shaped to `rate`."""
-    for ns in NS:
-        sh("ip", "netns", "add", ns)
-    sh("ip", "link", "add", DEV[0], "netns", NS[0], "type", "veth", "peer", "name", DEV[1],
-       "netns", NS[1])
-    for ns, dev, addr in zip(NS, DEV, ADDR):
-        sh("ip", "-n", ns, "addr", "add", addr + "/24", "dev", dev)
-        sh("ip", "-n", ns, "link", "set", dev, "up")
-        sh("ip", "-n", ns, "link", "set", "lo", "up")
-        sh("ip", "netns", "exec", ns, "tc", "qdisc", "add", "dev", dev, "root", "tbf", "rate",
-           rate, "burst", "256kb", "latency", "50ms")
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 # ------------------------------------------------------------------ rounds
-
-def launch_env(build, link, world, ns_port):
-    """The environment every rank of one launch shares: torchrun's variables
-    for `world` ranks, fusebox.torch from `build`, one thread; on a shaped
-    link one "host" per namespace, rank 0's on `ns_port`."""
-    env = dict(os.environ, WORLD_SIZE=str(world), OMP_NUM_THREADS="1",
-               PYTHONPATH=os.path.join(os.path.abspath(build), "python"))
-    if link == "loopback":
-        env.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()),
-                   GLOO_SOCKET_IFNAME="lo", LOCAL_WORLD_SIZE=str(world))
-    else:
-        env.update(MASTER_ADDR=ADDR[0], MASTER_PORT=str(ns_port),
-                   LOCAL_WORLD_SIZE="1", LOCAL_RANK="0")
-    return env
-
-
-def place_rank(env, cmd, link, rank):
-    """One rank's environment and command: its RANK, and on a shaped link its
-    namespace and interface."""
-    rank_env = dict(env, RANK=str(rank))
-    if link == "loopback":
-        rank_env["LOCAL_RANK"] = str(rank)
-        return rank_env, cmd
-    rank_env["GLOO_SOCKET_IFNAME"] = DEV[rank]
-    return rank_env, ["ip", "netns", "exec", NS[rank]] + cmd
-
-
-class RankProcesses:
-    """The ranks of one launch at a time, kept track of so that only they are
-    killed when anything goes wrong (each in a session of its own)."""
-
-    def __init__(self, timeout_s, poll_s):
-        self.timeout_s = timeout_s
-        self.poll_s = poll_s
-        self.procs = []
-
-    def start(self, cmd, env, stdout, stderr):
-        self.procs.append(subprocess.Popen(cmd, env=env, stdout=stdout, stderr=stderr,
-                                           start_new_session=True))
-
-    def kill(self):
-        for p in self.procs:
-            if p.poll() is None:
-                os.killpg(p.pid, signal.SIGKILL)
-                p.wait()
-        self.procs = []
-
-    def wait(self, what, logs):
-        """Waits for every rank; fails at once when one fails or the launch
-        takes longer than the timeout, with the tails of `logs`."""
-        deadline = time.monotonic() + self.timeout_s
-        while True:
-            codes = [p.poll() for p in self.procs]
-            failed = [(r, c) for r, c in enumerate(codes) if c not in (None, 0)]
-            if failed or time.monotonic() > deadline:
-                why = ("rank %d exited with %d" % failed[0] if failed
-                       else "timed out after %d s" % self.timeout_s)
-                raise RuntimeError("%s: %s\n%s" % (what, why, log_tails(logs)))
-            if all(c == 0 for c in codes):
-                return
-            time.sleep(self.poll_s)
-
 
 class Rounds(RankProcesses):
     """Starts the ranks of each round (RankProcesses)."""
@@ -419,15 +144,6 @@ class Rounds(RankProcesses):
         os.remove(partial)
         return result
 
-
-
-def log_tails(logs, lines=15):
-    parts = []
-    for log in logs:
-        with open(log, errors="replace") as f:
-            parts.append("--- %s (last %d lines)\n%s" % (
-                log, lines, "".join(f.readlines()[-lines:])))
-    return "\n".join(parts)
 
 
 def round_params(args):

@@ -92,7 +92,7 @@ import types
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "cluster"))
-import bench_ddp_hook as ddphook  # noqa: E402  (RankProcesses, median_ci, log_tails)
+import netns  # noqa: E402  perf/netns.py: RankProcesses, PYTHON, RATE
 import bench_trust  # noqa: E402  (choose_scales, rate_bits, PAYLOAD)
 import emucluster  # noqa: E402  (setup, cleanup, host_ns, address)
 import results as result_summary  # noqa: E402
@@ -192,7 +192,7 @@ def nearest_world(worlds, hosts):   # PolicyCache::Nearest: nearest in ratio, ti
     return min(worlds, key=lambda w: (abs(math.log(w / hosts)), -w)) if worlds else None
 
 
-class Launcher(ddphook.RankProcesses):
+class Launcher(netns.RankProcesses):
     def __init__(self, args, outdir):
         super().__init__(args.timeout, 0.5)
         self.args, self.outdir, self.count = args, outdir, 0
@@ -280,7 +280,7 @@ def parse_args(argv=None):
                     help="PyTorch rule's base and per-hop latency (default %(default)s)")
     for flag, default in (("--seed", None), ("--subnet", 98), ("--port", 29790)):
         ap.add_argument(flag, type=int, default=default)
-    for flag, default in (("--prefix", "fbsc"), ("--out", None), ("--python", ddphook.PYTHON),
+    for flag, default in (("--prefix", "fbsc"), ("--out", None), ("--python", netns.PYTHON),
                           ("--build", os.path.join(REPO, "build"))):
         ap.add_argument(flag, default=default)
     ap.add_argument("--timeout", type=int, default=1800, help="seconds per launch")
@@ -292,7 +292,7 @@ def parse_args(argv=None):
         ap.error("--hosts is e.g. 2,4,8 and --settings e.g. resnet50:1.5,gpt2_small:0.5")
     if not args.hosts or args.hosts[0] < 2 or args.hosts[-1] > 64:
         ap.error("--hosts: each between 2 and 64")
-    if args.repeats < 1 or args.steps < 1 or not ddphook.RATE.match(args.rate):
+    if args.repeats < 1 or args.steps < 1 or not netns.RATE.match(args.rate):
         ap.error("need --repeats >= 1, --steps >= 1 and a tc --rate such as 500mbit")
     if args.seed is None:
         args.seed = random.SystemRandom().randrange(1, 2 ** 31)

@@ -45,7 +45,7 @@ import statistics
 import sys
 import time
 
-import bench_ddp_hook as netns  # perf/: namespaces, shaping, ports
+import netns  # perf/netns.py: namespaces, shaping, ports
 import bench_trust as trust     # perf/bench_trust.py: scales, launches, preflight
 from trust_report import step_noise  # noqa: F401  (its tests call rb.step_noise)
 import results as result_summary

@@ -96,7 +96,7 @@ import subprocess
 import sys
 import time
 
-import bench_ddp_hook as netns  # perf/: namespaces, shaping, ports, order statistics
+import netns  # perf/netns.py: namespaces, shaping, ports, rank processes
 from trust_report import (  # noqa: F401  perf/trust_report.py; bench_rollback uses them here
     TARGET, analyze_run, caption, format_report, short_decision, steady_ms)
 import results as result_summary  # perf/results.py: the results convention

@@ -6,7 +6,7 @@ import math
 import re
 import statistics
 
-import bench_ddp_hook as ddphook  # perf/: median_ci
+from toolkit import median_ci  # perf/toolkit.py: the shared statistics
 
 MIB = 2.0 ** 20
 FIXED = ("ddp25", "cap1", "cap5", "cap100", "pytorch")
@@ -130,7 +130,7 @@ def describe(values):
     """{'median', 'ci', 'coverage', 'n'} over independent values (order statistics)."""
     if not values:
         return {"median": None, "ci": [None, None], "coverage": 0.0, "n": 0}
-    low, high, cov = ddphook.median_ci(values)
+    low, high, cov = median_ci(values)
     return {"median": statistics.median(values), "ci": [low, high], "coverage": cov,
             "n": len(values)}
 

@@ -6,6 +6,9 @@
 #include <cstring>
 #include <cstdlib>
 #include <iostream>
+#include <sstream>
+#include <string>
+#include <vector>
 
 #include "absl/flags/internal/program_name.h"
 #include "absl/flags/internal/usage.h"
@@ -15,6 +18,7 @@
 #include "absl/flags/usage_config.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "absl/strings/string_view.h"
 #include "fusebox/config.h"
 
@@ -77,6 +81,28 @@ void NormalizeFlagSpelling(int argc, char** argv) {
   }
 }
 
+namespace {
+
+// absl's help for the flags of every file whose path contains one of the
+// comma-separated `help_files`: the usage message once, then each file's
+// flags.
+void PrintHelp(absl::string_view help_files, const char* usage) {
+  const std::vector<std::string> filters = absl::StrSplit(help_files, ',', absl::SkipEmpty());
+  absl::flags_internal::FlagsHelp(std::cout, filters.empty() ? "" : filters[0],
+                                  absl::flags_internal::HelpFormat::kHumanReadable, usage);
+  for (size_t i = 1; i < filters.size(); ++i) {
+    std::ostringstream more;
+    absl::flags_internal::FlagsHelp(more, filters[i],
+                                    absl::flags_internal::HelpFormat::kHumanReadable, "");
+    const std::string text = more.str();
+    if (const size_t at = text.find("  Flags from"); at != std::string::npos) {
+      std::cout << text.substr(at);
+    }
+  }
+}
+
+}  // namespace
+
 std::vector<char*> ParseToolCommandLine(int argc, char** argv, const char* tool,
                                         const char* usage, const char* help_files) {
   absl::FlagsUsageConfig config;
@@ -96,8 +122,7 @@ std::vector<char*> ParseToolCommandLine(int argc, char** argv, const char* tool,
     const absl::string_view arg = argv[i];
     if (arg == "--") break;
     if (arg == "--help" || arg == "-help" || arg == "--helpshort" || arg == "-helpshort") {
-      absl::flags_internal::FlagsHelp(std::cout, help_files,
-                                      absl::flags_internal::HelpFormat::kHumanReadable, usage);
+      PrintHelp(help_files, usage);
       std::exit(0);
     }
   }

@@ -37,8 +37,9 @@ void NormalizeFlagSpelling(int argc, char** argv);
 
 // Checks argv (exits kUsageExit on a usage error, naming the flag), then
 // absl::ParseCommandLine with the conventions above. --help lists the flags
-// defined in source files whose path contains `help_files` (the tool's own,
-// e.g. "perf/") and exits 0. Returns the positional arguments (argv[0]
+// defined in source files whose path contains one of the comma-separated
+// `help_files` (the tool's own, e.g. "perf/", and those it shares,
+// tools/tool_flags.h) and exits 0. Returns the positional arguments (argv[0]
 // first).
 std::vector<char*> ParseToolCommandLine(int argc, char** argv, const char* tool,
                                         const char* usage, const char* help_files);

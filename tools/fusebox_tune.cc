@@ -41,10 +41,8 @@
 #include "comm/log.h"
 #include "fusebox/config.h"
 #include "tools/cli.h"
+#include "tools/tool_flags.h"
 
-ABSL_FLAG(std::string, profile, "resnet50",
-          "model name (resnet50, bert_large, gpt2_small, gpt2_xl, vit_b16, ...) or a profile "
-          "file (.json)");
 ABSL_FLAG(std::string, preset, "",
           "cost-model preset: nvlink-h100, ib-400g, 100gbe, 25gbe, 10gbe (default 25gbe when "
           "neither --cost_model nor --fit is given)");
@@ -52,12 +50,6 @@ ABSL_FLAG(std::string, cost_model, "", "cost-model file (fusebox-tune fit --out 
 ABSL_FLAG(std::string, fit, "",
           "comma-separated `fusebox-perf allreduce --json` files to fit the cost model to");
 ABSL_FLAG(int, world, 64, "world size (ranks)");
-ABSL_FLAG(std::string, log_level, "",
-          "messages shown on stderr: error, warning, info or debug (default: "
-          "$FUSEBOX_LOG_LEVEL, else warning); info also shows progress");
-ABSL_FLAG(int, progress, -1,
-          "sweep and scale: progress on stderr, 1 on, 0 off, -1 when stderr is a terminal, "
-          "FUSEBOX_PROGRESS=1 (fusebox-run on a terminal) or --log_level is info or debug");
 ABSL_FLAG(int, ranks_per_node, 0, "ranks per node (0: the cost model's)");
 ABSL_FLAG(int, max_in_flight, 4, "buckets launched and not yet complete (engine window)");
 ABSL_FLAG(bool, views, true,
@@ -166,7 +158,7 @@ int UsageError(const std::string& message) {
 // Prints "[fusebox-tune] <line>" on stderr where progress is wanted
 // (--progress), else nothing.
 std::function<void(const std::string&)> ProgressPrinter(const comm::Logger& log) {
-  if (ShowProgress(absl::GetFlag(FLAGS_progress), log.Enabled(comm::LogLevel::kInfo))) {
+  if (ProgressFromFlags(log)) {
     return [](const std::string& line) {
       std::fprintf(stderr, "[fusebox-tune] %s\n", line.c_str());
       std::fflush(stderr);
@@ -177,11 +169,6 @@ std::function<void(const std::string&)> ProgressPrinter(const comm::Logger& log)
 
 std::vector<std::string> SplitList(const std::string& s) {
   return absl::StrSplit(s, ',', absl::SkipEmpty());
-}
-
-absl::StatusOr<Profile> LoadProfileSpec(const std::string& spec) {
-  if (absl::EndsWith(spec, ".json")) return autotune::LoadProfile(spec);
-  return autotune::GenerateModelProfile(spec);
 }
 
 absl::StatusOr<std::vector<autotune::AllReduceSample>> LoadSamples(const std::string& files) {
@@ -597,11 +584,10 @@ int Fit() {
 
 int Main(int argc, char** argv) {
   std::vector<char*> args = ParseToolCommandLine(argc, argv, "fusebox-tune", kUsage,
-                                                  "tools/fusebox_tune");
+                                                  "tools/fusebox_tune,tools/tool_flags");
   if (args.size() > 2) return UsageError("one command at most: offline, sweep, scale or fit");
   const std::string command = args.size() == 2 ? args[1] : "offline";
-  absl::StatusOr<comm::LogLevel> level =
-      comm::ResolveLogLevel(absl::GetFlag(FLAGS_log_level), std::getenv("FUSEBOX_LOG_LEVEL"));
+  absl::StatusOr<comm::LogLevel> level = LogLevelFromFlags();
   if (!level.ok()) return UsageError(std::string(level.status().message()));
   const comm::Logger log("fusebox-tune", *level);
   if (command != "fit") {

@@ -32,7 +32,7 @@
 //   ranks than cores, the linear round instead (Note [Linear round]): every header to rank 0 and
 //   its verdict back, 2(p-1) messages.
 // Larger AllReduce over messages runs the pipelined ring
-// (algo/ring_allreduce.h); Broadcast is a pipelined chain from the root;
+// (algo/ring_allreduce.cc); Broadcast is a pipelined chain from the root;
 // AllGather is a ring.
 //
 // Large AllReduce between ranks on one host runs over shared memory instead

@@ -10,6 +10,7 @@ import pytest
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "..", "perf"))
 
+import allreduce_stats  # noqa: E402
 import bench_allreduce  # noqa: E402
 import mpi_tools  # noqa: E402
 from allreduce_report import FORMAT  # noqa: E402
@@ -166,7 +167,7 @@ def test_summarize_keeps_each_sample_s_repeat():
     es = [{"bytes": 8, "oop": {"time_us": 2.0, "wrong": 0}, "_rep": 3},
           {"bytes": 8, "ip": {"time_us": 9.0}, "_rep": 4},          # no oop: skipped
           {"bytes": 8, "oop": {"time_us": 4.0, "wrong": 0}, "_rep": 5}]
-    got = bench_allreduce.summarize(es, 8, 2, "oop")
+    got = allreduce_stats.summarize(es, 8, 2, "oop")
     assert got["samples_time_us"] == [2.0, 4.0] and got["samples_rep"] == [3, 5]
     assert got["time_us"] == 3.0
 

@@ -21,6 +21,11 @@ grep -q -- "--$flag" <<<"$out" || e2e_fail "--help does not list --$flag:"$'\n'"
 grep -q "default:" <<<"$out" || e2e_fail "--help shows no defaults"
 grep -q "No flags matched" <<<"$out" && e2e_fail "--help says 'No flags matched'"
 grep -q "$name: $name:" <<<"$out" && e2e_fail "--help repeats the program name"
+# The flags the tools share (tools/tool_flags.h) are listed too, once.
+for shared in log_level progress profile; do
+  [ "$(grep -cE -- "^ +--$shared \\(" <<<"$out")" -eq 1 ] || e2e_fail "--help lists --$shared not once:"$'\n'"$out"
+done
+[ "$(grep -c "^$name: " <<<"$out")" -le 1 ] || e2e_fail "--help prints the usage twice"
 
 out=$("$tool" --version 2>&1); rc=$?
 [ "$rc" -eq 0 ] || e2e_fail "--version exited $rc"

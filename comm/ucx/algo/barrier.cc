@@ -1,4 +1,4 @@
-#include "comm/ucx/algo/barrier.h"
+#include "comm/ucx/algo/registry.h"
 
 #include <cstdint>
 

@@ -1,4 +1,4 @@
-#include "comm/ucx/algo/linear_allreduce.h"
+#include "comm/ucx/algo/registry.h"
 
 namespace fusebox::comm::ucx {
 namespace {

@@ -1,4 +1,4 @@
-#include "comm/ucx/algo/local.h"
+#include "comm/ucx/algo/registry.h"
 
 #include <cstdint>
 #include <cstring>

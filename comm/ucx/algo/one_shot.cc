@@ -1,4 +1,4 @@
-#include "comm/ucx/algo/one_shot.h"
+#include "comm/ucx/algo/registry.h"
 
 #include <cstring>
 

@@ -1,4 +1,4 @@
-#include "comm/ucx/algo/rabenseifner.h"
+#include "comm/ucx/algo/registry.h"
 
 #include <algorithm>
 

@@ -1,19 +1,12 @@
 // The list of UCX algorithm units. Adding an algorithm: a value of
 // Algorithm (comm/ucx/algorithms.h), its unit in a file of its own under
-// comm/ucx/algo/ (and comm/CMakeLists.txt), and one line below.
+// comm/ucx/algo/ (and comm/CMakeLists.txt), declared in registry.h, and one
+// line below.
 #include "comm/ucx/algo/registry.h"
 
 #include <cstdlib>
 
-#include "comm/ucx/algo/barrier.h"
-#include "comm/ucx/algo/chain_broadcast.h"
-#include "comm/ucx/algo/linear_allreduce.h"
-#include "comm/ucx/algo/local.h"
-#include "comm/ucx/algo/one_shot.h"
-#include "comm/ucx/algo/rabenseifner.h"
 #include "comm/ucx/algo/recursive_doubling.h"
-#include "comm/ucx/algo/ring_allgather.h"
-#include "comm/ucx/algo/ring_allreduce.h"
 #include "comm/ucx/algo/shm_allreduce.h"
 
 namespace fusebox::comm::ucx {

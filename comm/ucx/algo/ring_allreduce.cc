@@ -1,4 +1,4 @@
-#include "comm/ucx/algo/ring_allreduce.h"
+#include "comm/ucx/algo/registry.h"
 
 #include <ucp/api/ucp.h>
 
