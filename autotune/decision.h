@@ -14,10 +14,10 @@
 //   and only ranks: a few samples per plan cannot show that none beats the
 //   default (two noisy steps once hid a plan 12% faster), so the pick is
 //   verified unless its fastest screening sample was slower than the
-//   default's slowest. Selection is biased (the luckiest of K looks best), so
-//   the decision is made on fresh data: verification alternates DDP's default
-//   and the pick (A B A B ..., random start) and forms the paired relative
-//   gains g_i = (t_default,i - t_pick,i) / t_default,i of adjacent iterations,
+//   default's slowest. Selection is biased (the luckiest of K looks best), so the decision is
+//   made on fresh data: verification alternates DDP's default and the pick
+//   (A B A B ..., random start) and forms the paired relative gains
+//   g_i = (t_default,i - t_pick,i) / t_default,i of adjacent iterations,
 //   which cancels drift slower than two iterations.
 // * The bound on the median gain is the Wilcoxon signed-rank test's
 //   (Hodges-Lehmann) order statistic: with n gains, form the n(n+1)/2

@@ -147,8 +147,7 @@ absl::Status ValidateTunerOptions(const TunerOptions& options) {
   if (options.candidates < 0 || options.candidates_when_derived < 0 ||
       options.profile_iterations < 1 || options.screening_blocks < 1) {
     return absl::InvalidArgumentError(
-        "tuner: needs candidates >= 0, candidates_when_derived >= 0, "
-        "profile_iterations >= 1 "
+        "tuner: needs candidates >= 0, candidates_when_derived >= 0, profile_iterations >= 1 "
         "and screening_blocks >= 1");
   }
   const int need = MinimumPairs(options.rule.confidence);
@@ -156,16 +155,14 @@ absl::Status ValidateTunerOptions(const TunerOptions& options) {
       !(options.rule.min_effect >= 0 && options.rule.min_effect < 1) ||
       !(options.rule.min_gain >= 0 && options.rule.min_gain < 1)) {
     return absl::InvalidArgumentError(
-        "tuner: the switch rule needs a confidence in (0.5, 1) and a minimum "
-        "gain and effect in "
-        "[0, 1)");
+        "tuner: the switch rule needs a confidence in (0.5, 1) and a minimum gain and effect "
+        "in [0, 1)");
   }
   if (options.verify_pairs < need || options.verify_pairs > kMaxSignedRankPairs ||
       (options.check_every > 0 && options.check_pairs < 1)) {
     return absl::InvalidArgumentError(
-        absl::StrFormat("tuner: verify_pairs (%d) must be in [%d, %d] (fewer "
-                        "pairs cannot show %.0f%% "
-                        "confidence) and check_pairs (%d) at least 1",
+        absl::StrFormat("tuner: verify_pairs (%d) must be in [%d, %d] (fewer pairs cannot "
+                        "show %.0f%% confidence) and check_pairs (%d) at least 1",
                         options.verify_pairs, need, kMaxSignedRankPairs,
                         options.rule.confidence * 100, options.check_pairs));
   }
@@ -176,8 +173,7 @@ absl::Status ValidateTunerOptions(const TunerOptions& options) {
   if (options.check_every < 0 || options.verify_look_every < 0 || options.profile_cap_bytes < 0 ||
       options.hit_check_pairs < 0) {
     return absl::InvalidArgumentError(
-        "tuner: check_every, verify_look_every, hit_check_pairs and "
-        "profile_cap_bytes must be "
+        "tuner: check_every, verify_look_every, hit_check_pairs and profile_cap_bytes must be "
         ">= 0");
   }
   if (!(options.max_check_cost > 0 && options.max_check_cost <= 0.5)) {
@@ -188,8 +184,7 @@ absl::Status ValidateTunerOptions(const TunerOptions& options) {
   }
   if (options.baseline_cap_bytes <= 0 || options.baseline_first_bucket_bytes <= 0) {
     return absl::InvalidArgumentError(
-        "tuner: the baseline's bucket cap and "
-        "first bucket size must be positive");
+        "tuner: the baseline's bucket cap and first bucket size must be positive");
   }
   for (int64_t cap : options.ddp_caps) {
     if (cap <= 0) return absl::InvalidArgumentError("tuner: a DDP cap must be positive");
@@ -366,8 +361,7 @@ absl::Status OnlineTuner::StartFromHit(absl::string_view serialized) {
   round_ = {0, 1};  // unmeasured: the cached plan (initial_), then the baseline
   phase_ = TunerPhase::kCheckingHit;
   Log(absl::StrFormat(
-      "fusebox tuner: cache hit %s: %d buckets, %s%s; checking "
-      "it against %s in %d "
+      "fusebox tuner: cache hit %s: %d buckets, %s%s; checking it against %s in %d "
       "interleaved pairs before trusting it",
       key_.FileName(), entry->plan.buckets.size(),
       measured ? absl::StrFormat("measured %.3f ms when tuned",
@@ -526,8 +520,7 @@ absl::StatusOr<std::optional<Plan>> OnlineTuner::OnIterationEnd(const bucketing:
     }
     case TunerPhase::kTuned:
       ++steps_since_decision_;
-      if (forced_) {  // ForceChosen: install it now; this sample was the old
-                      // plan's
+      if (forced_) {  // ForceChosen: install it now; this sample was the old plan's
         forced_ = false;
         return *chosen_plan_;
       }
@@ -566,8 +559,7 @@ absl::StatusOr<std::optional<Plan>> OnlineTuner::CheckHit(double sample) {
     chosen_plan_ = plans_[1];
     baseline_us_ = measured_[0].measured_us;
     decision_ = absl::StrFormat(
-        "from the policy cache, checked: median gain "
-        "%+.1f%% over %s in %d interleaved pairs",
+        "from the policy cache, checked: median gain %+.1f%% over %s in %d interleaved pairs",
         gain * 100, baseline_label_, static_cast<int>(g.size()));
     Log(absl::StrCat("fusebox tuner: ", decision_, "; 0 tuning iterations, ",
                      hit_check_iterations_, " check iterations"));
@@ -583,8 +575,7 @@ absl::StatusOr<std::optional<Plan>> OnlineTuner::CheckHit(double sample) {
   cache_hit_ = false;
   ForgetEntry();
   Log(absl::StrFormat(
-      "fusebox tuner: the cached plan (%s) %s %s (median gain "
-      "%+.1f%%, upper bound %+.1f%% over "
+      "fusebox tuner: the cached plan (%s) %s %s (median gain %+.1f%%, upper bound %+.1f%% over "
       "%d pairs): not trusted; tuning afresh",
       hit_simulated_ ? "simulated only" : "measured when tuned",
       hit_simulated_ ? "did not beat" : "measured slower than", baseline_label_, gain * 100,
@@ -633,8 +624,7 @@ absl::StatusOr<std::optional<Plan>> OnlineTuner::EndScreening() {
     chosen_plan_ = default_;
     phase_ = TunerPhase::kTuned;
     decision_ = absl::StrFormat(
-        "kept %s: the fastest candidate in screening was slower in every "
-        "sample than the "
+        "kept %s: the fastest candidate in screening was slower in every sample than the "
         "baseline in any (%s %.3f ms %s vs %.3f ms %s)",
         baseline_label_, measured_[pick_].name, measured_[pick_].measured_us / 1e3,
         Interval(measured_[pick_]), measured_[0].measured_us / 1e3, Interval(measured_[0]));
@@ -794,14 +784,13 @@ absl::Status OnlineTuner::Decide() {
     }
     absl::StrAppend(&decision_, ")");
   }
-  Log(
-      absl::StrFormat("fusebox tuner: %s; %s (%d buckets) %.3f ms %s vs %s %.3f ms %s in "
-                      "verification; %d tuning "
-                      "iterations, %.1f ms slower than the baseline in all",
-                      decision_, measured_[chosen_].name, plans_[chosen_].buckets.size(),
-                      measured_[chosen_].measured_us / 1e3, Interval(measured_[chosen_]),
-                      default_.name, measured_[0].measured_us / 1e3, Interval(measured_[0]),
-                      tuning_iterations_, tuning_cost_us_ / 1e3));
+  Log(absl::StrFormat(
+      "fusebox tuner: %s; %s (%d buckets) %.3f ms %s vs %s %.3f ms %s in verification; %d tuning "
+      "iterations, %.1f ms slower than the baseline in all",
+      decision_, measured_[chosen_].name, plans_[chosen_].buckets.size(),
+      measured_[chosen_].measured_us / 1e3, Interval(measured_[chosen_]), default_.name,
+      measured_[0].measured_us / 1e3, Interval(measured_[0]), tuning_iterations_,
+      tuning_cost_us_ / 1e3));
   if (kept > 0) {
     StartChecks(verdict_.gain, NoiseFromPairs(base, (*slow)[kept]));
     Log("fusebox tuner: " + Summary().Line());
@@ -846,9 +835,7 @@ void OnlineTuner::ForgetEntry() {
   if (comm_.rank() != 0 || options_.cache == nullptr || !options_.cache->writable()) return;
   absl::Status s = options_.cache->Remove(key_.FileName());
   if (!s.ok() && !absl::IsNotFound(s)) {
-    Log(
-        absl::StrCat("fusebox tuner: warning: the entry of the plan that lost "
-                     "was not removed: ",
+    Log(absl::StrCat("fusebox tuner: warning: the entry of the plan that lost was not removed: ",
                      s.message()));
   }
 }

@@ -2,10 +2,11 @@
 // in the first iterations of a real run, keeps checking it afterwards, and
 // remembers it in the policy cache.
 //
-//   auto made = CreateEngineWithPolicy(comm, layout, engine_options, choice);
-//   // collective for each iteration:
-//     made->engine->StartIteration();   // where the step starts: the tuner
-//     acts here made->engine->MarkReady(...)...; made->engine->Finish();
+//   auto made = CreateEngineWithPolicy(comm, layout, engine_options, choice);  // collective
+//   for each iteration:
+//     made->engine->StartIteration();   // where the step starts: the tuner acts here
+//     made->engine->MarkReady(...)...;
+//     made->engine->Finish();
 //
 // Note [Closed-loop tuning]
 // The baseline is the user's own DDP: the plan DDP builds with the cap and

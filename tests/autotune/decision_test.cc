@@ -72,8 +72,7 @@ TEST(DecisionTest, RandomizedBlocksArePermutationsThatAvoidARepeat) {
     std::sort(sorted.begin(), sorted.end());
     EXPECT_EQ(sorted, (std::vector<int>{0, 1, 2, 3, 4}));
     EXPECT_NE(b[0], 3);
-    EXPECT_EQ(RandomizedBlock(5, seed, 3),
-              b);  // same seed, same order on every rank
+    EXPECT_EQ(RandomizedBlock(5, seed, 3), b);  // same seed, same order on every rank
   }
 }
 
@@ -418,8 +417,8 @@ TEST(TunerDecisionTest, APlanThatDegradesAfterTheDecisionIsDropped) {
         3 * ExpectedDetectionPairs(RegressionOptions(), 0.03 * std::sqrt(2.0), 0.2) * interval +
         interval);
     for (uint64_t seed = 1; seed <= 20; ++seed) {
-      const SyntheticRun::Outcome o = run.Run(seed, {{"ddp-cap1mb", 0.8}}, 0.03, /*extra=*/400,
-                                              /*degrade_at=*/10, 1.5);
+      const SyntheticRun::Outcome o =
+          run.Run(seed, {{"ddp-cap1mb", 0.8}}, 0.03, /*extra=*/400, /*degrade_at=*/10, 1.5);
       ASSERT_EQ(o.chosen, "ddp-cap1mb") << "seed " << seed;
       EXPECT_EQ(o.fallbacks, 1) << "seed " << seed;
       EXPECT_GE(o.after_degrade, 0);
