@@ -4,6 +4,8 @@
 #include <cmath>
 #include <numeric>
 #include <random>
+#include <tuple>
+#include <utility>
 
 #include "absl/strings/str_format.h"
 
@@ -123,20 +125,24 @@ std::vector<double> SortedWalshAverages(const std::vector<double>& v) {
   return w;
 }
 
+// Both one-sided bounds at `confidence`: the k-th smallest and k-th largest
+// Walsh average (one sort for both). Empty input: zeros.
+std::pair<double, double> SignedRankBounds(const std::vector<double>& values,
+                                           double confidence) {
+  if (values.empty()) return {0, 0};
+  const std::vector<double> w = SortedWalshAverages(values);
+  const int k = std::max(SignedRankRank(static_cast<int>(values.size()), 1 - confidence), 1);
+  return {w[k - 1], w[w.size() - k]};
+}
+
 }  // namespace
 
 double SignedRankLowerBound(const std::vector<double>& values, double confidence) {
-  if (values.empty()) return 0;
-  const std::vector<double> w = SortedWalshAverages(values);
-  const int k = std::max(SignedRankRank(static_cast<int>(values.size()), 1 - confidence), 1);
-  return w[k - 1];
+  return SignedRankBounds(values, confidence).first;
 }
 
 double SignedRankUpperBound(const std::vector<double>& values, double confidence) {
-  if (values.empty()) return 0;
-  const std::vector<double> w = SortedWalshAverages(values);
-  const int k = std::max(SignedRankRank(static_cast<int>(values.size()), 1 - confidence), 1);
-  return w[w.size() - k];
+  return SignedRankBounds(values, confidence).second;
 }
 
 std::vector<int> RandomizedBlock(int k, uint64_t seed, int avoid_first) {
@@ -168,8 +174,7 @@ Verdict DecideReplace(const std::vector<double>& baseline, const std::vector<dou
   std::vector<double> sorted = g;
   std::sort(sorted.begin(), sorted.end());
   v.gain = MedianOfSorted(sorted);
-  v.gain_low = SignedRankLowerBound(g, rule.confidence);
-  v.gain_high = SignedRankUpperBound(g, rule.confidence);
+  std::tie(v.gain_low, v.gain_high) = SignedRankBounds(g, rule.confidence);
   const int need = MinimumPairs(rule.confidence);
   if (v.pairs < need) {
     v.why = absl::StrFormat("%d pairs cannot show %g%% confidence (%d needed)", v.pairs,
@@ -178,9 +183,8 @@ Verdict DecideReplace(const std::vector<double>& baseline, const std::vector<dou
   }
   v.replace = v.gain_low > rule.min_gain;
   v.why = absl::StrFormat(
-      "median gain %+.1f%% over %d interleaved pairs, %g%% "
-      "lower bound (signed-rank) %+.1f%% "
-      "%s the minimum gain %.1f%%",
+      "median gain %+.1f%% over %d interleaved pairs, %g%% lower bound (signed-rank) "
+      "%+.1f%% %s the minimum gain %.1f%%",
       v.gain * 100, v.pairs, rule.confidence * 100, v.gain_low * 100,
       v.replace ? "above" : "not above", rule.min_gain * 100);
   return v;
@@ -193,11 +197,8 @@ bool ReplacementStillPossible(const std::vector<double>& baseline,
   const int k = std::max(SignedRankRank(total_pairs, 1 - rule.confidence), 1);
   // Walsh averages of the pairs run so far at or below the minimum gain:
   // they stay among the final averages whatever the later pairs show.
-  const std::vector<double> g = RelativeGains(baseline, candidate);
-  int against = 0;
-  for (size_t i = 0; i < g.size(); ++i) {
-    for (size_t j = i; j < g.size(); ++j) against += 0.5 * (g[i] + g[j]) <= rule.min_gain;
-  }
+  const std::vector<double> w = SortedWalshAverages(RelativeGains(baseline, candidate));
+  const auto against = std::upper_bound(w.begin(), w.end(), rule.min_gain) - w.begin();
   return against < k;
 }
 

@@ -3,7 +3,6 @@
 #include <unistd.h>
 
 #include <cstdio>
-#include <fstream>
 #include <string>
 
 #include "absl/flags/flag.h"
@@ -202,9 +201,7 @@ int AllReduceMain(const comm::Logger& main_log, int argc, char** argv) {
                                 {"results", summary->rows},
                                 {"avg_busbw", summary->avg_busbw},
                                 {"wrong", summary->wrong}};
-            std::ofstream f(options->json_path);
-            f << j.dump(1) << "\n";
-            if (!f) rc = Fail(log, absl::UnavailableError("cannot write " + options->json_path));
+            if (WriteJson(log, options->json_path, j) != 0) rc = 1;
           }
           if (summary->wrong != 0) {
             rc = Fail(log, absl::DataLossError(absl::StrCat(summary->wrong, " wrong elements")));

@@ -3,7 +3,6 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
-#include <fstream>
 #include <string>
 #include <vector>
 
@@ -315,10 +314,7 @@ int OverlapMain(const comm::Logger& log, int argc, char** argv) {
                               {"after_backward_slowdown", report->after_backward_slowdown},
                               {"after_backward_overhead_us", report->after_backward_overhead_us},
                               {"results", results}};
-          std::ofstream f(absl::GetFlag(FLAGS_json));
-          f << j.dump(1) << "\n";
-          if (!f)
-            rc = Fail(log, absl::UnavailableError("cannot write " + absl::GetFlag(FLAGS_json)));
+          if (WriteJson(log, absl::GetFlag(FLAGS_json), j) != 0) rc = 1;
         }
         return rc;
       });

@@ -1,6 +1,7 @@
 #include "perf/subcommand.h"
 
 #include <cstdlib>
+#include <fstream>
 #include <initializer_list>
 #include <string>
 #include <utility>
@@ -218,6 +219,12 @@ absl::StatusOr<absl::Duration> SliceFromFlag(const char* flag, double us) {
 int Fail(const comm::Logger& log, const absl::Status& s) {
   log.Error(s.message());
   return 1;
+}
+
+int WriteJson(const comm::Logger& log, const std::string& path, const nlohmann::json& j) {
+  std::ofstream f(path);
+  f << j.dump(1) << "\n";
+  return f ? 0 : Fail(log, absl::UnavailableError("cannot write " + path));
 }
 
 int WithCommunicator(

@@ -16,6 +16,7 @@
 #include "absl/time/time.h"
 #include "comm/backends.h"
 #include "comm/log.h"
+#include "nlohmann/json.hpp"
 
 ABSL_DECLARE_FLAG(int, n);
 ABSL_DECLARE_FLAG(int, w);
@@ -38,6 +39,10 @@ absl::StatusOr<absl::Duration> SliceFromFlag(const char* flag, double us);
 
 // Logs the error (naming the rank once the rendezvous has) and returns 1.
 int Fail(const comm::Logger& log, const absl::Status& s);
+
+// Writes `j` to `path` (a subcommand's --json); 0, or Fail's 1 when it
+// cannot.
+int WriteJson(const comm::Logger& log, const std::string& path, const nlohmann::json& j);
 
 // Connects to the launcher (fusebox-run, torchrun, mpirun or none), creates
 // the --backend communicator, runs `body` with it and shuts the launch down.
