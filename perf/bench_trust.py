@@ -89,6 +89,7 @@ import json
 import os
 import random
 import re
+import select
 import shlex
 import signal
 import socket
@@ -143,10 +144,12 @@ def choose_scales(args):
     step_low = fwd_s + max(bwd_s, comm_s)
     step_high = fwd_s + bwd_s + comm_s
     launches = 2 * args.runs * len(args.caps)
-    # Judging: about JUDGED_PLANS plans x blocks x (steps + 2) after each fusebox run.
-    # (Drivers that share these scales and judge nothing have no judge_blocks.)
+    # Judging: about (JUDGED_PLANS plans x blocks + 2 x final blocks) x (steps + 2)
+    # after each fusebox run. (Drivers that share these scales and judge
+    # nothing have no judge_blocks.)
     blocks, steps = getattr(args, "judge_blocks", 0), getattr(args, "judge_steps", 0)
-    judged = args.runs * len(args.caps) * JUDGED_PLANS * blocks * (steps + 2)
+    visits = JUDGED_PLANS * blocks + (2 * args.judge_final_blocks if blocks else 0)
+    judged = args.runs * len(args.caps) * visits * (steps + 2)
     est = [launches * (args.steps * t + LAUNCH_OVERHEAD_S) + judged * t
            for t in (step_low, step_high)]
     return {
@@ -205,42 +208,160 @@ class Launcher(netns.RankProcesses):
         self.outdir = outdir
         self.count = 0
 
-    def run(self, tag, mode, cap, seed, extra=()):
-        """One launch (`extra`: more worker arguments); returns rank 0's JSON
-        line, parsed."""
+    def command(self, mode, cap, seed, extra=()):
         args = self.args
-        self.count += 1
-        # A fresh port per launch on a shaped link (no TIME_WAIT clash).
-        env = netns.launch_env(args.build, args.link, 2, netns.NS_PORT + self.count % 1000)
-        env.pop("FUSEBOX_DISABLE", None)
         cmd = [args.python, WORKER, "--mode", mode, "--cap", "%g" % cap,
                "--steps", str(args.steps), "--profile", args.profile,
                "--compute-scale", repr(args.compute_scale),
                "--param-scale", repr(args.param_scale)]
         if mode == "fusebox":
-            cmd += ["--seed", str(seed), "--judge-blocks", str(args.judge_blocks),
-                    "--judge-steps", str(args.judge_steps)]
-        cmd += list(extra)
+            cmd += ["--seed", str(seed)]
+            if getattr(args, "judge_blocks", 0):  # bench_rollback's launches judge nothing
+                cmd += ["--judge-blocks", str(args.judge_blocks),
+                        "--judge-final-blocks", str(args.judge_final_blocks),
+                        "--judge-steps", str(args.judge_steps)]
+        return cmd + list(extra)
+
+    def start_job(self, tag, mode, cmd):
+        """Starts the 2 ranks of one job; returns (rank 0's stdout path, the
+        log paths, the processes)."""
+        self.count += 1
+        first = len(self.procs)
+        # A fresh port per job on a shaped link (no TIME_WAIT clash).
+        env = netns.launch_env(self.args.build, self.args.link, 2,
+                               netns.NS_PORT + self.count % 1000)
+        env.pop("FUSEBOX_DISABLE", None)
         outs, logs = [], []
-        try:
-            for rank in range(2):
-                rank_env, rank_cmd = netns.place_rank(env, cmd, args.link, rank)
-                base = os.path.join(self.outdir, "logs", "%s-%s-rank%d" % (tag, mode, rank))
-                outs.append(base + ".out")
-                logs.append(base + ".log")
-                with open(outs[-1], "w") as out, open(logs[-1], "w") as err:
-                    err.write("# %s\n" % shlex.join(rank_cmd))
-                    err.flush()
-                    self.start(rank_cmd, rank_env, out, err)
-            self.wait("%s %s" % (tag, mode), logs)
-        finally:
-            self.kill()
-        with open(outs[0]) as f:
+        for rank in range(2):
+            rank_env, rank_cmd = netns.place_rank(env, cmd, self.args.link, rank)
+            base = os.path.join(self.outdir, "logs", "%s-%s-rank%d" % (tag, mode, rank))
+            outs.append(base + ".out")
+            logs.append(base + ".log")
+            with open(outs[-1], "w") as out, open(logs[-1], "w") as err:
+                err.write("# %s\n" % shlex.join(rank_cmd))
+                err.flush()
+                self.start(rank_cmd, rank_env, out, err)
+        return outs[0], logs, self.procs[first:]
+
+    @staticmethod
+    def result(tag, mode, out, logs):
+        with open(out) as f:
             lines = [line for line in f if line.startswith("{")]
         if not lines:
             raise RuntimeError("%s %s: rank 0 printed no JSON line\n%s"
-                               % (tag, mode, netns.log_tails(logs + outs)))
+                               % (tag, mode, netns.log_tails(logs + [out])))
         return json.loads(lines[-1])
+
+    def run(self, tag, mode, cap, seed, extra=()):
+        """One launch alone (`extra`: more worker arguments); returns rank 0's
+        JSON line, parsed."""
+        try:
+            out, logs, _ = self.start_job(tag, mode, self.command(mode, cap, seed, extra))
+            self.wait("%s %s" % (tag, mode), logs)
+        finally:
+            self.kill()
+        return self.result(tag, mode, out, logs)
+
+    def run_in_turns(self, tag, cap, seed, order):
+        """A plain and a fusebox job started together, then run in turns of
+        --turn-steps steps (TurnTaker), in ABBA order starting with order[0];
+        returns ({mode: rank 0's JSON line, parsed}, the turns given)."""
+        turns = TurnTaker(os.path.join(self.outdir, "ctl", tag), order)
+        jobs = {}
+        try:
+            for mode in order:
+                cmd = self.command(mode, cap, seed, ["--turns", turns.prefix(mode),
+                                                     "--turn-steps", str(self.args.turn_steps)])
+                jobs[mode] = self.start_job(tag, mode, cmd)
+            every_log = [log for job in jobs.values() for log in job[1]]
+            deadline = time.monotonic() + self.args.timeout
+            check = lambda: self.check(tag, every_log, deadline)  # noqa: E731
+            turns.await_all(list(order), "ready", check)
+            blocks = -(-self.args.steps // self.args.turn_steps)
+            for b in range(blocks):
+                for mode in (order if b % 2 == 0 else order[::-1]):
+                    turns.give(mode, check)
+            # What follows the runs (the judge) runs alone: plain ends first.
+            for mode in ("plain", "fusebox"):
+                turns.release(mode)
+                while any(p.poll() is None for p in jobs[mode][2]):
+                    check()
+                    time.sleep(0.05)
+                check()
+        finally:
+            self.kill()
+            turns.close()
+        return ({mode: self.result(tag, mode, *jobs[mode][:2]) for mode in order},
+                turns.given)
+
+    def check(self, what, logs, deadline):
+        """Fails at once when a rank failed or the deadline passed."""
+        failed = [(r, p.poll()) for r, p in enumerate(self.procs) if p.poll() not in (None, 0)]
+        if failed or time.monotonic() > deadline:
+            why = ("rank process %d exited with %d" % failed[0] if failed
+                   else "timed out after %d s" % self.args.timeout)
+            raise RuntimeError("%s: %s\n%s" % (what, why, netns.log_tails(logs)))
+
+
+class TurnTaker:
+    """The driver's side of the workers' Turns (perf/trust_worker.py): per job
+    and rank a FIFO of go bytes and a FIFO of lines back. Both are opened
+    read-write here before the ranks start, so that neither side's open
+    blocks."""
+
+    def __init__(self, prefix, modes):
+        self.base = prefix
+        os.makedirs(os.path.dirname(prefix), exist_ok=True)
+        self.go, self.back, self.pending, self.given = {}, {}, {}, []
+        for mode in modes:
+            for rank in range(2):
+                key = (mode, rank)
+                for end in ("go", "done"):
+                    path = "%s-rank%d.%s" % (self.prefix(mode), rank, end)
+                    if os.path.exists(path):
+                        os.unlink(path)
+                    os.mkfifo(path)
+                self.go[key] = os.open("%s-rank%d.go" % (self.prefix(mode), rank), os.O_RDWR)
+                self.back[key] = os.open("%s-rank%d.done" % (self.prefix(mode), rank),
+                                         os.O_RDWR | os.O_NONBLOCK)
+                self.pending[key] = b""
+
+    def prefix(self, mode):
+        return "%s-%s" % (self.base, mode)
+
+    def await_all(self, modes, word, check):
+        """Waits until every rank of `modes` has said a line starting with `word`."""
+        waiting = {(m, r) for m in modes for r in range(2)}
+        while waiting:
+            check()
+            ready, _, _ = select.select([self.back[k] for k in waiting], [], [], 0.2)
+            for key in list(waiting):
+                if self.back[key] not in ready:
+                    continue
+                self.pending[key] += os.read(self.back[key], 4096)
+                while b"\n" in self.pending[key]:
+                    line, self.pending[key] = self.pending[key].split(b"\n", 1)
+                    if line.decode().startswith(word):
+                        waiting.discard(key)
+
+    def give(self, mode, check):
+        """One turn: both ranks of `mode` go, and this returns when both are done."""
+        self.release(mode)
+        self.given.append(mode)
+        self.await_all([mode], "done", check)
+
+    def release(self, mode):
+        for rank in range(2):
+            os.write(self.go[(mode, rank)], b"g")
+
+    def close(self):
+        for fd in list(self.go.values()) + list(self.back.values()):
+            os.close(fd)
+        for mode, rank in self.go:
+            for end in ("go", "done"):
+                path = "%s-rank%d.%s" % (self.prefix(mode), rank, end)
+                if os.path.exists(path):
+                    os.unlink(path)
 
 
 
@@ -285,10 +406,16 @@ def parse_args(argv=None):
     ap.add_argument("--param-scale", type=float, default=None,
                     help="parameter-size scale; default: one allreduce of every gradient about "
                          "as long as backward over --link (loopback: over %s)" % LOOPBACK_NOMINAL)
-    ap.add_argument("--judge-blocks", type=int, default=6, metavar="B",
+    ap.add_argument("--turn-steps", type=int, default=10, metavar="K",
+                    help="the plain and the fusebox job of a run take turns of K steps "
+                         "(default: %(default)s)")
+    ap.add_argument("--judge-blocks", type=int, default=3, metavar="B",
                     help="after each fusebox run, B interleaved blocks that time every plan "
-                         "its tuner measured alone, to judge whether it kept the best "
-                         "(0: none; default: %(default)s)")
+                         "its tuner measured alone and select the best other than the kept "
+                         "one (0: no judging; default: %(default)s)")
+    ap.add_argument("--judge-final-blocks", type=int, default=8, metavar="F",
+                    help="then F blocks of the kept plan and that one alone, ABBA: the judged "
+                         "ratio (default: %(default)s)")
     ap.add_argument("--judge-steps", type=int, default=6, metavar="M",
                     help="timed steps per plan and judging block (default: %(default)s)")
     ap.add_argument("--seed", type=int, default=None,
@@ -321,8 +448,10 @@ def parse_args(argv=None):
                  % args.link)
     if args.runs < 1:
         ap.error("--runs must be at least 1")
-    if args.judge_blocks < 0 or args.judge_steps < 1:
-        ap.error("need --judge-blocks >= 0 and --judge-steps >= 1")
+    if args.judge_blocks < 0 or args.judge_steps < 1 or args.judge_final_blocks < 1:
+        ap.error("need --judge-blocks >= 0, --judge-final-blocks >= 1 and --judge-steps >= 1")
+    if not 1 <= args.turn_steps <= args.steps:
+        ap.error("--turn-steps must be between 1 and --steps")
     if args.steps < 6:
         ap.error("--steps must be at least 6 (the steady state is the last third)")
     for name in ("compute_scale", "param_scale"):
@@ -380,7 +509,8 @@ def report_again(outdir):
         steps=plain["steps"], link=first["link"], profile=first["scales"]["profile"],
         compute_scale=first["scales"]["compute_scale"],
         param_scale=first["scales"]["param_scale"],
-        judge_blocks=judge.get("blocks", 0), judge_steps=judge.get("steps", 0))
+        judge_blocks=judge.get("blocks", 0), judge_steps=judge.get("steps", 0),
+        judge_final_blocks=judge.get("final_blocks"))
     runs_by_cap = {cap: [] for cap in args.caps}
     for r in sorted(raws, key=lambda r: (r["run"], r["cap_mb"])):
         result = analyze_run(r["launches"]["plain"], r["launches"]["fusebox"])
@@ -446,15 +576,14 @@ def main(argv=None):
                 order = (("plain", "fusebox") if (run + index) % 2 == 1
                          else ("fusebox", "plain"))
                 tag = "cap%g-run%d" % (cap, run)
-                launches = {}
-                for mode in order:
-                    launches[mode] = launcher.run(tag, mode, cap, seed)
+                launches, given = launcher.run_in_turns(tag, cap, seed, order)
                 result = analyze_run(launches["plain"], launches["fusebox"])
                 result.update(cap=cap, run=run, order=", ".join(order),
                               requested_seed=seed)
                 with open(os.path.join(outdir, "raw", tag + ".json"), "w") as f:
                     json.dump({"cap_mb": cap, "run": run, "order": list(order),
                                "seed": seed, "link": args.link, "scales": figures,
+                               "turns": given,
                                "analysis": result, "launches": launches}, f)
                 runs_by_cap[cap].append(result)
                 print("# cap %g MiB run %d (%s): plain %.2f s, fusebox %.2f s, ratio %.3f, "

@@ -12,15 +12,19 @@ DistributedDataParallel(model, bucket_cap_mb=--cap), and with --mode fusebox
 adds fusebox.torch.register(ddp, cache_dir=False, seed=--seed), as a user would
 (no policy cache: every run tunes from scratch). Then it trains --steps steps
 of SGD on make_batch(rank, step) after a barrier, so both ranks start together.
+With --turns it runs them in turns of --turn-steps steps, each started by the
+driver (Turns), so that a plain and a fusebox job share the machine's spells
+alike; the waits between turns are inside handle.paused() and outside every
+step's time.
 
 Timing: time.perf_counter() at the start of every step (before zero_grad) and
-once after the last optimizer step. After the run (outside the timed span) the
+at its end (after the loss is read). After the run (outside the timed span) the
 ranks exchange their stamps; rank 0 prints ONE JSON line on stdout:
 
     {"mode", "cap_mb", "steps", "world_size",
      "step_ms": per step, the slowest rank's time (maximum over ranks),
-     "total_s": the slowest rank's first step start -> last step end,
-     "rank_step_ms": [[...] per rank], "rank_total_s": [...],
+     "total_s": the sum of step_ms,
+     "rank_step_ms": [[...] per rank], "turn_steps": --turn-steps or null,
      "setup_s": DDP construction (+ register) on rank 0, outside the total,
      "losses": rank 0's loss at every step (fusebox changes when gradients are
                reduced, not what: plain and fusebox runs must agree),
@@ -37,6 +41,7 @@ ranks exchange their stamps; rank 0 prints ONE JSON line on stdout:
 Logs (fusebox's, torch's) go to stderr.
 """
 import argparse
+import contextlib
 import gc
 import json
 import os
@@ -80,11 +85,21 @@ def parse_args(argv=None):
     ap.add_argument("--judge-blocks", type=int, default=0, metavar="B",
                     help="--mode fusebox: after the timed run, B interleaved blocks that time "
                          "every plan the tuner measured alone (judge(); default: none)")
+    ap.add_argument("--judge-final-blocks", type=int, default=8, metavar="F",
+                    help="then F blocks of the kept plan and the best other plan alone, ABBA, "
+                         "that measure the judged ratio (default: %(default)s)")
     ap.add_argument("--judge-steps", type=int, default=6, metavar="M",
                     help="measured steps per plan and block (default: %(default)s)")
+    ap.add_argument("--turns", metavar="PREFIX", default=None,
+                    help="run in turns of --turn-steps steps handed out by the driver through "
+                         "the FIFOs PREFIX-rank<r>.go and .done (Turns; default: no turns)")
+    ap.add_argument("--turn-steps", type=int, default=10, metavar="K",
+                    help="steps per turn with --turns (default: %(default)s)")
     args = ap.parse_args(argv)
-    if args.judge_blocks < 0 or args.judge_steps < 1:
-        ap.error("need --judge-blocks >= 0 and --judge-steps >= 1")
+    if args.judge_blocks < 0 or args.judge_steps < 1 or args.judge_final_blocks < 1:
+        ap.error("need --judge-blocks >= 0, --judge-final-blocks >= 1 and --judge-steps >= 1")
+    if args.turn_steps < 1:
+        ap.error("need --turn-steps >= 1")
     if args.judge_blocks and args.mode != "fusebox":
         ap.error("--judge-blocks needs --mode fusebox")
     if args.steps < 1 or args.cap <= 0:
@@ -155,30 +170,71 @@ def train_step(ddp, model, opt, rank, step, before_backward=None):
     return loss.item()
 
 
-def judge(handle, ddp, model, opt, rank, first_step, blocks, steps, seed):
-    """Which plan was best, judged apart from the tuning's own samples.
+def visit(handle, ddp, model, opt, rank, step, plan, hashes, names, steps):
+    """Forces candidate `plan`, runs 2 unmeasured steps (the step that installs
+    it ran the previous plan; its first step pays for its buffers) and `steps`
+    timed ones; returns (the next step, this rank's step times in ms)."""
+    handle._hook._force_plan("candidate:%d" % plan, checks=False)
+    for _ in range(2):
+        train_step(ddp, model, opt, rank, step)
+        step += 1
+    if handle._hook.plan_hash() != hashes[plan]:
+        raise RuntimeError("judge: candidate %d (%s) was forced but plan %x runs"
+                           % (plan, names[plan], handle._hook.plan_hash()))
+    ms = []
+    for _ in range(steps):
+        t0 = time.perf_counter()
+        train_step(ddp, model, opt, rank, step)
+        ms.append((time.perf_counter() - t0) * 1e3)
+        step += 1
+    return step, ms
 
-    After the timed run: every plan the tuner measured (its snapshot's
-    "measured": your buckets first, then DDP's default and caps and the
-    planner's plans) runs alone (no check steps: _force_plan(...,
-    checks=False)) in `blocks` blocks, each visiting every plan once in a
-    fresh random order (random.Random(seed), the same on every rank). A visit
-    is 2 unmeasured steps (the step that installs the plan ran the previous
-    one; the plan's first step pays for its buffers) and `steps` timed ones.
+
+def slowest_rank(local_ms):
+    """Per plan and step, the slowest rank's time (a collective: every rank
+    gets the same lists)."""
+    every = [None] * dist.get_world_size()
+    dist.all_gather_object(every, local_ms)
+    return [[max(col) for col in zip(*per_rank)] for per_rank in zip(*every)]
+
+
+def judge(handle, ddp, model, opt, rank, first_step, blocks, final_blocks, steps, seed):
+    """Did the tuner keep the best plan? Judged apart from its own samples,
+    and the best chosen apart from the samples that measure it.
+
+    After the timed run, two stages; every plan runs alone (no check steps:
+    _force_plan(..., checks=False)), each visit 2 unmeasured steps and
+    `steps` timed ones (visit()):
+      select   `blocks` blocks, each visiting every plan the tuner measured
+               (its snapshot's "measured": your buckets first, then DDP's
+               default and caps and the planner's plans) once, in a fresh
+               random order (random.Random(seed), the same on every rank).
+               The challenger is the plan other than the kept one with the
+               lowest median step (the slowest rank's).
+      measure  `final_blocks` blocks of the kept plan and the challenger
+               alone, in ABBA order. kept / challenger over these steps only
+               is the judged ratio: the minimum over many noisy medians is
+               lower than the best plan's true time (the winner's curse), so
+               the plan that wins the selection is measured again on steps
+               that did not select it.
     Returns {"names", "hashes", "kept" (the index of the plan the tuner kept,
-    snapshot["chosen"]), "order" (per block), "local_ms" (per plan: this
-    rank's step times)}, or None if the tuner never decided.
+    snapshot["chosen"]), "order" (per selection block), "step_ms" (per plan:
+    its selection steps), "challenger", "final_order", "final_ms" ([the kept
+    plan's, the challenger's] measuring steps)}, or None if the tuner never
+    decided. Step times are the slowest rank's.
     """
     import random
     snap = handle.snapshot()
     measured = snap.get("measured") or []
-    if snap.get("phase") != "tuned" or len(measured) < 2:
-        return None
-    hashes = [m["hash"] for m in measured]
     # The tuner's kept plan (0 after a fallback), not the plan that ran last:
     # the last step may have been a check's control step, which runs yours.
     chosen = snap.get("chosen")
-    kept = chosen if isinstance(chosen, int) and 0 <= chosen < len(measured) else None
+    if (snap.get("phase") != "tuned" or len(measured) < 2 or not isinstance(chosen, int)
+            or not 0 <= chosen < len(measured)):
+        return None
+    kept = chosen
+    hashes = [m["hash"] for m in measured]
+    names = [m["name"] for m in measured]
     rng = random.Random(seed)
     local_ms = [[] for _ in measured]
     orders, step = [], first_step
@@ -186,21 +242,43 @@ def judge(handle, ddp, model, opt, rank, first_step, blocks, steps, seed):
         order = rng.sample(range(len(measured)), len(measured))
         orders.append(order)
         for c in order:
-            handle._hook._force_plan("candidate:%d" % c, checks=False)
-            for _ in range(2):
-                train_step(ddp, model, opt, rank, step)
-                step += 1
-            if handle._hook.plan_hash() != hashes[c]:
-                raise RuntimeError("judge: candidate %d (%s) was forced but plan %x runs"
-                                   % (c, measured[c]["name"], handle._hook.plan_hash()))
-            for _ in range(steps):
-                t0 = time.perf_counter()
-                train_step(ddp, model, opt, rank, step)
-                local_ms[c].append((time.perf_counter() - t0) * 1e3)
-                step += 1
-    return {"names": [m["name"] for m in measured], "hashes": ["%016x" % h for h in hashes],
-            "kept": kept, "blocks": blocks, "steps": steps, "seed": seed, "order": orders,
-            "local_ms": local_ms}
+            step, ms = visit(handle, ddp, model, opt, rank, step, c, hashes, names, steps)
+            local_ms[c] += ms
+    step_ms = slowest_rank(local_ms)
+    medians = [sorted(ms)[len(ms) // 2] if ms else float("inf") for ms in step_ms]
+    challenger = min((c for c in range(len(measured)) if c != kept), key=medians.__getitem__)
+    final_local, final_order = [[], []], []
+    for b in range(final_blocks):
+        pair = (0, 1) if b % 2 == 0 else (1, 0)  # ABBA: kept first in even blocks
+        final_order.append(pair)
+        for which in pair:
+            plan = (kept, challenger)[which]
+            step, ms = visit(handle, ddp, model, opt, rank, step, plan, hashes, names, steps)
+            final_local[which] += ms
+    return {"names": names, "hashes": ["%016x" % h for h in hashes], "kept": kept,
+            "blocks": blocks, "steps": steps, "seed": seed, "order": orders,
+            "step_ms": step_ms, "challenger": challenger, "final_blocks": final_blocks,
+            "final_order": final_order, "final_ms": slowest_rank(final_local)}
+
+
+class Turns:
+    """--turns PREFIX: this job shares the machine with another, in turns
+    handed out by the driver (perf/bench_trust.py), so that both see the same
+    spells of a noisy machine. The driver's FIFOs PREFIX-rank<r>.go (a byte
+    "g" per turn) and PREFIX-rank<r>.done (a line per event: "ready" once,
+    then "done <steps so far>" after each turn)."""
+
+    def __init__(self, prefix, rank):
+        self.go = open("%s-rank%d.go" % (prefix, rank), "rb", buffering=0)
+        self.out = open("%s-rank%d.done" % (prefix, rank), "w", buffering=1)
+        self.out.write("ready\n")
+
+    def wait(self):
+        if self.go.read(1) != b"g":
+            raise RuntimeError("turns: the driver closed %s" % self.go.name)
+
+    def done(self, steps):
+        self.out.write("done %d\n" % steps)
 
 
 def main():
@@ -223,24 +301,33 @@ def main():
     injector = (Injector(handle, args.inject_regression, args.inject_after)
                 if args.inject_regression else None)
 
+    turns = Turns(args.turns, rank) if args.turns else None
+    paused = handle.paused if handle is not None else contextlib.nullcontext
     dist.barrier()
-    starts, losses = [], []
+    starts, ends, losses = [], [], []
     for step in range(args.steps):
+        if turns is not None and step % args.turn_steps == 0:
+            if step:
+                turns.done(step)
+            with paused():  # not training: fusebox's step timing leaves it out
+                turns.wait()
         starts.append(time.perf_counter())
         losses.append(train_step(ddp, model, opt, rank, step,
                                  injector.before_backward if injector is not None else None))
-    end = time.perf_counter()
+        ends.append(time.perf_counter())
+    if turns is not None:
+        turns.done(args.steps)
+        turns.wait()  # one more go: what follows the run (the judge) runs alone
     judged = None
     if args.judge_blocks:  # outside the timed run
         judged = judge(handle, ddp, model, opt, rank, args.steps, args.judge_blocks,
-                       args.judge_steps, args.seed + 1)
+                       args.judge_final_blocks, args.judge_steps, args.seed + 1)
 
     # Outside the timed span: every rank's stamps to every rank.
     stamps = [None] * dist.get_world_size()
-    dist.all_gather_object(stamps, {"starts": starts, "end": end, "judged": judged})
-    rank_step_ms = [[(b - a) * 1e3 for a, b in zip(s["starts"], s["starts"][1:] + [s["end"]])]
-                    for s in stamps]
-    rank_total_s = [s["end"] - s["starts"][0] for s in stamps]
+    dist.all_gather_object(stamps, {"starts": starts, "ends": ends})
+    rank_step_ms = [[(b - a) * 1e3 for a, b in zip(s["starts"], s["ends"])] for s in stamps]
+    step_ms = [max(col) for col in zip(*rank_step_ms)]
     fb = None
     if handle is not None:
         snap = handle.snapshot()
@@ -251,17 +338,12 @@ def main():
                              if isinstance(chosen, int) and 0 <= chosen < len(measured) else None)
         if injector is not None:
             fb["injection"] = injector.report()
-    if judged is not None:  # per step, the slowest rank's time
-        judged["step_ms"] = [[max(col) for col in zip(*per_rank)]
-                             for per_rank in zip(*(s["judged"]["local_ms"] for s in stamps))]
-        del judged["local_ms"]
     if rank == 0:
         out = {
             "mode": args.mode, "cap_mb": args.cap, "steps": args.steps,
             "world_size": dist.get_world_size(),
-            "step_ms": [max(col) for col in zip(*rank_step_ms)],
-            "total_s": max(rank_total_s),
-            "rank_step_ms": rank_step_ms, "rank_total_s": rank_total_s,
+            "step_ms": step_ms, "total_s": sum(step_ms) / 1e3,
+            "rank_step_ms": rank_step_ms, "turn_steps": args.turn_steps if turns else None,
             "setup_s": setup_s, "losses": losses,
             "model": model.profile_summary(), "fusebox": fb, "judge": judged,
             "torch": torch.__version__, "threads": args.threads,

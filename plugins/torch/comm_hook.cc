@@ -1,6 +1,7 @@
 #include "plugins/torch/comm_hook.h"
 
 #include <algorithm>
+#include <cmath>
 #include <exception>
 #include <stdexcept>
 #include <utility>
@@ -347,8 +348,24 @@ absl::Status HookState::StartPolicy() {
   return InstallNativePlan(std::move(initial));
 }
 
+absl::Status HookState::ExcludeFromStep(double us) {
+  if (!options_.native) {
+    return absl::FailedPreconditionError(
+        "excluding time from a step needs communicator=\"ddp\" (the engine of \"ucx\" and "
+        "\"group\" times its own iterations)");
+  }
+  if (!(us >= 0) || !std::isfinite(us)) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("the time to exclude from a step must be finite and >= 0, not %g us", us));
+  }
+  std::lock_guard<std::mutex> step(step_mu_);
+  excluded_us_ += us;
+  return absl::OkStatus();
+}
+
 absl::Status HookState::OnForwardStartNative() {
   const double now = NowUs();
+  const double excluded = std::exchange(excluded_us_, 0.0);
   std::vector<int> fired;
   std::vector<double> at;
   {
@@ -402,6 +419,9 @@ absl::Status HookState::OnForwardStartNative() {
     }
     st.backward_end_us = last;
     st.finish_us = last;  // DDP's own wait is not seen here: exposed_comm_us() is 0
+    // Time the caller excluded (ExcludeFromStep) came after this step's
+    // backward: the step ends that much earlier, never before its backward.
+    st.next_start_us = std::max(last, now - excluded);
     if (policy_ != nullptr) {
       absl::StatusOr<std::optional<bucketing::Plan>> next = policy_->OnIterationEnd(st, plan_);
       if (!next.ok()) return next.status();

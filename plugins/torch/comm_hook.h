@@ -177,6 +177,13 @@ class HookState {
   // The hash of the plan DDP runs (bucketing::PlanHash; 0 while there is
   // none); cheap (no snapshot), for a per-step check.
   uint64_t PlanHash() const;
+  // Native path: `us` microseconds between two steps were not training
+  // (evaluation, a checkpoint, a wait the caller knows of): the step they
+  // follow is measured without them, so that the tuner and the regression
+  // checks see the step's own time. Called between a backward and the next
+  // forward; sums until that forward. Refused with communicator="ucx" or
+  // "group" (the engine times its own iterations) and for us < 0.
+  absl::Status ExcludeFromStep(double us);
 
  private:
   absl::Status OnForwardStartNative();
@@ -246,6 +253,7 @@ class HookState {
   bucketing::Plan plan_;
   uint64_t plan_hash_ = 0;
   double start_us_ = 0;                     // this step's forward start
+  double excluded_us_ = 0;                  // ExcludeFromStep since the last forward
   std::deque<bucketing::IterationStats> history_;
   std::vector<int> grad_order_;             // params in the order their hooks fired (mu_)
   std::vector<double> grad_us_;             // per param: when it fired, -1 if not (mu_)

@@ -410,6 +410,57 @@ def test_steps_are_timed_whole_and_a_bad_plan_is_rolled_back():
         assert res["final_plan"] == "ddp", res
 
 
+PAUSED = r'''
+import json, os, time, torch, torch.distributed as dist
+import fusebox.torch
+from torch.nn.parallel import DistributedDataParallel as DDP
+dist.init_process_group("gloo")
+torch.manual_seed(0)
+class Sleepy(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a = torch.nn.Linear(64, 8)
+    def forward(self, x):
+        time.sleep(0.03)
+        return self.a(x)
+model = DDP(Sleepy())
+handle = fusebox.torch.register(model, cache_dir=False, candidates=0, screening_blocks=1,
+                                verify_pairs=5, timeout_s=60)
+def steps(n, pause):
+    for _ in range(n):
+        model(torch.randn(16, 64)).sum().backward()
+        pause()
+def paused():
+    with handle.paused():
+        time.sleep(0.15)
+steps(12, paused)
+first = len(handle.stats())
+steps(8, lambda: time.sleep(0.15))
+ms = [s["iteration_ms"] for s in handle.stats()]
+try:
+    handle._hook.exclude_from_step(-1.0)
+    negative = "no error"
+except ValueError as e:
+    negative = str(e)
+print("RESULT", json.dumps({"paused_ms": ms[:first], "bare_ms": ms[first + 1:],
+                           "negative": negative}))
+'''
+
+
+def test_time_in_paused_is_not_counted_against_the_step_before_it():
+    """Steps of 30 ms with 150 ms between them: inside handle.paused() the
+    hook measures each step without the 150 ms (under 150 ms: it would be
+    over 180 with it); outside, the same wait counts (over 150 ms each). A
+    negative time to exclude is refused."""
+    for out in run_script_on_two_ranks(PAUSED):
+        res = json.loads(out.split("RESULT ", 1)[1].splitlines()[0])
+        assert len(res["paused_ms"]) >= 8 and len(res["bare_ms"]) >= 5, res
+        assert max(res["paused_ms"]) < 150.0, res["paused_ms"]
+        assert min(res["paused_ms"]) >= 30.0, res["paused_ms"]
+        assert min(res["bare_ms"]) >= 150.0, res["bare_ms"]
+        assert "finite and >= 0" in res["negative"], res
+
+
 LOGGING = r'''
 import json, logging, os, subprocess, sys, torch, torch.distributed as dist
 import fusebox.torch

@@ -354,6 +354,11 @@ PYBIND11_MODULE(_C, m) {
       .def("times_next_boundary", [](Hook& h) { return h.state().TimesNextBoundary(); })
       .def("summary_line", [](Hook& h) { return h.state().SummaryLine(); })
       .def("plan_hash", [](Hook& h) { return h.state().PlanHash(); })
+      .def("exclude_from_step",
+           [](Hook& h, double us) {
+             absl::Status s = h.state().ExcludeFromStep(us);
+             if (!s.ok()) fusebox::torch_plugin::Throw(s);
+           })
       .def(
           "_force_plan",
           [](Hook& h, const std::string& spec, bool checks) {

@@ -21,9 +21,11 @@ communicator="ucx" (or "process_group") reduces each DDP bucket in place
 through a fusebox communicator from a communication hook instead.
 """
 import atexit
+import contextlib
 import logging
 import os
 import re
+import time
 import weakref
 
 import torch  # loads libtorch before the extension
@@ -152,6 +154,24 @@ class Handle:
         register(..., timeline=True)."""
         self._hook.write_timeline(os.fspath(path))
 
+    @contextlib.contextmanager
+    def paused(self):
+        """Time between two training steps that is not training: evaluation,
+        a checkpoint, a wait you know of. fusebox times a step from one
+        forward to the next, so such time would count against the plan that
+        ran before it, in tuning and in the regression checks::
+
+            with handle.paused():
+                evaluate(model)
+
+        Use it between a step's optimizer step and the next forward, on every
+        rank. Needs communicator="ddp" (the default)."""
+        start = time.perf_counter()
+        try:
+            yield
+        finally:
+            self._hook.exclude_from_step((time.perf_counter() - start) * 1e6)
+
 
 def _group_ranks(group):
     if group is None or group == dist.GroupMember.WORLD:
@@ -263,6 +283,10 @@ class _DisabledHandle:
 
     def write_timeline(self, path):
         raise RuntimeError("fusebox registered nothing (%s): no timeline" % self.decision)
+
+    @contextlib.contextmanager
+    def paused(self):
+        yield  # nothing is timed
 
 
 def _compiled(module):
