@@ -13,26 +13,30 @@ profiling, screening, verification) and for its later checks. Is the WHOLE run,
 tuning included, ever slower than the same run without fusebox?
 
 For every user cap in --caps (DDP's bucket_cap_mb, MiB) and each of --runs
-runs, two separate launches of 2 ranks (perf/trust_worker.py) train the
-device-time model (--profile) for --steps steps from the same weights on the
-same batches:
+runs, two jobs of 2 ranks each (perf/trust_worker.py) train the device-time
+model (--profile) for --steps steps from the same weights on the same batches:
 
     plain    DistributedDataParallel(model, bucket_cap_mb=cap)
     fusebox  the same + fusebox.torch.register(ddp, cache_dir=False, seed=SEED)
              (no policy cache: every run tunes from scratch; SEED is drawn
              from --seed, logged and stored so a run can be replayed)
 
-The order of the two launches alternates from run to run and from cap to cap
-(plain first, then fusebox first, ...: ABBA in sequence), so a slow drift of
-the machine favours neither. Runs go run by run over all caps (run 1 of every
-cap, then run 2, ...), so a slow spell of the machine is spread over the caps.
-Each rank stamps time.perf_counter() at every step's start and after the last
-step; the slowest rank counts (per step, and for the run's total, from the
-first step's start to the last step's end; process start, process group and
-DDP construction are outside it).
+This machine is shared: two launches of one plan minutes apart differ by up to
+10% here, more than the 2% in question. So the two jobs of a run are started
+together and take turns of --turn-steps steps (perf/trust_launch.py's
+TurnTaker): one runs a turn while the other waits between two steps, in ABBA
+order (the run's first job alternates from run to run and cap to cap), and
+each job's steps see the machine's spells alike. A wait is outside every
+step's time, and fusebox's own step timing leaves it out (handle.paused()), so
+that its tuning sees the steps it would see alone. Runs go run by run over all
+caps (run 1 of every cap, then run 2, ...). Each rank stamps
+time.perf_counter() at every step's start and end; per step the slowest rank
+counts, and a job's total is the sum of its steps (process start, process
+group and DDP construction are outside it).
 
 Report, per cap, one row per run: the whole-run ratio fusebox / plain (tuning
-included), the steady-state ratio (median step over the last third of the
+included) with its paired 95% interval over turns (trust_report.paired_ratio_ci),
+the steady-state ratio (median step over the last third of the
 steps), what fusebox decided ("kept yours", "replaced with <plan>", "fell back
 to yours"), its tuning iterations and fallbacks, and the judged ratio. Then per cap: the median
 whole-run ratio with a distribution-free 95% interval over runs (order
@@ -42,13 +46,16 @@ statistics; the coverage reached is stated: with 5 runs it is [min, max] at
 target: "whole run <= 1.02x plain DDP", PASS only if every run is within.
 
 Did fusebox keep the best plan it measured? Its own samples cannot say (they
-chose the winner, so they favour it). After each fusebox launch's timed run,
-the same launch judges apart (--judge-blocks, --judge-steps): every plan the
-tuner measured runs alone (no regression checks) in B blocks of M timed steps,
-each block in a fresh random order (perf/trust_worker.py's judge()). "kept /
-best" is the median step of the plan the tuner kept (0: yours, after a fallback)
-over the lowest median; the target "kept plan <= 1.02x the best" passes in 19 of 20 runs or
-more (95%).
+chose the winner, so they favour it). After each fusebox job's timed run, the
+same job judges apart (perf/trust_worker.py's judge()), alone on the machine:
+every plan the tuner measured runs alone (no regression checks) in
+--judge-blocks blocks of --judge-steps timed steps, each block in a fresh
+random order, and the best plan other than the kept one is selected; then the
+kept plan and that one run in --judge-final-blocks ABBA blocks of their own.
+"kept / best" is the kept plan's median step over the other's on those last
+blocks only (a selection's minimum over many noisy medians is lower than the
+best plan's true time; measured again on other steps, it is not). The target
+"kept plan <= 1.02x the best" passes in 19 of 20 runs or more (95%).
 
 A check: plain and fusebox runs see the same losses step for step (fusebox
 changes when gradients are reduced, not what; on 2 ranks bit for bit).
@@ -89,7 +96,6 @@ import json
 import os
 import random
 import re
-import select
 import shlex
 import signal
 import socket
@@ -98,12 +104,12 @@ import sys
 import time
 
 import netns  # perf/netns.py: namespaces, shaping, ports, rank processes
+from trust_launch import WORKER, Launcher  # noqa: F401  perf/trust_launch.py (and bench_rollback)
 from trust_report import (  # noqa: F401  perf/trust_report.py; bench_rollback uses them here
     TARGET, analyze_run, caption, format_report, short_decision, steady_ms)
 import results as result_summary  # perf/results.py: the results convention
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-WORKER = os.path.join(REPO, "perf", "trust_worker.py")
 COMPUTE_TARGET_MS = 80.0     # forward + backward device time the default compute scale gives
 PAYLOAD = 0.95               # TCP payload per byte of the tc rate (headers)
 LOOPBACK_NOMINAL = "1gbit"   # the rate the default param scale assumes on loopback
@@ -195,174 +201,6 @@ def describe_scales(f, args):
            LAUNCH_OVERHEAD_S, getattr(args, "judge_blocks", 0), getattr(args, "judge_steps", 0),
            duration(*f["estimate_s"])),
     ]
-
-
-# ---------------------------------------------------------------- launches
-
-class Launcher(netns.RankProcesses):
-    """Starts the 2 ranks of each launch (bench_ddp_hook.RankProcesses)."""
-
-    def __init__(self, args, outdir):
-        super().__init__(args.timeout, 0.2)
-        self.args = args
-        self.outdir = outdir
-        self.count = 0
-
-    def command(self, mode, cap, seed, extra=()):
-        args = self.args
-        cmd = [args.python, WORKER, "--mode", mode, "--cap", "%g" % cap,
-               "--steps", str(args.steps), "--profile", args.profile,
-               "--compute-scale", repr(args.compute_scale),
-               "--param-scale", repr(args.param_scale)]
-        if mode == "fusebox":
-            cmd += ["--seed", str(seed)]
-            if getattr(args, "judge_blocks", 0):  # bench_rollback's launches judge nothing
-                cmd += ["--judge-blocks", str(args.judge_blocks),
-                        "--judge-final-blocks", str(args.judge_final_blocks),
-                        "--judge-steps", str(args.judge_steps)]
-        return cmd + list(extra)
-
-    def start_job(self, tag, mode, cmd):
-        """Starts the 2 ranks of one job; returns (rank 0's stdout path, the
-        log paths, the processes)."""
-        self.count += 1
-        first = len(self.procs)
-        # A fresh port per job on a shaped link (no TIME_WAIT clash).
-        env = netns.launch_env(self.args.build, self.args.link, 2,
-                               netns.NS_PORT + self.count % 1000)
-        env.pop("FUSEBOX_DISABLE", None)
-        outs, logs = [], []
-        for rank in range(2):
-            rank_env, rank_cmd = netns.place_rank(env, cmd, self.args.link, rank)
-            base = os.path.join(self.outdir, "logs", "%s-%s-rank%d" % (tag, mode, rank))
-            outs.append(base + ".out")
-            logs.append(base + ".log")
-            with open(outs[-1], "w") as out, open(logs[-1], "w") as err:
-                err.write("# %s\n" % shlex.join(rank_cmd))
-                err.flush()
-                self.start(rank_cmd, rank_env, out, err)
-        return outs[0], logs, self.procs[first:]
-
-    @staticmethod
-    def result(tag, mode, out, logs):
-        with open(out) as f:
-            lines = [line for line in f if line.startswith("{")]
-        if not lines:
-            raise RuntimeError("%s %s: rank 0 printed no JSON line\n%s"
-                               % (tag, mode, netns.log_tails(logs + [out])))
-        return json.loads(lines[-1])
-
-    def run(self, tag, mode, cap, seed, extra=()):
-        """One launch alone (`extra`: more worker arguments); returns rank 0's
-        JSON line, parsed."""
-        try:
-            out, logs, _ = self.start_job(tag, mode, self.command(mode, cap, seed, extra))
-            self.wait("%s %s" % (tag, mode), logs)
-        finally:
-            self.kill()
-        return self.result(tag, mode, out, logs)
-
-    def run_in_turns(self, tag, cap, seed, order):
-        """A plain and a fusebox job started together, then run in turns of
-        --turn-steps steps (TurnTaker), in ABBA order starting with order[0];
-        returns ({mode: rank 0's JSON line, parsed}, the turns given)."""
-        turns = TurnTaker(os.path.join(self.outdir, "ctl", tag), order)
-        jobs = {}
-        try:
-            for mode in order:
-                cmd = self.command(mode, cap, seed, ["--turns", turns.prefix(mode),
-                                                     "--turn-steps", str(self.args.turn_steps)])
-                jobs[mode] = self.start_job(tag, mode, cmd)
-            every_log = [log for job in jobs.values() for log in job[1]]
-            deadline = time.monotonic() + self.args.timeout
-            check = lambda: self.check(tag, every_log, deadline)  # noqa: E731
-            turns.await_all(list(order), "ready", check)
-            blocks = -(-self.args.steps // self.args.turn_steps)
-            for b in range(blocks):
-                for mode in (order if b % 2 == 0 else order[::-1]):
-                    turns.give(mode, check)
-            # What follows the runs (the judge) runs alone: plain ends first.
-            for mode in ("plain", "fusebox"):
-                turns.release(mode)
-                while any(p.poll() is None for p in jobs[mode][2]):
-                    check()
-                    time.sleep(0.05)
-                check()
-        finally:
-            self.kill()
-            turns.close()
-        return ({mode: self.result(tag, mode, *jobs[mode][:2]) for mode in order},
-                turns.given)
-
-    def check(self, what, logs, deadline):
-        """Fails at once when a rank failed or the deadline passed."""
-        failed = [(r, p.poll()) for r, p in enumerate(self.procs) if p.poll() not in (None, 0)]
-        if failed or time.monotonic() > deadline:
-            why = ("rank process %d exited with %d" % failed[0] if failed
-                   else "timed out after %d s" % self.args.timeout)
-            raise RuntimeError("%s: %s\n%s" % (what, why, netns.log_tails(logs)))
-
-
-class TurnTaker:
-    """The driver's side of the workers' Turns (perf/trust_worker.py): per job
-    and rank a FIFO of go bytes and a FIFO of lines back. Both are opened
-    read-write here before the ranks start, so that neither side's open
-    blocks."""
-
-    def __init__(self, prefix, modes):
-        self.base = prefix
-        os.makedirs(os.path.dirname(prefix), exist_ok=True)
-        self.go, self.back, self.pending, self.given = {}, {}, {}, []
-        for mode in modes:
-            for rank in range(2):
-                key = (mode, rank)
-                for end in ("go", "done"):
-                    path = "%s-rank%d.%s" % (self.prefix(mode), rank, end)
-                    if os.path.exists(path):
-                        os.unlink(path)
-                    os.mkfifo(path)
-                self.go[key] = os.open("%s-rank%d.go" % (self.prefix(mode), rank), os.O_RDWR)
-                self.back[key] = os.open("%s-rank%d.done" % (self.prefix(mode), rank),
-                                         os.O_RDWR | os.O_NONBLOCK)
-                self.pending[key] = b""
-
-    def prefix(self, mode):
-        return "%s-%s" % (self.base, mode)
-
-    def await_all(self, modes, word, check):
-        """Waits until every rank of `modes` has said a line starting with `word`."""
-        waiting = {(m, r) for m in modes for r in range(2)}
-        while waiting:
-            check()
-            ready, _, _ = select.select([self.back[k] for k in waiting], [], [], 0.2)
-            for key in list(waiting):
-                if self.back[key] not in ready:
-                    continue
-                self.pending[key] += os.read(self.back[key], 4096)
-                while b"\n" in self.pending[key]:
-                    line, self.pending[key] = self.pending[key].split(b"\n", 1)
-                    if line.decode().startswith(word):
-                        waiting.discard(key)
-
-    def give(self, mode, check):
-        """One turn: both ranks of `mode` go, and this returns when both are done."""
-        self.release(mode)
-        self.given.append(mode)
-        self.await_all([mode], "done", check)
-
-    def release(self, mode):
-        for rank in range(2):
-            os.write(self.go[(mode, rank)], b"g")
-
-    def close(self):
-        for fd in list(self.go.values()) + list(self.back.values()):
-            os.close(fd)
-        for mode, rank in self.go:
-            for end in ("go", "done"):
-                path = "%s-rank%d.%s" % (self.prefix(mode), rank, end)
-                if os.path.exists(path):
-                    os.unlink(path)
-
 
 
 # ---------------------------------------------------------------- command line

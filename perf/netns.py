@@ -47,6 +47,9 @@ def setup(rate):
         sh("ip", "-n", ns, "link", "set", "lo", "up")
         sh("ip", "netns", "exec", ns, "tc", "qdisc", "add", "dev", dev, "root", "tbf", "rate",
            rate, "burst", "256kb", "latency", "50ms")
+        # A training job's connections are never idle for long; a job that
+        # waits for its turn (perf/bench_trust.py) must not restart slow.
+        sh("ip", "netns", "exec", ns, "sysctl", "-qw", "net.ipv4.tcp_slow_start_after_idle=0")
 
 
 def free_port():
