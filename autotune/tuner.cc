@@ -179,6 +179,9 @@ absl::Status ValidateTunerOptions(const TunerOptions& options) {
   if (!(options.max_check_cost > 0 && options.max_check_cost <= 0.5)) {
     return absl::InvalidArgumentError("tuner: max_check_cost must be in (0, 0.5]");
   }
+  if (std::isnan(options.skip_predicted_slower)) {
+    return absl::InvalidArgumentError("tuner: skip_predicted_slower is not a number");
+  }
   if (absl::Status s = Validate(options.regression); !s.ok()) {
     return absl::InvalidArgumentError(absl::StrCat("tuner: regression: ", s.message()));
   }
@@ -421,7 +424,7 @@ void OnlineTuner::StartBlock() {
     // Every candidate but the plan profiling ran (already warm): the
     // baseline, or the profile cap's plan when it is a candidate too.
     std::vector<int> cold;
-    for (int c = 0; c < static_cast<int>(plans_.size()); ++c) {
+    for (int c : screen_) {
       if (measured_[c].hash != bucketing::PlanHash(profile_plan_)) cold.push_back(c);
     }
     block_.clear();
@@ -431,7 +434,12 @@ void OnlineTuner::StartBlock() {
     if (!block_.empty()) return;
     warming_ = false;
   }
-  block_ = RandomizedBlock(static_cast<int>(plans_.size()), seed, running_);
+  const auto at = std::find(screen_.begin(), screen_.end(), running_);
+  const int avoid = at == screen_.end() ? -1 : static_cast<int>(at - screen_.begin());
+  block_.clear();
+  for (int i : RandomizedBlock(static_cast<int>(screen_.size()), seed, avoid)) {
+    block_.push_back(screen_[i]);
+  }
 }
 
 int OnlineTuner::NextArm() {
@@ -483,11 +491,15 @@ absl::StatusOr<std::optional<Plan>> OnlineTuner::OnIterationEnd(const bucketing:
       if (absl::Status s = Search(v[0], std::vector<double>(v.begin() + 1, v.end())); !s.ok()) {
         return s;
       }
-      if (plans_.size() == 1) {
+      if (screen_.size() == 1) {
         chosen_ = 0;
         chosen_plan_ = default_;
         phase_ = TunerPhase::kTuned;
-        decision_ = absl::StrCat("no candidate besides ", baseline_label_, "; kept it");
+        decision_ = plans_.size() == 1
+                        ? absl::StrCat("no candidate besides ", baseline_label_, "; kept it")
+                        : absl::StrFormat("kept %s: the cost model predicts every other "
+                                          "candidate %.0f%% or more slower (none measured)",
+                                          baseline_label_, options_.skip_predicted_slower * 100);
         Log("fusebox tuner: " + decision_);
         if (absl::Status s = StoreEntry(); !s.ok()) return s;
         // Profiling may have run another plan (the hook's 1 MiB buckets).
@@ -594,6 +606,7 @@ absl::StatusOr<std::optional<Plan>> OnlineTuner::EndScreening() {
   auto slow = SlowestRank(comm_, samples_);
   if (!slow.ok()) return slow.status();
   for (size_t i = 0; i < plans_.size(); ++i) {
+    if (!measured_[i].screened) continue;
     SetFigures(measured_[i], (*slow)[i], options_.rule.confidence);
     Log(absl::StrFormat("fusebox tuner: %-18s %4d buckets: %9.3f ms %s measured in screening%s",
                         measured_[i].name, measured_[i].buckets, measured_[i].measured_us / 1e3,
@@ -603,10 +616,10 @@ absl::StatusOr<std::optional<Plan>> OnlineTuner::EndScreening() {
                             : ""));
   }
   // The leader and the runner-up of screening (the baseline excluded).
-  pick_ = 1;
+  pick_ = screen_[1];
   runner_ = -1;
-  for (size_t i = 2; i < plans_.size(); ++i) {
-    const int c = static_cast<int>(i);
+  for (size_t i = 2; i < screen_.size(); ++i) {
+    const int c = screen_[i];
     if (measured_[c].measured_us < measured_[pick_].measured_us) {
       runner_ = pick_;
       pick_ = c;
@@ -1055,10 +1068,32 @@ absl::Status OnlineTuner::Search(double backward_us, const std::vector<double>& 
     return absl::DataLossError("tuner: rank 0's candidate list does not start with the baseline");
   }
   samples_.assign(plans_.size(), {});
-  Log(absl::StrFormat("fusebox tuner: %s; %d candidates besides %s, %d screening blocks",
+  ScreenCandidates();
+  Log(absl::StrFormat("fusebox tuner: %s; %d candidates besides %s (%d screened), %d screening "
+                      "blocks",
                       have_model ? cost_.Describe() : std::string("no cost model"),
-                      plans_.size() - 1, baseline_label_, options_.screening_blocks));
+                      plans_.size() - 1, baseline_label_, screen_.size() - 1,
+                      options_.screening_blocks));
   return absl::OkStatus();
+}
+
+void OnlineTuner::ScreenCandidates() {
+  // Every rank decodes the same list, so every rank screens the same ones.
+  screen_ = {0};
+  const double base = measured_[0].predicted_us;
+  const double skip = options_.skip_predicted_slower;
+  for (int c = 1; c < static_cast<int>(measured_.size()); ++c) {
+    MeasuredPlan& m = measured_[c];
+    m.screened = !(skip > 0 && base > 0 && m.predicted_us >= (1 + skip) * base);
+    if (m.screened) {
+      screen_.push_back(c);
+      continue;
+    }
+    Log(absl::StrFormat("fusebox tuner: %s not screened: predicted %.3f ms, %.0f%% slower than "
+                        "%s (%.3f ms)",
+                        m.name, m.predicted_us / 1e3, (m.predicted_us / base - 1) * 100,
+                        baseline_label_, base / 1e3));
+  }
 }
 
 absl::StatusOr<bucketing::Plan> FixedPlan(const std::string& spec,

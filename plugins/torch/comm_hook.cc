@@ -258,9 +258,20 @@ void HookState::OnGradReady(int param) {
   grad_order_.push_back(param);
 }
 
+void HookState::OnBackwardEnd() {
+  const double now = NowUs();
+  std::lock_guard<std::mutex> lock(mu_);
+  backward_done_us_ = now;
+}
+
 std::pair<int64_t, std::vector<int>> HookState::GradHooks() const {
   std::lock_guard<std::mutex> lock(mu_);
   return {hooks_version_, hooked_};
+}
+
+int HookState::LastReadyParam() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return order_.empty() ? -1 : order_.back();
 }
 
 absl::Status HookState::VerifyPlanAcrossRanks(const bucketing::Plan& plan) {
@@ -368,11 +379,13 @@ absl::Status HookState::OnForwardStartNative() {
   const double excluded = std::exchange(excluded_us_, 0.0);
   std::vector<int> fired;
   std::vector<double> at;
+  double backward_done = -1;
   {
     std::lock_guard<std::mutex> lock(mu_);
     fired.swap(grad_order_);
     at.swap(grad_us_);
     grad_us_.assign(params_.size(), -1.0);
+    backward_done = std::exchange(backward_done_us_, -1.0);
     if (!fired.empty()) {
       ++iterations_;
       if (policy_ == nullptr && layout_ == std::nullopt) ++passthrough_;
@@ -418,7 +431,9 @@ absl::Status HookState::OnForwardStartNative() {
       last = std::max(last, t);
     }
     st.backward_end_us = last;
-    st.finish_us = last;  // DDP's own wait is not seen here: exposed_comm_us() is 0
+    // DDP's backward returns once its buckets are reduced (OnBackwardEnd);
+    // without that mark the communication left is not seen: 0.
+    st.finish_us = backward_done >= last ? backward_done : last;
     // Time the caller excluded (ExcludeFromStep) came after this step's
     // backward: the step ends that much earlier, never before its backward.
     st.next_start_us = std::max(last, now - excluded);

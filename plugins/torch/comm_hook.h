@@ -167,6 +167,14 @@ class HookState {
   // the last to become ready afterwards, which mark a backward and its end),
   // and a version that changes whenever the set does.
   std::pair<int64_t, std::vector<int>> GradHooks() const;
+  // Native path: the parameter whose gradient is ready last (the ready
+  // order's last; -1 while it is learned). Its hook queues an autograd
+  // callback that runs after DDP's own (which waits for every bucket's
+  // allreduce) and calls OnBackwardEnd: where the step's communication
+  // ends, so that a step's exposed communication and its tail after it are
+  // seen (IterationStats::finish_us).
+  int LastReadyParam() const;
+  void OnBackwardEnd();
   // Whether the next step boundary is measured (OnlineTuner::
   // TimesNextBoundary; true before the tuner exists): where a model runs on
   // a device, the caller synchronises it there and nowhere else.
@@ -257,6 +265,7 @@ class HookState {
   std::deque<bucketing::IterationStats> history_;
   std::vector<int> grad_order_;             // params in the order their hooks fired (mu_)
   std::vector<double> grad_us_;             // per param: when it fired, -1 if not (mu_)
+  double backward_done_us_ = -1;            // OnBackwardEnd this step, -1 if not (mu_)
   std::vector<int> hooked_;                 // params that want a hook (mu_)
   int64_t hooks_version_ = 0;               // (mu_)
 };

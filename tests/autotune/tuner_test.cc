@@ -82,6 +82,7 @@ TunerOptions Options(PolicyCache* cache) {
   o.network = "test";
   o.model_label = "tuner-test";
   o.check_every = 0;
+  o.skip_predicted_slower = 0;  // every candidate screened (but in the test of it)
   return o;
 }
 
@@ -243,6 +244,43 @@ TEST(OnlineTunerTest, TunesWithinBudgetCachesAndHitsWithZeroIterations) {
   EXPECT_TRUE(second.cache_hit);
   EXPECT_EQ(second.tuning_iterations, 0);
   EXPECT_EQ(second.plan_hash, first.measured[first.chosen].hash);
+}
+
+TEST(OnlineTunerTest, CandidatesTheModelPredictsMuchSlowerAreNotScreened) {
+  TempDir dir;
+  TunerOptions o = Options(nullptr);
+  // A user with 1 MiB buckets: the test model predicts DDP's default 7%
+  // slower (fewer, larger buckets hide less) and the planner's plans faster.
+  o.baseline_cap_bytes = int64_t{1} << 20;
+  o.skip_predicted_slower = 0.05;
+  RunResult r = TuneRun(2, dir.path(), o);
+  ASSERT_GE(r.measured.size(), 3u);
+  const double base = r.measured[0].predicted_us;
+  ASSERT_GT(base, 0);
+  int skipped = 0, screened = 0;
+  for (size_t i = 1; i < r.measured.size(); ++i) {
+    const MeasuredPlan& m = r.measured[i];
+    ASSERT_GT(m.predicted_us, 0) << m.name;
+    if (m.predicted_us >= 1.05 * base) {
+      ++skipped;
+      EXPECT_FALSE(m.screened) << m.name;
+      EXPECT_EQ(m.samples, 0) << m.name;
+      EXPECT_FALSE(m.verified) << m.name;
+    } else {
+      ++screened;
+      EXPECT_TRUE(m.screened) << m.name;
+      EXPECT_GE(m.samples, 1) << m.name;
+    }
+  }
+  // The test model rules DDP's default out and keeps the planner's plans.
+  EXPECT_GE(skipped, 1);
+  EXPECT_GE(screened, 1);
+  ASSERT_GE(r.chosen, 0);
+  EXPECT_TRUE(r.measured[r.chosen].screened);
+  // Screening visited the baseline and the screened candidates only.
+  EXPECT_LE(r.tuning_iterations, Budget(o, screened + 1));
+  EXPECT_GE(r.tuning_iterations,
+            o.profile_iterations + screened + o.screening_blocks * (screened + 1));
 }
 
 TEST(OnlineTunerTest, NewWorldSizeIsSeededFromTheNearestCachedOne) {

@@ -426,6 +426,18 @@ class Sleepy(torch.nn.Module):
 model = DDP(Sleepy())
 handle = fusebox.torch.register(model, cache_dir=False, candidates=0, screening_blocks=1,
                                 verify_pairs=5, timeout_s=60)
+# Communication that ends 40 ms after the last gradient: a callback queued
+# where DDP queues its wait for the buckets (a post hook of the gradient
+# accumulators, once the last gradient is accumulated), sleeping.
+params, accumulated, accumulators = list(model.parameters()), [0], []
+def slow_end(*_):
+    accumulated[0] += 1
+    if accumulated[0] == len(params):
+        accumulated[0] = 0
+        torch.autograd.Variable._execution_engine.queue_callback(lambda: time.sleep(0.04))
+for p in params:
+    accumulators.append(p.expand_as(p).grad_fn.next_functions[0][0])
+    accumulators[-1].register_hook(slow_end)
 def steps(n, pause):
     for _ in range(n):
         model(torch.randn(16, 64)).sum().backward()
@@ -437,21 +449,24 @@ steps(12, paused)
 first = len(handle.stats())
 steps(8, lambda: time.sleep(0.15))
 ms = [s["iteration_ms"] for s in handle.stats()]
+exposed = [s["exposed_ms"] for s in handle.stats()]
 try:
     handle._hook.exclude_from_step(-1.0)
     negative = "no error"
 except ValueError as e:
     negative = str(e)
 print("RESULT", json.dumps({"paused_ms": ms[:first], "bare_ms": ms[first + 1:],
-                           "negative": negative}))
+                           "negative": negative, "exposed_ms": exposed}))
 '''
 
 
-def test_time_in_paused_is_not_counted_against_the_step_before_it():
-    """Steps of 30 ms with 150 ms between them: inside handle.paused() the
-    hook measures each step without the 150 ms (under 150 ms: it would be
-    over 180 with it); outside, the same wait counts (over 150 ms each). A
-    negative time to exclude is refused."""
+def test_time_in_paused_is_not_counted_and_the_end_of_communication_is_seen():
+    """Steps of 30 ms whose communication ends 40 ms after the last gradient,
+    with 150 ms between them: inside handle.paused() the hook measures each
+    step without the 150 ms (under 150 ms: it would be over 220 with it);
+    outside, the same wait counts (over 150 ms each). Every step's exposed
+    communication is the 40 ms (it was 0 before the native path saw where
+    DDP's backward ends). A negative time to exclude is refused."""
     for out in run_script_on_two_ranks(PAUSED):
         res = json.loads(out.split("RESULT ", 1)[1].splitlines()[0])
         assert len(res["paused_ms"]) >= 8 and len(res["bare_ms"]) >= 5, res
@@ -459,6 +474,8 @@ def test_time_in_paused_is_not_counted_against_the_step_before_it():
         assert min(res["paused_ms"]) >= 30.0, res["paused_ms"]
         assert min(res["bare_ms"]) >= 150.0, res["bare_ms"]
         assert "finite and >= 0" in res["negative"], res
+        assert min(res["exposed_ms"]) >= 38.0, res["exposed_ms"]
+        assert max(res["exposed_ms"]) < 140.0, res["exposed_ms"]
 
 
 LOGGING = r'''

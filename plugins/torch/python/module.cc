@@ -172,6 +172,7 @@ py::dict SnapshotToDict(const HookSnapshot& s) {
     e["interval"] = m.interval_exact ? "95% CI" : "range";
     e["samples"] = m.samples;
     e["verified"] = m.verified;
+    e["screened"] = m.screened;
     e["buckets"] = m.buckets;
     e["predicted_ms"] = m.predicted_us / 1e3;
     measured.append(e);
@@ -351,6 +352,8 @@ PYBIND11_MODULE(_C, m) {
            })
       .def("on_grad_ready", [](Hook& h, int param) { h.state().OnGradReady(param); })
       .def("grad_hooks", [](Hook& h) { return h.state().GradHooks(); })
+      .def("last_ready_param", [](Hook& h) { return h.state().LastReadyParam(); })
+      .def("on_backward_end", [](Hook& h) { h.state().OnBackwardEnd(); })
       .def("times_next_boundary", [](Hook& h) { return h.state().TimesNextBoundary(); })
       .def("summary_line", [](Hook& h) { return h.state().SummaryLine(); })
       .def("plan_hash", [](Hook& h) { return h.state().PlanHash(); })

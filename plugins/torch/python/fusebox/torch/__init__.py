@@ -630,7 +630,12 @@ class _GradHooks:
     """Tensor hooks that tell fusebox when each gradient is ready (the native
     path, where DDP reduces): on every parameter while the ready order and
     the tuner's profile are learned, on the first and the last to be ready
-    afterwards (one backward's start and end)."""
+    afterwards (one backward's start and end). The last one's hook also
+    marks where the step's communication ends: DDP queues the autograd
+    callback that waits for every bucket's allreduce after this hook runs
+    (once the gradient is accumulated and its last bucket is ready), and
+    callbacks run in the order they were queued, so this hook queues a
+    callback that queues the mark: it runs after DDP's."""
 
     def __init__(self, hook, params):
         self._hook, self._params = hook, params
@@ -642,9 +647,17 @@ class _GradHooks:
             return
         for h in self._handles:
             h.remove()
-        ready = self._hook.on_grad_ready
-        self._handles = [self._params[i].register_hook(lambda grad, i=i: ready(i))
-                         for i in wanted]
+        ready, last = self._hook.on_grad_ready, self._hook.last_ready_param()
+        done = self._hook.on_backward_end
+        queue = torch.autograd.Variable._execution_engine.queue_callback
+
+        def last_ready(grad, i):
+            ready(i)
+            queue(lambda: queue(done))
+
+        self._handles = [self._params[i].register_hook(
+            (lambda grad, i=i: last_ready(grad, i)) if i == last else
+            (lambda grad, i=i: ready(i))) for i in wanted]
         self._version = version
 
 
