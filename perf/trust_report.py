@@ -203,6 +203,18 @@ def caption(args, what):
                                                       args.param_scale, where, cores))
 
 
+def tuning_cost(r):
+    """The tuning's steps' time beyond your buckets' median (the hook's
+    tuning_cost_ms), as a fraction of the plain run's total; None unknown."""
+    cost = r.get("tuning_cost_ms")
+    return cost / 1e3 / r["plain_total_s"] if cost is not None and r["plain_total_s"] else None
+
+
+def cost_text(r):
+    cost = tuning_cost(r)
+    return "-" if cost is None else "%.1f%%" % (100 * cost)
+
+
 def ratio_text(r):
     if r.get("ratio_ci"):
         return "%.3f [%.3f, %.3f]" % (r["ratio"], r["ratio_ci"][0], r["ratio_ci"][1])
@@ -278,22 +290,25 @@ def format_report(args, runs_by_cap):
                     % (args.steps, cap, max(1, args.steps // 3))),
             "",
             "| cap MiB | run | order | plain total s | fusebox total s | ratio | steady ratio "
-            "| fusebox decision | tuning iterations | fallbacks | kept / best (judged) "
-            "| best (judged) |",
-            "|---|---|---|---|---|---|---|---|---|---|---|---|",
+            "| fusebox decision | tuning iterations | tuning cost | fallbacks "
+            "| kept / best (judged) | best (judged) |",
+            "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
         ]
         for r in runs:
-            lines.append("| %g | %d | %s | %.2f | %.2f | %s | %.3f | %s | %s | %s | %s | %s |"
+            lines.append("| %g | %d | %s | %.2f | %.2f | %s | %.3f | %s | %s | %s | %s | %s | %s |"
                          % ((cap, r["run"], r["order"], r["plain_total_s"], r["fusebox_total_s"],
                              ratio_text(r), r["steady_ratio"], r["decision"],
-                             r["tuning_iterations"], r["fallbacks"]) + judged_text(r)))
+                             r["tuning_iterations"], cost_text(r), r["fallbacks"])
+                            + judged_text(r)))
         lines.append("")
         ratios = [r["ratio"] for r in runs]
         ci, cov = ci_text(ratios)
-        summary_rows.append("| %g | %d | %.3f | %s | %.1f%% | %d of %d | %.3f |" % (
+        costs = [c for c in (tuning_cost(r) for r in runs) if c is not None]
+        summary_rows.append("| %g | %d | %.3f | %s | %.1f%% | %d of %d | %.3f | %s |" % (
             cap, len(runs), statistics.median(ratios), ci, 100 * cov,
             sum(x <= TARGET for x in ratios), len(runs),
-            statistics.median(r["steady_ratio"] for r in runs)))
+            statistics.median(r["steady_ratio"] for r in runs),
+            "%.1f%%" % (100 * statistics.median(costs)) if costs else "-"))
     lines += [
         "## summary per cap", "",
         caption(args, "Median over runs of the whole-run ratio fusebox / plain, with a "
@@ -301,11 +316,12 @@ def format_report(args, runs_by_cap):
                       "[x(k), x(n+1-k)], the widest k whose coverage is at least 95%%; with "
                       "fewer than 6 runs that is [min, max], whose coverage is below 95%%: "
                       "5 runs 93.8%%, 4 runs 87.5%%, 3 runs 75%%); within = runs with ratio "
-                      "<= %.2f" % TARGET),
+                      "<= %.2f; tuning cost = the tuning steps' time beyond your buckets' median, "
+                      "as a share of the plain run" % TARGET),
         "",
         "| cap MiB | runs | median ratio | interval | coverage | within %.2f | steady median "
-        "ratio |" % TARGET,
-        "|---|---|---|---|---|---|---|",
+        "ratio | median tuning cost |" % TARGET,
+        "|---|---|---|---|---|---|---|---|",
     ] + summary_rows + [""]
     lines += [
         "## targets", "",
