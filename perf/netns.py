@@ -115,17 +115,21 @@ class RankProcesses:
                 p.wait()
         self.procs = []
 
+    def check(self, what, logs, deadline):
+        """Fails at once, with the tails of `logs`, when a rank has failed or
+        the time.monotonic() `deadline` has passed."""
+        failed = [(r, c) for r, c in enumerate(p.poll() for p in self.procs) if c not in (None, 0)]
+        if failed or time.monotonic() > deadline:
+            why = ("rank %d exited with %d" % failed[0] if failed
+                   else "timed out after %d s" % self.timeout_s)
+            raise RuntimeError("%s: %s\n%s" % (what, why, log_tails(logs)))
+
     def wait(self, what, logs):
         """Waits for every rank; fails at once when one fails or the launch
         takes longer than the timeout, with the tails of `logs`."""
         deadline = time.monotonic() + self.timeout_s
         while True:
-            codes = [p.poll() for p in self.procs]
-            failed = [(r, c) for r, c in enumerate(codes) if c not in (None, 0)]
-            if failed or time.monotonic() > deadline:
-                why = ("rank %d exited with %d" % failed[0] if failed
-                       else "timed out after %d s" % self.timeout_s)
-                raise RuntimeError("%s: %s\n%s" % (what, why, log_tails(logs)))
-            if all(c == 0 for c in codes):
+            self.check(what, logs, deadline)
+            if all(p.poll() == 0 for p in self.procs):
                 return
             time.sleep(self.poll_s)

@@ -89,7 +89,7 @@ class Launcher(netns.RankProcesses):
                                                      "--turn-steps", str(self.args.turn_steps)])
                 jobs[mode] = self.start_job(tag, mode, cmd)
             every_log = [log for job in jobs.values() for log in job[1]]
-            deadline = time.monotonic() + self.args.timeout
+            deadline = time.monotonic() + self.timeout_s
             check = lambda: self.check(tag, every_log, deadline)  # noqa: E731
             turns.await_all(list(order), "ready", check)
             blocks = -(-self.args.steps // self.args.turn_steps)
@@ -109,14 +109,6 @@ class Launcher(netns.RankProcesses):
         return ({mode: self.result(tag, mode, *jobs[mode][:2]) for mode in order},
                 turns.given)
 
-    def check(self, what, logs, deadline):
-        """Fails at once when a rank failed or the deadline passed."""
-        failed = [(r, p.poll()) for r, p in enumerate(self.procs) if p.poll() not in (None, 0)]
-        if failed or time.monotonic() > deadline:
-            why = ("rank process %d exited with %d" % failed[0] if failed
-                   else "timed out after %d s" % self.args.timeout)
-            raise RuntimeError("%s: %s\n%s" % (what, why, netns.log_tails(logs)))
-
 
 class TurnTaker:
     """The driver's side of the workers' Turns (perf/trust_worker.py): per job
@@ -132,17 +124,21 @@ class TurnTaker:
             for rank in range(2):
                 key = (mode, rank)
                 for end in ("go", "done"):
-                    path = "%s-rank%d.%s" % (self.prefix(mode), rank, end)
+                    path = self.path(mode, rank, end)
                     if os.path.exists(path):
                         os.unlink(path)
                     os.mkfifo(path)
-                self.go[key] = os.open("%s-rank%d.go" % (self.prefix(mode), rank), os.O_RDWR)
-                self.back[key] = os.open("%s-rank%d.done" % (self.prefix(mode), rank),
-                                         os.O_RDWR | os.O_NONBLOCK)
+                self.go[key] = os.open(self.path(mode, rank, "go"), os.O_RDWR)
+                self.back[key] = os.open(self.path(mode, rank, "done"), os.O_RDWR | os.O_NONBLOCK)
                 self.pending[key] = b""
 
     def prefix(self, mode):
+        """What a job's workers are given as --turns."""
         return "%s-%s" % (self.base, mode)
+
+    def path(self, mode, rank, end):
+        """The FIFO `end` ("go" or "done") of one rank (Turns opens the same)."""
+        return "%s-rank%d.%s" % (self.prefix(mode), rank, end)
 
     def await_all(self, modes, word, check):
         """Waits until every rank of `modes` has said a line starting with `word`."""
@@ -174,6 +170,6 @@ class TurnTaker:
             os.close(fd)
         for mode, rank in self.go:
             for end in ("go", "done"):
-                path = "%s-rank%d.%s" % (self.prefix(mode), rank, end)
+                path = self.path(mode, rank, end)
                 if os.path.exists(path):
                     os.unlink(path)

@@ -186,7 +186,6 @@ def analyze_run(plain, fused):
     }
 
 
-
 def ci_text(values):
     low, high, cov = median_ci(values)
     if len(values) < 2:

@@ -56,6 +56,7 @@ import torch.distributed as dist  # noqa: E402
 from torch.nn.parallel import DistributedDataParallel as DDP  # noqa: E402
 
 from devtime import DeviceTimeModel  # noqa: E402
+from toolkit import median  # noqa: E402  perf/toolkit.py: the drivers' one estimator
 
 SNAPSHOT_FIELDS = ("phase", "decision", "summary", "tuning_iterations", "tuning_cost_ms", "seed",
                    "fallbacks", "checks", "chosen", "plan_installs", "iterations",
@@ -245,7 +246,7 @@ def judge(handle, ddp, model, opt, rank, first_step, blocks, final_blocks, steps
             step, ms = visit(handle, ddp, model, opt, rank, step, c, hashes, names, steps)
             local_ms[c] += ms
     step_ms = slowest_rank(local_ms)
-    medians = [sorted(ms)[len(ms) // 2] if ms else float("inf") for ms in step_ms]
+    medians = [median(ms) if ms else float("inf") for ms in step_ms]
     challenger = min((c for c in range(len(measured)) if c != kept), key=medians.__getitem__)
     final_local, final_order = [[], []], []
     for b in range(final_blocks):

@@ -420,7 +420,6 @@ absl::Status HookState::OnForwardStartNative() {
     bucketing::IterationStats st;
     st.iteration = history_.empty() ? 0 : history_.back().iteration + 1;
     st.start_us = start_us_;
-    st.next_start_us = now;
     st.buckets = static_cast<int>(plan_.buckets.size());
     st.ready_us.assign(order_.size(), 0.0);
     double last = start_us_;
