@@ -51,7 +51,8 @@ same job judges apart (perf/trust_worker.py's judge()), alone on the machine:
 every plan the tuner measured runs alone (no regression checks) in
 --judge-blocks blocks of --judge-steps timed steps, each block in a fresh
 random order, and the best plan other than the kept one is selected; then the
-kept plan and that one run in --judge-final-blocks ABBA blocks of their own.
+kept plan and that one run in --judge-final-blocks ABBA blocks of their own
+(--judge-final-steps timed steps a visit).
 "kept / best" is the kept plan's median step over the other's on those last
 blocks only (a selection's minimum over many noisy medians is lower than the
 best plan's true time; measured again on other steps, it is not). The target
@@ -154,8 +155,8 @@ def choose_scales(args):
     # after each fusebox run. (Drivers that share these scales and judge
     # nothing have no judge_blocks.)
     blocks, steps = getattr(args, "judge_blocks", 0), getattr(args, "judge_steps", 0)
-    visits = JUDGED_PLANS * blocks + (2 * args.judge_final_blocks if blocks else 0)
-    judged = args.runs * len(args.caps) * visits * (steps + 2)
+    final = (2 * args.judge_final_blocks * (args.judge_final_steps + 2)) if blocks else 0
+    judged = args.runs * len(args.caps) * (JUDGED_PLANS * blocks * (steps + 2) + final)
     est = [launches * (args.steps * t + LAUNCH_OVERHEAD_S) + judged * t
            for t in (step_low, step_high)]
     return {
@@ -251,11 +252,13 @@ def parse_args(argv=None):
                     help="after each fusebox run, B interleaved blocks that time every plan "
                          "its tuner measured alone and select the best other than the kept "
                          "one (0: no judging; default: %(default)s)")
-    ap.add_argument("--judge-final-blocks", type=int, default=8, metavar="F",
+    ap.add_argument("--judge-final-blocks", type=int, default=16, metavar="F",
                     help="then F blocks of the kept plan and that one alone, ABBA: the judged "
                          "ratio (default: %(default)s)")
     ap.add_argument("--judge-steps", type=int, default=6, metavar="M",
-                    help="timed steps per plan and judging block (default: %(default)s)")
+                    help="timed steps per plan and selecting block (default: %(default)s)")
+    ap.add_argument("--judge-final-steps", type=int, default=12, metavar="S",
+                    help="timed steps per plan and measuring block (default: %(default)s)")
     ap.add_argument("--seed", type=int, default=None,
                     help="draws fusebox's per-run tuner seeds (default: a fresh one, printed "
                          "and stored)")
@@ -286,8 +289,10 @@ def parse_args(argv=None):
                  % args.link)
     if args.runs < 1:
         ap.error("--runs must be at least 1")
-    if args.judge_blocks < 0 or args.judge_steps < 1 or args.judge_final_blocks < 1:
-        ap.error("need --judge-blocks >= 0, --judge-final-blocks >= 1 and --judge-steps >= 1")
+    if (args.judge_blocks < 0 or args.judge_steps < 1 or args.judge_final_blocks < 1
+            or args.judge_final_steps < 1):
+        ap.error("need --judge-blocks >= 0 and --judge-final-blocks, --judge-steps and "
+                 "--judge-final-steps >= 1")
     if not 1 <= args.turn_steps <= args.steps:
         ap.error("--turn-steps must be between 1 and --steps")
     if args.steps < 6:
@@ -348,7 +353,8 @@ def report_again(outdir):
         compute_scale=first["scales"]["compute_scale"],
         param_scale=first["scales"]["param_scale"],
         judge_blocks=judge.get("blocks", 0), judge_steps=judge.get("steps", 0),
-        judge_final_blocks=judge.get("final_blocks"))
+        judge_final_blocks=judge.get("final_blocks"),
+        judge_final_steps=judge.get("final_steps", judge.get("steps", 0)))
     runs_by_cap = {cap: [] for cap in args.caps}
     for r in sorted(raws, key=lambda r: (r["run"], r["cap_mb"])):
         result = analyze_run(r["launches"]["plain"], r["launches"]["fusebox"])

@@ -34,7 +34,8 @@ class Launcher(netns.RankProcesses):
             if getattr(args, "judge_blocks", 0):  # bench_rollback's launches judge nothing
                 cmd += ["--judge-blocks", str(args.judge_blocks),
                         "--judge-final-blocks", str(args.judge_final_blocks),
-                        "--judge-steps", str(args.judge_steps)]
+                        "--judge-steps", str(args.judge_steps),
+                        "--judge-final-steps", str(args.judge_final_steps)]
         return cmd + list(extra)
 
     def start_job(self, tag, mode, cmd):

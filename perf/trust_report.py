@@ -113,7 +113,7 @@ def judge_figures(judged):
     steps = judged.get("steps")
     if "final_ms" in judged:
         mine, theirs = judged["final_ms"]
-        blocks = judged["final_blocks"]
+        blocks, steps = judged["final_blocks"], judged.get("final_steps", steps)
         rival = judged["challenger"]
         ratio = statistics.median(mine) / statistics.median(theirs)
         best = kept if ratio <= 1 else rival
@@ -347,9 +347,11 @@ def format_report(args, runs_by_cap):
         if judged:
             worst = max(judged, key=lambda r: r["judged"]["ratio"])
             final = getattr(args, "judge_final_blocks", None)
-            how = ("then the kept plan and the best other one alone in %d ABBA blocks of as "
-                   "many steps; kept / best = the kept plan's median step over the other's on "
-                   "those blocks only (1 or less: the kept plan is the best)" % final if final
+            how = ("then the kept plan and the best other one alone in %d ABBA blocks of %d "
+                   "timed steps each; kept / best = the kept plan's median step over the "
+                   "other's on those blocks only (1 or less: the kept plan is the best)"
+                   % (final, getattr(args, "judge_final_steps", None) or args.judge_steps)
+                   if final
                    else "kept / best = the median step of the plan the tuner kept over the "
                    "lowest plan's median")
             lines.append(

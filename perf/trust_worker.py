@@ -86,19 +86,23 @@ def parse_args(argv=None):
     ap.add_argument("--judge-blocks", type=int, default=0, metavar="B",
                     help="--mode fusebox: after the timed run, B interleaved blocks that time "
                          "every plan the tuner measured alone (judge(); default: none)")
-    ap.add_argument("--judge-final-blocks", type=int, default=8, metavar="F",
+    ap.add_argument("--judge-final-blocks", type=int, default=16, metavar="F",
                     help="then F blocks of the kept plan and the best other plan alone, ABBA, "
                          "that measure the judged ratio (default: %(default)s)")
     ap.add_argument("--judge-steps", type=int, default=6, metavar="M",
-                    help="measured steps per plan and block (default: %(default)s)")
+                    help="measured steps per plan and selecting block (default: %(default)s)")
+    ap.add_argument("--judge-final-steps", type=int, default=12, metavar="S",
+                    help="measured steps per plan and measuring block (default: %(default)s)")
     ap.add_argument("--turns", metavar="PREFIX", default=None,
                     help="run in turns of --turn-steps steps handed out by the driver through "
                          "the FIFOs PREFIX-rank<r>.go and .done (Turns; default: no turns)")
     ap.add_argument("--turn-steps", type=int, default=10, metavar="K",
                     help="steps per turn with --turns (default: %(default)s)")
     args = ap.parse_args(argv)
-    if args.judge_blocks < 0 or args.judge_steps < 1 or args.judge_final_blocks < 1:
-        ap.error("need --judge-blocks >= 0, --judge-final-blocks >= 1 and --judge-steps >= 1")
+    if (args.judge_blocks < 0 or args.judge_steps < 1 or args.judge_final_blocks < 1
+            or args.judge_final_steps < 1):
+        ap.error("need --judge-blocks >= 0 and --judge-final-blocks, --judge-steps and "
+                 "--judge-final-steps >= 1")
     if args.turn_steps < 1:
         ap.error("need --turn-steps >= 1")
     if args.judge_blocks and args.mode != "fusebox":
@@ -199,7 +203,8 @@ def slowest_rank(local_ms):
     return [[max(col) for col in zip(*per_rank)] for per_rank in zip(*every)]
 
 
-def judge(handle, ddp, model, opt, rank, first_step, blocks, final_blocks, steps, seed):
+def judge(handle, ddp, model, opt, rank, first_step, blocks, final_blocks, steps, final_steps,
+          seed):
     """Did the tuner keep the best plan? Judged apart from its own samples,
     and the best chosen apart from the samples that measure it.
 
@@ -213,7 +218,7 @@ def judge(handle, ddp, model, opt, rank, first_step, blocks, final_blocks, steps
                The challenger is the plan other than the kept one with the
                lowest median step (the slowest rank's).
       measure  `final_blocks` blocks of the kept plan and the challenger
-               alone, in ABBA order. kept / challenger over these steps only
+               alone, in ABBA order, `final_steps` timed steps a visit. kept / challenger over these steps only
                is the judged ratio: the minimum over many noisy medians is
                lower than the best plan's true time (the winner's curse), so
                the plan that wins the selection is measured again on steps
@@ -254,11 +259,13 @@ def judge(handle, ddp, model, opt, rank, first_step, blocks, final_blocks, steps
         final_order.append(pair)
         for which in pair:
             plan = (kept, challenger)[which]
-            step, ms = visit(handle, ddp, model, opt, rank, step, plan, hashes, names, steps)
+            step, ms = visit(handle, ddp, model, opt, rank, step, plan, hashes, names,
+                             final_steps)
             final_local[which] += ms
     return {"names": names, "hashes": ["%016x" % h for h in hashes], "kept": kept,
             "blocks": blocks, "steps": steps, "seed": seed, "order": orders,
             "step_ms": step_ms, "challenger": challenger, "final_blocks": final_blocks,
+            "final_steps": final_steps,
             "final_order": final_order, "final_ms": slowest_rank(final_local)}
 
 
@@ -322,7 +329,8 @@ def main():
     judged = None
     if args.judge_blocks:  # outside the timed run
         judged = judge(handle, ddp, model, opt, rank, args.steps, args.judge_blocks,
-                       args.judge_final_blocks, args.judge_steps, args.seed + 1)
+                       args.judge_final_blocks, args.judge_steps, args.judge_final_steps,
+                       args.seed + 1)
 
     # Outside the timed span: every rank's stamps to every rank.
     stamps = [None] * dist.get_world_size()

@@ -249,17 +249,25 @@ TEST(OnlineTunerTest, TunesWithinBudgetCachesAndHitsWithZeroIterations) {
 TEST(OnlineTunerTest, CandidatesTheModelPredictsMuchSlowerAreNotScreened) {
   TempDir dir;
   TunerOptions o = Options(nullptr);
-  // A user with 1 MiB buckets: the test model predicts DDP's default 7%
-  // slower (fewer, larger buckets hide less) and the planner's plans faster.
-  o.baseline_cap_bytes = int64_t{1} << 20;
+  // A model where each bucket costs 20 ms and bytes next to nothing: a plan's
+  // predicted step grows with its bucket count whatever this machine's
+  // ready times (a backward of the test's layout takes about 1 ms). A user
+  // with DDP's buckets at a 100 MiB cap (the 1 MiB first bucket, then the
+  // rest): the 1 MiB cap (more buckets) is predicted far slower, the
+  // planner's fused plans no slower.
+  o.cost_model->simple = ProtocolLatency{20000, 0, 0, 0};
+  o.cost_model->intra_busbw_gbps = o.cost_model->inter_busbw_gbps = 1000;
+  o.baseline_cap_bytes = int64_t{100} << 20;
   o.skip_predicted_slower = 0.05;
   RunResult r = TuneRun(2, dir.path(), o);
   ASSERT_GE(r.measured.size(), 3u);
   const double base = r.measured[0].predicted_us;
   ASSERT_GT(base, 0);
   int skipped = 0, screened = 0;
+  std::string predicted = absl::StrCat("baseline ", base, " us");
   for (size_t i = 1; i < r.measured.size(); ++i) {
     const MeasuredPlan& m = r.measured[i];
+    absl::StrAppend(&predicted, "; ", m.name, " ", m.predicted_us, " us");
     ASSERT_GT(m.predicted_us, 0) << m.name;
     if (m.predicted_us >= 1.05 * base) {
       ++skipped;
@@ -272,9 +280,9 @@ TEST(OnlineTunerTest, CandidatesTheModelPredictsMuchSlowerAreNotScreened) {
       EXPECT_GE(m.samples, 1) << m.name;
     }
   }
-  // The test model rules DDP's default out and keeps the planner's plans.
-  EXPECT_GE(skipped, 1);
-  EXPECT_GE(screened, 1);
+  // The model rules the 1 MiB cap out and keeps the planner's plans.
+  EXPECT_GE(skipped, 1) << predicted;
+  EXPECT_GE(screened, 1) << predicted;
   ASSERT_GE(r.chosen, 0);
   EXPECT_TRUE(r.measured[r.chosen].screened);
   // Screening visited the baseline and the screened candidates only.

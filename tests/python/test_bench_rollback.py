@@ -166,6 +166,23 @@ def test_the_judged_ratio_has_an_interval_over_blocks_and_a_clear_loss_is_counte
     assert "lies above 1.02 as over | 2 | 1 | FAIL |" in report
 
 
+def test_the_measuring_blocks_are_split_by_their_own_step_count():
+    import trust_report
+    # Selection visits of 1 step, measuring visits of 3: the final blocks'
+    # per-block ratios come from 3-step slices (1.03, 1.01), not 1-step ones.
+    judged = {"names": ["kept", "other"], "kept": 0, "blocks": 2, "steps": 1,
+              "step_ms": [[101.0, 102.0], [100.0, 100.0]], "challenger": 1,
+              "final_blocks": 2, "final_steps": 3,
+              "final_ms": [[103.0, 103.0, 120.0, 101.0, 101.0, 90.0], [100.0] * 6]}
+    j = trust_report.judge_figures(judged)
+    assert j["ratio"] == pytest.approx(1.02) and j["samples"] == 6
+    assert j["ratio_ci"][:2] == pytest.approx([1.01, 1.03])
+    # Runs from before final_steps was stored split by the selection's steps.
+    old = dict(judged, steps=3)
+    del old["final_steps"]
+    assert trust_report.judge_figures(old)["ratio_ci"][:2] == pytest.approx([1.01, 1.03])
+
+
 def test_the_rules_power_falls_with_noise_and_stays_at_its_level_for_equal_plans():
     import trust_report
     # The tuner's ranks (SignedRankRank, autotune/decision.h): P(T+ <= 5) = 10/256 for 8 pairs.
