@@ -7,8 +7,11 @@ average: the cap with the lowest mean over settings (profile, communication rati
 of its median step / the best fixed cap's median step. This script reads the medians that
 bench_ddp_scaling's summaries hold (docs/results/data/ddp-scaling/*.json: the first table of
 each setting, median step per cell over all repeats, as printed), names that cap, and prints
-fusebox's median beside it per setting, with no new measurement. It writes its own compact
-summary with --out (perf/results.py's format).
+fusebox's median beside it per setting, with no new measurement. Then fusebox against the
+step's lower bound (the summaries' computed `bound` column): where DDP's default leaves at least
+HEADROOM of the bound, the share of the time between DDP's default and the bound that fusebox
+removes (target REMOVED); where some measured plan comes within NEAR of the bound, whether
+fusebox does too. It writes its own compact summary with --out (perf/results.py's format).
 
     python3 perf/ddp_scaling_global.py docs/results/data/ddp-scaling/*.json \\
         --out docs/results/data/ddp-scaling/global-cap.json
@@ -22,11 +25,14 @@ import sys
 import results as result_summary
 
 CAPS = ("ddp25", "cap1", "cap5", "cap100", "pytorch")
+HEADROOM = 1.3  # DDP's default / the bound from which the removal target applies
+REMOVED = 0.75  # the share of DDP's default - bound fusebox removes there
+NEAR = 1.05     # a plan within this of the bound: fusebox must be too
 
 
 def medians_of(summary):
-    """{(setting, hosts): {cell: median ms}} from one bench_ddp_scaling summary: its tables
-    whose columns start with hosts and bound (the per-cell medians)."""
+    """{(setting, hosts): {cell: median ms, "bound": the bound}} from one bench_ddp_scaling
+    summary: its tables whose columns start with hosts and bound (the per-cell medians)."""
     out = {}
     for table in summary["tables"]:
         cols = table["columns"]
@@ -34,6 +40,7 @@ def medians_of(summary):
             continue
         for row in table["rows"]:
             cells = {c: float(v.split()[0]) for c, v in zip(cols[2:], row[2:]) if v not in ("", "-")}
+            cells["bound"] = float(row[1].split()[0])
             out[(table["name"], int(row[0]))] = cells
     return out
 
@@ -45,6 +52,52 @@ def global_cap(medians):
         ratios = [m[cap] / min(m[c] for c in CAPS) for m in medians.values()]
         means[cap] = statistics.mean(ratios)
     return min(CAPS, key=lambda c: (means[c], CAPS.index(c))), means
+
+
+def bound_rows(medians):
+    """Per setting and host count: (setting, hosts, bound, DDP's default / bound, the best
+    measured plan (not noallreduce) and its step / bound, fusebox / bound, the share of DDP's
+    default - bound that fusebox removes, no allreduce at all / bound or None)."""
+    rows = []
+    for (setting, hosts), m in sorted(medians.items()):
+        bound = m["bound"]
+        plans = {c: v for c, v in m.items() if c not in ("bound", "noallreduce")}
+        top = min(plans, key=plans.get)
+        gap = m["ddp25"] - bound
+        removed = (m["ddp25"] - m["fusebox"]) / gap if gap > 0 else None
+        rows.append((setting, hosts, bound, m["ddp25"] / bound, top, plans[top] / bound,
+                     m["fusebox"] / bound, removed,
+                     m["noallreduce"] / bound if "noallreduce" in m else None))
+    return rows
+
+
+def bound_report(medians):
+    rows = bound_rows(medians)
+    lines = ["## fusebox against the lower bound", "",
+             "Per setting: medians over all repeats; bound = the summaries' computed lower "
+             "bound of the step; removed = (ddp25 - fusebox) / (ddp25 - bound); noallreduce = "
+             "the step with no allreduce at all, which no plan can beat (the bound leaves out "
+             "the ranks' CPU work).", "",
+             "| setting | hosts | bound ms | ddp25 / bound | best plan | best / bound | "
+             "fusebox / bound | removed | noallreduce / bound |",
+             "| --- | ---: | ---: | ---: | --- | ---: | ---: | ---: | ---: |"]
+    for setting, hosts, bound, head, top, best, fused, removed, floor in rows:
+        lines.append("| %s | %d | %.1f | %.3f | %s | %.3f | %.3f | %s | %s |" % (
+            setting, hosts, bound, head, top, best, fused,
+            "-" if removed is None else "%.0f%%" % (100 * removed),
+            "-" if floor is None else "%.3f" % floor))
+    wide = [r for r in rows if r[3] >= HEADROOM]
+    near = [r for r in rows if r[5] <= NEAR]
+    lines += ["", "| target | cells | met | result |", "| --- | ---: | ---: | --- |"]
+    for text, cells, met in (
+            ("fusebox removes >= %.0f%% of ddp25 - bound where ddp25 / bound >= %.1f"
+             % (100 * REMOVED, HEADROOM), wide, [r for r in wide if r[7] >= REMOVED]),
+            ("fusebox within %.2f of the bound where some measured plan is" % NEAR, near,
+             [r for r in near if r[6] <= NEAR])):
+        lines.append("| %s | %d | %d | %s |" % (text, len(cells), len(met),
+                                                "-" if not cells else
+                                                "PASS" if len(met) == len(cells) else "FAIL"))
+    return lines
 
 
 def report(medians, paths):
@@ -65,6 +118,7 @@ def report(medians, paths):
         lines.append("| %s | %d | %.1f | %s | %.1f | %.1f | %.3f | %.3f |" % (
             setting, hosts, m[best], top, m[top], m["fusebox"], m["fusebox"] / m[best],
             m["fusebox"] / m[top]))
+    lines += [""] + bound_report(medians)
     return "\n".join(lines) + "\n"
 
 
@@ -80,9 +134,11 @@ def main(argv=None):
             medians.update(medians_of(result_summary.load_summary(path)))
         except (OSError, ValueError, KeyError) as e:
             sys.exit("ddp_scaling_global: %s: %s" % (path, e))
-    missing = [k for k, m in medians.items() if any(c not in m for c in CAPS + ("fusebox",))]
+    missing = [k for k, m in medians.items()
+               if any(c not in m for c in CAPS + ("fusebox", "bound"))]
     if not medians or missing:
-        sys.exit("ddp_scaling_global: no settings, or settings without every cap and fusebox: %s"
+        sys.exit("ddp_scaling_global: no settings, or settings without every cap, fusebox and "
+                 "the bound: %s"
                  % missing)
     text = report(medians, args.summaries)
     print(text, end="")

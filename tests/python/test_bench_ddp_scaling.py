@@ -259,6 +259,31 @@ def test_the_global_cap_is_the_lowest_mean_ratio_to_each_settings_best():
     assert "| a | 8 | 200.0 | ddp25 | 200.0 | 210.0 | 1.050 | 1.050 |" in text
 
 
+def test_the_bound_targets_count_removal_where_there_is_headroom_and_nearness_where_reached():
+    """perf/ddp_scaling_global.py's targets against the lower bound."""
+    import ddp_scaling_global as g
+    summary = {"tables": [
+        {"name": "a", "columns": ["hosts", "bound", "noallreduce", "ddp25", "cap1", "cap5",
+                                  "cap100", "pytorch", "fusebox"],
+         # 2 hosts: headroom 1.5, fusebox removes 40 of 50 ms (80%), within 1.05 of the bound
+         # as cap1 is; 4 hosts: headroom 1.2 (no removal target), nothing near the bound;
+         # 8 hosts: headroom 2.0, fusebox removes 50 of 100 ms (50%).
+         "rows": [["2", "100", "90", "150", "104", "150", "150", "150", "110"],
+                  ["4", "100", "90", "120", "115", "120", "120", "120", "112"],
+                  ["8", "100", "130", "200", "190", "200", "200", "200", "150"]]}]}
+    medians = g.medians_of(summary)
+    assert medians[("a", 2)]["bound"] == 100.0
+    rows = {r[1]: r for r in g.bound_rows(medians)}
+    assert rows[2][4] == "cap1" and abs(rows[2][7] - 0.8) < 1e-12
+    assert rows[8][4] == "fusebox" and abs(rows[8][7] - 0.5) < 1e-12 and rows[8][8] == 1.3
+    text = "\n".join(g.bound_report(medians))
+    # Removal: 2 and 8 hosts have the headroom, only 2 removes 75%; nearness: only 2 has a
+    # plan within 1.05 (cap1, 1.04), and fusebox there is 1.10.
+    assert "where ddp25 / bound >= 1.3 | 2 | 1 | FAIL |" in text
+    assert "where some measured plan is | 1 | 0 | FAIL |" in text
+    assert "| a | 8 | 100.0 | 2.000 | fusebox | 1.500 | 1.500 | 50% | 1.300 |" in text
+
+
 # ------------------------------------------------------------ the plot
 
 def test_plot_reads_every_setting_of_a_committed_summary_and_writes_an_image(tmp_path):
