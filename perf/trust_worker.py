@@ -218,11 +218,12 @@ def judge(handle, ddp, model, opt, rank, first_step, blocks, final_blocks, steps
                The challenger is the plan other than the kept one with the
                lowest median step (the slowest rank's).
       measure  `final_blocks` blocks of the kept plan and the challenger
-               alone, in ABBA order, `final_steps` timed steps a visit. kept / challenger over these steps only
-               is the judged ratio: the minimum over many noisy medians is
-               lower than the best plan's true time (the winner's curse), so
-               the plan that wins the selection is measured again on steps
-               that did not select it.
+               alone, in ABBA order, `final_steps` timed steps a visit.
+               kept / challenger over these steps only is the judged ratio:
+               the minimum over many noisy medians is lower than the best
+               plan's true time (the winner's curse), so the plan that wins
+               the selection is measured again on steps that did not select
+               it.
     Returns {"names", "hashes", "kept" (the index of the plan the tuner kept,
     snapshot["chosen"]), "order" (per selection block), "step_ms" (per plan:
     its selection steps), "challenger", "final_order", "final_ms" ([the kept
