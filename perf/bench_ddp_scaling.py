@@ -67,6 +67,10 @@ size. Its figure over fusebox's in the same launch is the matrix entry (tuned
 at N, run at M): above 1, the plan tuned at another size is slower here than
 the one tuned here. With ascending host counts, repeat 1 fills the entries
 below the diagonal, later repeats all of them.
+The hook's own cost (--hook-cost): one more cell per launch, hooked: DDP's
+default with fusebox registered on that same plan, untuned
+(fusebox.torch.register(plan="ddp"): the hook, its side group and step marks,
+nothing else); its step over ddp25's in the same launch, per host count.
 
 CPU: /proc/stat (the whole machine, this run AND anything else on it) over each
 timed span, and the ranks' own CPU seconds per wall second ("cores"). Output, in
@@ -98,7 +102,8 @@ import emucluster  # noqa: E402  (setup, cleanup, host_ns, address)
 import results as result_summary  # noqa: E402
 from ddp_scaling_report import (  # noqa: E402,F401  the analysis and report (pure);
     # the tests reach them through this module
-    CAP_MB, CELLS, FIXED, FUSEBOX, MIB, analyze_hosts, analyze_predictions, cross_cells,
+    CAP_MB, CELLS, FIXED, FUSEBOX, HOOKED, MIB, analyze_hosts, analyze_predictions, cross_cells,
+    format_hook_cost, hook_cost,
     ddp_bucket_bytes, describe, fmt, format_cross, format_setting, format_sim, launch_figure,
     lower_bound_s, predicted_steps, pytorch_prebucket_cap_mb, ring_transfer_s, tuner_names)
 
@@ -272,6 +277,10 @@ def parse_args(argv=None):
     ap.add_argument("--no-cross", dest="cross", action="store_false",
                     help="leave out the from<N> cells (the cross-size matrix)")
     ap.add_argument("--burst", default="256kb")
+    ap.add_argument("--hook-cost", action="store_true",
+                    help="also run a cell 'hooked' per launch: DDP's default plan with "
+                         "fusebox registered on it untuned (plan=\"ddp\"), reported as "
+                         "hooked / ddp25, the hook's own cost")
     ap.add_argument("--compute-scale", type=float, default=None,
                     help="default: bench_trust's (forward + backward about 80 ms)")
     ap.add_argument("--param-scale", type=float, default=None,
@@ -306,7 +315,7 @@ def exit_on_signal(signum, frame):  # unwind: kill the ranks, delete the namespa
 def build_report(args, figs, runs, head):
     lines = list(head) + [""]
     for setting, fig in figs.items():
-        per_hosts = {}
+        per_hosts, hooks = {}, {}
         for h in args.hosts:
             ls = [l for l in runs if l["setting"] == setting and l["hosts"] == h]
             if ls:
@@ -316,8 +325,9 @@ def build_report(args, figs, runs, head):
                 a = analyze_hosts(ls)
                 a["sim"] = analyze_predictions(ls, tuner_names(fig, fig["pt"][h][0]))
                 per_hosts[h] = (a, bound, fig["pt"][h])
+                hooks[h] = hook_cost(ls)
         if per_hosts:
-            lines += format_setting(setting, fig, per_hosts)
+            lines += format_setting(setting, fig, per_hosts) + format_hook_cost(setting, hooks)
     for l in runs:
         fb, fw = ((l["cells"].get(c, {}).get("fusebox") or {}) for c in FUSEBOX)
         lines.append("launch %s: order %s; seed %d; %.0f s; CPU busy %.0f%%; fusebox: %s, %s "
@@ -366,6 +376,8 @@ def main(argv=None):
                 for h in args.hosts:
                     plans = (cross_plans(outdir, setting, "%s-h%d-r%d" % (setting, h, repeat), h)
                              if args.cross else {})
+                    if args.hook_cost:
+                        plans[HOOKED] = "ddp"
                     order = list(CELLS) + sorted(plans)
                     rng.shuffle(order)
                     res = launcher.run(fig, setting, h, repeat, order,

@@ -143,6 +143,36 @@ def launch_figure(cell):
     return statistics.median(cell["step_ms"])
 
 
+HOOKED = "hooked"   # DDP's default with fusebox registered on that same plan, untuned
+
+
+def hook_cost(launches):
+    """What fusebox's hook costs a step by itself: per launch that ran the hooked cell (DDP's
+    default plan through fusebox.torch.register(plan="ddp"): the hook, its side group and its
+    step marks, no tuning), its step over ddp25's in the same launch (describe); None if no
+    launch ran it."""
+    ratios = []
+    for l in launches:
+        if HOOKED in l["cells"] and "ddp25" in l["cells"]:
+            a, b = launch_figure(l["cells"][HOOKED]), launch_figure(l["cells"]["ddp25"])
+            if a is not None and b is not None:
+                ratios.append(a / b)
+    return describe(ratios) if ratios else None
+
+
+def format_hook_cost(name, per_hosts):
+    """The hook-cost table of a setting; per_hosts: {hosts: hook_cost(...)}; [] if none."""
+    rows = [(h, d) for h, d in sorted(per_hosts.items()) if d is not None]
+    if not rows:
+        return []
+    lines = ["", "%s: the hook's own cost, hooked / ddp25 in the same launch (the same plan, "
+             "DDP's default, with and without fusebox registered on it); median over launches "
+             "[order-statistic interval] (launches)." % name, "",
+             "| hosts | hooked / ddp25 |", "|---|---|"]
+    lines += ["| %d | %s (%d) |" % (h, fmt(d, "%.3f"), d["n"]) for h, d in rows]
+    return lines
+
+
 def cross_cells(launches):
     """The from<N> cells (plans tuned at N hosts) these launches ran, by N."""
     return sorted({c for l in launches for c in l["cells"] if CROSS.match(c)},

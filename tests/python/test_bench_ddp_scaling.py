@@ -259,6 +259,23 @@ def test_the_global_cap_is_the_lowest_mean_ratio_to_each_settings_best():
     assert "| a | 8 | 200.0 | ddp25 | 200.0 | 210.0 | 1.050 | 1.050 |" in text
 
 
+def test_the_hook_cost_is_hooked_over_ddp25_in_the_same_launch():
+    """--hook-cost: per launch, the hooked cell's median step over ddp25's."""
+    def cell(ms, **kw):
+        return dict({"step_ms": ms}, **kw)
+    launches = [{"cells": {"ddp25": cell([100.0, 100.0, 102.0]),
+                           "hooked": cell([103.0, 104.0, 103.0], fusebox={"phase": "fixed"},
+                                          tuning_finished=True)}},
+                {"cells": {"ddp25": cell([200.0]), "hooked": cell([210.0])}},
+                {"cells": {"ddp25": cell([100.0])}}]   # no hooked cell: not counted
+    d = bs.hook_cost(launches)
+    assert d["n"] == 2 and d["median"] == pytest.approx((1.03 + 1.05) / 2)
+    assert bs.hook_cost(launches[2:]) is None
+    text = "\n".join(bs.format_hook_cost("s", {8: d, 4: None}))
+    assert "| 8 | 1.040 [1.030, 1.050] (2) |" in text and "| 4 |" not in text
+    assert bs.format_hook_cost("s", {4: None}) == []
+
+
 def test_the_bound_targets_count_removal_where_there_is_headroom_and_nearness_where_reached():
     """perf/ddp_scaling_global.py's targets against the lower bound."""
     import ddp_scaling_global as g
