@@ -107,7 +107,8 @@ import time
 import netns  # perf/netns.py: namespaces, shaping, ports, rank processes
 from trust_launch import WORKER, Launcher  # noqa: F401  perf/trust_launch.py (and bench_rollback)
 from trust_report import (  # noqa: F401  perf/trust_report.py; bench_rollback uses them here
-    TARGET, analyze_run, caption, format_report, short_decision, steady_ms)
+    TARGET, add_judge_arguments, analyze_run, caption, check_judge_arguments, format_report,
+    short_decision, steady_ms)
 import results as result_summary  # perf/results.py: the results convention
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -252,13 +253,7 @@ def parse_args(argv=None):
                     help="after each fusebox run, B interleaved blocks that time every plan "
                          "its tuner measured alone and select the best other than the kept "
                          "one (0: no judging; default: %(default)s)")
-    ap.add_argument("--judge-final-blocks", type=int, default=16, metavar="F",
-                    help="then F blocks of the kept plan and that one alone, ABBA: the judged "
-                         "ratio (default: %(default)s)")
-    ap.add_argument("--judge-steps", type=int, default=6, metavar="M",
-                    help="timed steps per plan and selecting block (default: %(default)s)")
-    ap.add_argument("--judge-final-steps", type=int, default=12, metavar="S",
-                    help="timed steps per plan and measuring block (default: %(default)s)")
+    add_judge_arguments(ap)
     ap.add_argument("--seed", type=int, default=None,
                     help="draws fusebox's per-run tuner seeds (default: a fresh one, printed "
                          "and stored)")
@@ -289,10 +284,7 @@ def parse_args(argv=None):
                  % args.link)
     if args.runs < 1:
         ap.error("--runs must be at least 1")
-    if (args.judge_blocks < 0 or args.judge_steps < 1 or args.judge_final_blocks < 1
-            or args.judge_final_steps < 1):
-        ap.error("need --judge-blocks >= 0 and --judge-final-blocks, --judge-steps and "
-                 "--judge-final-steps >= 1")
+    check_judge_arguments(ap, args)
     if not 1 <= args.turn_steps <= args.steps:
         ap.error("--turn-steps must be between 1 and --steps")
     if args.steps < 6:

@@ -98,6 +98,25 @@ def replace_power(gain, noise, max_pairs=36, look_every=6, alpha=0.025, early_sh
     return wins / draws
 
 
+def add_judge_arguments(ap):
+    """The judge's measuring options, the same in perf/bench_trust.py and in its worker
+    (which the driver passes them to); each adds its own --judge-blocks."""
+    ap.add_argument("--judge-final-blocks", type=int, default=16, metavar="F",
+                    help="then F blocks of the kept plan and the best other plan alone, ABBA: "
+                         "the judged ratio (default: %(default)s)")
+    ap.add_argument("--judge-steps", type=int, default=6, metavar="M",
+                    help="timed steps per plan and selecting block (default: %(default)s)")
+    ap.add_argument("--judge-final-steps", type=int, default=12, metavar="S",
+                    help="timed steps per plan and measuring block (default: %(default)s)")
+
+
+def check_judge_arguments(ap, args):
+    if (args.judge_blocks < 0 or args.judge_steps < 1 or args.judge_final_blocks < 1
+            or args.judge_final_steps < 1):
+        ap.error("need --judge-blocks >= 0 and --judge-final-blocks, --judge-steps and "
+                 "--judge-final-steps >= 1")
+
+
 def judge_figures(judged):
     """The judging blocks (perf/trust_worker.py's judge()). Where the judge
     measured the kept plan against a challenger on steps of their own

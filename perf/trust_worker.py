@@ -57,6 +57,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP  # noqa: E402
 
 from devtime import DeviceTimeModel  # noqa: E402
 from toolkit import median  # noqa: E402  perf/toolkit.py: the drivers' one estimator
+from trust_report import add_judge_arguments, check_judge_arguments  # noqa: E402  (pure)
 
 SNAPSHOT_FIELDS = ("phase", "decision", "summary", "tuning_iterations", "tuning_cost_ms", "seed",
                    "fallbacks", "checks", "chosen", "plan_installs", "iterations",
@@ -86,23 +87,14 @@ def parse_args(argv=None):
     ap.add_argument("--judge-blocks", type=int, default=0, metavar="B",
                     help="--mode fusebox: after the timed run, B interleaved blocks that time "
                          "every plan the tuner measured alone (judge(); default: none)")
-    ap.add_argument("--judge-final-blocks", type=int, default=16, metavar="F",
-                    help="then F blocks of the kept plan and the best other plan alone, ABBA, "
-                         "that measure the judged ratio (default: %(default)s)")
-    ap.add_argument("--judge-steps", type=int, default=6, metavar="M",
-                    help="measured steps per plan and selecting block (default: %(default)s)")
-    ap.add_argument("--judge-final-steps", type=int, default=12, metavar="S",
-                    help="measured steps per plan and measuring block (default: %(default)s)")
+    add_judge_arguments(ap)
     ap.add_argument("--turns", metavar="PREFIX", default=None,
                     help="run in turns of --turn-steps steps handed out by the driver through "
                          "the FIFOs PREFIX-rank<r>.go and .done (Turns; default: no turns)")
     ap.add_argument("--turn-steps", type=int, default=10, metavar="K",
                     help="steps per turn with --turns (default: %(default)s)")
     args = ap.parse_args(argv)
-    if (args.judge_blocks < 0 or args.judge_steps < 1 or args.judge_final_blocks < 1
-            or args.judge_final_steps < 1):
-        ap.error("need --judge-blocks >= 0 and --judge-final-blocks, --judge-steps and "
-                 "--judge-final-steps >= 1")
+    check_judge_arguments(ap, args)
     if args.turn_steps < 1:
         ap.error("need --turn-steps >= 1")
     if args.judge_blocks and args.mode != "fusebox":
