@@ -17,6 +17,7 @@ fusebox does too. It writes its own compact summary with --out (perf/results.py'
         --out docs/results/data/ddp-scaling/global-cap.json
 """
 import argparse
+import collections
 import os
 import shlex
 import statistics
@@ -54,10 +55,15 @@ def global_cap(medians):
     return min(CAPS, key=lambda c: (means[c], CAPS.index(c))), means
 
 
+BoundRow = collections.namedtuple(
+    "BoundRow", "setting hosts bound headroom top best fused removed floor")
+
+
 def bound_rows(medians):
-    """Per setting and host count: (setting, hosts, bound, DDP's default / bound, the best
-    measured plan (not noallreduce) and its step / bound, fusebox / bound, the share of DDP's
-    default - bound that fusebox removes, no allreduce at all / bound or None)."""
+    """Per setting and host count a BoundRow: the bound, DDP's default / bound (headroom), the
+    best measured plan (not noallreduce: top) and its step / bound (best), fusebox / bound
+    (fused), the share of DDP's default - bound that fusebox removes (None without a gap), no
+    allreduce at all / bound (floor, None if not run)."""
     rows = []
     for (setting, hosts), m in sorted(medians.items()):
         bound = m["bound"]
@@ -65,9 +71,9 @@ def bound_rows(medians):
         top = min(plans, key=plans.get)
         gap = m["ddp25"] - bound
         removed = (m["ddp25"] - m["fusebox"]) / gap if gap > 0 else None
-        rows.append((setting, hosts, bound, m["ddp25"] / bound, top, plans[top] / bound,
-                     m["fusebox"] / bound, removed,
-                     m["noallreduce"] / bound if "noallreduce" in m else None))
+        rows.append(BoundRow(setting, hosts, bound, m["ddp25"] / bound, top, plans[top] / bound,
+                             m["fusebox"] / bound, removed,
+                             m["noallreduce"] / bound if "noallreduce" in m else None))
     return rows
 
 
@@ -81,19 +87,19 @@ def bound_report(medians):
              "| setting | hosts | bound ms | ddp25 / bound | best plan | best / bound | "
              "fusebox / bound | removed | noallreduce / bound |",
              "| --- | ---: | ---: | ---: | --- | ---: | ---: | ---: | ---: |"]
-    for setting, hosts, bound, head, top, best, fused, removed, floor in rows:
+    for r in rows:
         lines.append("| %s | %d | %.1f | %.3f | %s | %.3f | %.3f | %s | %s |" % (
-            setting, hosts, bound, head, top, best, fused,
-            "-" if removed is None else "%.0f%%" % (100 * removed),
-            "-" if floor is None else "%.3f" % floor))
-    wide = [r for r in rows if r[3] >= HEADROOM]
-    near = [r for r in rows if r[5] <= NEAR]
+            r.setting, r.hosts, r.bound, r.headroom, r.top, r.best, r.fused,
+            "-" if r.removed is None else "%.0f%%" % (100 * r.removed),
+            "-" if r.floor is None else "%.3f" % r.floor))
+    wide = [r for r in rows if r.headroom >= HEADROOM]
+    near = [r for r in rows if r.best <= NEAR]
     lines += ["", "| target | cells | met | result |", "| --- | ---: | ---: | --- |"]
     for text, cells, met in (
             ("fusebox removes >= %.0f%% of ddp25 - bound where ddp25 / bound >= %.1f"
-             % (100 * REMOVED, HEADROOM), wide, [r for r in wide if r[7] >= REMOVED]),
+             % (100 * REMOVED, HEADROOM), wide, [r for r in wide if r.removed >= REMOVED]),
             ("fusebox within %.2f of the bound where some measured plan is" % NEAR, near,
-             [r for r in near if r[6] <= NEAR])):
+             [r for r in near if r.fused <= NEAR])):
         lines.append("| %s | %d | %d | %s |" % (text, len(cells), len(met),
                                                 "-" if not cells else
                                                 "PASS" if len(met) == len(cells) else "FAIL"))
